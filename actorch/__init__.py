@@ -1,0 +1,49 @@
+"""actorch: an asyncio actor runtime for PyTorch over ``torch.distributed.rpc``.
+
+Define ``Actor`` subclasses with ``async`` methods, start a system with
+:func:`run`, spawn actors on any rank by name, and ``await ref.call(...)`` them.
+"""
+
+from __future__ import annotations
+
+import os as _os
+
+# torch's C++ warnings ("[W] ...") go to stderr unless this is set before torch loads.
+_os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+from actorch._actor import Actor  # noqa: E402
+from actorch._errors import (  # noqa: E402
+    ActorchError,
+    ActorNotFoundError,
+    ActorStoppedError,
+    EndpointError,
+    InvalidNameError,
+    NameTakenError,
+    NodeLostError,
+    RemoteError,
+    SerializationError,
+    SystemClosedError,
+)
+from actorch._launcher import run  # noqa: E402
+from actorch._names import MAX_NAME_LENGTH  # noqa: E402
+from actorch._ref import ActorRef  # noqa: E402
+from actorch._system import ActorSystem, NodeInfo  # noqa: E402
+
+__all__ = [
+    "MAX_NAME_LENGTH",
+    "Actor",
+    "ActorNotFoundError",
+    "ActorRef",
+    "ActorStoppedError",
+    "ActorSystem",
+    "ActorchError",
+    "EndpointError",
+    "InvalidNameError",
+    "NameTakenError",
+    "NodeInfo",
+    "NodeLostError",
+    "RemoteError",
+    "SerializationError",
+    "SystemClosedError",
+    "run",
+]

@@ -1,0 +1,96 @@
+"""The ``Actor`` base class and how its endpoints are found.
+
+Every public ``async def`` method of a subclass (inherited ones included) is an
+endpoint; names starting with ``_`` never are, nor are the lifecycle hooks.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from actorch._ref import ActorRef
+    from actorch._system import ActorSystem
+
+__all__ = ["Actor", "class_path", "endpoints_of"]
+
+_HOOKS = frozenset({"on_start", "on_stop"})
+
+
+class Actor:
+    """Base class of actors: subclass it and write public ``async`` methods.
+
+    The runtime builds the instance on its hosting node, sets :attr:`ref`,
+    :attr:`name` and :attr:`system`, runs ``__init__`` and then :meth:`on_start`
+    as the actor's first message. By default the actor handles one message at a
+    time; set the class attribute ``max_concurrency`` to let handlers interleave
+    at ``await`` points.
+
+    Example:
+        >>> class Counter(Actor):
+        ...     def __init__(self, start: int = 0) -> None:
+        ...         self.value = start
+        ...     async def add(self, k: int = 1) -> int:
+        ...         self.value += k
+        ...         return self.value
+    """
+
+    max_concurrency: ClassVar[int] = 1
+    """How many messages may run at once (interleaving only at ``await`` points)."""
+
+    _actorch_endpoints: ClassVar[dict[str, Callable[..., Awaitable[Any]]]] = {}
+    _actorch_ref: ActorRef[Any]
+    _actorch_system: ActorSystem
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        concurrency = cls.__dict__.get("max_concurrency", cls.max_concurrency)
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise TypeError(f"{cls.__qualname__}.max_concurrency must be an int >= 1, not {concurrency!r}")
+        found: dict[str, Callable[..., Awaitable[Any]]] = {}
+        for attr in dir(cls):
+            if attr.startswith("_") or attr in _HOOKS:
+                continue
+            value = inspect.getattr_static(cls, attr)
+            if isinstance(value, (staticmethod, classmethod)):
+                continue
+            if inspect.iscoroutinefunction(value):
+                found[attr] = value
+        cls._actorch_endpoints = found
+
+    def __repr__(self) -> str:
+        ref = getattr(self, "_actorch_ref", None)
+        return f"<{type(self).__qualname__} {ref!r}>" if ref is not None else object.__repr__(self)
+
+    @property
+    def ref(self) -> ActorRef[Any]:
+        """A ref to this actor, to hand to others."""
+        return self._actorch_ref
+
+    @property
+    def name(self) -> str | None:
+        """The name this actor was spawned under, if any."""
+        return self._actorch_ref.name
+
+    @property
+    def system(self) -> ActorSystem:
+        """The actor system of this actor's node: spawn, look up and call others."""
+        return self._actorch_system
+
+    async def on_start(self) -> None:
+        """Run once after ``__init__``, before any message; raising aborts the spawn."""
+
+    async def on_stop(self) -> None:
+        """Run once after the last message, when the actor stops or the system shuts down."""
+
+
+def endpoints_of(cls: type[Actor]) -> dict[str, Callable[..., Awaitable[Any]]]:
+    """The endpoints of an actor class, by name."""
+    return cls._actorch_endpoints
+
+
+def class_path(cls: type) -> str:
+    """The importable path of a class, ``module:Qualname``."""
+    return f"{cls.__module__}:{cls.__qualname__}"

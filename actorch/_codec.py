@@ -1,0 +1,159 @@
+"""The wire codec: values to msgpack bytes plus a side list of tensors, and back.
+
+Tensors never enter the msgpack bytes: each is replaced by its index in a list
+that the transport hands to torch RPC, whose own tensor path sends them straight
+from storage. Tuples, and classes registered with :func:`register_extension`
+(actor refs), are native; anything else msgpack cannot carry is pickled, unless
+the codec is strict, which refuses it with ``SerializationError``.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+import msgpack
+import torch
+
+from actorch._errors import SerializationError
+
+__all__ = ["Codec", "current_context", "register_extension"]
+
+_TENSOR = 0
+_TUPLE = 1
+_PICKLE = 2
+_FIRST_USER_CODE = 16
+
+Encoder = Callable[[Any], Any]
+Decoder = Callable[[Any, Any], Any]
+_encoders: dict[type, tuple[int, Encoder]] = {}
+_decoders: dict[int, Decoder] = {}
+_decoding_context: ContextVar[Any] = ContextVar("actorch_decoding_context", default=None)
+
+
+def current_context() -> Any:
+    """The context of the decode in progress (for objects rebuilt by pickle), or None."""
+    return _decoding_context.get()
+
+
+def register_extension(cls: type, code: int, encode: Encoder, decode: Decoder) -> None:
+    """Make instances of ``cls`` travel natively (also in strict mode).
+
+    Args:
+        cls: The exact class to encode.
+        code: Extension code, 16 to 127, unique per class.
+        encode: Turns an instance into msgpack-native data (no tensors).
+        decode: Rebuilds the instance from that data and the decoding context.
+    """
+    if not _FIRST_USER_CODE <= code <= 127:
+        raise ValueError(f"extension code must be in 16..127, not {code}")
+    if _decoders.get(code, decode) is not decode:
+        raise ValueError(f"extension code {code} is taken")
+    _encoders[cls] = (code, encode)
+    _decoders[code] = decode
+
+
+class Codec:
+    """Encodes and decodes message bodies; one per node, strict or not."""
+
+    __slots__ = ("_plain", "strict")
+
+    def __init__(self, *, strict: bool = False) -> None:
+        self.strict = strict
+        self._plain = msgpack.Packer(use_bin_type=True)
+
+    def __repr__(self) -> str:
+        return f"<Codec strict={self.strict}>"
+
+    def encode(self, value: Any, *, copy_tensors: bool = False) -> tuple[bytes, list[torch.Tensor]]:
+        """Encode ``value``; return its bytes and the tensors it references, in order.
+
+        Args:
+            value: Any value msgpack, the registered extensions or pickle can carry.
+            copy_tensors: Send private copies of the tensors, so the sender may
+                mutate its own at once (used by fire-and-forget sends).
+
+        Raises:
+            SerializationError: If a part of ``value`` cannot be encoded.
+        """
+        tensors: list[torch.Tensor] = []
+        strict = self.strict
+
+        def default(obj: Any) -> Any:
+            if isinstance(obj, torch.Tensor):
+                tensors.append(obj.detach().clone() if copy_tensors else obj)
+                return msgpack.ExtType(_TENSOR, (len(tensors) - 1).to_bytes(4, "little"))
+            if type(obj) is tuple:
+                return msgpack.ExtType(_TUPLE, nested(list(obj)))
+            registered = _encoders.get(type(obj))
+            if registered is not None:
+                code, encode = registered
+                return msgpack.ExtType(code, nested(encode(obj)))
+            if strict:
+                raise SerializationError(
+                    f"strict serialization refuses {type(obj).__qualname__} values; send "
+                    "tensors, numbers, str, bytes, lists, tuples, dicts or actor refs"
+                )
+            try:
+                return msgpack.ExtType(_PICKLE, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+            except Exception as exc:
+                raise SerializationError(
+                    f"cannot serialize {type(obj).__qualname__} value: {exc}"
+                ) from exc
+
+        def nested(inner: Any) -> bytes:
+            # A packer's buffer is not reentrant: nested values need their own.
+            return msgpack.packb(inner, default=default, use_bin_type=True, strict_types=True)
+
+        try:
+            return nested(value), tensors
+        except SerializationError:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise SerializationError(f"cannot serialize value: {exc}") from exc
+
+    def encode_plain(self, value: Any) -> bytes:
+        """Encode msgpack-native ``value`` (no tuples, tensors or extensions) quickly."""
+        return self._plain.pack(value)
+
+    def decode(self, data: bytes, tensors: list[torch.Tensor], context: Any = None) -> Any:
+        """Decode bytes made by :meth:`encode`, taking tensors from ``tensors``.
+
+        Args:
+            data: The encoded bytes.
+            tensors: The tensor list that travelled with them.
+            context: Passed to extension decoders (the receiving node, for refs).
+
+        Raises:
+            SerializationError: If the bytes are malformed, or strict mode meets pickle.
+        """
+        strict = self.strict
+
+        def ext_hook(code: int, payload: bytes) -> Any:
+            if code == _TENSOR:
+                return tensors[int.from_bytes(payload, "little")]
+            if code == _TUPLE:
+                return tuple(unpack(payload))
+            if code == _PICKLE:
+                if strict:
+                    raise SerializationError("strict serialization refuses a pickled value")
+                return pickle.loads(payload)  # noqa: S301 - peers are trusted (docs/concepts)
+            decode = _decoders.get(code)
+            if decode is None:
+                raise SerializationError(f"unknown extension code {code}")
+            return decode(unpack(payload), context)
+
+        def unpack(payload: bytes) -> Any:
+            return msgpack.unpackb(payload, ext_hook=ext_hook, raw=False, strict_map_key=False)
+
+        token = _decoding_context.set(context)
+        try:
+            return unpack(data)
+        except SerializationError:
+            raise
+        except Exception as exc:
+            raise SerializationError(f"cannot decode message: {exc!r}") from exc
+        finally:
+            _decoding_context.reset(token)

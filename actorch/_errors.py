@@ -1,0 +1,144 @@
+"""The exceptions actorch raises, all under one base class.
+
+The tree::
+
+    ActorchError
+    ├── RemoteError             a handler raised; carries the remote type and traceback
+    ├── EndpointError           unknown, private or ill-bound endpoint call (also TypeError)
+    ├── ActorNotFoundError      no actor answers to that name or id (also LookupError)
+    ├── NameTakenError          the name is already bound to a live actor
+    ├── InvalidNameError        the name breaks the naming rule (also ValueError)
+    ├── SerializationError      a value cannot cross the wire (also TypeError)
+    ├── ActorStoppedError       the actor stopped before or while handling the call
+    ├── NodeLostError           the node hosting the actor died or became unreachable
+    └── SystemClosedError       the actor system is shut down or not running
+
+A remote exception whose class can be imported on the caller is raised as an
+instance of both ``RemoteError`` and that class, so ``except ValueError`` works
+across nodes.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+from typing import Any
+
+__all__ = [
+    "ActorNotFoundError",
+    "ActorStoppedError",
+    "ActorchError",
+    "EndpointError",
+    "InvalidNameError",
+    "NameTakenError",
+    "NodeLostError",
+    "RemoteError",
+    "SerializationError",
+    "SystemClosedError",
+    "remote_error",
+]
+
+
+class ActorchError(Exception):
+    """Base class of every error actorch raises."""
+
+
+class RemoteError(ActorchError):
+    """Raised when an actor's handler raised an exception on its node.
+
+    Attributes:
+        type_name: Qualified name of the remote exception class (``module.Qualname``).
+        message: The remote exception's message, exactly as ``str(exc)`` gave it.
+        remote_traceback: The formatted remote traceback, as text.
+    """
+
+    type_name: str
+    message: str
+    remote_traceback: str
+
+    def __init__(self, type_name: str, message: str, remote_traceback: str = "") -> None:
+        super().__init__(message)
+        self.type_name = type_name
+        self.message = message
+        self.remote_traceback = remote_traceback
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"RemoteError({self.type_name}: {self.message!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (remote_error, (self.type_name, self.message, self.remote_traceback))
+
+
+class EndpointError(ActorchError, TypeError):
+    """Raised when a call names an unknown or private endpoint, or its arguments do not bind."""
+
+
+class ActorNotFoundError(ActorchError, LookupError):
+    """Raised when no live actor answers to the name or id a caller asked for."""
+
+
+class NameTakenError(ActorchError):
+    """Raised when spawning under a name that a live actor already holds."""
+
+
+class InvalidNameError(ActorchError, ValueError):
+    """Raised when an actor name or pattern breaks the naming rule."""
+
+
+class SerializationError(ActorchError, TypeError):
+    """Raised when a value cannot be encoded for the wire (or strict mode refuses it)."""
+
+
+class ActorStoppedError(ActorchError):
+    """Raised when the target actor stopped before or while handling the call."""
+
+
+class NodeLostError(ActorchError):
+    """Raised when the node hosting the target actor died or can no longer be reached."""
+
+
+class SystemClosedError(ActorchError):
+    """Raised when the actor system has shut down, or is used outside its event loop."""
+
+
+_mixed_classes: dict[type[BaseException], type[RemoteError]] = {}
+
+
+def _import_exception_class(type_name: str) -> type[BaseException] | None:
+    module_name, _, qualname = type_name.rpartition(".")
+    try:
+        if module_name in ("", "builtins"):
+            found: object = getattr(builtins, qualname)
+        else:
+            found = importlib.import_module(module_name)
+            for part in qualname.split("."):
+                found = getattr(found, part)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    if isinstance(found, type) and issubclass(found, Exception):
+        return found
+    return None
+
+
+def remote_error(type_name: str, message: str, remote_traceback: str = "") -> RemoteError:
+    """Build the ``RemoteError`` for a remote exception, mixed with its class when importable.
+
+    The mixed instance is created without calling the original ``__init__`` (its
+    signature is unknown), so ``args`` is ``(message,)`` and ``str()`` is the message.
+    """
+    original = _import_exception_class(type_name)
+    if original is None or issubclass(original, RemoteError):
+        return RemoteError(type_name, message, remote_traceback)
+    mixed = _mixed_classes.get(original)
+    if mixed is None:
+        try:
+            mixed = type(original.__name__, (RemoteError, original), {"__module__": __name__})
+        except TypeError:  # layout conflict, e.g. two builtin bases
+            return RemoteError(type_name, message, remote_traceback)
+        _mixed_classes[original] = mixed
+    error = mixed.__new__(mixed)
+    RemoteError.__init__(error, type_name, message, remote_traceback)
+    return error

@@ -1,0 +1,171 @@
+"""One hosted actor's mailbox: who may run now, who waits, and re-entrant calls.
+
+A ``Cell`` runs at most ``max_concurrency`` messages at once, starting them in
+arrival order. A call whose chain of callers contains a call the actor is
+handling right now (A → B → A) is re-entrant: it runs at once instead of
+waiting behind the call it came from, which would never finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from actorch._node import Node
+
+__all__ = ["Cell", "CallContext", "Envelope", "current_call"]
+
+Endpoint = Callable[..., Awaitable[Any]]
+Respond = Callable[[bool, Any], None]
+
+
+class CallContext:
+    """The call a handler is serving: its actor cell, its key and its chain of callers."""
+
+    __slots__ = ("cell", "chain", "endpoint", "key")
+
+    def __init__(self, cell: Cell, key: int, chain: tuple[int, ...], endpoint: str) -> None:
+        self.cell = cell
+        self.key = key
+        self.chain = chain
+        self.endpoint = endpoint
+
+    def __repr__(self) -> str:
+        return f"<CallContext {self.cell.label}.{self.endpoint} key={self.key:#x}>"
+
+    def child_chain(self) -> tuple[int, ...]:
+        """The chain a call made from this handler carries."""
+        return (*self.chain, self.key)
+
+
+current_call: ContextVar[CallContext | None] = ContextVar("actorch_call", default=None)
+
+
+class Envelope:
+    """A message waiting for, or being handled by, an actor."""
+
+    __slots__ = ("args", "chain", "deadline", "endpoint", "key", "kwargs", "respond", "task")
+
+    def __init__(
+        self,
+        endpoint: str,
+        args: list[Any] | tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: int,
+        chain: tuple[int, ...],
+        deadline: float | None,
+        respond: Respond | None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.args = args
+        self.kwargs = kwargs
+        self.key = key
+        self.chain = chain
+        self.deadline = deadline
+        self.respond = respond
+        self.task: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<Envelope {self.endpoint} key={self.key:#x}>"
+
+
+class Cell:
+    """A hosted actor: its instance, endpoints, mailbox and counters."""
+
+    __slots__ = (
+        "active",
+        "actor_id",
+        "endpoints",
+        "handled",
+        "instance",
+        "label",
+        "max_concurrency",
+        "name",
+        "node",
+        "queue",
+        "running",
+        "stopping",
+        "tasks",
+    )
+
+    def __init__(
+        self,
+        node: Node,
+        actor_id: int,
+        instance: object,
+        endpoints: Mapping[str, Endpoint],
+        *,
+        name: str | None,
+        max_concurrency: int,
+    ) -> None:
+        self.node = node
+        self.actor_id = actor_id
+        self.instance = instance
+        self.endpoints = endpoints
+        self.name = name
+        self.max_concurrency = max_concurrency
+        self.label = (
+            f"actor {name!r} ({type(instance).__name__}) on node {node.rank}"
+            if name
+            else f"actor {type(instance).__name__}#{actor_id} on node {node.rank}"
+        )
+        self.running = 0
+        self.handled = 0
+        self.queue: deque[Envelope] = deque()
+        self.active: set[int] = set()
+        self.stopping = False
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def __repr__(self) -> str:
+        return f"<Cell {self.label} running={self.running} queued={len(self.queue)}>"
+
+    def statistics(self) -> dict[str, int]:
+        """Messages handled, running and queued."""
+        return {"handled": self.handled, "running": self.running, "queued": len(self.queue)}
+
+    def is_reentrant(self, chain: tuple[int, ...]) -> bool:
+        """Whether a call with this chain comes back to a call this actor is handling."""
+        return bool(chain) and bool(self.active) and not self.active.isdisjoint(chain)
+
+    def can_start(self, chain: tuple[int, ...]) -> bool:
+        """Whether a new message may start now rather than wait in the queue."""
+        return (self.running < self.max_concurrency and not self.queue) or self.is_reentrant(chain)
+
+    def enter(self, key: int) -> None:
+        """Count a message as running."""
+        self.running += 1
+        self.active.add(key)
+
+    def leave(self, key: int) -> None:
+        """Count a message as done and start the next ones that may run."""
+        self.running -= 1
+        self.handled += 1
+        self.active.discard(key)
+        queue = self.queue
+        while queue and self.running < self.max_concurrency:
+            self.start(queue.popleft())
+
+    def submit(self, envelope: Envelope) -> None:
+        """Start ``envelope`` now if the mailbox allows, else queue it."""
+        if self.can_start(envelope.chain):
+            self.start(envelope)
+        else:
+            self.queue.append(envelope)
+
+    def start(self, envelope: Envelope) -> None:
+        """Run ``envelope`` in a task of its own."""
+        self.enter(envelope.key)
+        envelope.task = self.node.loop.create_task(self.node.run_envelope(self, envelope))
+        self.tasks.add(envelope.task)
+
+    def withdraw(self, envelope: Envelope) -> bool:
+        """Take a queued ``envelope`` out of the queue; False if it is not queued."""
+        try:
+            self.queue.remove(envelope)
+        except ValueError:
+            return False
+        return True

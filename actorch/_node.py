@@ -1,0 +1,444 @@
+"""The node: one per process, owning the loop's actors, their dispatch, and calls between nodes.
+
+Wire messages are msgpack arrays; their first item is the kind::
+
+    [CALL,   call_id, actor_id, endpoint, remaining_s | None, chain, body | None]
+    [TELL,   0,       actor_id, endpoint, None,               (),    body | None]
+    [REPLY,  call_id, True,  body | None]            the result
+    [REPLY,  call_id, False, [origin, type, message, traceback]]
+    [CANCEL, call_id]
+
+``body`` is ``[args, kwargs]`` (or the result) encoded by the codec, with tensors
+beside it. A call to an actor of this node skips all of that: the handler runs in
+the caller's task when the mailbox allows, else waits in the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgpack
+import structlog
+
+from actorch import _errors
+from actorch._codec import Codec
+from actorch._deadline import current_deadline, inherited_deadline
+from actorch._errors import (
+    ActorStoppedError,
+    EndpointError,
+    NodeLostError,
+    SerializationError,
+    SystemClosedError,
+    remote_error,
+)
+from actorch._mailbox import CallContext, Cell, Endpoint, Envelope, current_call
+from actorch._transport import Batch, PeerInfo, Transport
+
+__all__ = ["Node"]
+
+CALL, TELL, REPLY, CANCEL = 0, 1, 2, 3
+_RUNTIME, _HANDLER = 0, 1
+_KEY_BITS = 48
+
+log = structlog.get_logger("actorch")
+
+
+def _error_payload(exc: BaseException, origin: int) -> list[Any]:
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    text = "".join(traceback.format_exception(exc)) if origin == _HANDLER else ""
+    return [origin, name, str(exc), text]
+
+
+def _rebuild_error(payload: list[Any]) -> BaseException:
+    origin, type_name, message, text = payload
+    if origin == _HANDLER:
+        return remote_error(type_name, message, text)
+    if type_name == "TimeoutError":
+        return TimeoutError(message)
+    cls = getattr(_errors, type_name.rpartition(".")[2], None)
+    if isinstance(cls, type) and issubclass(cls, _errors.ActorchError):
+        return cls(message)
+    return _errors.ActorchError(f"{type_name}: {message}")
+
+
+class Node:
+    """Hosts this process's actors and carries their calls to and from other nodes."""
+
+    def __init__(self, transport: Transport, codec: Codec, loop: asyncio.AbstractEventLoop) -> None:
+        self.rank = transport.rank
+        self.world_size = transport.world_size
+        self.transport = transport
+        self.codec = codec
+        self.loop = loop
+        self.lost: dict[int, str] = {}
+        self.closed = False
+        self._cells: dict[int, Cell] = {}
+        self._actor_ids = itertools.count(1)
+        self._call_ids = itertools.count(1)
+        self._key_base = self.rank << _KEY_BITS
+        self._pending: dict[int, tuple[asyncio.Future[Any], int, str, str]] = {}
+        self._inbound: dict[tuple[int, int], tuple[Cell, Envelope]] = {}
+        self._lost_listeners: list[Callable[[int, str], None]] = []
+        self._pack = msgpack.Packer(use_bin_type=True).pack
+        self.counts = {"calls_sent": 0, "tells_sent": 0, "calls_received": 0, "tells_received": 0}
+        self.log = log.bind(node=self.rank)
+        transport.attach(loop, self._receive, self._on_peer_lost)
+
+    def __repr__(self) -> str:
+        return f"<Node rank={self.rank}/{self.world_size} actors={len(self._cells)}>"
+
+    # ------------------------------------------------------------------ actors
+
+    def add_actor(
+        self,
+        instance: object,
+        endpoints: Mapping[str, Endpoint],
+        *,
+        name: str | None,
+        max_concurrency: int,
+    ) -> Cell:
+        """Host ``instance`` and return its cell; its id is ``cell.actor_id``."""
+        if self.closed:
+            raise SystemClosedError(f"node {self.rank} is shut down")
+        cell = Cell(self, next(self._actor_ids), instance, endpoints, name=name, max_concurrency=max_concurrency)
+        self._cells[cell.actor_id] = cell
+        return cell
+
+    def cell(self, actor_id: int) -> Cell | None:
+        """The cell of a local actor, or None if it is not (or no longer) here."""
+        return self._cells.get(actor_id)
+
+    def cells(self) -> list[Cell]:
+        """Every actor hosted here."""
+        return list(self._cells.values())
+
+    async def drain(self, cell: Cell, grace: float) -> None:
+        """Refuse new messages, let queued and running ones finish, cancel them after ``grace``."""
+        cell.stopping = True
+        deadline = self.loop.time() + grace
+        while (cell.running or cell.queue) and self.loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        while cell.queue:
+            envelope = cell.queue.popleft()
+            self._fail(envelope, ActorStoppedError(f"{cell.label} stopped before handling {envelope.endpoint!r}"))
+        tasks = list(cell.tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
+
+    def remove_actor(self, cell: Cell) -> None:
+        """Stop hosting ``cell``: later calls to it fail with ``ActorStoppedError``."""
+        cell.stopping = True
+        self._cells.pop(cell.actor_id, None)
+
+    # ------------------------------------------------------------------ calls out
+
+    def _new_key(self) -> int:
+        return self._key_base | next(self._call_ids)
+
+    async def call(
+        self, rank: int, actor_id: int, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any], label: str
+    ) -> Any:
+        """Call ``endpoint`` of actor ``actor_id`` on ``rank`` and return its result."""
+        context = current_call.get()
+        chain = context.child_chain() if context is not None else ()
+        if rank == self.rank:
+            return await self._call_local(actor_id, endpoint, args, kwargs, chain, label)
+        if rank in self.lost:
+            raise NodeLostError(f"cannot call {endpoint!r} of {label}: node {rank} was lost ({self.lost[rank]})")
+        if self.closed:
+            raise SystemClosedError(f"cannot call {endpoint!r} of {label}: node {self.rank} is shut down")
+        deadline = current_deadline()
+        remaining = None
+        if deadline is not None:
+            remaining = deadline - self.loop.time()
+            if remaining <= 0:
+                raise TimeoutError(f"deadline passed before calling {endpoint!r} of {label}")
+        if args or kwargs:
+            body, tensors = self.codec.encode([args, kwargs])
+        else:
+            body, tensors = None, None
+        call_id = next(self._call_ids)
+        future = self.loop.create_future()
+        self._pending[call_id] = (future, rank, label, endpoint)
+        self.transport.send(rank, self._pack([CALL, call_id, actor_id, endpoint, remaining, chain, body]), tensors)
+        self.counts["calls_sent"] += 1
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self._pending.pop(call_id, None) is not None and rank not in self.lost:
+                self.transport.send(rank, self._pack([CANCEL, call_id]))
+            raise
+
+    def tell(
+        self, rank: int, actor_id: int, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any], label: str
+    ) -> None:
+        """Send ``endpoint`` a message without waiting; tensors are copied at once."""
+        if args or kwargs:
+            body, tensors = self.codec.encode([args, kwargs], copy_tensors=True)
+        else:
+            body, tensors = None, None
+        self.counts["tells_sent"] += 1
+        if rank == self.rank:
+            cell = self._cells.get(actor_id)
+            if cell is None or cell.stopping:
+                self.log.warning("tell dropped: actor stopped", actor=label, endpoint=endpoint)
+                return
+            if body is not None:
+                args, kwargs = self.codec.decode(body, tensors or [], self)
+            self._deliver(cell, Envelope(endpoint, args, kwargs, self._new_key(), (), None, None))
+            return
+        if rank in self.lost or self.closed:
+            self.log.warning("tell dropped: node lost", actor=label, endpoint=endpoint, why=self.lost.get(rank))
+            return
+        self.transport.send(rank, self._pack([TELL, 0, actor_id, endpoint, None, (), body]), tensors)
+
+    async def _call_local(
+        self,
+        actor_id: int,
+        endpoint: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        chain: tuple[int, ...],
+        label: str,
+    ) -> Any:
+        cell = self._cells.get(actor_id)
+        if cell is None or cell.stopping:
+            raise ActorStoppedError(f"cannot call {endpoint!r}: {label} is stopped")
+        key = self._new_key()
+        if not cell.can_start(chain):
+            future: asyncio.Future[Any] = self.loop.create_future()
+            envelope = Envelope(endpoint, args, kwargs, key, chain, None, _settle(future))
+            cell.queue.append(envelope)
+            try:
+                return await future
+            except asyncio.CancelledError:
+                if not cell.withdraw(envelope) and envelope.task is not None:
+                    envelope.task.cancel()
+                raise
+        cell.enter(key)
+        token = current_call.set(CallContext(cell, key, chain, endpoint))
+        try:
+            coroutine = self._open(cell, endpoint, args, kwargs)
+            try:
+                return await coroutine
+            except Exception as exc:
+                raise remote_error(*_error_payload(exc, _HANDLER)[1:]) from exc
+        finally:
+            current_call.reset(token)
+            cell.leave(key)
+
+    def _open(self, cell: Cell, endpoint: str, args: Any, kwargs: dict[str, Any]) -> Any:
+        handler = cell.endpoints.get(endpoint)
+        if handler is None:
+            if endpoint.startswith("_"):
+                raise EndpointError(f"{endpoint!r} of {cell.label} is private: endpoints are public async methods")
+            known = ", ".join(sorted(cell.endpoints)) or "none"
+            raise EndpointError(f"{cell.label} has no endpoint {endpoint!r} (endpoints: {known})")
+        try:
+            return handler(cell.instance, *args, **kwargs)
+        except TypeError as exc:
+            raise EndpointError(f"bad arguments for {endpoint!r} of {cell.label}: {exc}") from None
+
+    # ------------------------------------------------------------------ calls in
+
+    def _deliver(self, cell: Cell, envelope: Envelope) -> None:
+        if cell.stopping:
+            self._fail(envelope, ActorStoppedError(f"{cell.label} is stopping; {envelope.endpoint!r} refused"))
+        else:
+            cell.submit(envelope)
+
+    async def run_envelope(self, cell: Cell, envelope: Envelope) -> None:
+        """Handle one message in its own task and send its reply."""
+        token = current_call.set(CallContext(cell, envelope.key, envelope.chain, envelope.endpoint))
+        deadline_token = inherited_deadline.set(envelope.deadline)
+        timeout = None if envelope.deadline is None else asyncio.timeout_at(envelope.deadline)
+        try:
+            coroutine = self._open(cell, envelope.endpoint, envelope.args, envelope.kwargs)
+            if timeout is None:
+                result = await coroutine
+            else:
+                async with timeout:
+                    result = await coroutine
+        except asyncio.CancelledError:
+            self._fail(envelope, ActorStoppedError(f"call to {envelope.endpoint!r} of {cell.label} was cancelled"))
+        except EndpointError as exc:
+            self._fail(envelope, exc)
+        except TimeoutError as exc:
+            if timeout is not None and timeout.expired():
+                self._fail(envelope, TimeoutError(f"{envelope.endpoint!r} of {cell.label} ran past its deadline"))
+            else:
+                self._fail(envelope, exc, _HANDLER)
+        except Exception as exc:
+            self._fail(envelope, exc, _HANDLER)
+        else:
+            if envelope.respond is not None:
+                envelope.respond(True, result)
+        finally:
+            current_call.reset(token)
+            inherited_deadline.reset(deadline_token)
+            cell.tasks.discard(envelope.task)  # type: ignore[arg-type]
+            envelope.task = None
+            cell.leave(envelope.key)
+
+    def _fail(self, envelope: Envelope, exc: BaseException, origin: int = _RUNTIME) -> None:
+        if envelope.respond is not None:
+            envelope.respond(False, (exc, origin))
+        else:
+            self.log.error(
+                "tell failed",
+                endpoint=envelope.endpoint,
+                error=f"{type(exc).__name__}: {exc}",
+                traceback=_error_payload(exc, origin)[3] or None,
+            )
+
+    def _receive(self, src: int, batch: Batch) -> None:
+        messages, tensors = batch
+        for index, raw in enumerate(messages):
+            try:
+                message = msgpack.unpackb(raw, raw=False, use_list=True)
+                kind = message[0]
+                if kind == REPLY:
+                    self._on_reply(message, tensors.get(index, []))
+                elif kind == CALL or kind == TELL:
+                    self._on_call(src, message, tensors.get(index, []))
+                elif kind == CANCEL:
+                    self._on_cancel(src, message[1])
+            except Exception:  # noqa: BLE001 - one bad message must not stop the others
+                self.log.exception("malformed message dropped", src=src)
+
+    def _on_call(self, src: int, message: list[Any], tensors: list[Any]) -> None:
+        kind, call_id, actor_id, endpoint, remaining, chain, body = message
+        is_call = kind == CALL
+        self.counts["calls_received" if is_call else "tells_received"] += 1
+        respond = self._responder(src, call_id) if is_call else None
+        envelope = Envelope(
+            endpoint, (), {}, self._new_key(), tuple(chain), None if remaining is None else self.loop.time() + remaining, respond
+        )
+        cell = self._cells.get(actor_id)
+        if cell is None:
+            self._fail(envelope, ActorStoppedError(f"no actor #{actor_id} on node {self.rank}: it stopped; {endpoint!r} refused"))
+            return
+        if body is not None:
+            try:
+                envelope.args, envelope.kwargs = self.codec.decode(body, tensors, self)
+            except SerializationError as exc:
+                self._fail(envelope, SerializationError(f"arguments for {endpoint!r} of {cell.label}: {exc}"))
+                return
+        if is_call:
+            self._inbound[(src, call_id)] = (cell, envelope)
+        self._deliver(cell, envelope)
+
+    def _responder(self, src: int, call_id: int) -> Callable[[bool, Any], None]:
+        def respond(ok: bool, value: Any) -> None:
+            self._inbound.pop((src, call_id), None)
+            if src in self.lost or self.closed:
+                return
+            tensors = None
+            if ok:
+                try:
+                    body, tensors = self.codec.encode(value) if value is not None else (None, None)
+                    message = self._pack([REPLY, call_id, True, body])
+                except SerializationError as exc:
+                    message = self._pack([REPLY, call_id, False, _error_payload(SerializationError(f"result: {exc}"), _RUNTIME)])
+            else:
+                exc, origin = value
+                message = self._pack([REPLY, call_id, False, _error_payload(exc, origin)])
+            self.transport.send(src, message, tensors)
+
+        return respond
+
+    def _on_reply(self, message: list[Any], tensors: list[Any]) -> None:
+        _, call_id, ok, payload = message
+        entry = self._pending.pop(call_id, None)
+        if entry is None:
+            return  # the caller gave up (cancelled or timed out)
+        future = entry[0]
+        if future.done():
+            return
+        if not ok:
+            future.set_exception(_rebuild_error(payload))
+            return
+        try:
+            future.set_result(None if payload is None else self.codec.decode(payload, tensors, self))
+        except SerializationError as exc:
+            future.set_exception(exc)
+
+    def _on_cancel(self, src: int, call_id: int) -> None:
+        entry = self._inbound.pop((src, call_id), None)
+        if entry is None:
+            return
+        cell, envelope = entry
+        envelope.respond = None
+        if not cell.withdraw(envelope) and envelope.task is not None:
+            envelope.task.cancel()
+
+    # ------------------------------------------------------------------ peers
+
+    def peers(self) -> list[PeerInfo]:
+        """Every rank of the world, by rank."""
+        return self.transport.peers()
+
+    def on_peer_lost(self, listener: Callable[[int, str], None]) -> None:
+        """Call ``listener(rank, why)`` when a peer node is lost."""
+        self._lost_listeners.append(listener)
+
+    def _on_peer_lost(self, rank: int, why: str) -> None:
+        if rank in self.lost:
+            return
+        self.lost[rank] = why
+        if not self.closed:
+            self.log.warning("node lost", peer=rank, why=why)
+        for call_id, (future, dest, label, endpoint) in list(self._pending.items()):
+            if dest == rank:
+                del self._pending[call_id]
+                if not future.done():
+                    future.set_exception(
+                        NodeLostError(f"node {rank} was lost while calling {endpoint!r} of {label}: {why}")
+                    )
+        for listener in list(self._lost_listeners):
+            listener(rank, why)
+
+    async def close(self) -> None:
+        """Fail every pending call, cancel running handlers and leave the transport."""
+        if self.closed:
+            return
+        self.closed = True
+        for future, _, label, endpoint in self._pending.values():
+            if not future.done():
+                future.set_exception(SystemClosedError(f"node {self.rank} shut down while calling {endpoint!r} of {label}"))
+        self._pending.clear()
+        tasks = [task for cell in self._cells.values() for task in cell.tasks]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
+        await self.transport.close()
+
+    def statistics(self) -> dict[str, int]:
+        """Counts of calls and tells sent and received, pending calls and hosted actors."""
+        return {**self.counts, "pending_calls": len(self._pending), "actors": len(self._cells)}
+
+
+def _settle(future: asyncio.Future[Any]) -> Callable[[bool, Any], None]:
+    def respond(ok: bool, value: Any) -> None:
+        if future.done():
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            exc, origin = value
+            if origin == _HANDLER:
+                error = remote_error(*_error_payload(exc, _HANDLER)[1:])
+                error.__cause__ = exc
+                future.set_exception(error)
+            else:
+                future.set_exception(exc)
+
+    return respond

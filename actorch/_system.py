@@ -1,0 +1,318 @@
+"""``ActorSystem``, the per-node handle users spawn and look up through, and its service actor.
+
+Every node hosts a ``NodeService`` actor (id 1) that builds actors spawned on it,
+stops them, evicts names from the node's cache and takes part in shutdown; rank
+0 also hosts the ``Registry`` (id 2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from actorch._actor import Actor, class_path, endpoints_of
+from actorch._deadline import current_deadline
+from actorch._errors import ActorNotFoundError, NodeLostError, SystemClosedError
+from actorch._mailbox import CallContext, current_call
+from actorch._names import check_name, compile_pattern
+from actorch._node import Node
+from actorch._ref import SERVICE_ID, ActorRef, _resolve_class
+from actorch._registry import REGISTRY_ID, NameCache, Registry
+from actorch._transport import PeerInfo
+
+__all__ = ["ActorSystem", "NodeInfo", "SystemConfig"]
+
+A = TypeVar("A", bound=Actor)
+
+NodeInfo = PeerInfo
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    """Settings shared by every node of a system.
+
+    Attributes:
+        strict: Refuse values that would need pickle (``SerializationError``).
+        lookup_timeout: Seconds ``lookup`` waits for a name when no deadline is set.
+        stop_grace: Seconds a stopping actor's queued and running messages may
+            take before they are cancelled.
+    """
+
+    strict: bool = False
+    lookup_timeout: float = 30.0
+    stop_grace: float = 10.0
+
+
+class NodeService(Actor):
+    """The system actor of every node: spawns, stops and evicts on this node's behalf."""
+
+    max_concurrency = 1 << 30  # spawns and stops may wait on user code
+
+    def __init__(self, system: ActorSystem) -> None:
+        self._hosted = system
+        self._stopping: dict[int, asyncio.Future[None]] = {}
+
+    async def spawn(
+        self, path: str, args: list[Any], kwargs: dict[str, Any], name: str | None
+    ) -> ActorRef[Any]:
+        """Build an actor of the class at ``path`` here and run its ``on_start``."""
+        cls = _resolve_class(path)
+        if cls is None:
+            raise ImportError(f"cannot import actor class {path!r} on node {self._hosted.rank}")
+        return await self._hosted._build(cls, tuple(args), kwargs, name)
+
+    async def stop_actor(self, actor_id: int) -> None:
+        """Stop a local actor: drain it, run ``on_stop``, release its name."""
+        node = self._hosted._node
+        cell = node.cell(actor_id)
+        if cell is None:
+            return
+        if actor_id in self._stopping:
+            await asyncio.shield(self._stopping[actor_id])
+            return
+        done = self._stopping[actor_id] = asyncio.get_running_loop().create_future()
+        try:
+            context = current_call.get()
+            stopping_itself = context is not None and cell.is_reentrant(context.child_chain())
+            await node.drain(cell, 0.0 if stopping_itself else self._hosted.config.stop_grace)
+            await self._hosted._run_hook(cell, "on_stop")
+            node.remove_actor(cell)
+            if cell.name is not None:
+                await self._hosted._registry.call(Registry.release, cell.name)
+        finally:
+            del self._stopping[actor_id]
+            done.set_result(None)
+
+    async def evict(self, names: list[str]) -> None:
+        """Drop ``names`` from this node's name cache."""
+        self._hosted._cache.evict(names)
+
+    async def shutdown(self) -> None:
+        """Stop every user actor of this node (the system is ending)."""
+        await self._hosted._stop_local_actors()
+
+    async def exit(self) -> None:
+        """Let this node's process leave once this call has been answered."""
+        self._hosted._exit.set()
+
+
+class ActorSystem:
+    """The actor system as seen from one node: spawn actors, find them by name.
+
+    Made by :func:`actorch.run` and handed to ``main``; inside an actor it is
+    ``self.system``.
+    """
+
+    _node: Node
+    config: SystemConfig
+
+    def __init__(self) -> None:
+        raise TypeError("ActorSystem objects are made by actorch.run()")
+
+    @classmethod
+    def _create(cls, node: Node, config: SystemConfig) -> ActorSystem:
+        system = object.__new__(cls)
+        system._node = node
+        system.config = config
+        system._cache = NameCache()
+        system._exit = asyncio.Event()
+        system._services = [
+            ActorRef._create(node, rank, SERVICE_ID, None, class_path(NodeService)) for rank in range(node.world_size)
+        ]
+        system._registry = ActorRef._create(node, 0, REGISTRY_ID, None, class_path(Registry))
+        node.on_peer_lost(system._on_peer_lost)
+        return system
+
+    async def _start_services(self) -> None:
+        service = await self._build(NodeService, (self,), {}, None)
+        assert service._actor_id == SERVICE_ID
+        if self.rank == 0:
+            registry = await self._build(Registry, (self._services,), {}, None)
+            assert registry._actor_id == REGISTRY_ID
+
+    def __repr__(self) -> str:
+        return f"<ActorSystem node {self.rank} of {self.world_size}>"
+
+    @property
+    def rank(self) -> int:
+        """This node's rank (0 runs ``main``)."""
+        return self._node.rank
+
+    @property
+    def world_size(self) -> int:
+        """How many nodes the system has."""
+        return self._node.world_size
+
+    @property
+    def nodes(self) -> list[NodeInfo]:
+        """Every node of the system (rank, worker name, host, pid), by rank."""
+        return self._node.peers()
+
+    @property
+    def lost_nodes(self) -> dict[int, str]:
+        """Ranks of nodes that were lost, with why."""
+        return dict(self._node.lost)
+
+    async def spawn(
+        self,
+        cls: type[A],
+        *,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        on: int | None = None,
+    ) -> ActorRef[A]:
+        """Build an actor of class ``cls`` on node ``on`` (default: this node) and start it.
+
+        Args:
+            cls: An ``Actor`` subclass importable on the target node.
+            args: Positional arguments for ``cls.__init__``.
+            kwargs: Keyword arguments for ``cls.__init__``.
+            name: A unique, path-shaped name (``rl/observers/3``) to find it by.
+            on: Rank of the node to host it.
+
+        Raises:
+            NameTakenError: ``name`` belongs to a live actor.
+            InvalidNameError: ``name`` breaks the naming rule.
+            NodeLostError: Node ``on`` was lost.
+            RemoteError: ``__init__`` or ``on_start`` raised.
+        """
+        if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls in (NodeService, Registry):
+            raise TypeError(f"spawn() takes an actorch.Actor subclass, not {cls!r}")
+        rank = self.rank if on is None else on
+        if not isinstance(rank, int) or not 0 <= rank < self.world_size:
+            raise ValueError(f"on={on!r} is not a rank of this system (0..{self.world_size - 1})")
+        if rank in self._node.lost:
+            raise NodeLostError(f"cannot spawn {cls.__qualname__} on node {rank}: it was lost")
+        if name is not None:
+            check_name(name)
+            await self._registry.call(Registry.reserve, name, rank)
+        try:
+            ref: ActorRef[A] = await self._services[rank].call(
+                NodeService.spawn, class_path(cls), list(args), dict(kwargs or {}), name
+            )
+        except BaseException:
+            if name is not None:
+                await asyncio.shield(self._release_quietly(name))
+            raise
+        if name is not None:
+            await self._registry.call(Registry.bind, name, ref)
+        return ref
+
+    async def lookup(self, name: str) -> ActorRef[Any]:
+        """The actor named ``name``, waiting until it exists.
+
+        Waits until the enclosing deadline (``asyncio.timeout``, ``anyio.fail_after``)
+        or, without one, the system's ``lookup_timeout``.
+
+        Raises:
+            ActorNotFoundError: No actor took the name in time.
+            InvalidNameError: ``name`` breaks the naming rule.
+        """
+        check_name(name)
+        cached = self._cache.get(name)
+        if cached is not None:
+            return cached
+        loop = asyncio.get_running_loop()
+        own_limit = loop.time() + self.config.lookup_timeout
+        enclosing = current_deadline()
+        generation = self._cache.generation()
+        try:
+            async with asyncio.timeout_at(own_limit):
+                ref: ActorRef[Any] = await self._registry.call(Registry.resolve, name, True)
+        except TimeoutError:
+            raise ActorNotFoundError(
+                f"no actor named {name!r} appeared within {self.config.lookup_timeout:g} s (lookup from node {self.rank})"
+            ) from None
+        except asyncio.CancelledError:
+            if enclosing is not None and loop.time() >= enclosing:
+                raise ActorNotFoundError(
+                    f"no actor named {name!r} appeared before the caller's deadline (lookup from node {self.rank})"
+                ) from None
+            raise
+        self._cache.put(name, ref, generation)
+        return ref
+
+    async def lookup_all(self, pattern: str) -> list[ActorRef[Any]]:
+        """Actors whose names match the glob ``pattern`` (``rl/observers/*``), sorted by name.
+
+        ``*`` and ``?`` match within one path segment, ``**`` across segments.
+        Does not wait: it lists the names that exist now.
+        """
+        compile_pattern(pattern)
+        refs: list[ActorRef[Any]] = await self._registry.call(Registry.match, pattern)
+        return refs
+
+    def statistics(self) -> dict[str, Any]:
+        """This node's counters: calls and tells sent and received, pending calls, actors."""
+        return {**self._node.statistics(), "transport_batches": self._node.transport.batches_sent}
+
+    # ------------------------------------------------------------------ internals
+
+    async def _build(self, cls: type[A], args: tuple[Any, ...], kwargs: dict[str, Any], name: str | None) -> ActorRef[A]:
+        node = self._node
+        instance = cls.__new__(cls)
+        cell = node.add_actor(instance, endpoints_of(cls), name=name, max_concurrency=cls.max_concurrency)
+        ref: ActorRef[A] = ActorRef._create(node, node.rank, cell.actor_id, name, class_path(cls))  # type: ignore[assignment]
+        instance._actorch_ref = ref
+        instance._actorch_system = self
+        try:
+            instance.__init__(*args, **kwargs)  # type: ignore[misc]
+            await self._run_hook(cell, "on_start", raise_errors=True)
+        except BaseException:
+            node.remove_actor(cell)
+            raise
+        return ref
+
+    async def _run_hook(self, cell: Any, hook: str, *, raise_errors: bool = False) -> None:
+        # A hook runs as a message of the actor: nothing else starts meanwhile,
+        # and calls that come back to the actor from it are re-entrant.
+        key = self._node._new_key()
+        context = current_call.get()
+        chain = context.child_chain() if context is not None else ()
+        cell.enter(key)
+        token = current_call.set(CallContext(cell, key, chain, hook))
+        try:
+            await getattr(cell.instance, hook)()
+        except Exception as exc:
+            if raise_errors:
+                raise
+            self._node.log.exception(f"{hook} failed", actor=cell.label, error=repr(exc))
+        finally:
+            current_call.reset(token)
+            cell.leave(key)
+
+    async def _stop_local_actors(self) -> None:
+        services = (SERVICE_ID, REGISTRY_ID)
+        cells = [cell for cell in self._node.cells() if cell.actor_id not in services]
+
+        async def stop(cell: Any) -> None:
+            await self._node.drain(cell, self.config.stop_grace)
+            await self._run_hook(cell, "on_stop")
+            self._node.remove_actor(cell)
+
+        await asyncio.gather(*(stop(cell) for cell in cells))
+
+    async def _release_quietly(self, name: str) -> None:
+        try:
+            await self._registry.call(Registry.release, name)
+        except Exception:  # noqa: BLE001 - the spawn's own error matters more
+            self._node.log.warning("could not release name after failed spawn", name=name)
+
+    def _on_peer_lost(self, rank: int, why: str) -> None:
+        self._cache.evict_rank(rank)
+        if self.rank == 0 and not self._node.closed:
+            registry = self._node.cell(REGISTRY_ID)
+            if registry is not None:
+                self._node.loop.create_task(registry.instance.drop_rank(rank))  # type: ignore[attr-defined]
+        if rank == 0 and self.rank != 0:
+            self._exit.set()
+
+    def _service(self, rank: int) -> ActorRef[NodeService]:
+        return self._services[rank]
+
+
+def _closed(system: ActorSystem) -> SystemClosedError:
+    return SystemClosedError(f"the actor system on node {system.rank} is shut down")
