@@ -48,7 +48,7 @@ current_call: ContextVar[CallContext | None] = ContextVar("actorch_call", defaul
 class Envelope:
     """A message waiting for, or being handled by, an actor."""
 
-    __slots__ = ("args", "chain", "deadline", "endpoint", "key", "kwargs", "respond", "task")
+    __slots__ = ("args", "cancelled", "chain", "deadline", "endpoint", "key", "kwargs", "respond", "task")
 
     def __init__(
         self,
@@ -68,6 +68,7 @@ class Envelope:
         self.deadline = deadline
         self.respond = respond
         self.task: asyncio.Task[None] | None = None
+        self.cancelled = False
 
     def __repr__(self) -> str:
         return f"<Envelope {self.endpoint} key={self.key:#x}>"
@@ -141,10 +142,21 @@ class Cell:
         self.active.add(key)
 
     def leave(self, key: int) -> None:
-        """Count a message as done and start the next ones that may run."""
+        """Count a message as done (the caller then takes or starts the next ones)."""
         self.running -= 1
         self.handled += 1
         self.active.discard(key)
+
+    def take_next(self) -> Envelope | None:
+        """For a worker that finished a message: the next queued one it may run, entered."""
+        if self.queue and self.running < self.max_concurrency:
+            envelope = self.queue.popleft()
+            self.enter(envelope.key)
+            return envelope
+        return None
+
+    def wake(self) -> None:
+        """Start workers for queued messages that may run now."""
         queue = self.queue
         while queue and self.running < self.max_concurrency:
             self.start(queue.popleft())
@@ -157,15 +169,17 @@ class Cell:
             self.queue.append(envelope)
 
     def start(self, envelope: Envelope) -> None:
-        """Run ``envelope`` in a task of its own."""
+        """Run ``envelope`` in a new worker task, which then drains the queue."""
         self.enter(envelope.key)
-        envelope.task = self.node.loop.create_task(self.node.run_envelope(self, envelope))
-        self.tasks.add(envelope.task)
+        task = self.node.loop.create_task(self.node.work(self, envelope))
+        envelope.task = task
+        self.tasks.add(task)
 
-    def withdraw(self, envelope: Envelope) -> bool:
-        """Take a queued ``envelope`` out of the queue; False if it is not queued."""
+    def cancel(self, envelope: Envelope) -> None:
+        """Drop ``envelope`` if it is queued, else cancel its handler if it runs."""
         try:
             self.queue.remove(envelope)
         except ValueError:
-            return False
-        return True
+            if envelope.task is not None and not envelope.cancelled:
+                envelope.cancelled = True
+                envelope.task.cancel()

@@ -36,7 +36,7 @@ from actorch._errors import (
     remote_error,
 )
 from actorch._mailbox import CallContext, Cell, Endpoint, Envelope, current_call
-from actorch._transport import Batch, PeerInfo, Transport
+from actorch._transport import Batch, PeerInfo, Port, Transport
 
 __all__ = ["Node"]
 
@@ -219,8 +219,7 @@ class Node:
             try:
                 return await future
             except asyncio.CancelledError:
-                if not cell.withdraw(envelope) and envelope.task is not None:
-                    envelope.task.cancel()
+                cell.cancel(envelope)
                 raise
         cell.enter(key)
         token = current_call.set(CallContext(cell, key, chain, endpoint))
@@ -233,6 +232,7 @@ class Node:
         finally:
             current_call.reset(token)
             cell.leave(key)
+            cell.wake()
 
     def _open(self, cell: Cell, endpoint: str, args: Any, kwargs: dict[str, Any]) -> Any:
         handler = cell.endpoints.get(endpoint)
@@ -254,8 +254,29 @@ class Node:
         else:
             cell.submit(envelope)
 
-    async def run_envelope(self, cell: Cell, envelope: Envelope) -> None:
-        """Handle one message in its own task and send its reply."""
+    async def work(self, cell: Cell, envelope: Envelope | None) -> None:
+        """A mailbox worker: handle ``envelope``, then queued messages while the mailbox allows.
+
+        Consecutive messages run in this one task, so handlers that never suspend
+        cost no task creation and no loop iteration each.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            while envelope is not None:
+                envelope.task = task
+                try:
+                    await self._handle(cell, envelope)
+                finally:
+                    if envelope.cancelled:
+                        task.uncancel()  # that cancellation was the message's, not the worker's
+                    envelope.task = None
+                    cell.leave(envelope.key)
+                envelope = cell.take_next()
+        finally:
+            cell.tasks.discard(task)
+
+    async def _handle(self, cell: Cell, envelope: Envelope) -> None:
         token = current_call.set(CallContext(cell, envelope.key, envelope.chain, envelope.endpoint))
         deadline_token = inherited_deadline.set(envelope.deadline)
         timeout = None if envelope.deadline is None else asyncio.timeout_at(envelope.deadline)
@@ -268,6 +289,8 @@ class Node:
                     result = await coroutine
         except asyncio.CancelledError:
             self._fail(envelope, ActorStoppedError(f"call to {envelope.endpoint!r} of {cell.label} was cancelled"))
+            if not envelope.cancelled:
+                raise  # the worker itself is cancelled (the actor is stopping)
         except EndpointError as exc:
             self._fail(envelope, exc)
         except TimeoutError as exc:
@@ -283,9 +306,6 @@ class Node:
         finally:
             current_call.reset(token)
             inherited_deadline.reset(deadline_token)
-            cell.tasks.discard(envelope.task)  # type: ignore[arg-type]
-            envelope.task = None
-            cell.leave(envelope.key)
 
     def _fail(self, envelope: Envelope, exc: BaseException, origin: int = _RUNTIME) -> None:
         if envelope.respond is not None:
@@ -298,7 +318,7 @@ class Node:
                 traceback=_error_payload(exc, origin)[3] or None,
             )
 
-    def _receive(self, src: int, batch: Batch) -> None:
+    def _receive(self, src: int, batch: Batch, port: Port | None) -> None:
         messages, tensors = batch
         for index, raw in enumerate(messages):
             try:
@@ -307,17 +327,23 @@ class Node:
                 if kind == REPLY:
                     self._on_reply(message, tensors.get(index, []))
                 elif kind == CALL or kind == TELL:
-                    self._on_call(src, message, tensors.get(index, []))
+                    self._on_call(src, message, tensors.get(index, []), port)
                 elif kind == CANCEL:
                     self._on_cancel(src, message[1])
             except Exception:  # noqa: BLE001 - one bad message must not stop the others
                 self.log.exception("malformed message dropped", src=src)
+        if port is not None:
+            port.release()
 
-    def _on_call(self, src: int, message: list[Any], tensors: list[Any]) -> None:
+    def _on_call(self, src: int, message: list[Any], tensors: list[Any], port: Port | None) -> None:
         kind, call_id, actor_id, endpoint, remaining, chain, body = message
         is_call = kind == CALL
         self.counts["calls_received" if is_call else "tells_received"] += 1
-        respond = self._responder(src, call_id) if is_call else None
+        respond = None
+        if is_call:
+            respond = self._responder(src, call_id, port)
+            if port is not None:
+                port.expect()
         envelope = Envelope(
             endpoint, (), {}, self._new_key(), tuple(chain), None if remaining is None else self.loop.time() + remaining, respond
         )
@@ -335,10 +361,12 @@ class Node:
             self._inbound[(src, call_id)] = (cell, envelope)
         self._deliver(cell, envelope)
 
-    def _responder(self, src: int, call_id: int) -> Callable[[bool, Any], None]:
+    def _responder(self, src: int, call_id: int, port: Port | None) -> Callable[[bool, Any], None]:
         def respond(ok: bool, value: Any) -> None:
             self._inbound.pop((src, call_id), None)
             if src in self.lost or self.closed:
+                if port is not None:
+                    port.release()
                 return
             tensors = None
             if ok:
@@ -350,7 +378,7 @@ class Node:
             else:
                 exc, origin = value
                 message = self._pack([REPLY, call_id, False, _error_payload(exc, origin)])
-            self.transport.send(src, message, tensors)
+            self.transport.reply(src, port, message, tensors)
 
         return respond
 
@@ -375,9 +403,7 @@ class Node:
         if entry is None:
             return
         cell, envelope = entry
-        envelope.respond = None
-        if not cell.withdraw(envelope) and envelope.task is not None:
-            envelope.task.cancel()
+        cell.cancel(envelope)
 
     # ------------------------------------------------------------------ peers
 

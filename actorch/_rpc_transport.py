@@ -1,7 +1,9 @@
 """The torch RPC (TensorPipe) transport: the only module that imports ``torch.distributed.rpc``.
 
-Each batch is one ``rpc_async`` to the peer's :func:`_inbound`, which only queues
-it for the peer's event loop and returns, so no RPC thread ever blocks. Batches
+Each batch is one ``rpc_async`` to the peer's :func:`_inbound`, an
+``async_execution`` function that queues it for the peer's event loop and
+returns a future at once, so no RPC thread ever blocks. The loop completes that
+future with the replies ready within the port's hold (see ``Port``). Batches
 carry a per-link sequence number because RPC threads may hand them over out of
 order. Every rank keeps one call to :func:`_watch` pending on every peer; it
 fails within milliseconds when the peer's process dies, which is how peer loss
@@ -23,11 +25,13 @@ import torch
 import torch.distributed.rpc as rpc
 
 from actorch._bridge import Inbox
-from actorch._transport import Batch, PeerInfo, Transport
+from actorch._transport import Batch, PeerInfo, Port, Transport
 
 __all__ = ["RpcOptions", "RpcTransport"]
 
 _active: RpcTransport | None = None
+_LOST = -1  # inbox item: the peer is gone
+_UNORDERED = -2  # inbox item: replies that came back on a batch's response
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -59,10 +63,15 @@ def worker_name(rank: int) -> str:
     return f"node{rank}"
 
 
-def _inbound(src: int, seq: int, messages: list[bytes], tensors: dict[int, Any]) -> None:
+@rpc.functions.async_execution  # type: ignore[misc]
+def _inbound(src: int, seq: int, messages: list[bytes], tensors: dict[int, Any]) -> torch.futures.Future[Any]:
+    response: torch.futures.Future[Any] = torch.futures.Future()
     transport = _active
-    if transport is not None:
-        transport._inbox.post((src, seq, (messages, tensors)))
+    if transport is None:
+        response.set_result(None)
+    else:
+        transport._inbox.post((src, seq, ((messages, tensors), response)))
+    return response
 
 
 @rpc.functions.async_execution  # type: ignore[misc]
@@ -132,6 +141,7 @@ class RpcTransport(Transport):
             raise RuntimeError("a torch RPC transport is already running in this process")
         loop = asyncio.get_running_loop()
         self._inbox = Inbox(loop, self._on_inbox)
+        self._inbox_loop = loop
         _active = self
         try:
             await _in_daemon_thread(self._init_rpc)
@@ -207,13 +217,16 @@ class RpcTransport(Transport):
     def _sent_callback(self, dest: int) -> Any:
         inbox = self._inbox
 
-        def on_sent(future: torch.futures.Future[None]) -> None:
+        def on_response(future: torch.futures.Future[Batch | None]) -> None:
             try:
-                future.value()
+                replies = future.value()
             except Exception as exc:  # noqa: BLE001 - reported as peer loss on the loop
-                inbox.post((dest, -1, f"send failed: {exc}"))
+                inbox.post((dest, _LOST, f"send failed: {exc}"))
+            else:
+                if replies is not None and replies[0]:
+                    inbox.post((dest, _UNORDERED, replies))
 
-        return on_sent
+        return on_response
 
     def _watch_callback(self, peer: int) -> Any:
         inbox = self._inbox
@@ -222,25 +235,29 @@ class RpcTransport(Transport):
             try:
                 future.value()
             except Exception as exc:  # noqa: BLE001 - reported as peer loss on the loop
-                inbox.post((peer, -1, f"connection lost: {exc}"))
+                inbox.post((peer, _LOST, f"connection lost: {exc}"))
             else:
-                inbox.post((peer, -1, "left the world"))
+                inbox.post((peer, _LOST, "left the world"))
 
         return on_watch_done
 
     def _on_inbox(self, item: tuple[int, int, Any]) -> None:
         src, seq, payload = item
-        if seq < 0:
+        if seq == _LOST:
             self._peer_lost(src, payload)
             return
         if self._receive is None or src in self._lost_ranks:
+            return
+        if seq == _UNORDERED:
+            self._receive(src, payload, None)
             return
         if seq != self._expected[src]:
             self._held[src][seq] = payload
             return
         held = self._held[src]
         while True:
-            self._receive(src, payload)
+            batch, response = payload
+            self._receive(src, batch, Port(self._inbox_loop, response.set_result))
             seq += 1
             if seq not in held:
                 break

@@ -283,6 +283,7 @@ class ActorSystem:
         finally:
             current_call.reset(token)
             cell.leave(key)
+            cell.wake()
 
     async def _stop_local_actors(self) -> None:
         services = (SERVICE_ID, REGISTRY_ID)

@@ -2,8 +2,11 @@
 
 A transport moves opaque messages (bytes plus the tensors they reference) between
 ranks. Messages sent to one destination during one loop iteration leave as one
-batch, in order; the receiver gets them in that order. Nothing above this layer
-knows which transport runs, and only ``_rpc_transport`` touches torch RPC.
+batch, in order; the receiver gets them in that order. Each received batch comes
+with a ``Port``: replies put there within a short hold travel back on the
+batch's own response, which is much cheaper than a message of their own. Nothing
+above this layer knows which transport runs; only ``_rpc_transport`` touches
+torch RPC.
 """
 
 from __future__ import annotations
@@ -17,13 +20,69 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Batch", "InProcessHub", "InProcessTransport", "PeerInfo", "Transport"]
+__all__ = ["PORT_HOLD", "Batch", "InProcessHub", "InProcessTransport", "PeerInfo", "Port", "Transport"]
 
 Batch = tuple[list[bytes], dict[int, list[torch.Tensor]]]
 """Messages in send order, and the tensors of those that have any, by index."""
 
-ReceiveFn = Callable[[int, Batch], None]
+PORT_HOLD = 0.002
+"""Seconds a batch's response waits for replies before it leaves with those ready."""
+
 LostFn = Callable[[int, str], None]
+
+
+class Port:
+    """Collects replies to one received batch, to send them back on the batch's response.
+
+    The port stays open while replies are expected (``expect``/``put``) and at
+    most ``PORT_HOLD`` seconds; then ``complete`` gets the replies gathered, and
+    later replies go as messages of their own.
+    """
+
+    __slots__ = ("_complete", "_loop", "_timer", "closed", "replies", "waiting")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, complete: Callable[[Batch], None]) -> None:
+        self._loop = loop
+        self._complete = complete
+        self.replies: Batch = ([], {})
+        self.waiting = 1  # held until the whole batch has been dispatched
+        self.closed = False
+        self._timer = loop.call_later(PORT_HOLD, self.close)
+
+    def __repr__(self) -> str:
+        return f"<Port waiting={self.waiting} replies={len(self.replies[0])} closed={self.closed}>"
+
+    def expect(self) -> None:
+        """Count one more reply to wait for."""
+        self.waiting += 1
+
+    def release(self) -> None:
+        """One awaited reply will not come through this port (or dispatch is done)."""
+        self.waiting -= 1
+        if self.waiting == 0:
+            self.close()  # every expected reply is in: nothing to wait for
+
+    def put(self, message: bytes, tensors: list[torch.Tensor] | None) -> bool:
+        """Add a reply; False if the port has closed (send it on its own then)."""
+        if self.closed:
+            return False
+        messages, by_index = self.replies
+        if tensors:
+            by_index[len(messages)] = tensors
+        messages.append(message)
+        self.release()
+        return True
+
+    def close(self) -> None:
+        """Send the replies gathered so far back on the batch's response."""
+        if self.closed:
+            return
+        self.closed = True
+        self._timer.cancel()
+        self._complete(self.replies)
+
+
+ReceiveFn = Callable[[int, Batch, Port | None], None]
 
 
 @dataclass(frozen=True)
@@ -61,7 +120,7 @@ class Transport(ABC):
         return f"<{type(self).__name__} rank={self.rank}/{self.world_size}>"
 
     def attach(self, loop: asyncio.AbstractEventLoop, receive: ReceiveFn, lost: LostFn) -> None:
-        """Route incoming batches to ``receive(src, batch)`` and peer loss to ``lost(rank, why)``."""
+        """Route incoming batches to ``receive(src, batch, port)`` and peer loss to ``lost(rank, why)``."""
         self._loop = loop
         self._receive = receive
         self._lost = lost
@@ -102,6 +161,11 @@ class Transport(ABC):
             self.batches_sent += 1
             self.messages_sent += len(batch[0])
             self._send_batch(dest, batch)
+
+    def reply(self, dest: int, port: Port | None, message: bytes, tensors: list[torch.Tensor] | None) -> None:
+        """Send a reply to ``dest``: on the batch's response if its port is open, else on its own."""
+        if port is None or not port.put(message, tensors):
+            self.send(dest, message, tensors)
 
     def _report_lost(self, rank: int, why: str) -> None:
         if self._lost is not None:
@@ -159,4 +223,4 @@ class InProcessTransport(Transport):
             self._report_lost(dest, f"rank {dest} is not connected")
             return
         assert target._loop is not None
-        target._loop.call_soon(target._receive, self.rank, batch)
+        target._loop.call_soon(target._receive, self.rank, batch, None)

@@ -1,0 +1,197 @@
+"""actorch against raw torch RPC, side by side in one world, at the same moment.
+
+Both sides use the very same torch RPC agent (actorch's transport initialises it),
+so transport settings are identical. Each measurement alternates raw and actorch
+rounds and reports the median of the rounds.
+
+    python benchmarks/bench_rpc.py                 # uv and shm transports
+    python benchmarks/bench_rpc.py --transport uv --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import torch
+import torch.distributed.rpc as rpc  # noqa: TID251 - the raw baseline
+
+import actorch
+
+
+def noop() -> None:
+    return None
+
+
+def echo(value: Any) -> Any:
+    return value
+
+
+class Echo(actorch.Actor):
+    async def noop(self) -> None:
+        return None
+
+    async def echo(self, value: Any) -> Any:
+        return value
+
+
+class RawEcho:
+    def noop(self) -> None:
+        return None
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def median_rounds(rounds: int, measure: Callable[[], float]) -> float:
+    return statistics.median(measure() for _ in range(rounds))
+
+
+async def bench(system: actorch.ActorSystem, rounds: int, calls: int, in_flight: int, mb: int) -> dict[str, Any]:
+    ref = await system.spawn(Echo, on=1)
+    local = await system.spawn(Echo, on=0)
+    worker = "node1"
+    for _ in range(200):  # warm up both paths
+        rpc.rpc_sync(worker, noop)
+        await ref.call(Echo.noop)
+    results: dict[str, Any] = {}
+
+    def raw_seq() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            rpc.rpc_sync(worker, noop)
+        return (time.perf_counter() - start) / calls * 1e6
+
+    async def actorch_seq() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            await ref.call(Echo.noop)
+        return (time.perf_counter() - start) / calls * 1e6
+
+    raw_rref = rpc.remote(worker, RawEcho)
+
+    def rref_seq() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            raw_rref.rpc_sync().noop()
+        return (time.perf_counter() - start) / calls * 1e6
+
+    def raw_flight() -> float:
+        start = time.perf_counter()
+        torch.futures.wait_all([rpc.rpc_async(worker, noop) for _ in range(in_flight)])
+        return in_flight / (time.perf_counter() - start)
+
+    async def actorch_flight() -> float:
+        start = time.perf_counter()
+        await asyncio.gather(*(ref.call(Echo.noop) for _ in range(in_flight)))
+        return in_flight / (time.perf_counter() - start)
+
+    tensor = torch.randn(mb * (1 << 20) // 4)
+
+    def raw_tensor() -> float:
+        start = time.perf_counter()
+        out = rpc.rpc_sync(worker, echo, args=(tensor,))
+        elapsed = time.perf_counter() - start
+        assert out.shape == tensor.shape
+        return 2 * tensor.nbytes / elapsed / 1e9
+
+    async def actorch_tensor() -> float:
+        start = time.perf_counter()
+        out = await ref.call(Echo.echo, tensor)
+        elapsed = time.perf_counter() - start
+        assert out.shape == tensor.shape
+        return 2 * tensor.nbytes / elapsed / 1e9
+
+    async def actorch_local() -> float:
+        start = time.perf_counter()
+        for _ in range(calls * 10):
+            await local.call(Echo.noop)
+        return (time.perf_counter() - start) / (calls * 10) * 1e6
+
+    async def plain_await() -> float:
+        target = Echo.__new__(Echo)
+        start = time.perf_counter()
+        for _ in range(calls * 10):
+            await target.noop()
+        return (time.perf_counter() - start) / (calls * 10) * 1e6
+
+    series: dict[str, list[float]] = {key: [] for key in (
+        "raw_seq_us", "actorch_seq_us", "rref_seq_us", "raw_calls_per_s", "actorch_calls_per_s",
+        "raw_tensor_gb_s", "actorch_tensor_gb_s", "actorch_local_us", "plain_await_us")}
+    for _ in range(rounds):
+        series["raw_seq_us"].append(raw_seq())
+        series["actorch_seq_us"].append(await actorch_seq())
+        series["rref_seq_us"].append(rref_seq())
+        series["raw_calls_per_s"].append(raw_flight())
+        series["actorch_calls_per_s"].append(await actorch_flight())
+        series["raw_tensor_gb_s"].append(raw_tensor())
+        series["actorch_tensor_gb_s"].append(await actorch_tensor())
+        series["actorch_local_us"].append(await actorch_local())
+        series["plain_await_us"].append(await plain_await())
+    results = {key: statistics.median(values) for key, values in series.items()}
+
+    pids = [node.pid for node in system.nodes]
+    before = [cpu_seconds(pid) for pid in pids]
+    await asyncio.sleep(3.0)
+    after = [cpu_seconds(pid) for pid in pids]
+    results["idle_cpu_percent"] = [round((b - a) / 3.0 * 100, 1) for a, b in zip(before, after, strict=True)]
+    return results
+
+
+def report(transport: str, res: dict[str, Any]) -> None:
+    print(f"\n== transport {transport} (medians of rounds) ==")
+    rows = [
+        ("(a) sequential no-op round trip", f"{res['raw_seq_us']:.0f} us", f"{res['actorch_seq_us']:.0f} us",
+         res["actorch_seq_us"] / res["raw_seq_us"], "<= 1.3"),
+        ("(b) throughput, calls in flight", f"{res['raw_calls_per_s']:.0f}/s", f"{res['actorch_calls_per_s']:.0f}/s",
+         res["actorch_calls_per_s"] / res["raw_calls_per_s"], ">= 1.0"),
+        ("(c) tensor round trip", f"{res['raw_tensor_gb_s']:.2f} GB/s", f"{res['actorch_tensor_gb_s']:.2f} GB/s",
+         res["actorch_tensor_gb_s"] / res["raw_tensor_gb_s"], ">= 0.9"),
+    ]
+    print(f"{'measure':34} {'raw torch RPC':>14} {'actorch':>14} {'ratio':>7}  target")
+    for label, raw, ours, ratio, target in rows:
+        print(f"{label:34} {raw:>14} {ours:>14} {ratio:7.2f}  {target}")
+    print(f"{'(d) call to a same-process actor':34} {res['plain_await_us']:>11.2f} us {res['actorch_local_us']:>11.2f} us"
+          f" {'':7}  <= 20 us  (raw column: plain await of the method)")
+    print(f"{'RRef method call (rref.rpc_sync)':34} {res['rref_seq_us']:>11.0f} us")
+    print(f"idle CPU per process (rank 0, rank 1): {res['idle_cpu_percent']} %")
+
+
+def run_one(transport: str, rounds: int, calls: int, in_flight: int, mb: int) -> dict[str, Any]:
+    async def main(system: actorch.ActorSystem) -> dict[str, Any]:
+        return await bench(system, rounds, calls, in_flight, mb)
+
+    return actorch.run(main, world_size=2, transport=transport)
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--transport", choices=["uv", "shm", "both"], default="both")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=1000, help="sequential calls per round")
+    parser.add_argument("--in-flight", type=int, default=2000)
+    parser.add_argument("--mb", type=int, default=64, help="tensor size in MB")
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args()
+    transports = ["uv", "shm"] if args.transport == "both" else [args.transport]
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.rounds} rounds")
+    results = {}
+    for transport in transports:
+        results[transport] = run_one(transport, args.rounds, args.calls, args.in_flight, args.mb)
+        report(transport, results[transport])
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+
+
+if __name__ == "__main__":
+    cli()

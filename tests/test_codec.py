@@ -1,0 +1,222 @@
+"""The wire codec: msgpack bytes plus a side list of tensors, pickle fallback, strict mode."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import torch
+
+from actorch import SerializationError
+from actorch._codec import Codec, current_context, register_extension
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: float
+
+
+class Native:
+    """A class registered as a codec extension by the tests below."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+class Twice:
+    """Registered twice with the same decoder."""
+
+
+class Tagged:
+    """Pickled; it records the decoding context it was rebuilt under."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_tagged, ())
+
+
+def _rebuild_tagged() -> object:
+    return ("rebuilt under", current_context())
+
+
+NATIVE_CODE = 120
+register_extension(Native, NATIVE_CODE, lambda obj: obj.value, lambda data, context: (Native(data), context))
+
+
+def round_trip(value: Any, codec: Codec | None = None) -> Any:
+    codec = codec or Codec()
+    data, tensors = codec.encode(value)
+    assert isinstance(data, bytes)
+    return codec.decode(data, tensors)
+
+
+NESTED = {
+    "ints": [0, -1, 2**40, -(2**63)],
+    "floats": [0.5, float("inf")],
+    "text": "héllo wörld ✓",
+    "raw": b"\x00\xff",
+    "flags": [True, False, None],
+    "deep": {"a": {"b": {"c": [[], {}]}}},
+    7: "int key",
+}
+
+
+def test_codec_round_trips_nested_values() -> None:
+    assert round_trip(NESTED) == NESTED
+
+
+def test_codec_preserves_tuples_at_any_depth() -> None:
+    value = {"pair": (1, (2, 3)), "list": [(4,), ()], "top": ((),)}
+    decoded = round_trip(value)
+    assert decoded == value
+    assert type(decoded["pair"]) is tuple
+    assert type(decoded["pair"][1]) is tuple
+    assert type(decoded["list"]) is list
+    assert type(decoded["list"][0]) is tuple
+    assert decoded["top"] == ((),)
+
+
+def test_codec_round_trips_a_bare_tuple() -> None:
+    assert round_trip((1, "a", None)) == (1, "a", None)
+
+
+def test_codec_puts_tensors_in_the_side_list_in_order() -> None:
+    first, second = torch.zeros(3), torch.ones(2, 2)
+    data, tensors = Codec().encode({"a": first, "b": [second]})
+    assert len(tensors) == 2
+    assert tensors[0] is first
+    assert tensors[1] is second
+    decoded = Codec().decode(data, tensors)
+    assert decoded["a"] is first
+    assert decoded["b"][0] is second
+
+
+def test_codec_keeps_tensor_bytes_out_of_the_encoded_bytes() -> None:
+    tensor = torch.arange(100_000, dtype=torch.float32) * 3.25
+    data, tensors = Codec().encode([tensor])
+    assert len(data) < 64
+    assert tensor.numpy().tobytes()[:4096] not in data
+    assert tensors == [tensor]
+
+
+def test_codec_round_trips_a_tensor_among_other_values() -> None:
+    tensor = torch.randn(4, 5)
+    decoded = round_trip(("meta", {"t": tensor, "n": 3}))
+    assert decoded[0] == "meta"
+    assert decoded[1]["n"] == 3
+    assert torch.equal(decoded[1]["t"], tensor)
+
+
+def test_codec_copy_tensors_sends_independent_copies() -> None:
+    tensor = torch.zeros(4)
+    data, tensors = Codec().encode([tensor], copy_tensors=True)
+    assert tensors[0] is not tensor
+    assert tensors[0].data_ptr() != tensor.data_ptr()
+    tensor.add_(1)
+    decoded = Codec().decode(data, tensors)
+    assert torch.equal(decoded[0], torch.zeros(4))
+
+
+def test_codec_copy_tensors_detaches_from_autograd() -> None:
+    tensor = torch.ones(2, requires_grad=True)
+    _, tensors = Codec().encode([tensor], copy_tensors=True)
+    assert not tensors[0].requires_grad
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{1, 2, 3}, frozenset({"a"}), Point(1, 2.5), 2**70, complex(1, 2)],
+    ids=["set", "frozenset", "dataclass", "huge int", "complex"],
+)
+def test_codec_falls_back_to_pickle_for_values_msgpack_cannot_carry(value: Any) -> None:
+    decoded = round_trip({"v": value})
+    assert decoded == {"v": value}
+    assert type(decoded["v"]) is type(value)
+
+
+def test_codec_decodes_pickled_values_under_the_given_context() -> None:
+    codec = Codec()
+    data, tensors = codec.encode([Tagged()])
+    assert codec.decode(data, tensors, context="node 3") == [("rebuilt under", "node 3")]
+    assert current_context() is None
+
+
+@pytest.mark.parametrize("value", [{1, 2}, Point(1, 2.0), [1, {"deep": {3}}]], ids=["set", "dataclass", "nested set"])
+def test_strict_codec_refuses_to_encode_a_value_needing_pickle(value: Any) -> None:
+    with pytest.raises(SerializationError, match="strict"):
+        Codec(strict=True).encode(value)
+
+
+def test_strict_codec_names_the_refused_type() -> None:
+    with pytest.raises(SerializationError, match="set"):
+        Codec(strict=True).encode({"a": {1}})
+
+
+def test_strict_codec_refuses_to_decode_pickled_data() -> None:
+    data, tensors = Codec().encode({"v": {1, 2}})
+    with pytest.raises(SerializationError, match="strict"):
+        Codec(strict=True).decode(data, tensors)
+
+
+def test_strict_codec_still_carries_plain_values_tuples_and_tensors() -> None:
+    tensor = torch.ones(3)
+    decoded = round_trip((1, "a", [tensor]), Codec(strict=True))
+    assert decoded[:2] == (1, "a")
+    assert torch.equal(decoded[2][0], tensor)
+
+
+def test_codec_reports_an_unpicklable_value_as_serialization_error() -> None:
+    with pytest.raises(SerializationError, match="function"):
+        Codec().encode({"f": lambda: 1})
+
+
+def test_codec_reports_an_unpicklable_value_nested_in_a_tuple() -> None:
+    with pytest.raises(SerializationError):
+        Codec().encode((1, [lambda: 1]))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xc1",  # a byte msgpack never uses
+        b"\x92\x01",  # an array of 2 with only one item
+        b"\xd4\x63\x00",  # extension code 99, never registered
+        b"\xd6\x00\x05\x00\x00\x00",  # tensor 5 of an empty tensor list
+        b"\xd4\x02\x00",  # a pickle that is not one
+    ],
+    ids=["empty", "reserved byte", "truncated", "unknown extension", "missing tensor", "bad pickle"],
+)
+def test_codec_reports_malformed_bytes_as_serialization_error(data: bytes) -> None:
+    with pytest.raises(SerializationError):
+        Codec().decode(data, [])
+
+
+def test_registered_extension_travels_natively_even_in_strict_mode() -> None:
+    codec = Codec(strict=True)
+    data, tensors = codec.encode({"n": Native(41)})
+    value, context = codec.decode(data, tensors, context="ctx")["n"]
+    assert isinstance(value, Native)
+    assert value.value == 41
+    assert context == "ctx"
+
+
+def test_register_extension_accepts_the_same_registration_twice() -> None:
+    def decode(data: Any, context: Any) -> Twice:
+        return Twice()
+
+    register_extension(Twice, 121, lambda obj: None, decode)
+    register_extension(Twice, 121, lambda obj: None, decode)
+    assert isinstance(round_trip(Twice()), Twice)
+
+
+@pytest.mark.parametrize("code", [-1, 0, 2, 15, 128, 1000])
+def test_register_extension_refuses_a_code_outside_the_user_range(code: int) -> None:
+    with pytest.raises(ValueError, match=r"16\.\.127"):
+        register_extension(Native, code, lambda obj: 0, lambda data, context: None)
+
+
+def test_register_extension_refuses_a_code_taken_by_another_decoder() -> None:
+    with pytest.raises(ValueError, match="taken"):
+        register_extension(Native, NATIVE_CODE, lambda obj: 0, lambda data, context: None)

@@ -1,0 +1,127 @@
+"""``current_deadline``: the earliest deadline among asyncio, anyio and inherited scopes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+
+from actorch._deadline import current_deadline, inherited_deadline
+
+
+def remaining() -> float:
+    deadline = current_deadline()
+    assert deadline is not None
+    return deadline - asyncio.get_running_loop().time()
+
+
+async def test_current_deadline_is_none_without_any_scope() -> None:
+    assert current_deadline() is None
+
+
+async def test_current_deadline_follows_asyncio_timeout() -> None:
+    async with asyncio.timeout(10):
+        assert remaining() == pytest.approx(10, abs=0.5)
+
+
+async def test_current_deadline_follows_asyncio_timeout_at() -> None:
+    loop = asyncio.get_running_loop()
+    when = loop.time() + 7
+    async with asyncio.timeout_at(when):
+        assert current_deadline() == pytest.approx(when, abs=1e-6)
+
+
+async def test_current_deadline_ignores_asyncio_timeout_none() -> None:
+    async with asyncio.timeout(None):
+        assert current_deadline() is None
+
+
+async def test_current_deadline_follows_asyncio_timeout_rescheduled() -> None:
+    async with asyncio.timeout(10) as scope:
+        scope.reschedule(asyncio.get_running_loop().time() + 3)
+        assert remaining() == pytest.approx(3, abs=0.5)
+
+
+async def test_current_deadline_follows_anyio_fail_after() -> None:
+    with anyio.fail_after(5):
+        assert remaining() == pytest.approx(5, abs=0.5)
+
+
+async def test_current_deadline_follows_anyio_move_on_after() -> None:
+    with anyio.move_on_after(4):
+        assert remaining() == pytest.approx(4, abs=0.5)
+
+
+async def test_current_deadline_is_the_earliest_of_nested_asyncio_timeouts() -> None:
+    async with asyncio.timeout(2), asyncio.timeout(10):
+        assert remaining() == pytest.approx(2, abs=0.5)
+
+
+async def test_current_deadline_takes_an_inner_anyio_scope_when_it_is_earlier() -> None:
+    async with asyncio.timeout(10):
+        with anyio.fail_after(2):
+            assert remaining() == pytest.approx(2, abs=0.5)
+
+
+async def test_current_deadline_takes_an_outer_anyio_scope_when_it_is_earlier() -> None:
+    with anyio.fail_after(2):
+        async with asyncio.timeout(10):
+            assert remaining() == pytest.approx(2, abs=0.5)
+
+
+async def test_current_deadline_takes_an_inner_asyncio_timeout_when_it_is_earlier() -> None:
+    with anyio.fail_after(10):
+        async with asyncio.timeout(1):
+            assert remaining() == pytest.approx(1, abs=0.5)
+
+
+async def test_current_deadline_is_none_again_after_the_scope_exits() -> None:
+    async with asyncio.timeout(10):
+        pass
+    with anyio.fail_after(10):
+        pass
+    assert current_deadline() is None
+
+
+async def test_current_deadline_ignores_the_timeouts_of_other_tasks() -> None:
+    started = asyncio.Event()
+
+    async def other() -> None:
+        async with asyncio.timeout(1):
+            started.set()
+            await asyncio.sleep(10)
+
+    task = asyncio.create_task(other())
+    try:
+        await started.wait()
+        assert current_deadline() is None
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_current_deadline_includes_an_inherited_deadline() -> None:
+    loop = asyncio.get_running_loop()
+    token = inherited_deadline.set(loop.time() + 3)
+    try:
+        assert remaining() == pytest.approx(3, abs=0.5)
+        async with asyncio.timeout(1):
+            assert remaining() == pytest.approx(1, abs=0.5)
+        async with asyncio.timeout(10):
+            assert remaining() == pytest.approx(3, abs=0.5)
+    finally:
+        inherited_deadline.reset(token)
+
+
+async def test_current_deadline_outside_a_task_is_the_inherited_one() -> None:
+    loop = asyncio.get_running_loop()
+    seen: asyncio.Future[object] = loop.create_future()
+    token = inherited_deadline.set(123.0)
+    try:
+        loop.call_soon(lambda: seen.set_result(current_deadline()))
+    finally:
+        inherited_deadline.reset(token)
+    async with asyncio.timeout(5):
+        assert await seen == 123.0

@@ -1,0 +1,150 @@
+"""The error tree, ``remote_error`` mixing and how remote errors pickle."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import actorch
+from actorch import _errors
+from actorch._errors import RemoteError, remote_error
+
+
+class CustomError(Exception):
+    pass
+
+
+class CodedError(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(f"code {code}")
+
+
+class Outer:
+    class NestedError(Exception):
+        pass
+
+
+class FinalError(Exception):
+    """An exception class that refuses subclasses, so it cannot be mixed."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        raise TypeError("FinalError cannot be subclassed")
+
+
+ERROR_CLASSES = [getattr(_errors, name) for name in _errors.__all__ if name != "remote_error"]
+
+
+def path_of(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda cls: cls.__name__)
+def test_every_error_class_derives_from_actorch_error(cls: type) -> None:
+    assert issubclass(cls, actorch.ActorchError)
+
+
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda cls: cls.__name__)
+def test_every_error_class_is_drawn_in_the_module_docstring(cls: type) -> None:
+    assert _errors.__doc__ is not None
+    assert cls.__name__ in _errors.__doc__
+
+
+@pytest.mark.parametrize("cls", [c for c in ERROR_CLASSES if c is not actorch.ActorchError], ids=lambda c: c.__name__)
+def test_every_error_class_says_when_it_is_raised(cls: type) -> None:
+    assert (cls.__doc__ or "").startswith("Raised when ")
+
+
+@pytest.mark.parametrize(
+    ("cls", "builtin"),
+    [
+        (actorch.EndpointError, TypeError),
+        (actorch.ActorNotFoundError, LookupError),
+        (actorch.InvalidNameError, ValueError),
+        (actorch.SerializationError, TypeError),
+    ],
+)
+def test_error_classes_are_also_the_matching_builtin(cls: type, builtin: type) -> None:
+    assert issubclass(cls, builtin)
+
+
+def test_error_classes_are_exported_from_the_package() -> None:
+    assert {cls.__name__ for cls in ERROR_CLASSES} <= set(actorch.__all__)
+
+
+def test_remote_error_keeps_type_name_message_and_traceback() -> None:
+    error = remote_error("ValueError", "bad value", "Traceback: line 3")
+    assert error.type_name == "ValueError"
+    assert error.message == "bad value"
+    assert error.remote_traceback == "Traceback: line 3"
+    assert str(error) == "bad value"
+    assert error.args == ("bad value",)
+
+
+def test_remote_error_of_a_builtin_is_also_that_builtin() -> None:
+    error = remote_error("KeyError", "missing")
+    assert isinstance(error, RemoteError)
+    assert isinstance(error, KeyError)
+    assert str(error) == "missing"
+
+
+def test_remote_error_of_an_importable_class_is_also_that_class() -> None:
+    error = remote_error(path_of(CustomError), "custom")
+    assert isinstance(error, RemoteError)
+    assert isinstance(error, CustomError)
+
+
+def test_remote_error_of_a_nested_class_is_also_that_class() -> None:
+    error = remote_error(path_of(Outer.NestedError), "nested")
+    assert isinstance(error, Outer.NestedError)
+
+
+def test_remote_error_does_not_call_the_original_init() -> None:
+    error = remote_error(path_of(CodedError), "code 7")
+    assert isinstance(error, CodedError)
+    assert str(error) == "code 7"
+
+
+def test_remote_error_of_an_unknown_class_is_a_plain_remote_error() -> None:
+    error = remote_error("nowhere.to.be.Found", "lost")
+    assert type(error) is RemoteError
+    assert error.type_name == "nowhere.to.be.Found"
+
+
+def test_remote_error_of_a_name_that_is_not_an_exception_is_a_plain_remote_error() -> None:
+    assert type(remote_error("os.path.join", "not a class")) is RemoteError
+
+
+def test_remote_error_of_an_unmixable_class_is_a_plain_remote_error() -> None:
+    error = remote_error(path_of(FinalError), "final")
+    assert type(error) is RemoteError
+    assert error.message == "final"
+
+
+def test_remote_error_reuses_one_mixed_class_per_original() -> None:
+    assert type(remote_error("ValueError", "a")) is type(remote_error("ValueError", "b"))
+
+
+def test_remote_error_repr_shows_type_and_message() -> None:
+    assert repr(RemoteError("ValueError", "boom")) == "RemoteError(ValueError: 'boom')"
+
+
+def test_plain_remote_error_survives_pickling() -> None:
+    error = RemoteError("nowhere.Gone", "mensaje — ñ", "tb text")
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is RemoteError
+    assert (copy.type_name, copy.message, copy.remote_traceback) == ("nowhere.Gone", "mensaje — ñ", "tb text")
+
+
+def test_mixed_remote_error_stays_mixed_after_pickling() -> None:
+    error = remote_error("ValueError", "bad", "tb text")
+    copy = pickle.loads(pickle.dumps(error))
+    assert isinstance(copy, RemoteError)
+    assert isinstance(copy, ValueError)
+    assert (copy.type_name, copy.message, copy.remote_traceback) == ("ValueError", "bad", "tb text")
+    assert str(copy) == "bad"
+
+
+def test_remote_error_can_be_caught_as_the_original_class() -> None:
+    with pytest.raises(CustomError, match="^from afar$"):
+        raise remote_error(path_of(CustomError), "from afar")
