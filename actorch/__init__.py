@@ -11,8 +11,8 @@ import os as _os
 # torch's C++ warnings ("[W] ...") go to stderr unless this is set before torch loads.
 _os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from actorch._actor import Actor  # noqa: E402
-from actorch._errors import (  # noqa: E402
+from actorch._actor import Actor
+from actorch._errors import (
     ActorchError,
     ActorNotFoundError,
     ActorStoppedError,
@@ -24,10 +24,10 @@ from actorch._errors import (  # noqa: E402
     SerializationError,
     SystemClosedError,
 )
-from actorch._launcher import run  # noqa: E402
-from actorch._names import MAX_NAME_LENGTH  # noqa: E402
-from actorch._ref import ActorRef  # noqa: E402
-from actorch._system import ActorSystem, NodeInfo  # noqa: E402
+from actorch._launcher import run
+from actorch._names import MAX_NAME_LENGTH
+from actorch._ref import ActorRef
+from actorch._system import ActorSystem, NodeInfo
 
 __all__ = [
     "MAX_NAME_LENGTH",

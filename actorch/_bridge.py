@@ -51,9 +51,7 @@ class Inbox(Generic[T]):
             self._handler(items.popleft())
 
 
-def to_asyncio(
-    future: torch.futures.Future[Any], loop: asyncio.AbstractEventLoop
-) -> asyncio.Future[Any]:
+def to_asyncio(future: torch.futures.Future[Any], loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
     """Return an asyncio future that settles like the torch ``future``, from any thread."""
     result: asyncio.Future[Any] = loop.create_future()
 

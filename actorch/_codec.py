@@ -99,9 +99,7 @@ class Codec:
             try:
                 return msgpack.ExtType(_PICKLE, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
             except Exception as exc:
-                raise SerializationError(
-                    f"cannot serialize {type(obj).__qualname__} value: {exc}"
-                ) from exc
+                raise SerializationError(f"cannot serialize {type(obj).__qualname__} value: {exc}") from exc
 
         def nested(inner: Any) -> bytes:
             # A packer's buffer is not reentrant: nested values need their own.
@@ -117,6 +115,11 @@ class Codec:
     def encode_plain(self, value: Any) -> bytes:
         """Encode msgpack-native ``value`` (no tuples, tensors or extensions) quickly."""
         return self._plain.pack(value)
+
+    @staticmethod
+    def decode_plain(data: bytes) -> Any:
+        """Decode bytes made by :meth:`encode_plain` (tuples come back as lists)."""
+        return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
 
     def decode(self, data: bytes, tensors: list[torch.Tensor], context: Any = None) -> Any:
         """Decode bytes made by :meth:`encode`, taking tensors from ``tensors``.

@@ -7,6 +7,7 @@ handler under that deadline and sets it in context, so calls it makes inherit it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from contextvars import ContextVar
 
@@ -26,11 +27,7 @@ def _asyncio_timeout_deadline(loop: asyncio.AbstractEventLoop, task: asyncio.Tas
     for handle in scheduled:
         callback = getattr(handle, "_callback", None)
         owner = getattr(callback, "__self__", None)
-        if (
-            isinstance(owner, asyncio.Timeout)
-            and getattr(owner, "_task", None) is task
-            and not handle.cancelled()
-        ):
+        if isinstance(owner, asyncio.Timeout) and getattr(owner, "_task", None) is task and not handle.cancelled():
             earliest = min(earliest, handle.when())
     return earliest
 
@@ -46,10 +43,8 @@ def current_deadline() -> float | None:
         return inherited_deadline.get()
     loop = task.get_loop()
     earliest = _asyncio_timeout_deadline(loop, task)
-    try:
+    with contextlib.suppress(Exception):  # anyio raises different errors outside its scopes
         earliest = min(earliest, anyio.current_effective_deadline())
-    except Exception:  # noqa: BLE001 - anyio raises different errors outside its scopes
-        pass
     inherited = inherited_deadline.get()
     if inherited is not None:
         earliest = min(earliest, inherited)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from actorch._codec import Codec
+from actorch._errors import NodeLostError
 from actorch._logging import configure_logging
 from actorch._node import Node
 from actorch._rpc_transport import RpcOptions, RpcTransport
@@ -174,25 +175,28 @@ async def _lead(main: Main[T], transport: Transport, config: SystemConfig, worke
 
 
 async def _shutdown_world(system: ActorSystem) -> None:
+    """Stop every actor everywhere (``on_stop`` runs), let the workers go, close this node."""
     node = system._node
     peers = [rank for rank in range(1, system.world_size) if rank not in node.lost]
-    limit = config_limit = system.config.stop_grace + SHUTDOWN_TIMEOUT
-    del config_limit
-    await _call_all(system, peers, NodeService.shutdown, limit)
+    await _call_all(system, peers, NodeService.shutdown, system.config.stop_grace + SHUTDOWN_TIMEOUT)
     await system._stop_local_actors()
+    node.departing = True
     await _call_all(system, [rank for rank in peers if rank not in node.lost], NodeService.exit, SHUTDOWN_TIMEOUT)
     await node.close()
 
 
-async def _call_all(system: ActorSystem, ranks: list[int], endpoint: Any, timeout: float) -> None:
+async def _call_all(system: ActorSystem, ranks: list[int], endpoint: Any, limit: float) -> None:
     async def one(rank: int) -> None:
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(limit):
                 await system._service(rank).call(endpoint)
+        except NodeLostError:
+            if not system._node.departing:
+                raise
         except Exception as exc:  # noqa: BLE001 - a node that fails here is reported, not fatal
             system._node.log.warning("node did not answer shutdown", peer=rank, error=repr(exc))
 
-    await asyncio.gather(*(one(rank) for rank in ranks))
+    await asyncio.gather(*(one(rank) for rank in ranks), return_exceptions=True)
 
 
 def _serve(world: _World, config: SystemConfig, options: RpcOptions) -> None:
@@ -206,6 +210,7 @@ async def _serve_async(world: _World, config: SystemConfig, options: RpcOptions)
     system = await _start(_rpc_transport(world, options), config)
     try:
         await system._exit.wait()
+        system._node.departing = True
         await system._stop_local_actors()
     finally:
         await system._node.close()

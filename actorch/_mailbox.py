@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from actorch._node import Node
 
-__all__ = ["Cell", "CallContext", "Envelope", "current_call"]
+__all__ = ["CallContext", "Cell", "Envelope", "current_call"]
 
 Endpoint = Callable[..., Awaitable[Any]]
 Respond = Callable[[bool, Any], None]
@@ -82,6 +82,7 @@ class Cell:
         "actor_id",
         "endpoints",
         "handled",
+        "idle",
         "instance",
         "label",
         "max_concurrency",
@@ -120,6 +121,7 @@ class Cell:
         self.active: set[int] = set()
         self.stopping = False
         self.tasks: set[asyncio.Task[None]] = set()
+        self.idle: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:
         return f"<Cell {self.label} running={self.running} queued={len(self.queue)}>"
@@ -146,6 +148,14 @@ class Cell:
         self.running -= 1
         self.handled += 1
         self.active.discard(key)
+        if self.idle is not None and not self.running and not self.queue and not self.idle.done():
+            self.idle.set_result(None)
+
+    async def wait_idle(self) -> None:
+        """Wait until no message runs or waits."""
+        if self.running or self.queue:
+            self.idle = asyncio.get_running_loop().create_future()
+            await self.idle
 
     def take_next(self) -> Envelope | None:
         """For a worker that finished a message: the next queued one it may run, entered."""

@@ -16,12 +16,12 @@ the caller's task when the mailbox allows, else waits in the queue.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import msgpack
 import structlog
 
 from actorch import _errors
@@ -77,6 +77,7 @@ class Node:
         self.loop = loop
         self.lost: dict[int, str] = {}
         self.closed = False
+        self.departing = False  # set once shutdown starts: peers leaving is expected
         self._cells: dict[int, Cell] = {}
         self._actor_ids = itertools.count(1)
         self._call_ids = itertools.count(1)
@@ -84,7 +85,7 @@ class Node:
         self._pending: dict[int, tuple[asyncio.Future[Any], int, str, str]] = {}
         self._inbound: dict[tuple[int, int], tuple[Cell, Envelope]] = {}
         self._lost_listeners: list[Callable[[int, str], None]] = []
-        self._pack = msgpack.Packer(use_bin_type=True).pack
+        self._pack = codec.encode_plain
         self.counts = {"calls_sent": 0, "tells_sent": 0, "calls_received": 0, "tells_received": 0}
         self.log = log.bind(node=self.rank)
         transport.attach(loop, self._receive, self._on_peer_lost)
@@ -120,9 +121,10 @@ class Node:
     async def drain(self, cell: Cell, grace: float) -> None:
         """Refuse new messages, let queued and running ones finish, cancel them after ``grace``."""
         cell.stopping = True
-        deadline = self.loop.time() + grace
-        while (cell.running or cell.queue) and self.loop.time() < deadline:
-            await asyncio.sleep(0.005)
+        if cell.running or cell.queue:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await cell.wait_idle()
         while cell.queue:
             envelope = cell.queue.popleft()
             self._fail(envelope, ActorStoppedError(f"{cell.label} stopped before handling {envelope.endpoint!r}"))
@@ -298,7 +300,7 @@ class Node:
                 self._fail(envelope, TimeoutError(f"{envelope.endpoint!r} of {cell.label} ran past its deadline"))
             else:
                 self._fail(envelope, exc, _HANDLER)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any handler error goes back to the caller
             self._fail(envelope, exc, _HANDLER)
         else:
             if envelope.respond is not None:
@@ -322,15 +324,15 @@ class Node:
         messages, tensors = batch
         for index, raw in enumerate(messages):
             try:
-                message = msgpack.unpackb(raw, raw=False, use_list=True)
+                message = self.codec.decode_plain(raw)
                 kind = message[0]
                 if kind == REPLY:
                     self._on_reply(message, tensors.get(index, []))
-                elif kind == CALL or kind == TELL:
+                elif kind in (CALL, TELL):
                     self._on_call(src, message, tensors.get(index, []), port)
                 elif kind == CANCEL:
                     self._on_cancel(src, message[1])
-            except Exception:  # noqa: BLE001 - one bad message must not stop the others
+            except Exception:
                 self.log.exception("malformed message dropped", src=src)
         if port is not None:
             port.release()
@@ -345,11 +347,20 @@ class Node:
             if port is not None:
                 port.expect()
         envelope = Envelope(
-            endpoint, (), {}, self._new_key(), tuple(chain), None if remaining is None else self.loop.time() + remaining, respond
+            endpoint,
+            (),
+            {},
+            self._new_key(),
+            tuple(chain),
+            None if remaining is None else self.loop.time() + remaining,
+            respond,
         )
         cell = self._cells.get(actor_id)
         if cell is None:
-            self._fail(envelope, ActorStoppedError(f"no actor #{actor_id} on node {self.rank}: it stopped; {endpoint!r} refused"))
+            self._fail(
+                envelope,
+                ActorStoppedError(f"no actor #{actor_id} on node {self.rank}: it stopped; {endpoint!r} refused"),
+            )
             return
         if body is not None:
             try:
@@ -373,11 +384,12 @@ class Node:
                 try:
                     body, tensors = self.codec.encode(value) if value is not None else (None, None)
                     message = self._pack([REPLY, call_id, True, body])
-                except SerializationError as exc:
-                    message = self._pack([REPLY, call_id, False, _error_payload(SerializationError(f"result: {exc}"), _RUNTIME)])
+                except SerializationError as error:
+                    refused = SerializationError(f"result of call {call_id} from node {src}: {error}")
+                    message = self._pack([REPLY, call_id, False, _error_payload(refused, _RUNTIME)])
             else:
-                exc, origin = value
-                message = self._pack([REPLY, call_id, False, _error_payload(exc, origin)])
+                failure, origin = value
+                message = self._pack([REPLY, call_id, False, _error_payload(failure, origin)])
             self.transport.reply(src, port, message, tensors)
 
         return respond
@@ -419,7 +431,9 @@ class Node:
         if rank in self.lost:
             return
         self.lost[rank] = why
-        if not self.closed:
+        if self.closed or self.departing:
+            self.log.debug("node left", peer=rank, why=why)
+        else:
             self.log.warning("node lost", peer=rank, why=why)
         for call_id, (future, dest, label, endpoint) in list(self._pending.items()):
             if dest == rank:
@@ -438,7 +452,9 @@ class Node:
         self.closed = True
         for future, _, label, endpoint in self._pending.values():
             if not future.done():
-                future.set_exception(SystemClosedError(f"node {self.rank} shut down while calling {endpoint!r} of {label}"))
+                future.set_exception(
+                    SystemClosedError(f"node {self.rank} shut down while calling {endpoint!r} of {label}")
+                )
         self._pending.clear()
         tasks = [task for cell in self._cells.values() for task in cell.tasks]
         for task in tasks:

@@ -68,9 +68,7 @@ class ActorRef(Generic[A]):
         ref._name = name
         ref._class_path = class_path
         short = class_path.rpartition(":")[2] or class_path
-        ref._label = (
-            f"actor {name!r} ({short}) on node {rank}" if name else f"actor {short}#{actor_id} on node {rank}"
-        )
+        ref._label = f"actor {name!r} ({short}) on node {rank}" if name else f"actor {short}#{actor_id} on node {rank}"
         return ref
 
     def __repr__(self) -> str:

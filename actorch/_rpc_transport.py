@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed.rpc as rpc
+from torch.distributed import rpc
 
 from actorch._bridge import Inbox
 from actorch._transport import Batch, PeerInfo, Port, Transport
@@ -63,7 +63,7 @@ def worker_name(rank: int) -> str:
     return f"node{rank}"
 
 
-@rpc.functions.async_execution  # type: ignore[misc]
+@rpc.functions.async_execution  # type: ignore[untyped-decorator]
 def _inbound(src: int, seq: int, messages: list[bytes], tensors: dict[int, Any]) -> torch.futures.Future[Any]:
     response: torch.futures.Future[Any] = torch.futures.Future()
     transport = _active
@@ -74,7 +74,7 @@ def _inbound(src: int, seq: int, messages: list[bytes], tensors: dict[int, Any])
     return response
 
 
-@rpc.functions.async_execution  # type: ignore[misc]
+@rpc.functions.async_execution  # type: ignore[untyped-decorator]
 def _watch(src: int) -> torch.futures.Future[None]:
     future: torch.futures.Future[None] = torch.futures.Future()
     transport = _active
@@ -115,9 +115,7 @@ def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
 class RpcTransport(Transport):
     """Talks torch RPC to the other ranks of a static world."""
 
-    def __init__(
-        self, rank: int, world_size: int, master_addr: str, master_port: int, options: RpcOptions
-    ) -> None:
+    def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int, options: RpcOptions) -> None:
         super().__init__(rank, world_size)
         self._master = (master_addr, master_port)
         self._options = options
@@ -166,13 +164,13 @@ class RpcTransport(Transport):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*ProcessGroup.*", category=UserWarning)
             warnings.filterwarnings("ignore", category=FutureWarning)
-            rpc.init_rpc(
+            rpc.init_rpc(  # type: ignore[no-untyped-call]
                 worker_name(self.rank),
                 rank=self.rank,
                 world_size=self.world_size,
                 rpc_backend_options=options,
             )
-        store = rpc.api._get_current_rpc_agent().store
+        store = rpc.api._get_current_rpc_agent().store  # type: ignore[attr-defined]
         store.set(f"actorch/peer/{self.rank}", f"{socket.gethostname()}:{os.getpid()}")
         keys = [f"actorch/peer/{rank}" for rank in range(self.world_size)]
         store.wait(keys)
@@ -190,6 +188,7 @@ class RpcTransport(Transport):
         global _active  # noqa: PLW0603 - torch RPC is one per process
         if self._closing:
             return
+        self._flush()  # what is queued leaves before the link goes
         self._closing = True
         watchers, self._watchers = self._watchers, []
         for watcher in watchers:
@@ -207,7 +206,10 @@ class RpcTransport(Transport):
         messages, tensors = batch
         try:
             sent = rpc.rpc_async(
-                worker_name(dest), _inbound, args=(self.rank, seq, messages, tensors), timeout=self._options.send_timeout
+                worker_name(dest),
+                _inbound,
+                args=(self.rank, seq, messages, tensors),
+                timeout=self._options.send_timeout,
             )
         except Exception as exc:  # noqa: BLE001 - any failure to send means the link is gone
             self._peer_lost(dest, f"send failed: {exc}")

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from actorch._actor import Actor, class_path, endpoints_of
 from actorch._deadline import current_deadline
-from actorch._errors import ActorNotFoundError, NodeLostError, SystemClosedError
+from actorch._errors import ActorNotFoundError, NodeLostError
 from actorch._mailbox import CallContext, current_call
 from actorch._names import check_name, compile_pattern
 from actorch._node import Node
@@ -54,9 +54,7 @@ class NodeService(Actor):
         self._hosted = system
         self._stopping: dict[int, asyncio.Future[None]] = {}
 
-    async def spawn(
-        self, path: str, args: list[Any], kwargs: dict[str, Any], name: str | None
-    ) -> ActorRef[Any]:
+    async def spawn(self, path: str, args: list[Any], kwargs: dict[str, Any], name: str | None) -> ActorRef[Any]:
         """Build an actor of the class at ``path`` here and run its ``on_start``."""
         cls = _resolve_class(path)
         if cls is None:
@@ -106,6 +104,10 @@ class ActorSystem:
     """
 
     _node: Node
+    _cache: NameCache
+    _exit: asyncio.Event
+    _services: list[ActorRef[NodeService]]
+    _registry: ActorRef[Registry]
     config: SystemConfig
 
     def __init__(self) -> None:
@@ -221,10 +223,11 @@ class ActorSystem:
         generation = self._cache.generation()
         try:
             async with asyncio.timeout_at(own_limit):
-                ref: ActorRef[Any] = await self._registry.call(Registry.resolve, name, True)
+                ref = await self._registry.call(Registry.resolve, name, True)
         except TimeoutError:
             raise ActorNotFoundError(
-                f"no actor named {name!r} appeared within {self.config.lookup_timeout:g} s (lookup from node {self.rank})"
+                f"no actor named {name!r} appeared within {self.config.lookup_timeout:g} s "
+                f"(lookup from node {self.rank})"
             ) from None
         except asyncio.CancelledError:
             if enclosing is not None and loop.time() >= enclosing:
@@ -232,6 +235,8 @@ class ActorSystem:
                     f"no actor named {name!r} appeared before the caller's deadline (lookup from node {self.rank})"
                 ) from None
             raise
+        if ref is None:  # resolve(wait=True) only returns once bound
+            raise ActorNotFoundError(f"no actor named {name!r} (lookup from node {self.rank})")
         self._cache.put(name, ref, generation)
         return ref
 
@@ -242,8 +247,7 @@ class ActorSystem:
         Does not wait: it lists the names that exist now.
         """
         compile_pattern(pattern)
-        refs: list[ActorRef[Any]] = await self._registry.call(Registry.match, pattern)
-        return refs
+        return await self._registry.call(Registry.match, pattern)
 
     def statistics(self) -> dict[str, Any]:
         """This node's counters: calls and tells sent and received, pending calls, actors."""
@@ -251,11 +255,13 @@ class ActorSystem:
 
     # ------------------------------------------------------------------ internals
 
-    async def _build(self, cls: type[A], args: tuple[Any, ...], kwargs: dict[str, Any], name: str | None) -> ActorRef[A]:
+    async def _build(
+        self, cls: type[A], args: tuple[Any, ...], kwargs: dict[str, Any], name: str | None
+    ) -> ActorRef[A]:
         node = self._node
         instance = cls.__new__(cls)
         cell = node.add_actor(instance, endpoints_of(cls), name=name, max_concurrency=cls.max_concurrency)
-        ref: ActorRef[A] = ActorRef._create(node, node.rank, cell.actor_id, name, class_path(cls))  # type: ignore[assignment]
+        ref: ActorRef[A] = ActorRef._create(node, node.rank, cell.actor_id, name, class_path(cls))
         instance._actorch_ref = ref
         instance._actorch_system = self
         try:
@@ -313,7 +319,3 @@ class ActorSystem:
 
     def _service(self, rank: int) -> ActorRef[NodeService]:
         return self._services[rank]
-
-
-def _closed(system: ActorSystem) -> SystemClosedError:
-    return SystemClosedError(f"the actor system on node {system.rank} is shut down")

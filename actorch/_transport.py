@@ -212,10 +212,7 @@ class InProcessTransport(Transport):
 
     def peers(self) -> list[PeerInfo]:
         """Every rank of the hub, all in this process."""
-        return [
-            PeerInfo(rank, f"node{rank}", socket.gethostname(), os.getpid())
-            for rank in range(self.world_size)
-        ]
+        return [PeerInfo(rank, f"node{rank}", socket.gethostname(), os.getpid()) for rank in range(self.world_size)]
 
     def _send_batch(self, dest: int, batch: Batch) -> None:
         target = self._hub.transports.get(dest)

@@ -16,11 +16,11 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.distributed.rpc as rpc  # noqa: TID251 - the raw baseline
+import torch.distributed.rpc as rpc
 
 import actorch
 
@@ -124,9 +124,20 @@ async def bench(system: actorch.ActorSystem, rounds: int, calls: int, in_flight:
             await target.noop()
         return (time.perf_counter() - start) / (calls * 10) * 1e6
 
-    series: dict[str, list[float]] = {key: [] for key in (
-        "raw_seq_us", "actorch_seq_us", "rref_seq_us", "raw_calls_per_s", "actorch_calls_per_s",
-        "raw_tensor_gb_s", "actorch_tensor_gb_s", "actorch_local_us", "plain_await_us")}
+    series: dict[str, list[float]] = {
+        key: []
+        for key in (
+            "raw_seq_us",
+            "actorch_seq_us",
+            "rref_seq_us",
+            "raw_calls_per_s",
+            "actorch_calls_per_s",
+            "raw_tensor_gb_s",
+            "actorch_tensor_gb_s",
+            "actorch_local_us",
+            "plain_await_us",
+        )
+    }
     for _ in range(rounds):
         series["raw_seq_us"].append(raw_seq())
         series["actorch_seq_us"].append(await actorch_seq())
@@ -150,18 +161,35 @@ async def bench(system: actorch.ActorSystem, rounds: int, calls: int, in_flight:
 def report(transport: str, res: dict[str, Any]) -> None:
     print(f"\n== transport {transport} (medians of rounds) ==")
     rows = [
-        ("(a) sequential no-op round trip", f"{res['raw_seq_us']:.0f} us", f"{res['actorch_seq_us']:.0f} us",
-         res["actorch_seq_us"] / res["raw_seq_us"], "<= 1.3"),
-        ("(b) throughput, calls in flight", f"{res['raw_calls_per_s']:.0f}/s", f"{res['actorch_calls_per_s']:.0f}/s",
-         res["actorch_calls_per_s"] / res["raw_calls_per_s"], ">= 1.0"),
-        ("(c) tensor round trip", f"{res['raw_tensor_gb_s']:.2f} GB/s", f"{res['actorch_tensor_gb_s']:.2f} GB/s",
-         res["actorch_tensor_gb_s"] / res["raw_tensor_gb_s"], ">= 0.9"),
+        (
+            "(a) sequential no-op round trip",
+            f"{res['raw_seq_us']:.0f} us",
+            f"{res['actorch_seq_us']:.0f} us",
+            res["actorch_seq_us"] / res["raw_seq_us"],
+            "<= 1.3",
+        ),
+        (
+            "(b) throughput, calls in flight",
+            f"{res['raw_calls_per_s']:.0f}/s",
+            f"{res['actorch_calls_per_s']:.0f}/s",
+            res["actorch_calls_per_s"] / res["raw_calls_per_s"],
+            ">= 1.0",
+        ),
+        (
+            "(c) tensor round trip",
+            f"{res['raw_tensor_gb_s']:.2f} GB/s",
+            f"{res['actorch_tensor_gb_s']:.2f} GB/s",
+            res["actorch_tensor_gb_s"] / res["raw_tensor_gb_s"],
+            ">= 0.9",
+        ),
     ]
     print(f"{'measure':34} {'raw torch RPC':>14} {'actorch':>14} {'ratio':>7}  target")
     for label, raw, ours, ratio, target in rows:
         print(f"{label:34} {raw:>14} {ours:>14} {ratio:7.2f}  {target}")
-    print(f"{'(d) call to a same-process actor':34} {res['plain_await_us']:>11.2f} us {res['actorch_local_us']:>11.2f} us"
-          f" {'':7}  <= 20 us  (raw column: plain await of the method)")
+    print(
+        f"{'(d) call to a same-process actor':34} {res['plain_await_us']:>11.2f} us {res['actorch_local_us']:>11.2f} us"
+        f" {'':7}  <= 20 us  (raw column: plain await of the method)"
+    )
     print(f"{'RRef method call (rref.rpc_sync)':34} {res['rref_seq_us']:>11.0f} us")
     print(f"idle CPU per process (rank 0, rank 1): {res['idle_cpu_percent']} %")
 
