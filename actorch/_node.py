@@ -41,6 +41,7 @@ from actorch._transport import Batch, PeerInfo, Port, Transport
 __all__ = ["Node"]
 
 CALL, TELL, REPLY, CANCEL = 0, 1, 2, 3
+_GONE = "no longer hosts actor"
 _RUNTIME, _HANDLER = 0, 1
 _KEY_BITS = 48
 
@@ -216,7 +217,7 @@ class Node:
         key = self._new_key()
         if not cell.can_start(chain):
             future: asyncio.Future[Any] = self.loop.create_future()
-            envelope = Envelope(endpoint, args, kwargs, key, chain, None, _settle(future))
+            envelope = Envelope(endpoint, args, kwargs, key, chain, current_deadline(), _settle(future))
             cell.queue.append(envelope)
             try:
                 return await future
@@ -316,6 +317,7 @@ class Node:
             self.log.error(
                 "tell failed",
                 endpoint=envelope.endpoint,
+                call=f"{envelope.key:#x}",
                 error=f"{type(exc).__name__}: {exc}",
                 traceback=_error_payload(exc, origin)[3] or None,
             )
@@ -359,7 +361,7 @@ class Node:
         if cell is None:
             self._fail(
                 envelope,
-                ActorStoppedError(f"no actor #{actor_id} on node {self.rank}: it stopped; {endpoint!r} refused"),
+                ActorStoppedError(f"{_GONE} #{actor_id}; {endpoint!r} refused (node {self.rank})"),
             )
             return
         if body is not None:
@@ -403,7 +405,10 @@ class Node:
         if future.done():
             return
         if not ok:
-            future.set_exception(_rebuild_error(payload))
+            error = _rebuild_error(payload)
+            if type(error) is ActorStoppedError and payload[2].startswith(_GONE):
+                error = ActorStoppedError(f"cannot call {entry[3]!r} of {entry[2]}: the actor has stopped")
+            future.set_exception(error)
             return
         try:
             future.set_result(None if payload is None else self.codec.decode(payload, tensors, self))
