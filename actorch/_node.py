@@ -36,7 +36,7 @@ from actorch._errors import (
     remote_error,
 )
 from actorch._mailbox import CallContext, Cell, Endpoint, Envelope, current_call
-from actorch._transport import Batch, PeerInfo, Port, Transport
+from actorch._transport import Batch, NodeInfo, Port, Transport
 
 __all__ = ["Node"]
 
@@ -424,7 +424,7 @@ class Node:
 
     # ------------------------------------------------------------------ peers
 
-    def peers(self) -> list[PeerInfo]:
+    def peers(self) -> list[NodeInfo]:
         """Every rank of the world, by rank."""
         return self.transport.peers()
 

@@ -25,7 +25,7 @@ import torch
 from torch.distributed import rpc
 
 from actorch._bridge import Inbox
-from actorch._transport import Batch, PeerInfo, Port, Transport
+from actorch._transport import Batch, NodeInfo, Port, Transport
 
 __all__ = ["RpcOptions", "RpcTransport"]
 
@@ -123,7 +123,7 @@ class RpcTransport(Transport):
         self._expected = [0] * world_size
         self._held: list[dict[int, Batch]] = [{} for _ in range(world_size)]
         self._watchers: list[torch.futures.Future[None]] = []
-        self._peers: list[PeerInfo] = []
+        self._peers: list[NodeInfo] = []
         self._lost_ranks: set[int] = set()
         self._closing = False
         self._inbox: Inbox[tuple[int, int, Any]]
@@ -177,9 +177,9 @@ class RpcTransport(Transport):
         self._peers = []
         for rank, raw in enumerate(store.multi_get(keys)):
             host_name, _, pid = bytes(raw).decode().rpartition(":")
-            self._peers.append(PeerInfo(rank, worker_name(rank), host_name, int(pid)))
+            self._peers.append(NodeInfo(rank, worker_name(rank), host_name, int(pid)))
 
-    def peers(self) -> list[PeerInfo]:
+    def peers(self) -> list[NodeInfo]:
         """Every rank of the world with its host and pid, by rank."""
         return list(self._peers)
 

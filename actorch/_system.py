@@ -20,13 +20,11 @@ from actorch._names import check_name, compile_pattern
 from actorch._node import Node
 from actorch._ref import SERVICE_ID, ActorRef, _resolve_class
 from actorch._registry import REGISTRY_ID, NameCache, Registry
-from actorch._transport import PeerInfo
+from actorch._transport import NodeInfo
 
 __all__ = ["ActorSystem", "NodeInfo", "SystemConfig"]
 
 A = TypeVar("A", bound=Actor)
-
-NodeInfo = PeerInfo
 
 
 @dataclass(frozen=True)
@@ -183,6 +181,11 @@ class ActorSystem:
         """
         if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls in (NodeService, Registry):
             raise TypeError(f"spawn() takes an actorch.Actor subclass, not {cls!r}")
+        if _resolve_class(class_path(cls)) is not cls:
+            raise TypeError(
+                f"actor class {cls.__qualname__} cannot be imported as {class_path(cls)!r}: define actor "
+                "classes at module level, so every node can import them"
+            )
         rank = self.rank if on is None else on
         if not isinstance(rank, int) or not 0 <= rank < self.world_size:
             raise ValueError(f"on={on!r} is not a rank of this system (0..{self.world_size - 1})")
@@ -292,8 +295,7 @@ class ActorSystem:
             cell.wake()
 
     async def _stop_local_actors(self) -> None:
-        services = (SERVICE_ID, REGISTRY_ID)
-        cells = [cell for cell in self._node.cells() if cell.actor_id not in services]
+        cells = [cell for cell in self._node.cells() if not isinstance(cell.instance, (NodeService, Registry))]
 
         async def stop(cell: Any) -> None:
             await self._node.drain(cell, self.config.stop_grace)

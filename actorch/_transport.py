@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PORT_HOLD", "Batch", "InProcessHub", "InProcessTransport", "PeerInfo", "Port", "Transport"]
+__all__ = ["PORT_HOLD", "Batch", "InProcessHub", "InProcessTransport", "NodeInfo", "Port", "Transport"]
 
 Batch = tuple[list[bytes], dict[int, list[torch.Tensor]]]
 """Messages in send order, and the tensors of those that have any, by index."""
@@ -86,8 +86,15 @@ ReceiveFn = Callable[[int, Batch, Port | None], None]
 
 
 @dataclass(frozen=True)
-class PeerInfo:
-    """What a node knows of a rank: its number, its worker name, its host and pid."""
+class NodeInfo:
+    """One node of the system.
+
+    Attributes:
+        rank: Its rank (0 runs ``main``).
+        name: Its worker name (``node<rank>``).
+        host: The host name of its machine.
+        pid: Its process id.
+    """
 
     rank: int
     name: str
@@ -134,7 +141,7 @@ class Transport(ABC):
         """Leave the world at once; pending sends may be dropped."""
 
     @abstractmethod
-    def peers(self) -> list[PeerInfo]:
+    def peers(self) -> list[NodeInfo]:
         """Every rank of the world, this one included, by rank."""
 
     @abstractmethod
@@ -210,9 +217,9 @@ class InProcessTransport(Transport):
         if self._hub.transports.get(self.rank) is self:
             del self._hub.transports[self.rank]
 
-    def peers(self) -> list[PeerInfo]:
+    def peers(self) -> list[NodeInfo]:
         """Every rank of the hub, all in this process."""
-        return [PeerInfo(rank, f"node{rank}", socket.gethostname(), os.getpid()) for rank in range(self.world_size)]
+        return [NodeInfo(rank, f"node{rank}", socket.gethostname(), os.getpid()) for rank in range(self.world_size)]
 
     def _send_batch(self, dest: int, batch: Batch) -> None:
         target = self._hub.transports.get(dest)
