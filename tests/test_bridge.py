@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -11,10 +12,14 @@ import torch
 from actorch._bridge import Inbox, to_asyncio, to_torch
 
 
-async def wait_for_count(items: list[object], count: int) -> None:
-    async with asyncio.timeout(10):
-        while len(items) < count:
+async def poll_until(condition: Callable[[], bool], seconds: float = 10) -> None:
+    async with asyncio.timeout(seconds):
+        while not condition():  # noqa: ASYNC110 - other threads change the state, no event to wait on
             await asyncio.sleep(0.001)
+
+
+async def wait_for_count(items: list[object], count: int) -> None:
+    await poll_until(lambda: len(items) >= count)
 
 
 async def test_inbox_delivers_items_from_one_thread_in_order() -> None:
@@ -104,9 +109,7 @@ async def test_to_asyncio_ignores_a_result_after_the_asyncio_side_was_cancelled(
 
 
 async def settled(future: torch.futures.Future[object]) -> None:
-    async with asyncio.timeout(2):
-        while not future.done():
-            await asyncio.sleep(0.001)
+    await poll_until(future.done, seconds=2)
 
 
 async def test_to_torch_gives_the_result_of_the_asyncio_future() -> None:

@@ -146,5 +146,5 @@ def test_mixed_remote_error_stays_mixed_after_pickling() -> None:
 
 
 def test_remote_error_can_be_caught_as_the_original_class() -> None:
-    with pytest.raises(CustomError, match="^from afar$"):
+    with pytest.raises(CustomError, match=r"^from afar$"):
         raise remote_error(path_of(CustomError), "from afar")

@@ -1,0 +1,330 @@
+"""Calls and tells over a three-node in-process world, to an actor on the caller's node or another."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+import pytest
+import torch
+
+import actorch
+from actorch._deadline import current_deadline
+from actorch.testing import LocalWorld
+
+
+class Counter(actorch.Actor):
+    def __init__(self, start: int = 0) -> None:
+        self.value = start
+
+    async def add(self, k: int = 1) -> int:
+        self.value += k
+        return self.value
+
+
+class Recorder(actorch.Actor):
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    async def record(self, item: Any) -> None:
+        self.items.append(item)
+
+    async def recorded(self) -> list[Any]:
+        return self.items
+
+
+class Gate(actorch.Actor):
+    """Records the order handlers start in; they may interleave."""
+
+    max_concurrency = 100
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+
+    async def enter(self, index: int) -> None:
+        self.started.append(index)
+        await asyncio.sleep(0.001)
+
+    async def order(self) -> list[int]:
+        return self.started
+
+
+class Serial(actorch.Actor):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    async def work(self, tag: str) -> None:
+        self.events.append(("enter", tag))
+        await asyncio.sleep(0.02)
+        self.events.append(("exit", tag))
+
+    async def history(self) -> list[tuple[str, str]]:
+        return self.events
+
+
+class Interleaving(Serial):
+    max_concurrency = 2
+
+
+class Slow(actorch.Actor):
+    max_concurrency = 4  # so status calls run beside a sleeping handler
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.cancelled = 0
+
+    async def sleep(self, seconds: float) -> str:
+        self.started += 1
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return "slept"
+
+    async def counts(self) -> dict[str, int]:
+        return {"started": self.started, "cancelled": self.cancelled}
+
+    async def time_left(self) -> float | None:
+        deadline = current_deadline()
+        return None if deadline is None else deadline - asyncio.get_running_loop().time()
+
+
+class Ping(actorch.Actor):
+    """One side of a re-entrant chain: A.via(B) → B.bounce(A) → A.pong()."""
+
+    def __init__(self) -> None:
+        self.pongs = 0
+
+    async def via(self, other: actorch.ActorRef[Ping], times: int = 1) -> list[int]:
+        calls = [other.call(Ping.bounce, self.ref) for _ in range(times)]
+        return list(await asyncio.gather(*calls))
+
+    async def bounce(self, back: actorch.ActorRef[Ping]) -> int:
+        return await back.call(Ping.pong)
+
+    async def pong(self) -> int:
+        self.pongs += 1
+        return self.pongs
+
+
+class Forwarder(actorch.Actor):
+    async def add_via(self, counter: actorch.ActorRef[Counter], k: int) -> int:
+        return await counter.call(Counter.add, k)
+
+    async def add_via_all(self, counters: dict[str, list[actorch.ActorRef[Counter]]]) -> list[int]:
+        return [await ref.call(Counter.add, 1) for ref in counters["refs"]]
+
+    async def echo(self, value: Any) -> Any:
+        return value
+
+    async def time_left_via(self, slow: actorch.ActorRef[Slow]) -> float | None:
+        return await slow.call(Slow.time_left)
+
+
+class TensorKeeper(actorch.Actor):
+    def __init__(self) -> None:
+        self.kept: list[torch.Tensor] = []
+
+    async def keep(self, tensor: torch.Tensor) -> None:
+        self.kept.append(tensor)
+
+    async def first_kept(self) -> torch.Tensor:
+        return self.kept[0]
+
+    async def double(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {key: value * 2 for key, value in batch.items()}
+
+
+async def wait_until_counts(ref: actorch.ActorRef[Slow], **expected: int) -> None:
+    async with asyncio.timeout(2):
+        while True:
+            counts = await ref.call(Slow.counts)
+            if all(counts[key] == value for key, value in expected.items()):
+                return
+            await asyncio.sleep(0.005)
+
+
+async def test_typed_call_returns_the_handler_result(world: LocalWorld, on: int) -> None:
+    counter = await world[0].spawn(Counter, args=(10,), on=on)
+    async with asyncio.timeout(5):
+        assert await counter.call(Counter.add, 5) == 15
+        assert await counter.call(Counter.add, k=2) == 17
+        assert await counter.call(Counter.add) == 18
+
+
+async def test_string_call_reaches_the_same_endpoint(world: LocalWorld, on: int) -> None:
+    counter = await world[0].spawn(Counter, kwargs={"start": 10}, on=on)
+    async with asyncio.timeout(5):
+        assert await counter.call("add", 5) == 15
+        assert await counter.call("add", k=1) == 16
+
+
+async def test_call_between_two_nodes_that_are_not_the_spawner_works(world: LocalWorld) -> None:
+    await world[0].spawn(Counter, name="third/counter", on=1)
+    async with asyncio.timeout(5):
+        counter = await world[2].lookup("third/counter")
+        assert await counter.call(Counter.add, 3) == 3
+
+
+async def test_tells_are_applied_in_order(world: LocalWorld, on: int) -> None:
+    recorder = await world[0].spawn(Recorder, on=on)
+    for i in range(100):
+        recorder.tell(Recorder.record, i)
+    recorder.tell("record", "last")
+    async with asyncio.timeout(5):
+        assert await recorder.call(Recorder.recorded) == [*range(100), "last"]
+
+
+async def test_calls_from_one_caller_start_in_the_order_they_were_sent(world: LocalWorld, on: int) -> None:
+    gate = await world[0].spawn(Gate, on=on)
+    async with asyncio.timeout(5):
+        await asyncio.gather(*(gate.call(Gate.enter, i) for i in range(50)))
+        assert await gate.call(Gate.order) == list(range(50))
+
+
+async def test_actor_handles_one_message_at_a_time_by_default(world: LocalWorld, on: int) -> None:
+    serial = await world[0].spawn(Serial, on=on)
+    async with asyncio.timeout(5):
+        await asyncio.gather(serial.call(Serial.work, "a"), serial.call(Serial.work, "b"))
+        history = await serial.call(Serial.history)
+    assert history == [("enter", "a"), ("exit", "a"), ("enter", "b"), ("exit", "b")]
+
+
+async def test_actor_with_max_concurrency_interleaves_at_awaits(world: LocalWorld, on: int) -> None:
+    interleaving = await world[0].spawn(Interleaving, on=on)
+    async with asyncio.timeout(5):
+        await asyncio.gather(interleaving.call(Serial.work, "a"), interleaving.call(Serial.work, "b"))
+        history = await interleaving.call(Serial.history)
+    assert history == [("enter", "a"), ("enter", "b"), ("exit", "a"), ("exit", "b")]
+
+
+@pytest.mark.parametrize(("rank_a", "rank_b"), [(0, 0), (1, 2), (0, 1)], ids=["one node", "two other nodes", "mixed"])
+async def test_reentrant_chain_back_to_the_first_actor_completes(world: LocalWorld, rank_a: int, rank_b: int) -> None:
+    a = await world[0].spawn(Ping, on=rank_a)
+    b = await world[0].spawn(Ping, on=rank_b)
+    async with asyncio.timeout(5):
+        assert await a.call(Ping.via, b) == [1]
+        assert await a.call(Ping.via, b) == [2]
+
+
+@pytest.mark.parametrize(("rank_a", "rank_b"), [(0, 0), (1, 2), (0, 1)], ids=["one node", "two other nodes", "mixed"])
+async def test_concurrent_reentrant_chains_complete(world: LocalWorld, rank_a: int, rank_b: int) -> None:
+    a = await world[0].spawn(Ping, on=rank_a)
+    b = await world[0].spawn(Ping, on=rank_b)
+    async with asyncio.timeout(5):
+        results = await asyncio.gather(a.call(Ping.via, b, 3), a.call(Ping.via, b, 3))
+    assert sorted(results[0] + results[1]) == list(range(1, 7))
+
+
+async def test_asyncio_timeout_around_a_call_raises_timeout_error_and_cancels_the_handler(
+    world: LocalWorld, on: int
+) -> None:
+    slow = await world[0].spawn(Slow, on=on)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await slow.call(Slow.sleep, 10)
+    await wait_until_counts(slow, started=1, cancelled=1)
+
+
+async def test_anyio_fail_after_around_a_call_raises_timeout_error_and_cancels_the_handler(
+    world: LocalWorld, on: int
+) -> None:
+    slow = await world[0].spawn(Slow, on=on)
+    with pytest.raises(TimeoutError), anyio.fail_after(0.05):
+        await slow.call(Slow.sleep, 10)
+    await wait_until_counts(slow, started=1, cancelled=1)
+
+
+async def test_call_finishing_before_its_deadline_returns_normally(world: LocalWorld, on: int) -> None:
+    slow = await world[0].spawn(Slow, on=on)
+    async with asyncio.timeout(2):
+        assert await slow.call(Slow.sleep, 0.01) == "slept"
+    await wait_until_counts(slow, started=1, cancelled=0)
+
+
+async def test_cancelling_the_awaiting_task_cancels_the_handler(world: LocalWorld, on: int) -> None:
+    slow = await world[0].spawn(Slow, on=on)
+    task = asyncio.ensure_future(slow.call(Slow.sleep, 10))
+    await wait_until_counts(slow, started=1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_until_counts(slow, started=1, cancelled=1)
+
+
+async def test_handler_sees_the_remaining_deadline_of_an_asyncio_timeout(world: LocalWorld, on: int) -> None:
+    slow = await world[0].spawn(Slow, on=on)
+    async with asyncio.timeout(1.0):
+        left = await slow.call(Slow.time_left)
+    assert left is not None
+    assert 0.5 < left <= 1.0
+
+
+async def test_handler_sees_the_remaining_deadline_of_anyio_fail_after(world: LocalWorld, on: int) -> None:
+    slow = await world[0].spawn(Slow, on=on)
+    with anyio.fail_after(1.0):
+        left = await slow.call(Slow.time_left)
+    assert left is not None
+    assert 0.5 < left <= 1.0
+
+
+async def test_handler_sees_no_deadline_when_the_caller_has_none(world: LocalWorld, on: int) -> None:
+    slow = await world[0].spawn(Slow, on=on)
+    assert await slow.call(Slow.time_left) is None
+
+
+async def test_deadline_travels_down_a_chain_of_calls(world: LocalWorld, on: int) -> None:
+    slow = await world[0].spawn(Slow, on=2)
+    forwarder = await world[0].spawn(Forwarder, on=on)
+    async with asyncio.timeout(1.0):
+        left = await forwarder.call(Forwarder.time_left_via, slow)
+    assert left is not None
+    assert 0.5 < left <= 1.0
+
+
+async def test_ref_sent_in_a_message_works_on_the_other_node(world: LocalWorld, on: int) -> None:
+    counter = await world[0].spawn(Counter, on=2)
+    forwarder = await world[0].spawn(Forwarder, on=on)
+    async with asyncio.timeout(5):
+        assert await forwarder.call(Forwarder.add_via, counter, 3) == 3
+        assert await counter.call(Counter.add, 1) == 4
+
+
+async def test_refs_nested_in_containers_work_on_the_other_node(world: LocalWorld, on: int) -> None:
+    counters = [await world[0].spawn(Counter, args=(i * 10,), on=i) for i in range(3)]
+    forwarder = await world[0].spawn(Forwarder, on=on)
+    async with asyncio.timeout(5):
+        assert await forwarder.call(Forwarder.add_via_all, {"refs": counters}) == [1, 11, 21]
+
+
+async def test_ref_returned_from_a_call_equals_the_original_and_works(world: LocalWorld, on: int) -> None:
+    counter = await world[0].spawn(Counter, on=2)
+    forwarder = await world[0].spawn(Forwarder, on=on)
+    async with asyncio.timeout(5):
+        echoed = await forwarder.call(Forwarder.echo, (counter, [counter]))
+        assert echoed == (counter, [counter])
+        assert echoed[0].name == counter.name
+        assert await echoed[1][0].call(Counter.add, 2) == 2
+
+
+async def test_tensors_round_trip_through_a_call(world: LocalWorld, on: int) -> None:
+    keeper = await world[0].spawn(TensorKeeper, on=on)
+    batch = {"x": torch.arange(6.0).reshape(2, 3), "y": torch.ones(4, dtype=torch.int64)}
+    async with asyncio.timeout(5):
+        doubled = await keeper.call(TensorKeeper.double, batch)
+    assert set(doubled) == {"x", "y"}
+    assert torch.equal(doubled["x"], batch["x"] * 2)
+    assert torch.equal(doubled["y"], batch["y"] * 2)
+    assert doubled["y"].dtype == torch.int64
+
+
+async def test_tell_with_a_tensor_sends_its_values_at_the_time_of_the_tell(world: LocalWorld, on: int) -> None:
+    keeper = await world[0].spawn(TensorKeeper, on=on)
+    tensor = torch.zeros(8)
+    keeper.tell(TensorKeeper.keep, tensor)
+    tensor.add_(1)
+    async with asyncio.timeout(5):
+        kept = await keeper.call(TensorKeeper.first_kept)
+    assert torch.equal(kept, torch.zeros(8))

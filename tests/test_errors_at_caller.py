@@ -1,0 +1,268 @@
+"""Every error class, provoked through the public API and caught at the caller."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+import actorch
+from actorch.testing import LocalWorld, local_world
+
+
+class CustomError(Exception):
+    pass
+
+
+NON_ASCII = "données invalides — 数据无效 ✗"
+
+
+class Faulty(actorch.Actor):
+    max_concurrency = 4  # so a pending sleep does not hold up other calls
+
+    async def fail_value(self, message: str) -> None:
+        raise ValueError(message)
+
+    async def fail_custom(self) -> None:
+        raise CustomError("custom failure")
+
+    async def echo(self, value: object, *, twice: bool = False) -> object:
+        return [value, value] if twice else value
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def make_set(self) -> set[int]:
+        return {1, 2}
+
+    async def _secret(self) -> str:
+        return "secret"
+
+
+async def test_handler_exception_arrives_as_remote_error_and_original_class(world: LocalWorld, on: int) -> None:
+    faulty = await world[0].spawn(Faulty, on=on)
+    async with asyncio.timeout(5):
+        with pytest.raises(actorch.RemoteError) as info:
+            await faulty.call(Faulty.fail_value, "bad input")
+    assert isinstance(info.value, ValueError)
+    assert info.value.type_name == "ValueError"
+    assert str(info.value) == "bad input"
+
+
+async def test_remote_error_keeps_a_non_ascii_message_exactly(world: LocalWorld, on: int) -> None:
+    faulty = await world[0].spawn(Faulty, on=on)
+    async with asyncio.timeout(5):
+        with pytest.raises(ValueError, match="données") as info:
+            await faulty.call(Faulty.fail_value, NON_ASCII)
+    assert str(info.value) == NON_ASCII
+    assert info.value.message == NON_ASCII  # type: ignore[attr-defined]
+
+
+async def test_remote_error_carries_the_remote_traceback_text(world: LocalWorld, on: int) -> None:
+    faulty = await world[0].spawn(Faulty, on=on)
+    async with asyncio.timeout(5):
+        with pytest.raises(actorch.RemoteError) as info:
+            await faulty.call(Faulty.fail_value, "with traceback")
+    text = info.value.remote_traceback
+    assert "raise ValueError(message)" in text
+    assert "fail_value" in text
+    assert "ValueError: with traceback" in text
+
+
+async def test_remote_error_of_a_test_module_class_is_an_instance_of_it(world: LocalWorld, on: int) -> None:
+    faulty = await world[0].spawn(Faulty, on=on)
+    async with asyncio.timeout(5):
+        with pytest.raises(CustomError, match=r"^custom failure$") as info:
+            await faulty.call(Faulty.fail_custom)
+    assert isinstance(info.value, actorch.RemoteError)
+    assert info.value.type_name == f"{__name__}.CustomError"
+
+
+async def test_actor_keeps_serving_after_its_handler_raised(world: LocalWorld, on: int) -> None:
+    faulty = await world[0].spawn(Faulty, on=on)
+    async with asyncio.timeout(5):
+        with pytest.raises(ValueError, match="once"):
+            await faulty.call(Faulty.fail_value, "once")
+        assert await faulty.call(Faulty.echo, 1) == 1
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "args", "kwargs", "expected"),
+    [
+        ("missing", (), {}, "no endpoint 'missing'"),
+        ("_secret", (), {}, "private"),
+        ("__init__", (), {}, "'__init__'"),
+        ("__class__", (), {}, "'__class__'"),
+        ("on_start", (), {}, "'on_start'"),
+        ("echo", (), {}, "bad arguments for 'echo'"),
+        ("echo", (1, 2), {}, "bad arguments for 'echo'"),
+        ("echo", (1,), {"nope": True}, "bad arguments for 'echo'"),
+    ],
+    ids=["unknown", "private", "dunder init", "dunder class", "hook", "too few", "too many", "unknown keyword"],
+)
+async def test_bad_call_raises_endpoint_error_and_the_actor_keeps_serving(
+    world: LocalWorld, on: int, endpoint: str, args: tuple[object, ...], kwargs: dict[str, object], expected: str
+) -> None:
+    faulty = await world[0].spawn(Faulty, name="errors/faulty", on=on)
+    async with asyncio.timeout(5):
+        with pytest.raises(actorch.EndpointError) as info:
+            await faulty.call(endpoint, *args, **kwargs)
+        assert await faulty.call(Faulty.echo, 7, twice=True) == [7, 7]
+    message = str(info.value)
+    assert expected in message
+    assert "'errors/faulty'" in message
+    assert f"node {on}" in message
+
+
+async def test_unknown_endpoint_error_lists_the_known_endpoints(world: LocalWorld, on: int) -> None:
+    faulty = await world[0].spawn(Faulty, on=on)
+    async with asyncio.timeout(5):
+        with pytest.raises(actorch.EndpointError, match="echo, fail_custom, fail_value, make_set, sleep"):
+            await faulty.call("missing")
+
+
+async def test_endpoint_error_is_also_a_type_error(world: LocalWorld, on: int) -> None:
+    faulty = await world[0].spawn(Faulty, on=on)
+    async with asyncio.timeout(5):
+        with pytest.raises(TypeError):
+            await faulty.call(Faulty.echo)
+
+
+async def test_bad_tell_raises_endpoint_error_at_once(world: LocalWorld, on: int) -> None:
+    faulty = await world[0].spawn(Faulty, on=on)
+    with pytest.raises(actorch.EndpointError, match="no endpoint 'missing'"):
+        faulty.tell("missing")
+    with pytest.raises(actorch.EndpointError, match="private"):
+        faulty.tell("_secret")
+    with pytest.raises(actorch.EndpointError, match="bad arguments for 'echo'"):
+        faulty.tell(Faulty.echo, 1, 2)
+
+
+async def test_lookup_of_a_missing_name_raises_not_found_at_the_enclosing_deadline(world: LocalWorld) -> None:
+    started = time.monotonic()
+    with pytest.raises(actorch.ActorNotFoundError) as info:
+        async with asyncio.timeout(0.1):
+            await world[1].lookup("nobody/here")
+    assert time.monotonic() - started < 1.0
+    assert "'nobody/here'" in str(info.value)
+    assert "node 1" in str(info.value)
+
+
+async def test_lookup_of_a_missing_name_raises_not_found_after_the_lookup_timeout() -> None:
+    async with local_world(2, lookup_timeout=0.2) as world:
+        started = time.monotonic()
+        with pytest.raises(actorch.ActorNotFoundError) as info:
+            async with asyncio.timeout(5):
+                await world[1].lookup("nobody/here")
+        elapsed = time.monotonic() - started
+    assert 0.15 < elapsed < 1.0
+    assert "'nobody/here'" in str(info.value)
+    assert "0.2 s" in str(info.value)
+
+
+async def test_actor_not_found_error_is_also_a_lookup_error(world: LocalWorld) -> None:
+    with pytest.raises(LookupError):
+        async with asyncio.timeout(0.05):
+            await world[0].lookup("nobody")
+
+
+async def test_spawn_under_a_taken_name_raises_name_taken(world: LocalWorld) -> None:
+    first = await world[0].spawn(Faulty, name="taken/x", on=1)
+    with pytest.raises(actorch.NameTakenError, match="'taken/x'"):
+        await world[0].spawn(Faulty, name="taken/x", on=2)
+    with pytest.raises(actorch.NameTakenError, match="'taken/x'"):
+        await world[2].spawn(Faulty, name="taken/x")
+    async with asyncio.timeout(5):
+        assert await world[2].lookup("taken/x") == first
+        assert await first.call(Faulty.echo, 1) == 1
+
+
+@pytest.mark.parametrize("name", ["", "a//b", "bad name", "../x", "x" * (actorch.MAX_NAME_LENGTH + 1)])
+async def test_spawn_with_an_invalid_name_raises_invalid_name(world: LocalWorld, name: str) -> None:
+    with pytest.raises(actorch.InvalidNameError, match="invalid actor name"):
+        await world[0].spawn(Faulty, name=name, on=1)
+    assert await world[0].lookup_all("**") == []
+
+
+@pytest.mark.parametrize("name", ["", "a//b", "bad name", "a/*"])
+async def test_lookup_with_an_invalid_name_raises_invalid_name(world: LocalWorld, name: str) -> None:
+    with pytest.raises(actorch.InvalidNameError):
+        async with asyncio.timeout(1):
+            await world[1].lookup(name)
+
+
+async def test_lookup_all_with_an_invalid_pattern_raises_invalid_name(world: LocalWorld) -> None:
+    with pytest.raises(actorch.InvalidNameError, match="invalid name pattern"):
+        await world[1].lookup_all("a b")
+
+
+async def test_strict_mode_refuses_a_set_argument_to_a_remote_actor() -> None:
+    async with local_world(2, strict=True) as world:
+        faulty = await world[0].spawn(Faulty, on=1)
+        async with asyncio.timeout(5):
+            with pytest.raises(actorch.SerializationError, match="set"):
+                await faulty.call(Faulty.echo, {1, 2})
+            assert await faulty.call(Faulty.echo, (1, 2)) == (1, 2)
+
+
+async def test_strict_mode_refuses_a_set_result_from_a_remote_actor() -> None:
+    async with local_world(2, strict=True) as world:
+        faulty = await world[0].spawn(Faulty, name="strict/faulty", on=1)
+        async with asyncio.timeout(5):
+            with pytest.raises(actorch.SerializationError, match="set") as info:
+                await faulty.call(Faulty.make_set)
+            assert await faulty.call(Faulty.echo, 1) == 1
+    assert "result" in str(info.value)
+
+
+async def test_strict_mode_lets_a_same_node_call_pass_a_set() -> None:
+    async with local_world(2, strict=True) as world:
+        faulty = await world[1].spawn(Faulty)
+        async with asyncio.timeout(5):
+            assert await faulty.call(Faulty.echo, {1, 2}) == {1, 2}
+
+
+async def test_call_to_a_stopped_actor_raises_actor_stopped(world: LocalWorld, on: int) -> None:
+    faulty = await world[0].spawn(Faulty, name="stopped/faulty", on=on)
+    await faulty.stop()
+    async with asyncio.timeout(5):
+        with pytest.raises(actorch.ActorStoppedError) as info:
+            await faulty.call(Faulty.echo, 1)
+    message = str(info.value)
+    assert "'echo'" in message
+    assert "'stopped/faulty'" in message
+    assert f"node {on}" in message
+
+
+async def test_pending_call_to_a_killed_node_raises_node_lost(world: LocalWorld) -> None:
+    faulty = await world[0].spawn(Faulty, name="lost/faulty", on=2)
+    pending = asyncio.ensure_future(faulty.call(Faulty.sleep, 10))
+    async with asyncio.timeout(5):
+        assert await faulty.call(Faulty.echo, "alive") == "alive"
+        world.kill(2)
+        with pytest.raises(actorch.NodeLostError) as info:
+            await pending
+    message = str(info.value)
+    assert "node 2" in message
+    assert "'sleep'" in message
+    assert "'lost/faulty'" in message
+
+
+async def test_new_call_to_a_killed_node_raises_node_lost_at_once(world: LocalWorld) -> None:
+    faulty = await world[0].spawn(Faulty, name="lost/faulty", on=2)
+    world.kill(2)
+    async with asyncio.timeout(1):
+        with pytest.raises(actorch.NodeLostError) as info:
+            await faulty.call(Faulty.echo, 1)
+    message = str(info.value)
+    assert "node 2" in message
+    assert "'echo'" in message
+    assert "'lost/faulty'" in message
+
+
+async def test_spawn_on_a_killed_node_raises_node_lost(world: LocalWorld) -> None:
+    world.kill(2)
+    async with asyncio.timeout(1):
+        with pytest.raises(actorch.NodeLostError, match="node 2"):
+            await world[0].spawn(Faulty, on=2)
