@@ -8,6 +8,7 @@ into an asyncio future with a done-callback; ``to_torch`` goes the other way.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -73,7 +74,8 @@ def to_torch(future: asyncio.Future[Any]) -> torch.futures.Future[Any]:
 
     def settle(done: asyncio.Future[Any]) -> None:
         if done.cancelled():
-            result.set_exception(asyncio.CancelledError())
+            # torch futures take only Exception subclasses, and asyncio's is a BaseException.
+            result.set_exception(concurrent.futures.CancelledError("the asyncio future was cancelled"))
         elif (exc := done.exception()) is not None:
             result.set_exception(exc)
         else:

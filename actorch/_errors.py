@@ -108,18 +108,24 @@ _mixed_classes: dict[type[BaseException], type[RemoteError]] = {}
 
 
 def _import_exception_class(type_name: str) -> type[BaseException] | None:
-    module_name, _, qualname = type_name.rpartition(".")
-    try:
-        if module_name in ("", "builtins"):
-            found: object = getattr(builtins, qualname)
-        else:
-            found = importlib.import_module(module_name)
-            for part in qualname.split("."):
-                found = getattr(found, part)
-    except (ImportError, AttributeError, ValueError):
-        return None
-    if isinstance(found, type) and issubclass(found, Exception):
-        return found
+    parts = type_name.split(".")
+    if len(parts) == 1:
+        found = getattr(builtins, type_name, None)
+        return found if isinstance(found, type) and issubclass(found, Exception) else None
+    # The module is the longest importable prefix; the rest is the (maybe nested) qualname.
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            owner: object = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        except ValueError:
+            return None
+        try:
+            for part in parts[split:]:
+                owner = getattr(owner, part)
+        except AttributeError:
+            return None
+        return owner if isinstance(owner, type) and issubclass(owner, Exception) else None
     return None
 
 

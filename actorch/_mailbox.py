@@ -83,6 +83,7 @@ class Cell:
         "endpoints",
         "handled",
         "idle",
+        "idle_at",
         "instance",
         "label",
         "max_concurrency",
@@ -122,6 +123,7 @@ class Cell:
         self.stopping = False
         self.tasks: set[asyncio.Task[None]] = set()
         self.idle: asyncio.Future[None] | None = None
+        self.idle_at = 0
 
     def __repr__(self) -> str:
         return f"<Cell {self.label} running={self.running} queued={len(self.queue)}>"
@@ -148,12 +150,13 @@ class Cell:
         self.running -= 1
         self.handled += 1
         self.active.discard(key)
-        if self.idle is not None and not self.running and not self.queue and not self.idle.done():
+        if self.idle is not None and self.running <= self.idle_at and not self.queue and not self.idle.done():
             self.idle.set_result(None)
 
-    async def wait_idle(self) -> None:
-        """Wait until no message runs or waits."""
-        if self.running or self.queue:
+    async def wait_idle(self, still_running: int = 0) -> None:
+        """Wait until no message waits and at most ``still_running`` run (the caller's own)."""
+        if self.running > still_running or self.queue:
+            self.idle_at = still_running
             self.idle = asyncio.get_running_loop().create_future()
             await self.idle
 

@@ -65,10 +65,17 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
                 raise InvalidNameError(f"invalid name pattern {pattern!r}: '[' without ']'")
             body = pattern[i + 1 : end]
             negate = body.startswith("!")
-            body = re.escape(body[1:] if negate else body)
+            if negate:
+                body = body[1:]
+            if not body:
+                raise InvalidNameError(f"invalid name pattern {pattern!r}: empty '[...]' set")
+            body = "".join(char if char == "-" else re.escape(char) for char in body)  # keep ranges
             out.append(f"[^/{body}]" if negate else f"[{body}]")
             i = end
         else:
             out.append(re.escape(char))
         i += 1
-    return re.compile("".join(out))
+    try:
+        return re.compile("".join(out))
+    except re.error as exc:
+        raise InvalidNameError(f"invalid name pattern {pattern!r}: {exc}") from None

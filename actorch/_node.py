@@ -120,16 +120,22 @@ class Node:
         return list(self._cells.values())
 
     async def drain(self, cell: Cell, grace: float) -> None:
-        """Refuse new messages, let queued and running ones finish, cancel them after ``grace``."""
+        """Refuse new messages, let queued and running ones finish, cancel them after ``grace``.
+
+        An actor that stops itself from a handler keeps that handler running.
+        """
         cell.stopping = True
-        if cell.running or cell.queue:
+        context = current_call.get()
+        own = 1 if context is not None and cell.is_reentrant(context.child_chain()) else 0
+        current = asyncio.current_task()
+        if cell.running > own or cell.queue:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace):
-                    await cell.wait_idle()
+                    await cell.wait_idle(own)
         while cell.queue:
             envelope = cell.queue.popleft()
             self._fail(envelope, ActorStoppedError(f"{cell.label} stopped before handling {envelope.endpoint!r}"))
-        tasks = list(cell.tasks)
+        tasks = [task for task in cell.tasks if task is not current]
         for task in tasks:
             task.cancel()
         if tasks:

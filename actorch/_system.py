@@ -70,9 +70,7 @@ class NodeService(Actor):
             return
         done = self._stopping[actor_id] = asyncio.get_running_loop().create_future()
         try:
-            context = current_call.get()
-            stopping_itself = context is not None and cell.is_reentrant(context.child_chain())
-            await node.drain(cell, 0.0 if stopping_itself else self._hosted.config.stop_grace)
+            await node.drain(cell, self._hosted.config.stop_grace)
             await self._hosted._run_hook(cell, "on_stop")
             node.remove_actor(cell)
             if cell.name is not None:
