@@ -339,3 +339,12 @@ async def test_statistics_count_calls_tells_and_actors(world: LocalWorld) -> Non
 
 async def test_system_repr_names_the_node(world: LocalWorld) -> None:
     assert "node 1 of 3" in repr(world[1])
+
+
+async def test_system_describes_every_node_of_the_world(world):
+    for system in world.systems:
+        assert system.world_size == len(world)
+        nodes = system.nodes
+        assert [node.rank for node in nodes] == list(range(len(world)))
+        assert [node.name for node in nodes] == [f"node{rank}" for rank in range(len(world))]
+        assert all(node.pid > 0 and node.host for node in nodes)
