@@ -1,0 +1,274 @@
+"""Actors shared by the multi-process test scripts (importable on every rank as ``actors``).
+
+The scripts in this folder run as ``python tests/mp_scripts/<script>.py``, so
+this folder is first on ``sys.path`` in rank 0 and in the spawned workers, which
+import actor classes by ``module:Qualname``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import actorch
+
+MARK = "RESULT "
+
+
+def emit(check: str, **values: Any) -> None:
+    """Print one machine-readable result line for the test to parse."""
+    print(MARK + json.dumps({"check": check, **values}, default=repr, ensure_ascii=True), flush=True)
+
+
+def describe(exc: BaseException) -> dict[str, Any]:
+    """A JSON-friendly description of an exception (its class tree and text)."""
+    return {
+        "type": type(exc).__name__,
+        "mro": [cls.__name__ for cls in type(exc).__mro__],
+        "message": str(exc),
+    }
+
+
+async def attempt(awaitable: Awaitable[Any]) -> dict[str, Any]:
+    """Await and describe the outcome: ``{"value": ...}`` or ``{"error": {...}}``, with the time taken."""
+    started = time.monotonic()
+    try:
+        value = await awaitable
+    except Exception as exc:
+        return {"error": describe(exc), "seconds": time.monotonic() - started}
+    return {"value": value, "seconds": time.monotonic() - started}
+
+
+def attempt_now(fn: Callable[[], Any]) -> dict[str, Any]:
+    """Call ``fn`` and describe the outcome like :func:`attempt`."""
+    try:
+        return {"value": fn()}
+    except Exception as exc:
+        return {"error": describe(exc)}
+
+
+def is_dead(pid: int) -> bool:
+    """Whether ``pid`` is gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+
+
+def write_file(path: str, text: str) -> None:
+    Path(path).write_text(text)
+
+
+class CustomError(Exception):
+    """A user exception class that the caller can import too."""
+
+
+class Counter(actorch.Actor):
+    def __init__(self, start: int = 0) -> None:
+        self.value = start
+
+    async def add(self, k: int = 1) -> int:
+        self.value += k
+        return self.value
+
+    async def get(self) -> int:
+        return self.value
+
+    async def where(self) -> list[int]:
+        return [self.system.rank, os.getpid()]
+
+    async def _private(self) -> int:
+        return -1
+
+    async def explode(self, message: str) -> None:
+        raise ValueError(message)
+
+    async def explode_custom(self, message: str) -> None:
+        raise CustomError(message)
+
+    async def explode_local(self) -> None:
+        class LocalOnlyError(Exception):
+            pass
+
+        raise LocalOnlyError("defined inside a function")
+
+    async def give_set(self) -> Any:
+        return {1, 2, 3}
+
+    async def echo(self, value: Any) -> Any:
+        return value
+
+
+class Recorder(actorch.Actor):
+    """Appends what it is sent, to check ordering."""
+
+    def __init__(self) -> None:
+        self.log: list[Any] = []
+
+    async def append(self, caller: str, index: int) -> int:
+        self.log.append([caller, index])
+        return index
+
+    async def entries(self) -> list[Any]:
+        return self.log
+
+
+class Sender(actorch.Actor):
+    """Sends interleaved tells and calls to another actor from its own node."""
+
+    async def blast(self, target: actorch.ActorRef[Recorder], caller: str, count: int) -> int:
+        return await send_interleaved(target, caller, count)
+
+
+async def send_interleaved(target: actorch.ActorRef[Recorder], caller: str, count: int) -> int:
+    """Send ``count`` messages (every third a call, the rest tells) in index order."""
+    calls = []
+    for index in range(count):
+        if index % 3 == 0:
+            calls.append(asyncio.ensure_future(target.call(Recorder.append, caller, index)))
+            await asyncio.sleep(0)  # let the call task send before the next message
+        else:
+            target.tell(Recorder.append, caller, index)
+    results = await asyncio.gather(*calls)
+    return len(results)
+
+
+class Finder(actorch.Actor):
+    """Looks names up from its own node."""
+
+    async def find(self, name: str) -> list[Any]:
+        ref = await self.system.lookup(name)
+        return [ref.name, ref.rank, await ref.call("get")]
+
+    async def find_within(self, name: str, seconds: float) -> dict[str, Any]:
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(seconds):
+                ref = await self.system.lookup(name)
+        except Exception as exc:
+            return {"error": describe(exc), "seconds": time.monotonic() - started}
+        return {"found": [ref.name, ref.rank], "seconds": time.monotonic() - started}
+
+
+class Gauge(actorch.Actor):
+    """Measures how many ``work`` handlers overlap."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.peak = 0
+
+    async def work(self, seconds: float) -> int:
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.running -= 1
+        return self.peak
+
+    async def peak_seen(self) -> int:
+        return self.peak
+
+
+class WideGauge(Gauge):
+    max_concurrency = 3
+
+
+class Ping(actorch.Actor):
+    """One side of a re-entrant chain A -> B -> A."""
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.echoes = 0
+
+    async def ping_via(self, other: actorch.ActorRef[Any], value: int) -> int:
+        return await other.call("bounce", self.ref, value)
+
+    async def bounce(self, back: actorch.ActorRef[Any], value: int) -> int:
+        return await back.call("echo", value) + 1
+
+    async def echo(self, value: int) -> int:
+        self.echoes += 1
+        return value * 10
+
+
+class Slow(actorch.Actor):
+    """Records when its slow handler starts, finishes or is cancelled."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    async def slow(self, tag: str, seconds: float) -> str:
+        self.events.append(f"started {tag}")
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            self.events.append(f"cancelled {tag}")
+            raise
+        self.events.append(f"finished {tag}")
+        return tag
+
+    async def history(self) -> list[str]:
+        return self.events
+
+
+class Store(actorch.Actor):
+    """Keeps tensors it is sent."""
+
+    def __init__(self) -> None:
+        self.kept: list[torch.Tensor] = []
+
+    async def keep(self, tensor: torch.Tensor) -> None:
+        self.kept.append(tensor)
+
+    async def kept_sums(self) -> list[float]:
+        return [float(t.sum()) for t in self.kept]
+
+    async def echo(self, value: Any) -> Any:
+        return value
+
+
+class Stopper(actorch.Actor):
+    """Writes a file in ``on_stop`` (the test checks it exists)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    async def on_stop(self) -> None:
+        write_file(self.path, f"stopped on node {self.system.rank} pid {os.getpid()}\n")
+
+    async def where(self) -> list[int]:
+        return [self.system.rank, os.getpid()]
+
+
+class BadStart(actorch.Actor):
+    async def on_start(self) -> None:
+        raise ValueError("on_start refused")
+
+    async def get(self) -> int:
+        return 0
+
+
+class Victim(actorch.Actor):
+    """Kills its own process on request."""
+
+    max_concurrency = 4
+
+    async def hang(self, seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return "survived"
+
+    async def die(self) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    async def get(self) -> int:
+        return os.getpid()
