@@ -175,13 +175,17 @@ async def _lead(main: Main[T], transport: Transport, config: SystemConfig, worke
 
 
 async def _shutdown_world(system: ActorSystem) -> None:
-    """Stop every actor everywhere (``on_stop`` runs), let the workers go, close this node."""
+    """Stop every actor everywhere (``on_stop`` runs), then close this node; the workers follow.
+
+    Rank 0 leaves first: each worker sees it go and exits. The other order
+    makes torch log every dropped connection at rank 0, where torch may have
+    been imported before its C++ log level could be set.
+    """
     node = system._node
     peers = [rank for rank in range(1, system.world_size) if rank not in node.lost]
     await _call_all(system, peers, NodeService.shutdown, system.config.stop_grace + SHUTDOWN_TIMEOUT)
     await system._stop_local_actors()
     node.departing = True
-    await _call_all(system, [rank for rank in peers if rank not in node.lost], NodeService.exit, SHUTDOWN_TIMEOUT)
     await node.close()
 
 

@@ -13,6 +13,7 @@ is noticed even when nothing else is in flight.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import socket
 import threading
@@ -56,6 +57,20 @@ class RpcOptions:
     def __post_init__(self) -> None:
         if self.transport not in ("uv", "shm"):
             raise ValueError(f"transport must be 'uv' or 'shm', not {self.transport!r}")
+
+
+def _quiet_cpp_logs() -> None:
+    # TORCH_CPP_LOG_LEVEL is read only when torch loads; a script that imported
+    # torch before actorch would still see TensorPipe's "[W ...]" lines about
+    # closed pipes. The variable only sets this flag, so set the flag the same way.
+    if os.environ.get("TORCH_CPP_LOG_LEVEL", "").upper() not in ("ERROR", "2"):
+        return  # the user chose a level: leave it
+    try:
+        library = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
+        level = ctypes.c_int.in_dll(library, "FLAGS_caffe2_log_level")
+    except (OSError, ValueError):
+        return  # another build of torch: nothing to adjust
+    level.value = max(level.value, 2)
 
 
 def worker_name(rank: int) -> str:
@@ -152,6 +167,7 @@ class RpcTransport(Transport):
                 watch.add_done_callback(self._watch_callback(peer))
 
     def _init_rpc(self) -> None:
+        _quiet_cpp_logs()
         host, port = self._master
         if host in _LOOPBACK:
             os.environ.setdefault("TP_SOCKET_IFNAME", "lo")

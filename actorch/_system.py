@@ -84,12 +84,9 @@ class NodeService(Actor):
         self._hosted._cache.evict(names)
 
     async def shutdown(self) -> None:
-        """Stop every user actor of this node (the system is ending)."""
+        """Stop every user actor of this node: the system is ending, rank 0 leaves next."""
+        self._hosted._node.departing = True
         await self._hosted._stop_local_actors()
-
-    async def exit(self) -> None:
-        """Let this node's process leave once this call has been answered."""
-        self._hosted._exit.set()
 
 
 class ActorSystem:
