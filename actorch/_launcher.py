@@ -12,7 +12,6 @@ import asyncio
 import multiprocessing
 import os
 import signal
-import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -21,7 +20,7 @@ from actorch._codec import Codec
 from actorch._errors import NodeLostError
 from actorch._logging import configure_logging
 from actorch._node import Node
-from actorch._rpc_transport import RpcOptions, RpcTransport
+from actorch._rpc_transport import RpcOptions, RpcTransport, listen_socket
 from actorch._system import ActorSystem, NodeService, SystemConfig
 from actorch._transport import InProcessHub, Transport
 
@@ -101,7 +100,8 @@ def run(
 
 
 def _launch_local(main: Main[T], world_size: int, host: str, config: SystemConfig, options: RpcOptions) -> T:
-    port = _free_port(host)
+    listener = listen_socket(host)
+    port = listener.getsockname()[1]
     context = multiprocessing.get_context("spawn")
     saved = {key: os.environ.get(key) for key in _QUIET_ENV}
     os.environ.update(_QUIET_ENV)
@@ -124,7 +124,7 @@ def _launch_local(main: Main[T], world_size: int, host: str, config: SystemConfi
             else:
                 os.environ[key] = value
     try:
-        transport = _rpc_transport(_World(0, world_size, host, port), options)
+        transport = RpcTransport(0, world_size, host, port, options, listener)
         return asyncio.run(_lead(main, transport, config, workers))
     finally:
         _reap(workers)
@@ -141,13 +141,6 @@ def _reap(workers: list[Any]) -> None:
 
 def _rpc_transport(world: _World, options: RpcOptions) -> RpcTransport:
     return RpcTransport(world.rank, world.world_size, world.host, world.port, options)
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def _start(transport: Transport, config: SystemConfig, workers: list[Any] | None = None) -> ActorSystem:

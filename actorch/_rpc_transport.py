@@ -20,15 +20,17 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.distributed import rpc
 
 from actorch._bridge import Inbox
 from actorch._transport import Batch, NodeInfo, Port, Transport
 
-__all__ = ["RpcOptions", "RpcTransport"]
+__all__ = ["RpcOptions", "RpcTransport", "listen_socket"]
 
 _active: RpcTransport | None = None
 _LOST = -1  # inbox item: the peer is gone
@@ -71,6 +73,24 @@ def _quiet_cpp_logs() -> None:
     except (OSError, ValueError):
         return  # another build of torch: nothing to adjust
     level.value = max(level.value, 2)
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def listen_socket(host: str) -> socket.socket:
+    """A socket listening on ``host`` at a free port, for rank 0's store (no port race)."""
+    return socket.create_server((host, 0), family=_family(host))
+
+
+def _forget_world() -> None:
+    # torch numbers its start-up all-gathers per process; a later world whose
+    # other ranks are fresh processes must count from zero like them.
+    for state in ("_all_gather_sequence_id", "_all_gather_sequence_id_to_states"):
+        table = getattr(rpc.api, state, None)
+        if isinstance(table, dict):
+            table.clear()
 
 
 def worker_name(rank: int) -> str:
@@ -130,9 +150,19 @@ def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
 class RpcTransport(Transport):
     """Talks torch RPC to the other ranks of a static world."""
 
-    def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int, options: RpcOptions) -> None:
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        master_addr: str,
+        master_port: int,
+        options: RpcOptions,
+        listener: socket.socket | None = None,
+    ) -> None:
         super().__init__(rank, world_size)
         self._master = (master_addr, master_port)
+        self._listener = listener
+        self._store: Any = None
         self._options = options
         self._next_seq = [0] * world_size
         self._expected = [0] * world_size
@@ -168,25 +198,31 @@ class RpcTransport(Transport):
 
     def _init_rpc(self) -> None:
         _quiet_cpp_logs()
-        host, port = self._master
+        host, _ = self._master
         if host in _LOOPBACK:
             os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
+        store = self._rendezvous_store()
         options = rpc.TensorPipeRpcBackendOptions(
             num_worker_threads=self._options.num_worker_threads,
             rpc_timeout=self._options.init_timeout,
-            init_method=f"tcp://{host}:{port}",
             _transports=[self._options.transport],
         )
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*ProcessGroup.*", category=UserWarning)
             warnings.filterwarnings("ignore", category=FutureWarning)
-            rpc.init_rpc(  # type: ignore[no-untyped-call]
+            # What init_rpc does, minus its per-process key prefix counter: with it, a
+            # second world in the same process used other keys than its fresh workers
+            # and waited forever.
+            rpc.dist_autograd._init(self.rank)  # type: ignore[attr-defined]
+            rpc._set_profiler_node_id(self.rank)  # type: ignore[attr-defined]
+            rpc._init_rpc_backend(  # type: ignore[no-untyped-call]
+                rpc.BackendType.TENSORPIPE,  # type: ignore[attr-defined]
+                store,
                 worker_name(self.rank),
-                rank=self.rank,
-                world_size=self.world_size,
-                rpc_backend_options=options,
+                self.rank,
+                self.world_size,
+                options,
             )
-        store = rpc.api._get_current_rpc_agent().store  # type: ignore[attr-defined]
         store.set(f"actorch/peer/{self.rank}", f"{socket.gethostname()}:{os.getpid()}")
         keys = [f"actorch/peer/{rank}" for rank in range(self.world_size)]
         store.wait(keys)
@@ -194,6 +230,28 @@ class RpcTransport(Transport):
         for rank, raw in enumerate(store.multi_get(keys)):
             host_name, _, pid = bytes(raw).decode().rpartition(":")
             self._peers.append(NodeInfo(rank, worker_name(rank), host_name, int(pid)))
+
+    def _rendezvous_store(self) -> Any:
+        """The store the ranks meet in; rank 0 serves it on its own socket (loopback by default)."""
+        host, port = self._master
+        timeout = timedelta(seconds=self._options.init_timeout)
+        if self.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+            if self._listener is None:
+                self._listener = socket.create_server((host, port), family=_family(host))
+            listener, self._listener = self._listener, None
+            self._store = dist.TCPStore(  # type: ignore[attr-defined]
+                host,
+                port,
+                self.world_size,
+                True,
+                timeout,
+                wait_for_workers=False,
+                master_listen_fd=listener.detach(),  # the store owns and closes it
+            )
+        else:
+            self._store = dist.TCPStore(host, port, self.world_size, False, timeout)  # type: ignore[attr-defined]
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        return dist.PrefixStore(f"actorch/{restart}", self._store)  # type: ignore[attr-defined]
 
     def peers(self) -> list[NodeInfo]:
         """Every rank of the world with its host and pid, by rank."""
@@ -213,6 +271,10 @@ class RpcTransport(Transport):
             await _in_daemon_thread(lambda: rpc.shutdown(graceful=False))
         finally:
             _active = None
+            self._store = None
+            if self._listener is not None:
+                self._listener.close()
+            _forget_world()
 
     def _send_batch(self, dest: int, batch: Batch) -> None:
         if dest in self._lost_ranks:
