@@ -14,6 +14,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from actorch._deadline import inherited_deadline
+from actorch._errors import ActorStoppedError, EndpointError
+from actorch._wire import HANDLER, RUNTIME, error_payload
+
 if TYPE_CHECKING:
     from actorch._node import Node
 
@@ -184,7 +188,7 @@ class Cell:
     def start(self, envelope: Envelope) -> None:
         """Run ``envelope`` in a new worker task, which then drains the queue."""
         self.enter(envelope.key)
-        task = self.node.loop.create_task(self.node.work(self, envelope))
+        task = self.node.loop.create_task(self.work(envelope))
         envelope.task = task
         self.tasks.add(task)
 
@@ -196,3 +200,82 @@ class Cell:
             if envelope.task is not None and not envelope.cancelled:
                 envelope.cancelled = True
                 envelope.task.cancel()
+
+    def open(self, endpoint: str, args: Any, kwargs: dict[str, Any]) -> Any:
+        """Start the handler coroutine, or raise ``EndpointError`` (unknown, private, ill-bound)."""
+        handler = self.endpoints.get(endpoint)
+        if handler is None:
+            if endpoint.startswith("_"):
+                raise EndpointError(f"{endpoint!r} of {self.label} is private: endpoints are public async methods")
+            known = ", ".join(sorted(self.endpoints)) or "none"
+            raise EndpointError(f"{self.label} has no endpoint {endpoint!r} (endpoints: {known})")
+        try:
+            return handler(self.instance, *args, **kwargs)
+        except TypeError as exc:
+            raise EndpointError(f"bad arguments for {endpoint!r} of {self.label}: {exc}") from None
+
+    async def work(self, envelope: Envelope | None) -> None:
+        """A mailbox worker: handle ``envelope``, then queued messages while the mailbox allows.
+
+        Consecutive messages run in this one task, so handlers that never suspend
+        cost no task creation and no loop iteration each.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            while envelope is not None:
+                envelope.task = task
+                try:
+                    await self._handle(envelope)
+                finally:
+                    if envelope.cancelled:
+                        task.uncancel()  # that cancellation was the message's, not the worker's
+                    envelope.task = None
+                    self.leave(envelope.key)
+                envelope = self.take_next()
+        finally:
+            self.tasks.discard(task)
+
+    async def _handle(self, envelope: Envelope) -> None:
+        token = current_call.set(CallContext(self, envelope.key, envelope.chain, envelope.endpoint))
+        deadline_token = inherited_deadline.set(envelope.deadline)
+        timeout = None if envelope.deadline is None else asyncio.timeout_at(envelope.deadline)
+        try:
+            coroutine = self.open(envelope.endpoint, envelope.args, envelope.kwargs)
+            if timeout is None:
+                result = await coroutine
+            else:
+                async with timeout:
+                    result = await coroutine
+        except asyncio.CancelledError:
+            self.fail(envelope, ActorStoppedError(f"call to {envelope.endpoint!r} of {self.label} was cancelled"))
+            if not envelope.cancelled:
+                raise  # the worker itself is cancelled (the actor is stopping)
+        except EndpointError as exc:
+            self.fail(envelope, exc)
+        except TimeoutError as exc:
+            if timeout is not None and timeout.expired():
+                self.fail(envelope, TimeoutError(f"{envelope.endpoint!r} of {self.label} ran past its deadline"))
+            else:
+                self.fail(envelope, exc, HANDLER)
+        except Exception as exc:  # noqa: BLE001 - any handler error goes back to the caller
+            self.fail(envelope, exc, HANDLER)
+        else:
+            if envelope.respond is not None:
+                envelope.respond(True, result)
+        finally:
+            current_call.reset(token)
+            inherited_deadline.reset(deadline_token)
+
+    def fail(self, envelope: Envelope, exc: BaseException, origin: int = RUNTIME) -> None:
+        """Answer ``envelope`` with an error, or log it if nobody waits (a tell)."""
+        if envelope.respond is not None:
+            envelope.respond(False, (exc, origin))
+        else:
+            self.node.log.error(
+                "tell failed",
+                endpoint=envelope.endpoint,
+                call=f"{envelope.key:#x}",
+                error=f"{type(exc).__name__}: {exc}",
+                traceback=error_payload(exc, origin)[3] or None,
+            )

@@ -1,16 +1,8 @@
-"""The node: one per process, owning the loop's actors, their dispatch, and calls between nodes.
+"""The node: one per process, owning the loop's actors and carrying calls between nodes.
 
-Wire messages are msgpack arrays; their first item is the kind::
-
-    [CALL,   call_id, actor_id, endpoint, remaining_s | None, chain, body | None]
-    [TELL,   0,       actor_id, endpoint, None,               (),    body | None]
-    [REPLY,  call_id, True,  body | None]            the result
-    [REPLY,  call_id, False, [origin, type, message, traceback]]
-    [CANCEL, call_id]
-
-``body`` is ``[args, kwargs]`` (or the result) encoded by the codec, with tensors
-beside it. A call to an actor of this node skips all of that: the handler runs in
-the caller's task when the mailbox allows, else waits in the queue.
+Messages go out through the transport in the format of ``_wire``; a call to an
+actor of this node skips all of that: the handler runs in the caller's task
+when the mailbox allows, else waits in the queue.
 """
 
 from __future__ import annotations
@@ -18,18 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 
-from actorch import _errors
 from actorch._codec import Codec
-from actorch._deadline import current_deadline, inherited_deadline
+from actorch._deadline import current_deadline
 from actorch._errors import (
     ActorStoppedError,
-    EndpointError,
     NodeLostError,
     SerializationError,
     SystemClosedError,
@@ -37,34 +26,13 @@ from actorch._errors import (
 )
 from actorch._mailbox import CallContext, Cell, Endpoint, Envelope, current_call
 from actorch._transport import Batch, NodeInfo, Port, Transport
+from actorch._wire import CALL, CANCEL, GONE, HANDLER, REPLY, RUNTIME, TELL, error_payload, rebuild_error, settle
 
 __all__ = ["Node"]
 
-CALL, TELL, REPLY, CANCEL = 0, 1, 2, 3
-_GONE = "no longer hosts actor"
-_RUNTIME, _HANDLER = 0, 1
 _KEY_BITS = 48
 
 log = structlog.get_logger("actorch")
-
-
-def _error_payload(exc: BaseException, origin: int) -> list[Any]:
-    kind = type(exc)
-    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    text = "".join(traceback.format_exception(exc)) if origin == _HANDLER else ""
-    return [origin, name, str(exc), text]
-
-
-def _rebuild_error(payload: list[Any]) -> BaseException:
-    origin, type_name, message, text = payload
-    if origin == _HANDLER:
-        return remote_error(type_name, message, text)
-    if type_name == "TimeoutError":
-        return TimeoutError(message)
-    cls = getattr(_errors, type_name.rpartition(".")[2], None)
-    if isinstance(cls, type) and issubclass(cls, _errors.ActorchError):
-        return cls(message)
-    return _errors.ActorchError(f"{type_name}: {message}")
 
 
 class Node:
@@ -134,7 +102,7 @@ class Node:
                     await cell.wait_idle(own)
         while cell.queue:
             envelope = cell.queue.popleft()
-            self._fail(envelope, ActorStoppedError(f"{cell.label} stopped before handling {envelope.endpoint!r}"))
+            cell.fail(envelope, ActorStoppedError(f"{cell.label} stopped before handling {envelope.endpoint!r}"))
         tasks = [task for task in cell.tasks if task is not current]
         for task in tasks:
             task.cancel()
@@ -223,7 +191,7 @@ class Node:
         key = self._new_key()
         if not cell.can_start(chain):
             future: asyncio.Future[Any] = self.loop.create_future()
-            envelope = Envelope(endpoint, args, kwargs, key, chain, current_deadline(), _settle(future))
+            envelope = Envelope(endpoint, args, kwargs, key, chain, current_deadline(), settle(future))
             cell.queue.append(envelope)
             try:
                 return await future
@@ -233,100 +201,23 @@ class Node:
         cell.enter(key)
         token = current_call.set(CallContext(cell, key, chain, endpoint))
         try:
-            coroutine = self._open(cell, endpoint, args, kwargs)
+            coroutine = cell.open(endpoint, args, kwargs)
             try:
                 return await coroutine
             except Exception as exc:
-                raise remote_error(*_error_payload(exc, _HANDLER)[1:]) from exc
+                raise remote_error(*error_payload(exc, HANDLER)[1:]) from exc
         finally:
             current_call.reset(token)
             cell.leave(key)
             cell.wake()
 
-    def _open(self, cell: Cell, endpoint: str, args: Any, kwargs: dict[str, Any]) -> Any:
-        handler = cell.endpoints.get(endpoint)
-        if handler is None:
-            if endpoint.startswith("_"):
-                raise EndpointError(f"{endpoint!r} of {cell.label} is private: endpoints are public async methods")
-            known = ", ".join(sorted(cell.endpoints)) or "none"
-            raise EndpointError(f"{cell.label} has no endpoint {endpoint!r} (endpoints: {known})")
-        try:
-            return handler(cell.instance, *args, **kwargs)
-        except TypeError as exc:
-            raise EndpointError(f"bad arguments for {endpoint!r} of {cell.label}: {exc}") from None
-
     # ------------------------------------------------------------------ calls in
 
     def _deliver(self, cell: Cell, envelope: Envelope) -> None:
         if cell.stopping:
-            self._fail(envelope, ActorStoppedError(f"{cell.label} is stopping; {envelope.endpoint!r} refused"))
+            cell.fail(envelope, ActorStoppedError(f"{cell.label} is stopping; {envelope.endpoint!r} refused"))
         else:
             cell.submit(envelope)
-
-    async def work(self, cell: Cell, envelope: Envelope | None) -> None:
-        """A mailbox worker: handle ``envelope``, then queued messages while the mailbox allows.
-
-        Consecutive messages run in this one task, so handlers that never suspend
-        cost no task creation and no loop iteration each.
-        """
-        task = asyncio.current_task()
-        assert task is not None
-        try:
-            while envelope is not None:
-                envelope.task = task
-                try:
-                    await self._handle(cell, envelope)
-                finally:
-                    if envelope.cancelled:
-                        task.uncancel()  # that cancellation was the message's, not the worker's
-                    envelope.task = None
-                    cell.leave(envelope.key)
-                envelope = cell.take_next()
-        finally:
-            cell.tasks.discard(task)
-
-    async def _handle(self, cell: Cell, envelope: Envelope) -> None:
-        token = current_call.set(CallContext(cell, envelope.key, envelope.chain, envelope.endpoint))
-        deadline_token = inherited_deadline.set(envelope.deadline)
-        timeout = None if envelope.deadline is None else asyncio.timeout_at(envelope.deadline)
-        try:
-            coroutine = self._open(cell, envelope.endpoint, envelope.args, envelope.kwargs)
-            if timeout is None:
-                result = await coroutine
-            else:
-                async with timeout:
-                    result = await coroutine
-        except asyncio.CancelledError:
-            self._fail(envelope, ActorStoppedError(f"call to {envelope.endpoint!r} of {cell.label} was cancelled"))
-            if not envelope.cancelled:
-                raise  # the worker itself is cancelled (the actor is stopping)
-        except EndpointError as exc:
-            self._fail(envelope, exc)
-        except TimeoutError as exc:
-            if timeout is not None and timeout.expired():
-                self._fail(envelope, TimeoutError(f"{envelope.endpoint!r} of {cell.label} ran past its deadline"))
-            else:
-                self._fail(envelope, exc, _HANDLER)
-        except Exception as exc:  # noqa: BLE001 - any handler error goes back to the caller
-            self._fail(envelope, exc, _HANDLER)
-        else:
-            if envelope.respond is not None:
-                envelope.respond(True, result)
-        finally:
-            current_call.reset(token)
-            inherited_deadline.reset(deadline_token)
-
-    def _fail(self, envelope: Envelope, exc: BaseException, origin: int = _RUNTIME) -> None:
-        if envelope.respond is not None:
-            envelope.respond(False, (exc, origin))
-        else:
-            self.log.error(
-                "tell failed",
-                endpoint=envelope.endpoint,
-                call=f"{envelope.key:#x}",
-                error=f"{type(exc).__name__}: {exc}",
-                traceback=_error_payload(exc, origin)[3] or None,
-            )
 
     def _receive(self, src: int, batch: Batch, port: Port | None) -> None:
         messages, tensors = batch
@@ -365,16 +256,17 @@ class Node:
         )
         cell = self._cells.get(actor_id)
         if cell is None:
-            self._fail(
-                envelope,
-                ActorStoppedError(f"{_GONE} #{actor_id}; {endpoint!r} refused (node {self.rank})"),
-            )
+            gone = ActorStoppedError(f"{GONE} #{actor_id}; {endpoint!r} refused (node {self.rank})")
+            if respond is not None:
+                respond(False, (gone, RUNTIME))
+            else:
+                self.log.warning("tell dropped", endpoint=endpoint, error=str(gone))
             return
         if body is not None:
             try:
                 envelope.args, envelope.kwargs = self.codec.decode(body, tensors, self)
             except SerializationError as exc:
-                self._fail(envelope, SerializationError(f"arguments for {endpoint!r} of {cell.label}: {exc}"))
+                cell.fail(envelope, SerializationError(f"arguments for {endpoint!r} of {cell.label}: {exc}"))
                 return
         if is_call:
             self._inbound[(src, call_id)] = (cell, envelope)
@@ -394,10 +286,10 @@ class Node:
                     message = self._pack([REPLY, call_id, True, body])
                 except SerializationError as error:
                     refused = SerializationError(f"result of call {call_id} from node {src}: {error}")
-                    message = self._pack([REPLY, call_id, False, _error_payload(refused, _RUNTIME)])
+                    message = self._pack([REPLY, call_id, False, error_payload(refused, RUNTIME)])
             else:
                 failure, origin = value
-                message = self._pack([REPLY, call_id, False, _error_payload(failure, origin)])
+                message = self._pack([REPLY, call_id, False, error_payload(failure, origin)])
             self.transport.reply(src, port, message, tensors)
 
         return respond
@@ -411,8 +303,8 @@ class Node:
         if future.done():
             return
         if not ok:
-            error = _rebuild_error(payload)
-            if type(error) is ActorStoppedError and payload[2].startswith(_GONE):
+            error = rebuild_error(payload)
+            if type(error) is ActorStoppedError and payload[2].startswith(GONE):
                 error = ActorStoppedError(f"cannot call {entry[3]!r} of {entry[2]}: the actor has stopped")
             future.set_exception(error)
             return
@@ -477,21 +369,3 @@ class Node:
     def statistics(self) -> dict[str, int]:
         """Counts of calls and tells sent and received, pending calls and hosted actors."""
         return {**self.counts, "pending_calls": len(self._pending), "actors": len(self._cells)}
-
-
-def _settle(future: asyncio.Future[Any]) -> Callable[[bool, Any], None]:
-    def respond(ok: bool, value: Any) -> None:
-        if future.done():
-            return
-        if ok:
-            future.set_result(value)
-        else:
-            exc, origin = value
-            if origin == _HANDLER:
-                error = remote_error(*_error_payload(exc, _HANDLER)[1:])
-                error.__cause__ = exc
-                future.set_exception(error)
-            else:
-                future.set_exception(exc)
-
-    return respond

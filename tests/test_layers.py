@@ -18,6 +18,7 @@ LAYERS = {
     "_transport": 4,
     "_rpc_transport": 4,
     "_mailbox": 5,
+    "_wire": 5,
     "_node": 5,
     "_actor": 6,
     "_ref": 6,
@@ -31,7 +32,7 @@ LAYERS = {
 
 ONLY_IN = {
     "torch.distributed.rpc": {"_rpc_transport"},
-    "msgpack": {"_codec", "_node"},
+    "msgpack": {"_codec"},
 }
 
 
