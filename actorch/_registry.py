@@ -79,8 +79,8 @@ class Registry(Actor):
         regex = compile_pattern(pattern)
         return [ref for name, ref in sorted(self._refs.items()) if ref is not None and regex.fullmatch(name)]
 
-    async def drop_rank(self, rank: int) -> None:
-        """Forget every name of a lost node."""
+    def _drop_rank(self, rank: int) -> None:
+        """Forget every name of a lost node (called by the node, not a message)."""
         self._lost.add(rank)
         gone = [name for name, ref in self._refs.items() if ref is not None and ref.rank == rank]
         for name in gone:

@@ -310,7 +310,7 @@ class ActorSystem:
         if self.rank == 0 and not self._node.closed:
             registry = self._node.cell(REGISTRY_ID)
             if registry is not None:
-                self._node.loop.create_task(registry.instance.drop_rank(rank))  # type: ignore[attr-defined]
+                registry.instance._drop_rank(rank)  # type: ignore[attr-defined]
         if rank == 0 and self.rank != 0:
             self._exit.set()
 
