@@ -67,13 +67,17 @@ class Codec:
     def __repr__(self) -> str:
         return f"<Codec strict={self.strict}>"
 
-    def encode(self, value: Any, *, copy_tensors: bool = False) -> tuple[bytes, list[torch.Tensor]]:
+    def encode(
+        self, value: Any, *, copy_tensors: bool = False, cpu_only: bool = False
+    ) -> tuple[bytes, list[torch.Tensor]]:
         """Encode ``value``; return its bytes and the tensors it references, in order.
 
         Args:
             value: Any value msgpack, the registered extensions or pickle can carry.
             copy_tensors: Send private copies of the tensors, so the sender may
                 mutate its own at once (used by fire-and-forget sends).
+            cpu_only: Refuse tensors that are not on the CPU (the transport
+                cannot carry them).
 
         Raises:
             SerializationError: If a part of ``value`` cannot be encoded.
@@ -83,6 +87,11 @@ class Codec:
 
         def default(obj: Any) -> Any:
             if isinstance(obj, torch.Tensor):
+                if cpu_only and obj.device.type != "cpu":
+                    raise SerializationError(
+                        f"a tensor on device {obj.device} cannot be sent to another node: move it to "
+                        "the CPU first (tensor.cpu()); device maps are not configured"
+                    )
                 tensors.append(obj.detach().clone() if copy_tensors else obj)
                 return msgpack.ExtType(_TENSOR, (len(tensors) - 1).to_bytes(4, "little"))
             if type(obj) is tuple:

@@ -55,6 +55,7 @@ class Node:
         self._inbound: dict[tuple[int, int], tuple[Cell, Envelope]] = {}
         self._lost_listeners: list[Callable[[int, str], None]] = []
         self._pack = codec.encode_plain
+        self._cpu_only = transport.cpu_tensors_only
         self.counts = {"calls_sent": 0, "tells_sent": 0, "calls_received": 0, "tells_received": 0}
         self.log = log.bind(node=self.rank)
         transport.attach(loop, self._receive, self._on_peer_lost)
@@ -138,7 +139,7 @@ class Node:
             if remaining <= 0:
                 raise TimeoutError(f"deadline passed before calling {endpoint!r} of {label}")
         if args or kwargs:
-            body, tensors = self.codec.encode([args, kwargs])
+            body, tensors = self.codec.encode([args, kwargs], cpu_only=self._cpu_only)
         else:
             body, tensors = None, None
         call_id = next(self._call_ids)
@@ -158,7 +159,9 @@ class Node:
     ) -> None:
         """Send ``endpoint`` a message without waiting; tensors are copied at once."""
         if args or kwargs:
-            body, tensors = self.codec.encode([args, kwargs], copy_tensors=True)
+            body, tensors = self.codec.encode(
+                [args, kwargs], copy_tensors=True, cpu_only=self._cpu_only and rank != self.rank
+            )
         else:
             body, tensors = None, None
         self.counts["tells_sent"] += 1
@@ -282,7 +285,9 @@ class Node:
             tensors = None
             if ok:
                 try:
-                    body, tensors = self.codec.encode(value) if value is not None else (None, None)
+                    body, tensors = (
+                        self.codec.encode(value, cpu_only=self._cpu_only) if value is not None else (None, None)
+                    )
                     message = self._pack([REPLY, call_id, True, body])
                 except SerializationError as error:
                     refused = SerializationError(f"result of call {call_id} from node {src}: {error}")

@@ -150,6 +150,8 @@ def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
 class RpcTransport(Transport):
     """Talks torch RPC to the other ranks of a static world."""
 
+    cpu_tensors_only = True  # TensorPipe refuses other devices without device maps
+
     def __init__(
         self,
         rank: int,

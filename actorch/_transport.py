@@ -111,6 +111,8 @@ class Transport(ABC):
 
     rank: int
     world_size: int
+    cpu_tensors_only = False
+    """Whether only CPU tensors can travel (the codec refuses others before sending)."""
 
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank = rank

@@ -220,3 +220,12 @@ def test_register_extension_refuses_a_code_outside_the_user_range(code: int) -> 
 def test_register_extension_refuses_a_code_taken_by_another_decoder() -> None:
     with pytest.raises(ValueError, match="taken"):
         register_extension(Native, NATIVE_CODE, lambda obj: 0, lambda data, context: None)
+
+
+def test_encode_refuses_a_tensor_off_the_cpu_when_the_transport_carries_only_cpu_tensors():
+    codec = Codec()
+    off_cpu = torch.empty(3, device="meta")
+    with pytest.raises(SerializationError, match="device meta cannot be sent to another node"):
+        codec.encode([off_cpu], cpu_only=True)
+    _, tensors = codec.encode([off_cpu])
+    assert tensors[0].device.type == "meta"

@@ -410,3 +410,17 @@ def test_rank_zero_listens_on_loopback_only_by_default() -> None:
     loopback = "0100007F"  # 127.0.0.1 as /proc/net/tcp prints it
     elsewhere = [address for address in listening if address.split(":")[0] != loopback]
     assert not elsewhere, f"rank 0 listens beyond loopback: {elsewhere}"
+
+
+@pytest.mark.timeout(90)
+def test_a_tensor_off_the_cpu_is_refused_and_the_node_keeps_serving() -> None:
+    run = run_script("devices.py", timeout=75)
+    run.assert_clean_exit(0)
+    r = run.result("devices")
+    for outcome in (r["argument"], r["result"]):
+        error = assert_raised(outcome, "SerializationError", "ActorchError")
+        assert "cannot be sent to another node" in error["message"]
+    assert "cannot be sent to another node" in r["tell"]
+    assert r["still_serving"] == "pong"
+    assert r["cpu_ok"] == [1.0, 1.0]
+    assert r["lost"] == {}
