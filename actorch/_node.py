@@ -22,11 +22,10 @@ from actorch._errors import (
     NodeLostError,
     SerializationError,
     SystemClosedError,
-    remote_error,
 )
 from actorch._mailbox import CallContext, Cell, Endpoint, Envelope, current_call
 from actorch._transport import Batch, NodeInfo, Port, Transport
-from actorch._wire import CALL, CANCEL, GONE, HANDLER, REPLY, RUNTIME, TELL, error_payload, rebuild_error, settle
+from actorch._wire import CALL, CANCEL, GONE, REPLY, RUNTIME, TELL, error_payload, handler_error, rebuild_error, settle
 
 __all__ = ["Node"]
 
@@ -208,7 +207,7 @@ class Node:
             try:
                 return await coroutine
             except Exception as exc:
-                raise remote_error(*error_payload(exc, HANDLER)[1:]) from exc
+                raise handler_error(exc) from exc
         finally:
             current_call.reset(token)
             cell.leave(key)

@@ -32,6 +32,7 @@ __all__ = [
     "RUNTIME",
     "TELL",
     "error_payload",
+    "handler_error",
     "rebuild_error",
     "settle",
 ]
@@ -63,6 +64,14 @@ def rebuild_error(payload: list[Any]) -> BaseException:
     return _errors.ActorchError(f"{type_name}: {message}")
 
 
+def handler_error(exc: BaseException) -> _errors.RemoteError:
+    """What a local caller raises for a handler's exception: what a remote caller would get."""
+    _, type_name, message, text = error_payload(exc, HANDLER)
+    error = remote_error(type_name, message, text)
+    error.__cause__ = exc
+    return error
+
+
 def settle(future: asyncio.Future[Any]) -> Callable[[bool, Any], None]:
     """A responder that settles a local caller's future as a remote reply would."""
 
@@ -73,11 +82,6 @@ def settle(future: asyncio.Future[Any]) -> Callable[[bool, Any], None]:
             future.set_result(value)
         else:
             exc, origin = value
-            if origin == HANDLER:
-                error = remote_error(*error_payload(exc, HANDLER)[1:])
-                error.__cause__ = exc
-                future.set_exception(error)
-            else:
-                future.set_exception(exc)
+            future.set_exception(handler_error(exc) if origin == HANDLER else exc)
 
     return respond

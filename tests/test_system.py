@@ -348,3 +348,9 @@ async def test_system_describes_every_node_of_the_world(world):
         assert [node.rank for node in nodes] == list(range(len(world)))
         assert [node.name for node in nodes] == [f"node{rank}" for rank in range(len(world))]
         assert all(node.pid > 0 and node.host for node in nodes)
+
+
+async def test_ref_knows_its_actor_class_when_it_can_be_imported(world, on):
+    spawned = await world[0].spawn(Counter, name="klass/c", on=on)
+    assert spawned.actor_class is Counter
+    assert (await world[1].lookup("klass/c")).actor_class is Counter  # a ref decoded on another node
