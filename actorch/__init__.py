@@ -12,22 +12,27 @@ import os as _os
 _os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 from actorch._actor import Actor
+from actorch._codec import serializable
 from actorch._errors import (
     ActorchError,
     ActorNotFoundError,
     ActorStoppedError,
     EndpointError,
+    GroupError,
     InvalidNameError,
     NameTakenError,
     NodeLostError,
     RemoteError,
     SerializationError,
+    SnapshotError,
     SystemClosedError,
+    UnsupportedError,
 )
 from actorch._launcher import run
 from actorch._names import MAX_NAME_LENGTH
 from actorch._ref import ActorRef
 from actorch._system import ActorSystem, NodeInfo
+from actorch._tensorfile import load_tensors, save_tensors
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -38,12 +43,18 @@ __all__ = [
     "ActorSystem",
     "ActorchError",
     "EndpointError",
+    "GroupError",
     "InvalidNameError",
     "NameTakenError",
     "NodeInfo",
     "NodeLostError",
     "RemoteError",
     "SerializationError",
+    "SnapshotError",
     "SystemClosedError",
+    "UnsupportedError",
+    "load_tensors",
     "run",
+    "save_tensors",
+    "serializable",
 ]

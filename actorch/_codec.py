@@ -2,34 +2,41 @@
 
 Tensors never enter the msgpack bytes: each is replaced by its index in a list
 that the transport hands to torch RPC, whose own tensor path sends them straight
-from storage. Tuples, and classes registered with :func:`register_extension`
-(actor refs), are native; anything else msgpack cannot carry is pickled, unless
-the codec is strict, which refuses it with ``SerializationError``.
+from storage. Objects only the transport can carry (torch RRefs) ride in the same
+side list. Tuples, and classes registered with :func:`register_extension` (actor
+refs) or :func:`serializable` (dataclasses), are native; anything else msgpack
+cannot carry is pickled, unless the codec is strict, which refuses it with
+``SerializationError``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 import torch
 
 from actorch._errors import SerializationError
 
-__all__ = ["Codec", "current_context", "register_extension"]
+__all__ = ["Codec", "current_context", "register_extension", "register_side_type", "serializable"]
 
 _TENSOR = 0
 _TUPLE = 1
 _PICKLE = 2
+_SIDE = 3
 _FIRST_USER_CODE = 16
+
+T = TypeVar("T")
 
 Encoder = Callable[[Any], Any]
 Decoder = Callable[[Any, Any], Any]
 _encoders: dict[type, tuple[int, Encoder]] = {}
 _decoders: dict[int, Decoder] = {}
+_side_types: tuple[type, ...] = ()
 _decoding_context: ContextVar[Any] = ContextVar("actorch_decoding_context", default=None)
 
 
@@ -55,6 +62,52 @@ def register_extension(cls: type, code: int, encode: Encoder, decode: Decoder) -
     _decoders[code] = decode
 
 
+def register_side_type(cls: type) -> None:
+    """Make instances of ``cls`` (and subclasses) ride the side list untouched, like tensors.
+
+    For objects only the transport knows how to send (torch RRefs, which torch
+    RPC's own pickler must carry).
+    """
+    global _side_types  # noqa: PLW0603 - registered once per transport module, read per value
+    if cls not in _side_types:
+        _side_types = (*_side_types, cls)
+
+
+def serializable(code: int) -> Callable[[type[T]], type[T]]:
+    """Class decorator: instances of this dataclass travel natively, in strict mode too.
+
+    The fields (those ``__init__`` takes) are encoded in order, tensors among them
+    through the tensor path, and the instance is rebuilt by calling the class.
+    Codes 16 to 31 are actorch's own; use 32 to 127.
+
+    Args:
+        code: The extension code, unique per class.
+
+    Raises:
+        TypeError: If the class is not a dataclass.
+        ValueError: If the code is out of range or taken by another class.
+    """
+
+    def register(cls: type[T]) -> type[T]:
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"@serializable needs a dataclass, not {cls.__qualname__}")
+        names = [field.name for field in dataclasses.fields(cls) if field.init]
+
+        def encode(obj: Any) -> list[Any]:
+            return [getattr(obj, name) for name in names]
+
+        def decode(data: Any, context: Any) -> Any:
+            return cls(**dict(zip(names, data, strict=True)))
+
+        registered = _encoders.get(cls)
+        if registered is not None and registered[0] == code:
+            return cls  # decorated again (a reloaded module): keep the first registration
+        register_extension(cls, code, encode, decode)
+        return cls
+
+    return register
+
+
 class Codec:
     """Encodes and decodes message bodies; one per node, strict or not."""
 
@@ -69,7 +122,7 @@ class Codec:
 
     def encode(
         self, value: Any, *, copy_tensors: bool = False, cpu_only: bool = False
-    ) -> tuple[bytes, list[torch.Tensor]]:
+    ) -> tuple[bytes, list[Any]]:
         """Encode ``value``; return its bytes and the tensors it references, in order.
 
         Args:
@@ -82,8 +135,9 @@ class Codec:
         Raises:
             SerializationError: If a part of ``value`` cannot be encoded.
         """
-        tensors: list[torch.Tensor] = []
+        tensors: list[Any] = []
         strict = self.strict
+        side_types = _side_types
 
         def default(obj: Any) -> Any:
             if isinstance(obj, torch.Tensor):
@@ -96,6 +150,9 @@ class Codec:
                 return msgpack.ExtType(_TENSOR, (len(tensors) - 1).to_bytes(4, "little"))
             if type(obj) is tuple:
                 return msgpack.ExtType(_TUPLE, nested(list(obj)))
+            if side_types and isinstance(obj, side_types):
+                tensors.append(obj)
+                return msgpack.ExtType(_SIDE, (len(tensors) - 1).to_bytes(4, "little"))
             registered = _encoders.get(type(obj))
             if registered is not None:
                 code, encode = registered
@@ -130,12 +187,12 @@ class Codec:
         """Decode bytes made by :meth:`encode_plain` (tuples come back as lists)."""
         return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
 
-    def decode(self, data: bytes, tensors: list[torch.Tensor], context: Any = None) -> Any:
+    def decode(self, data: bytes, tensors: list[Any], context: Any = None) -> Any:
         """Decode bytes made by :meth:`encode`, taking tensors from ``tensors``.
 
         Args:
             data: The encoded bytes.
-            tensors: The tensor list that travelled with them.
+            tensors: The side list (tensors, transport objects) that travelled with them.
             context: Passed to extension decoders (the receiving node, for refs).
 
         Raises:
@@ -144,7 +201,7 @@ class Codec:
         strict = self.strict
 
         def ext_hook(code: int, payload: bytes) -> Any:
-            if code == _TENSOR:
+            if code in (_TENSOR, _SIDE):
                 return tensors[int.from_bytes(payload, "little")]
             if code == _TUPLE:
                 return tuple(unpack(payload))

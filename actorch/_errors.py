@@ -11,7 +11,10 @@ The tree::
     ├── SerializationError      a value cannot cross the wire (also TypeError)
     ├── ActorStoppedError       the actor stopped before or while handling the call
     ├── NodeLostError           the node hosting the actor died or became unreachable
-    └── SystemClosedError       the actor system is shut down or not running
+    ├── SystemClosedError       the actor system is shut down or not running
+    ├── UnsupportedError        the transport in use cannot do what was asked
+    ├── SnapshotError           a snapshot file is corrupt, truncated or foreign (also ValueError)
+    └── GroupError              some calls of a group call failed (also ExceptionGroup)
 
 A remote exception whose class can be imported on the caller is raised as an
 instance of both ``RemoteError`` and that class, so ``except ValueError`` works
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -29,12 +33,15 @@ __all__ = [
     "ActorStoppedError",
     "ActorchError",
     "EndpointError",
+    "GroupError",
     "InvalidNameError",
     "NameTakenError",
     "NodeLostError",
     "RemoteError",
     "SerializationError",
+    "SnapshotError",
     "SystemClosedError",
+    "UnsupportedError",
     "remote_error",
 ]
 
@@ -102,6 +109,39 @@ class NodeLostError(ActorchError):
 
 class SystemClosedError(ActorchError):
     """Raised when the actor system has shut down, or is used outside its event loop."""
+
+
+class UnsupportedError(ActorchError):
+    """Raised when the transport in use cannot do what was asked (torch RRefs in-process)."""
+
+
+class SnapshotError(ActorchError, ValueError):
+    """Raised when a snapshot file is corrupt, truncated or not an actorch snapshot."""
+
+
+class GroupError(ExceptionGroup[Exception], ActorchError):
+    """Raised when some calls of a group call failed; the others' results are kept.
+
+    Each member exception carries a note naming the member (its index, actor and
+    node), so a traceback shows which calls failed.
+
+    Attributes:
+        results: One entry per member, in group order: its result, or the
+            exception it raised.
+        failed: The indices of the members whose call failed.
+    """
+
+    results: list[Any]
+    failed: list[int]
+
+    def __new__(cls, message: str, exceptions: Sequence[Exception], results: Sequence[Any] = ()) -> GroupError:
+        self = super().__new__(cls, message, exceptions)
+        self.results = list(results)
+        self.failed = [index for index, value in enumerate(self.results) if any(value is e for e in exceptions)]
+        return self
+
+    def __init__(self, message: str, exceptions: Sequence[Exception], results: Sequence[Any] = ()) -> None:
+        super().__init__(message, exceptions)
 
 
 _mixed_classes: dict[type[BaseException], type[RemoteError]] = {}

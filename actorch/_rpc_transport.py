@@ -28,9 +28,13 @@ import torch.distributed as dist
 from torch.distributed import rpc
 
 from actorch._bridge import Inbox
+from actorch._codec import register_side_type
 from actorch._transport import Batch, NodeInfo, Port, Transport
 
 __all__ = ["RpcOptions", "RpcTransport", "listen_socket"]
+
+# torch's RPC pickler carries RRefs (with their reference counting) in the side list.
+register_side_type(rpc.PyRRef)  # type: ignore[attr-defined]
 
 _active: RpcTransport | None = None
 _LOST = -1  # inbox item: the peer is gone
@@ -151,6 +155,10 @@ class RpcTransport(Transport):
     """Talks torch RPC to the other ranks of a static world."""
 
     cpu_tensors_only = True  # TensorPipe refuses other devices without device maps
+
+    def make_rref(self, value: Any) -> Any:
+        """A torch RRef owned by this rank holding ``value``."""
+        return rpc.RRef(value)
 
     def __init__(
         self,

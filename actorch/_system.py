@@ -247,6 +247,18 @@ class ActorSystem:
         compile_pattern(pattern)
         return await self._registry.call(Registry.match, pattern)
 
+    def rref(self, value: Any) -> Any:
+        """Wrap ``value`` in a ``torch.distributed.rpc.RRef`` owned by this node.
+
+        For torch's own distributed tools (``torch.distributed.autograd``,
+        ``DistributedOptimizer``), which work on RRefs. RRefs can be sent inside
+        calls and replies like any value.
+
+        Raises:
+            UnsupportedError: If the system does not run on torch RPC (in-process worlds).
+        """
+        return self._node.transport.make_rref(value)
+
     def statistics(self) -> dict[str, Any]:
         """This node's counters: calls and tells sent and received, pending calls, actors."""
         return {**self._node.statistics(), "transport_batches": self._node.transport.batches_sent}

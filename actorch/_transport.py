@@ -17,8 +17,11 @@ import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from actorch._errors import UnsupportedError
 
 __all__ = ["PORT_HOLD", "Batch", "InProcessHub", "InProcessTransport", "NodeInfo", "Port", "Transport"]
 
@@ -145,6 +148,12 @@ class Transport(ABC):
     @abstractmethod
     def peers(self) -> list[NodeInfo]:
         """Every rank of the world, this one included, by rank."""
+
+    def make_rref(self, value: Any) -> Any:
+        """A torch RRef owned by this rank holding ``value``; only torch RPC has them."""
+        raise UnsupportedError(
+            f"torch RRefs need the torch RPC transport; this node runs on {type(self).__name__}"
+        )
 
     @abstractmethod
     def _send_batch(self, dest: int, batch: Batch) -> None:

@@ -14,6 +14,7 @@ LAYERS = {
     "_names": 1,
     "_deadline": 1,
     "_codec": 2,
+    "_tensorfile": 2,
     "_bridge": 3,
     "_transport": 4,
     "_rpc_transport": 4,
@@ -26,8 +27,8 @@ LAYERS = {
     "_system": 8,
     "_logging": 8,
     "_launcher": 8,
-    "testing": 9,
-    "__init__": 9,
+    "testing": 10,
+    "__init__": 10,
 }
 
 ONLY_IN = {
