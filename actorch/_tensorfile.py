@@ -35,7 +35,7 @@ def _aligned(offset: int) -> int:
 
 def _raw(tensor: torch.Tensor) -> memoryview:
     flat = tensor.detach().cpu().contiguous().reshape(-1)
-    return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
+    return flat.view(torch.uint8).numpy().data if flat.numel() else memoryview(b"")
 
 
 def save_tensors(path: str | os.PathLike[str], tensors: Mapping[str, torch.Tensor], meta: Any = None) -> int:
