@@ -30,6 +30,8 @@ from actorch._errors import (
 )
 from actorch._launcher import run
 from actorch._names import MAX_NAME_LENGTH
+from actorch._parameter_client import ParameterClient
+from actorch._parameter_server import Parameters, ParameterServer, assign_shards
 from actorch._ref import ActorRef
 from actorch._system import ActorSystem, NodeInfo
 from actorch._tensorfile import load_tensors, save_tensors
@@ -48,11 +50,15 @@ __all__ = [
     "NameTakenError",
     "NodeInfo",
     "NodeLostError",
+    "ParameterClient",
+    "ParameterServer",
+    "Parameters",
     "RemoteError",
     "SerializationError",
     "SnapshotError",
     "SystemClosedError",
     "UnsupportedError",
+    "assign_shards",
     "load_tensors",
     "run",
     "save_tensors",

@@ -27,6 +27,8 @@ LAYERS = {
     "_system": 8,
     "_logging": 8,
     "_launcher": 8,
+    "_parameter_server": 9,
+    "_parameter_client": 9,
     "testing": 10,
     "__init__": 10,
 }
@@ -113,6 +115,35 @@ def test_banned_library_is_imported_only_by_its_modules(banned: str, allowed: se
     importers = {module for module in MODULES if imports_of(module, banned)}
     assert importers <= allowed
     assert importers, f"no module imports {banned}: the check is looking for the wrong name"
+
+
+STOCK = sorted(module for module, layer in LAYERS.items() if layer == 9)
+
+
+def private_names_imported(source: str) -> list[str]:
+    """Names a stock module takes from actorch that are not in ``actorch.__all__``."""
+    import actorch  # noqa: PLC0415 - the facade is what is checked against
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("actorch")):
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name not in actorch.__all__]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("actorch")]
+    return found
+
+
+@pytest.mark.parametrize("module", STOCK)
+def test_stock_module_uses_only_the_public_api(module: str) -> None:
+    assert private_names_imported((PACKAGE / f"{module}.py").read_text()) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["from actorch._codec import Codec", "import actorch._node", "import actorch", "from ._ref import _REF_CODE"],
+)
+def test_public_api_check_flags_a_private_name(source: str) -> None:
+    assert private_names_imported(source)
 
 
 # The checker itself, on sources written to break the rules.
