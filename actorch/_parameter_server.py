@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,22 @@ def assign_shards(sizes: Mapping[str, int], count: int) -> list[list[str]]:
     return shards
 
 
+class _SnapshotForward(nn.Module):
+    """Runs a module on differentiable copies of its parameters taken at the call."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+        # functional_call swaps the module's attributes for the call's duration:
+        # passes on several RPC threads at once must not see each other's copies.
+        self._swap = threading.Lock()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with self._swap:
+            copies = {name: param.clone() for name, param in self.module.named_parameters()}
+            return torch.func.functional_call(self.module, copies, args, kwargs)
+
+
 @dataclass
 class _Round:
     """Gradients of a sync-mode round collected so far."""
@@ -143,6 +160,7 @@ class ParameterServer(Actor):
         self.trainers = trainers
         self.shard = (index, count)
         self._module = module
+        self._forward = _SnapshotForward(module)  # one, so its lock covers every trainer
         self._params = {name: named[name] for name in sorted(owned)}
         optimizer_class = _resolve(optimizer, "optimizer")
         self._optimizer: torch.optim.Optimizer = optimizer_class(
@@ -166,9 +184,14 @@ class ParameterServer(Actor):
         """The current parameters, or ``None`` when ``since`` is already the current version.
 
         Pass the version you hold as ``since`` to skip transferring what you have.
+        Once :meth:`parameter_rrefs` or :meth:`module_rref` has handed out
+        RRefs, the parameters may change without a step the server sees, so
+        every pull then sends them.
         """
         self._counts["pulls"] += 1
-        if since is not None and since == self._version:
+        if self._rrefs is not None:
+            self._published = None  # RRef holders may have changed them since
+        elif since is not None and since == self._version:
             self._counts["pulls_unchanged"] += 1
             return None
         return self._snapshot()
@@ -230,17 +253,23 @@ class ParameterServer(Actor):
         Raises:
             UnsupportedError: If the system does not run on torch RPC.
         """
-        if self._rrefs is None:
+        if not self._rrefs:
             self._rrefs = [self.system.rref(param) for param in self._params.values()]
         return self._rrefs
 
     async def module_rref(self) -> Any:
         """An RRef to the server's model, to run its forward pass under distributed autograd.
 
+        ``rref.rpc_sync().forward(x)`` runs the model on the server on a copy of
+        its parameters taken for that pass (gradients still flow to the
+        parameters), so trainers running at once never trip autograd's check on
+        weights another trainer's optimizer step changed in place (Hogwild).
+
         Raises:
             UnsupportedError: If the system does not run on torch RPC.
         """
-        return self.system.rref(self._module)
+        self._rrefs = self._rrefs or []
+        return self.system.rref(self._forward)
 
     async def statistics(self) -> dict[str, Any]:
         """Version, mode, shard, counters, and pushes waiting for the current sync round."""
