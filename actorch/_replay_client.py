@@ -52,6 +52,9 @@ class ShardedReplayBuffer:
         TypeError: If a shard is not a ref to a ``ReplayBuffer`` importable here.
     """
 
+    SHARD_SHIFT = SHARD_SHIFT
+    """Bits of a merged index below its shard index: ``shard = index >> SHARD_SHIFT``."""
+
     def __init__(self, shards: Sequence[ActorRef[Any]], *, beta: float = 0.4, seed: int | None = None) -> None:
         if not shards:
             raise ValueError("a sharded replay buffer needs at least one shard")
