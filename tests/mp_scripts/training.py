@@ -54,7 +54,9 @@ class Trainer(actorch.Actor):
 async def main(system: actorch.ActorSystem) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"optimizer_kwargs": {"lr": 0.5}, "mode": "sync", "trainers": 2}
     shards = [
-        await system.spawn(actorch.ParameterServer, args=(MODEL,), kwargs={**kwargs, "shard": (i, 2)}, name=f"ps/{i}", on=1 + i)
+        await system.spawn(
+            actorch.ParameterServer, args=(MODEL,), kwargs={**kwargs, "shard": (i, 2)}, name=f"ps/{i}", on=1 + i
+        )
         for i in range(2)
     ]
     trainers = [await system.spawn(Trainer, on=rank) for rank in (2, 1)]
