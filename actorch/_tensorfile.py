@@ -70,8 +70,10 @@ def save_tensors(path: str | os.PathLike[str], tensors: Mapping[str, torch.Tenso
     for name, tensor, raw in raws:
         entries.append([name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape), offset, len(raw)])
         crc = zlib.crc32(raw, crc)
-        offset = _aligned(offset + len(raw))
-    header, _ = codec.encode([meta, entries, crc, offset])
+        end = offset + len(raw)  # the file ends right after the last tensor, unpadded
+        offset = _aligned(end)
+    end = end if raws else offset
+    header, _ = codec.encode([meta, entries, crc, end])
     target = Path(path)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
@@ -80,13 +82,13 @@ def save_tensors(path: str | os.PathLike[str], tensors: Mapping[str, torch.Tenso
             for (_, _, raw), entry in zip(raws, entries, strict=True):
                 out.seek(entry[3])
                 out.write(raw)
-            out.truncate(offset)
+            out.truncate(end)
             out.flush()
             os.fsync(out.fileno())
         temporary.replace(target)
     finally:
         temporary.unlink(missing_ok=True)
-    return offset
+    return end
 
 
 def load_tensors(path: str | os.PathLike[str]) -> tuple[dict[str, torch.Tensor], Any]:

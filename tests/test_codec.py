@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from actorch import SerializationError
-from actorch._codec import Codec, current_context, register_extension
+from actorch import SerializationError, _codec, serializable
+from actorch._codec import Codec, current_context, register_extension, register_side_type
 
 
 @dataclasses.dataclass
@@ -229,3 +229,66 @@ def test_encode_refuses_a_tensor_off_the_cpu_when_the_transport_carries_only_cpu
         codec.encode([off_cpu], cpu_only=True)
     _, tensors = codec.encode([off_cpu])
     assert tensors[0].device.type == "meta"
+
+
+@serializable(100)
+@dataclasses.dataclass(frozen=True)
+class Carried:
+    """Travels natively, tensors included."""
+
+    name: str
+    tensor: torch.Tensor
+    extra: tuple[int, ...] = ()
+    label: str = dataclasses.field(default="x", kw_only=True)
+    derived: int = dataclasses.field(default=0, init=False)
+
+
+class SideThing:
+    """Rides the side list like a tensor (as torch RRefs do)."""
+
+
+register_side_type(SideThing)
+
+
+def test_serializable_dataclass_round_trips_in_strict_mode_with_its_tensors() -> None:
+    codec = Codec(strict=True)
+    value = Carried("a", torch.arange(3), (1, 2), label="y")
+    data, tensors = codec.encode([value])
+    assert len(tensors) == 1
+    assert tensors[0] is value.tensor
+    (back,) = codec.decode(data, tensors)
+    assert type(back) is Carried
+    assert (back.name, back.extra, back.label) == ("a", (1, 2), "y")
+    assert back.tensor is value.tensor
+
+
+def test_serializable_refuses_a_class_that_is_not_a_dataclass() -> None:
+    with pytest.raises(TypeError, match="needs a dataclass"):
+        serializable(101)(Native)
+
+
+def test_serializable_refuses_a_code_taken_by_another_class() -> None:
+    @dataclasses.dataclass
+    class Other:
+        x: int
+
+    with pytest.raises(ValueError, match="taken"):
+        serializable(100)(Other)
+
+
+def test_serializable_accepts_the_same_class_again() -> None:
+    assert serializable(100)(Carried) is Carried
+
+
+def test_side_type_rides_the_side_list_untouched_also_in_strict_mode() -> None:
+    codec = Codec(strict=True)
+    thing = SideThing()
+    data, side = codec.encode({"thing": thing, "t": torch.ones(1)}, copy_tensors=True)
+    assert side[0] is thing
+    back = codec.decode(data, side)
+    assert back["thing"] is thing
+
+
+def test_register_side_type_twice_registers_once() -> None:
+    register_side_type(SideThing)
+    assert _codec._side_types.count(SideThing) == 1

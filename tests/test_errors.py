@@ -62,6 +62,8 @@ def test_every_error_class_says_when_it_is_raised(cls: type) -> None:
         (actorch.ActorNotFoundError, LookupError),
         (actorch.InvalidNameError, ValueError),
         (actorch.SerializationError, TypeError),
+        (actorch.SnapshotError, ValueError),
+        (actorch.GroupError, ExceptionGroup),
     ],
 )
 def test_error_classes_are_also_the_matching_builtin(cls: type, builtin: type) -> None:
@@ -148,3 +150,23 @@ def test_mixed_remote_error_stays_mixed_after_pickling() -> None:
 def test_remote_error_can_be_caught_as_the_original_class() -> None:
     with pytest.raises(CustomError, match=r"^from afar$"):
         raise remote_error(path_of(CustomError), "from afar")
+
+
+def test_group_error_keeps_every_result_and_the_failed_indices() -> None:
+    first, second = ValueError("a"), KeyError("b")
+    error = actorch.GroupError("2 of 3 failed", [first, second], [10, first, second])
+    assert error.results == [10, first, second]
+    assert error.failed == [1, 2]
+    assert error.exceptions == (first, second)
+    assert str(error) == "2 of 3 failed (2 sub-exceptions)"
+
+
+def test_group_error_can_be_split_with_except_star() -> None:
+    caught = []
+    try:
+        raise actorch.GroupError("failed", [ValueError("a"), KeyError("b")], [])
+    except* ValueError as group:
+        caught.append(type(group.exceptions[0]))
+    except* KeyError as group:
+        caught.append(type(group.exceptions[0]))
+    assert caught == [ValueError, KeyError]
