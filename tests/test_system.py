@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+import torch
 
 import actorch
 from actorch._system import NodeService
@@ -354,3 +355,8 @@ async def test_ref_knows_its_actor_class_when_it_can_be_imported(world, on):
     spawned = await world[0].spawn(Counter, name="klass/c", on=on)
     assert spawned.actor_class is Counter
     assert (await world[1].lookup("klass/c")).actor_class is Counter  # a ref decoded on another node
+
+
+async def test_system_rref_needs_the_torch_rpc_transport(world: LocalWorld) -> None:
+    with pytest.raises(actorch.UnsupportedError, match="InProcessTransport"):
+        world[0].rref(torch.ones(1))
