@@ -110,13 +110,13 @@ def report(res: dict[str, Any]) -> None:
     gb = res["nbytes"] / 1e9
     print(f"\nmodel: {res['numel'] / 1e6:.1f}M parameters ({res['nbytes'] / 1e6:.0f} MB); medians of rounds")
     print(f"{'operation':26} {'ops/s':>8} {'GB/s':>7} {'vs raw':>7}")
-    for key in res:
+    for key, rate in res.items():
         if key in ("numel", "nbytes"):
             continue
         kind = "pull" if "pull" in key else "push"
-        ratio = res[key] / res[f"raw {kind}"]
-        moved = 0.0 if key.endswith("unchanged") else res[key] * gb * (1 if kind == "pull" else 2)
-        print(f"{key:26} {res[key]:8.1f} {moved:7.2f} {ratio:7.2f}")
+        ratio = rate / res[f"raw {kind}"]
+        moved = 0.0 if key.endswith("unchanged") else rate * gb * (1 if kind == "pull" else 2)
+        print(f"{key:26} {rate:8.1f} {moved:7.2f} {ratio:7.2f}")
     print("(a push sends the gradients and brings the new parameters back: twice the bytes of a pull)")
 
 
