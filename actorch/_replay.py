@@ -30,6 +30,7 @@ __all__ = ["PrioritizedReplayBuffer", "ReplayBuffer", "Sample"]
 
 SNAPSHOT_FORMAT = "actorch.replay"
 SNAPSHOT_VERSION = 1
+_LEVELS_PER_STEP = 5  # tree levels one sampling step descends (reading 2**5 masses per target)
 
 
 @serializable(17)
@@ -386,19 +387,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         tree, total = self._tree, float(self._tree[1])
         if not total > 0:
             raise ValueError(f"cannot sample from {self!r}: every priority is zero")
-        segment = total / batch_size
+        # Stratified: target k lies in the k-th of batch_size equal slices of the mass.
         targets = (
             torch.arange(batch_size, dtype=torch.float64)
             + torch.rand(batch_size, dtype=torch.float64, generator=self._generator)
-        ) * segment
-        nodes = torch.ones(batch_size, dtype=torch.int64)
-        for _ in range(self._depth):
-            left = nodes * 2
-            left_mass, right_mass = tree[left], tree[left + 1]
-            # Rounding may leave a target at or past its node's mass: never step into an empty subtree.
-            right = ((targets >= left_mass) & (right_mass > 0)) | (left_mass <= 0)
-            targets = torch.where(right, targets - left_mass, targets)
-            nodes = left + right
+        ) * (total / batch_size)
+        nodes = self._descend(targets)
         indices = nodes - self._leaves
         probabilities = tree[nodes] / total
         weights = (self._size * probabilities) ** -beta
@@ -463,14 +457,40 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _mass(self) -> float:
         return float(self._tree[1])
 
+    def _descend(self, targets: Tensor) -> Tensor:
+        """The leaf (node number) under each target mass, for all targets at once.
+
+        The descendants ``k`` levels below node ``n`` are the nodes ``n * 2**k``
+        to ``n * 2**k + 2**k - 1``, one row of ``tree.view(-1, 2**k)``: each
+        step reads that row for every target and goes down ``k`` levels, so a
+        tree of depth 17 takes 4 steps of a few tensor operations each.
+        """
+        tree, zero = self._tree, torch.zeros((), dtype=torch.float64)
+        nodes = torch.ones(len(targets), dtype=torch.int64)
+        depth = self._depth
+        while depth > 0:
+            levels = min(_LEVELS_PER_STEP, depth)
+            width = 1 << levels
+            masses = tree.view(-1, width).index_select(0, nodes)
+            reached = masses.cumsum(1)
+            # Keep each target inside [0, its node's mass): rounding must not carry it onto an empty child.
+            targets = torch.minimum(targets, torch.nextafter(reached[:, -1], zero)).clamp_(min=0.0)
+            child = torch.searchsorted(reached, targets[:, None], right=True)
+            targets = targets - (reached - masses).gather(1, child).squeeze(1)
+            nodes = nodes * width + child.squeeze(1)
+            depth -= levels
+        return nodes
+
     def _set_leaves(self, slots: Tensor, values: Tensor) -> None:
         """Set leaves ``slots`` (unique) to ``values``, then recompute their ancestors, one level at a time."""
         tree = self._tree
+        pairs = tree.view(-1, 2)  # row n holds the children of node n
         nodes = slots + self._leaves
-        tree[nodes] = values
+        tree.index_copy_(0, nodes, values)
         for _ in range(self._depth):
-            nodes = torch.unique(nodes // 2)
-            tree[nodes] = tree[2 * nodes] + tree[2 * nodes + 1]
+            # Siblings share a parent: its repeated writes all carry the same sum.
+            nodes = nodes >> 1
+            tree.index_copy_(0, nodes, pairs.index_select(0, nodes).sum(1))
 
     def _snapshot_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
         tensors, meta = super()._snapshot_state()

@@ -293,6 +293,24 @@ async def test_prioritized_weights_are_normalised_importance_weights(world: Loca
         assert sample.mass == pytest.approx(float((torch.tensor(priorities, dtype=torch.float64) ** 0.7).sum()))
 
 
+@pytest.mark.parametrize("capacity", [1, 2, 100, 5000])
+async def test_prioritized_sample_descends_the_tree_to_the_right_leaves(world: LocalWorld, capacity: int) -> None:
+    generator = torch.Generator().manual_seed(capacity)
+    priorities = torch.rand(capacity, generator=generator, dtype=torch.float64) * 5
+    priorities[torch.rand(capacity, generator=generator) < 0.3] = 0.0  # empty leaves are never drawn
+    priorities[0] = 1.0
+    buffer = await spawn_prioritized(world, capacity, alpha=1.0, epsilon=0.0, seed=21)
+    await buffer.call(PrioritizedReplayBuffer.extend, {"x": torch.arange(capacity)})
+    await buffer.call(PrioritizedReplayBuffer.update_priorities, torch.arange(capacity), priorities)
+    sample = await buffer.call(PrioritizedReplayBuffer.sample, 512)
+    # The same stratified targets, found by a plain search over the running sum of the leaves.
+    uniform = torch.rand(512, generator=torch.Generator().manual_seed(21), dtype=torch.float64)
+    targets = (torch.arange(512, dtype=torch.float64) + uniform) * (sample.mass / 512)
+    expected = torch.searchsorted(priorities.cumsum(0), targets, right=True)
+    assert torch.equal(sample.indices, expected)
+    assert bool((priorities[sample.indices] > 0).all())
+
+
 async def test_prioritized_sample_refuses_a_bad_beta_and_zero_mass(world: LocalWorld) -> None:
     buffer = await spawn_prioritized(world, 4, epsilon=0.0)
     await buffer.call(PrioritizedReplayBuffer.extend, batch_of(range(2)))
