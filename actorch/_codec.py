@@ -120,9 +120,7 @@ class Codec:
     def __repr__(self) -> str:
         return f"<Codec strict={self.strict}>"
 
-    def encode(
-        self, value: Any, *, copy_tensors: bool = False, cpu_only: bool = False
-    ) -> tuple[bytes, list[Any]]:
+    def encode(self, value: Any, *, copy_tensors: bool = False, cpu_only: bool = False) -> tuple[bytes, list[Any]]:
         """Encode ``value``; return its bytes and the tensors it references, in order.
 
         Args:
