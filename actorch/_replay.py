@@ -416,7 +416,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             )
         if indices.dtype == torch.bool or indices.is_floating_point() or indices.is_complex():
             raise TypeError(f"indices must be integers, not {indices.dtype}")
-        indices, values = indices.reshape(-1).to(torch.int64), priorities.reshape(-1).to(torch.float64)
+        indices = indices.reshape(-1).to(torch.int64)
+        values = priorities.detach().reshape(-1).to(torch.float64)  # a loss's graph must not reach the tree
         if len(indices) != len(values):
             raise ValueError(f"{len(indices)} indices but {len(values)} priorities")
         if not len(indices):

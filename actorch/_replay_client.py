@@ -182,7 +182,9 @@ class ShardedReplayBuffer:
             raise TypeError(f"{self!r} has uniform shards: they have no priorities to update")
         if not isinstance(indices, Tensor) or not isinstance(priorities, Tensor):
             raise TypeError("indices and priorities must be tensors")
-        indices, priorities = indices.reshape(-1).to(torch.int64), priorities.reshape(-1)
+        if indices.dtype == torch.bool or indices.is_floating_point() or indices.is_complex():
+            raise TypeError(f"indices must be integers, not {indices.dtype}")
+        indices, priorities = indices.reshape(-1).to(torch.int64), priorities.detach().reshape(-1)
         if len(indices) != len(priorities):
             raise ValueError(f"{len(indices)} indices but {len(priorities)} priorities")
         shard_of = indices >> SHARD_SHIFT

@@ -382,6 +382,18 @@ async def test_prioritized_update_priorities_refuses_bad_input(
     assert await buffer.call(PrioritizedReplayBuffer.statistics) == before
 
 
+async def test_prioritized_update_priorities_keeps_autograd_out_of_the_tree(world: LocalWorld) -> None:
+    buffer = await spawn_prioritized(world, 8, on=0)  # same node: the tensor arrives as it was sent
+    await buffer.call(PrioritizedReplayBuffer.extend, batch_of(range(3)))
+    error = torch.ones(3, requires_grad=True) * 2
+    await buffer.call(PrioritizedReplayBuffer.update_priorities, torch.arange(3), error.abs())
+    sample = await buffer.call(PrioritizedReplayBuffer.sample, 4)
+    assert sample.weights is not None
+    assert sample.probabilities is not None
+    assert not sample.weights.requires_grad
+    assert not sample.probabilities.requires_grad
+
+
 async def test_prioritized_update_priorities_of_nothing_does_nothing(world: LocalWorld) -> None:
     buffer = await spawn_prioritized(world, 8)
     await buffer.call(PrioritizedReplayBuffer.extend, batch_of(range(3)))
@@ -686,6 +698,8 @@ async def test_sharded_update_priorities_refuses_bad_input(world: LocalWorld) ->
     await prioritized.extend(batch_of(range(4)))
     with pytest.raises(TypeError, match="must be tensors"):
         await prioritized.update_priorities([0], torch.ones(1))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="indices must be integers"):
+        await prioritized.update_priorities(torch.tensor([0.0]), torch.ones(1))
     with pytest.raises(ValueError, match="2 indices but 1 priorities"):
         await prioritized.update_priorities(torch.tensor([0, 1]), torch.ones(1))
     with pytest.raises(ValueError, match=f"index {2 << SHARD_SHIFT} names no shard"):
