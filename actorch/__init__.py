@@ -32,7 +32,10 @@ from actorch._launcher import run
 from actorch._names import MAX_NAME_LENGTH
 from actorch._parameter_client import ParameterClient
 from actorch._parameter_server import Parameters, ParameterServer, assign_shards
+from actorch._prioritized import PrioritizedReplayBuffer
 from actorch._ref import ActorRef
+from actorch._replay import ReplayBuffer, Sample
+from actorch._replay_client import ShardedReplayBuffer
 from actorch._system import ActorSystem, NodeInfo
 from actorch._tensorfile import load_tensors, save_tensors
 
@@ -53,8 +56,12 @@ __all__ = [
     "ParameterClient",
     "ParameterServer",
     "Parameters",
+    "PrioritizedReplayBuffer",
     "RemoteError",
+    "ReplayBuffer",
+    "Sample",
     "SerializationError",
+    "ShardedReplayBuffer",
     "SnapshotError",
     "SystemClosedError",
     "UnsupportedError",

@@ -18,8 +18,9 @@ import torch
 from torch import Tensor
 
 from actorch._errors import GroupError
+from actorch._prioritized import PrioritizedReplayBuffer
 from actorch._ref import ActorRef
-from actorch._replay import PrioritizedReplayBuffer, ReplayBuffer, Sample
+from actorch._replay import ReplayBuffer, Sample
 
 __all__ = ["ShardedReplayBuffer"]
 

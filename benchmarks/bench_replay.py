@@ -28,8 +28,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 import actorch
-from actorch._replay import PrioritizedReplayBuffer, ReplayBuffer
-from actorch._replay_client import ShardedReplayBuffer
+from actorch import PrioritizedReplayBuffer, ReplayBuffer, ShardedReplayBuffer
 
 _RAW: dict[str, torch.Tensor] = {}
 OBS = 32

@@ -19,8 +19,7 @@ import time
 import torch
 
 import actorch
-from actorch._replay import PrioritizedReplayBuffer, ReplayBuffer
-from actorch._replay_client import ShardedReplayBuffer
+from actorch import PrioritizedReplayBuffer, ReplayBuffer, ShardedReplayBuffer
 
 STATE, ACTIONS = 8, 4
 

@@ -15,10 +15,11 @@ import pytest
 import torch
 
 import actorch
-from actorch._replay import PrioritizedReplayBuffer, ReplayBuffer, Sample
-from actorch._replay_client import SHARD_SHIFT, ShardedReplayBuffer
+from actorch import PrioritizedReplayBuffer, ReplayBuffer, Sample, ShardedReplayBuffer
 from actorch._tensorfile import save_tensors
 from actorch.testing import LocalWorld, local_world
+
+SHARD_SHIFT = ShardedReplayBuffer.SHARD_SHIFT
 
 
 class NotABuffer(actorch.Actor):

@@ -26,8 +26,9 @@ import torch
 from actors import attempt, describe, emit
 
 # isort: on
-from actorch._replay import PrioritizedReplayBuffer, ReplayBuffer, Sample
-from actorch._replay_client import SHARD_SHIFT, ShardedReplayBuffer
+from actorch import PrioritizedReplayBuffer, ReplayBuffer, Sample, ShardedReplayBuffer
+
+SHARD_SHIFT = ShardedReplayBuffer.SHARD_SHIFT
 
 TMP = Path(sys.argv[1])
 LOCAL = (1 << SHARD_SHIFT) - 1
