@@ -37,6 +37,7 @@ Decoder = Callable[[Any, Any], Any]
 _encoders: dict[type, tuple[int, Encoder]] = {}
 _decoders: dict[int, Decoder] = {}
 _side_types: tuple[type, ...] = ()
+_serializable_classes: dict[int, type] = {}
 _decoding_context: ContextVar[Any] = ContextVar("actorch_decoding_context", default=None)
 
 
@@ -73,6 +74,10 @@ def register_side_type(cls: type) -> None:
         _side_types = (*_side_types, cls)
 
 
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def serializable(code: int) -> Callable[[type[T]], type[T]]:
     """Class decorator: instances of this dataclass travel natively, in strict mode too.
 
@@ -101,8 +106,14 @@ def serializable(code: int) -> Callable[[type[T]], type[T]]:
 
         registered = _encoders.get(cls)
         if registered is not None and registered[0] == code:
-            return cls  # decorated again (a reloaded module): keep the first registration
+            return cls  # the very same class decorated again
+        previous = _serializable_classes.get(code)
+        if previous is not None and _qualified(previous) == _qualified(cls):
+            # The class was defined again (its module reloaded): the new one takes over.
+            _encoders.pop(previous, None)
+            _decoders.pop(code, None)
         register_extension(cls, code, encode, decode)
+        _serializable_classes[code] = cls
         return cls
 
     return register

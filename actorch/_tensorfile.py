@@ -11,6 +11,7 @@ crash while saving leaves the previous file whole.
 from __future__ import annotations
 
 import os
+import tempfile
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -75,9 +76,10 @@ def save_tensors(path: str | os.PathLike[str], tensors: Mapping[str, torch.Tenso
     end = end if raws else offset
     header, _ = codec.encode([meta, entries, crc, end])
     target = Path(path)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    temporary = Path(name)
     try:
-        with temporary.open("wb") as out:
+        with os.fdopen(handle, "wb") as out:
             out.write(MAGIC + len(header).to_bytes(_LENGTH_BYTES, "little") + header)
             for (_, _, raw), entry in zip(raws, entries, strict=True):
                 out.seek(entry[3])

@@ -292,3 +292,19 @@ def test_side_type_rides_the_side_list_untouched_also_in_strict_mode() -> None:
 def test_register_side_type_twice_registers_once() -> None:
     register_side_type(SideThing)
     assert _codec._side_types.count(SideThing) == 1
+
+
+def test_serializable_lets_a_redefined_class_take_over_its_code() -> None:
+    def define() -> type:
+        @dataclasses.dataclass
+        class Reloaded:
+            x: int
+
+        return Reloaded
+
+    first = serializable(102)(define())
+    second = serializable(102)(define())
+    assert first is not second
+    codec = Codec(strict=True)
+    data, side = codec.encode(second(1))
+    assert type(codec.decode(data, side)) is second

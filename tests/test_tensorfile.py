@@ -97,3 +97,14 @@ def test_load_tensors_error_is_a_value_error(tmp_path: Path) -> None:
 def test_load_tensors_of_a_missing_file_raises_os_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         load_tensors(tmp_path / "missing.bin")
+
+
+def test_save_tensors_from_two_threads_to_one_path_never_mixes_files(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    path = tmp_path / "t.bin"
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: save_tensors(path, {"a": torch.full((100_000,), float(i))}, i), range(16)))
+    loaded, meta = load_tensors(path)
+    assert torch.equal(loaded["a"], torch.full((100_000,), float(meta)))
+    assert [p.name for p in tmp_path.iterdir()] == ["t.bin"]
