@@ -28,10 +28,12 @@ from actorch._errors import (
     SystemClosedError,
     UnsupportedError,
 )
+from actorch._group import ActorGroup
 from actorch._launcher import run
 from actorch._names import MAX_NAME_LENGTH
 from actorch._parameter_client import ParameterClient
 from actorch._parameter_server import Parameters, ParameterServer, assign_shards
+from actorch._partition import Partitioner, batch_partitioner, dim_partitioner, mean_reducer, sum_reducer
 from actorch._prioritized import PrioritizedReplayBuffer
 from actorch._ref import ActorRef
 from actorch._replay import ReplayBuffer, Sample
@@ -42,6 +44,7 @@ from actorch._tensorfile import load_tensors, save_tensors
 __all__ = [
     "MAX_NAME_LENGTH",
     "Actor",
+    "ActorGroup",
     "ActorNotFoundError",
     "ActorRef",
     "ActorStoppedError",
@@ -56,6 +59,7 @@ __all__ = [
     "ParameterClient",
     "ParameterServer",
     "Parameters",
+    "Partitioner",
     "PrioritizedReplayBuffer",
     "RemoteError",
     "ReplayBuffer",
@@ -66,8 +70,12 @@ __all__ = [
     "SystemClosedError",
     "UnsupportedError",
     "assign_shards",
+    "batch_partitioner",
+    "dim_partitioner",
     "load_tensors",
+    "mean_reducer",
     "run",
     "save_tensors",
     "serializable",
+    "sum_reducer",
 ]

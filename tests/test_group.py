@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import actorch
-from actorch._group import ActorGroup, batch_partitioner, dim_partitioner, mean_reducer, sum_reducer
+from actorch import ActorGroup, batch_partitioner, dim_partitioner, mean_reducer, sum_reducer
 from actorch.testing import LocalWorld, local_world
 
 

@@ -32,6 +32,8 @@ LAYERS = {
     "_replay": 9,
     "_replay_client": 9,
     "_prioritized": 9,
+    "_group": 9,
+    "_partition": 9,
     "testing": 10,
     "__init__": 10,
 }

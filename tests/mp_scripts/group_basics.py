@@ -19,7 +19,7 @@ import torch
 from actors import describe, emit
 
 import actorch
-from actorch._group import ActorGroup, batch_partitioner, mean_reducer, sum_reducer
+from actorch import ActorGroup, batch_partitioner, mean_reducer, sum_reducer
 
 Check = Callable[[actorch.ActorSystem], Awaitable[dict[str, Any]]]
 
