@@ -185,6 +185,9 @@ def remote_error(type_name: str, message: str, remote_traceback: str = "") -> Re
         except TypeError:  # layout conflict, e.g. two builtin bases
             return RemoteError(type_name, message, remote_traceback)
         _mixed_classes[original] = mixed
-    error = mixed.__new__(mixed)
-    RemoteError.__init__(error, type_name, message, remote_traceback)
+    try:
+        error = mixed.__new__(mixed)
+        RemoteError.__init__(error, type_name, message, remote_traceback)
+    except Exception:  # noqa: BLE001 - any class's __new__ may refuse (exception groups need theirs)
+        return RemoteError(type_name, message, remote_traceback)
     return error

@@ -306,16 +306,19 @@ class Node:
         future = entry[0]
         if future.done():
             return
-        if not ok:
-            error = rebuild_error(payload)
-            if type(error) is ActorStoppedError and payload[2].startswith(GONE):
-                error = ActorStoppedError(f"cannot call {entry[3]!r} of {entry[2]}: the actor has stopped")
-            future.set_exception(error)
-            return
         try:
+            if not ok:
+                error = rebuild_error(payload)
+                if type(error) is ActorStoppedError and payload[2].startswith(GONE):
+                    error = ActorStoppedError(f"cannot call {entry[3]!r} of {entry[2]}: the actor has stopped")
+                future.set_exception(error)
+                return
             future.set_result(None if payload is None else self.codec.decode(payload, tensors, self))
         except SerializationError as exc:
             future.set_exception(exc)
+        except Exception as exc:  # a reply we cannot read must still end the call, never hang it
+            self.log.exception("unreadable reply", call=call_id, actor=entry[2], endpoint=entry[3])
+            future.set_exception(SerializationError(f"the reply of {entry[2]}.{entry[3]} could not be read: {exc!r}"))
 
     def _on_cancel(self, src: int, call_id: int) -> None:
         entry = self._inbound.pop((src, call_id), None)

@@ -60,7 +60,10 @@ def rebuild_error(payload: list[Any]) -> BaseException:
         return TimeoutError(message)
     cls = getattr(_errors, type_name.rpartition(".")[2], None)
     if isinstance(cls, type) and issubclass(cls, _errors.ActorchError):
-        return cls(message)
+        try:
+            return cls(message)
+        except TypeError:  # a class that needs more than a message (GroupError)
+            pass
     return _errors.ActorchError(f"{type_name}: {message}")
 
 

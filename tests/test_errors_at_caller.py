@@ -15,6 +15,15 @@ class CustomError(Exception):
     pass
 
 
+class NeedyError(Exception):
+    """Its ``__new__`` insists on its own arguments."""
+
+    def __new__(cls, text: str, code: int) -> NeedyError:
+        self = super().__new__(cls, text, code)
+        self.code = code
+        return self
+
+
 NON_ASCII = "données invalides — 数据无效 ✗"
 
 
@@ -35,6 +44,12 @@ class Faulty(actorch.Actor):
 
     async def make_set(self) -> set[int]:
         return {1, 2}
+
+    async def fail_group(self) -> None:
+        raise actorch.GroupError("1 of 2 failed", [ValueError("inner")], [1, None])
+
+    async def fail_needy(self) -> None:
+        raise NeedyError("needs", 3)
 
     async def _secret(self) -> str:
         return "secret"
@@ -118,7 +133,7 @@ async def test_bad_call_raises_endpoint_error_and_the_actor_keeps_serving(
 async def test_unknown_endpoint_error_lists_the_known_endpoints(world: LocalWorld, on: int) -> None:
     faulty = await world[0].spawn(Faulty, on=on)
     async with asyncio.timeout(5):
-        with pytest.raises(actorch.EndpointError, match="echo, fail_custom, fail_value, make_set, sleep"):
+        with pytest.raises(actorch.EndpointError, match="echo, fail_custom, fail_group, fail_needy, fail_value, make_set, sleep"):
             await faulty.call("missing")
 
 
@@ -266,3 +281,15 @@ async def test_spawn_on_a_killed_node_raises_node_lost(world: LocalWorld) -> Non
     async with asyncio.timeout(1):
         with pytest.raises(actorch.NodeLostError, match="node 2"):
             await world[0].spawn(Faulty, on=2)
+
+
+@pytest.mark.parametrize("endpoint", ["fail_group", "fail_needy"])
+async def test_handler_exception_whose_class_needs_arguments_still_reaches_the_caller(
+    world: LocalWorld, on: int, endpoint: str
+) -> None:
+    faulty = await world[0].spawn(Faulty, on=on)
+    async with asyncio.timeout(5):
+        with pytest.raises(actorch.RemoteError) as info:
+            await faulty.call(endpoint)
+    assert info.value.type_name.endswith(("GroupError", "NeedyError"))
+    assert await faulty.call(Faulty.echo, 1) == 1
