@@ -97,6 +97,7 @@ class Cell:
         "running",
         "stopping",
         "tasks",
+        "unbegun",
     )
 
     def __init__(
@@ -121,6 +122,7 @@ class Cell:
             else f"actor {type(instance).__name__}#{actor_id} on node {node.rank}"
         )
         self.running = 0
+        self.unbegun = 0  # worker tasks created whose first message has not begun yet
         self.handled = 0
         self.queue: deque[Envelope] = deque()
         self.active: set[int] = set()
@@ -141,8 +143,13 @@ class Cell:
         return bool(chain) and bool(self.active) and not self.active.isdisjoint(chain)
 
     def can_start(self, chain: tuple[int, ...]) -> bool:
-        """Whether a new message may start now rather than wait in the queue."""
-        return (self.running < self.max_concurrency and not self.queue) or self.is_reentrant(chain)
+        """Whether a new message may start now rather than wait in the queue.
+
+        Not while a worker started earlier has yet to begin its message: messages
+        start in the order they arrived, also when several may run at once.
+        """
+        free = self.running < self.max_concurrency and not self.queue and not self.unbegun
+        return free or self.is_reentrant(chain)
 
     def enter(self, key: int) -> None:
         """Count a message as running."""
@@ -166,7 +173,7 @@ class Cell:
 
     def take_next(self) -> Envelope | None:
         """For a worker that finished a message: the next queued one it may run, entered."""
-        if self.queue and self.running < self.max_concurrency:
+        if self.queue and self.running < self.max_concurrency and not self.unbegun:
             envelope = self.queue.popleft()
             self.enter(envelope.key)
             return envelope
@@ -188,6 +195,7 @@ class Cell:
     def start(self, envelope: Envelope) -> None:
         """Run ``envelope`` in a new worker task, which then drains the queue."""
         self.enter(envelope.key)
+        self.unbegun += 1
         task = self.node.loop.create_task(self.work(envelope))
         envelope.task = task
         self.tasks.add(task)
@@ -222,6 +230,9 @@ class Cell:
         """
         task = asyncio.current_task()
         assert task is not None
+        self.unbegun -= 1
+        if not self.unbegun:
+            self.wake()  # messages that queued behind the workers started before this one
         try:
             while envelope is not None:
                 envelope.task = task

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import anyio
@@ -328,3 +329,38 @@ async def test_tell_with_a_tensor_sends_its_values_at_the_time_of_the_tell(world
     async with asyncio.timeout(5):
         kept = await keeper.call(TensorKeeper.first_kept)
     assert torch.equal(kept, torch.zeros(8))
+
+
+class StartOrder(actorch.Actor):
+    """Records the order messages start in; lets four run at once."""
+
+    max_concurrency = 4
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+
+    async def note(self, i: int) -> None:
+        self.started.append(i)
+
+    async def pause(self, i: int, seconds: float) -> None:
+        self.started.append(i)
+        await asyncio.sleep(seconds)
+
+    async def seen(self) -> list[int]:
+        return list(self.started)
+
+
+async def test_messages_start_in_sending_order_with_max_concurrency_above_one(world: LocalWorld, on: int) -> None:
+    recorder = await world[0].spawn(StartOrder, on=on)
+    for i in range(10):
+        recorder.tell(StartOrder.note, i)
+    assert await recorder.call(StartOrder.seen) == list(range(10))
+
+
+async def test_concurrent_actor_still_runs_messages_side_by_side(world: LocalWorld, on: int) -> None:
+    recorder = await world[0].spawn(StartOrder, on=on)
+    async with asyncio.timeout(2):
+        started = time.monotonic()
+        await asyncio.gather(*(recorder.call(StartOrder.pause, i, 0.2) for i in range(4)))
+        assert time.monotonic() - started < 0.6
+    assert await recorder.call(StartOrder.seen) == [0, 1, 2, 3]
