@@ -133,7 +133,8 @@ async def test_bad_call_raises_endpoint_error_and_the_actor_keeps_serving(
 async def test_unknown_endpoint_error_lists_the_known_endpoints(world: LocalWorld, on: int) -> None:
     faulty = await world[0].spawn(Faulty, on=on)
     async with asyncio.timeout(5):
-        with pytest.raises(actorch.EndpointError, match="echo, fail_custom, fail_group, fail_needy, fail_value, make_set, sleep"):
+        known = "echo, fail_custom, fail_group, fail_needy, fail_value, make_set, sleep"
+        with pytest.raises(actorch.EndpointError, match=known):
             await faulty.call("missing")
 
 
