@@ -143,6 +143,10 @@ class GroupError(ExceptionGroup[Exception], ActorchError):
     def __init__(self, message: str, exceptions: Sequence[Exception], results: Sequence[Any] = ()) -> None:
         super().__init__(message, exceptions)
 
+    def derive(self, excs: Sequence[Exception]) -> GroupError:  # type: ignore[override]
+        """The same group call narrowed to ``excs`` (what ``except*`` and ``split`` build)."""
+        return GroupError(self.message, excs, self.results)
+
 
 _mixed_classes: dict[type[BaseException], type[RemoteError]] = {}
 

@@ -170,3 +170,15 @@ def test_group_error_can_be_split_with_except_star() -> None:
     except* KeyError as group:
         caught.append(type(group.exceptions[0]))
     assert caught == [ValueError, KeyError]
+
+
+def test_group_error_split_keeps_the_results() -> None:
+    first, second = ValueError("a"), KeyError("b")
+    error = actorch.GroupError("failed", [first, second], [first, 5, second])
+    matched, rest = error.split(ValueError)
+    assert isinstance(matched, actorch.GroupError)
+    assert isinstance(rest, actorch.GroupError)
+    assert matched.exceptions == (first,)
+    assert matched.results == [first, 5, second]
+    assert matched.failed == [0]
+    assert rest.failed == [2]
