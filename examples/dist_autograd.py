@@ -22,26 +22,11 @@ from typing import Any
 
 import torch
 import torch.distributed.autograd as dist_autograd
-from sklearn.datasets import load_digits
+from parameter_server import digits, make_model  # the same model and data as that example
 from torch import nn
 from torch.distributed.optim import DistributedOptimizer
 
 import actorch
-
-
-def make_model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
-
-
-def digits(split: str) -> tuple[torch.Tensor, torch.Tensor]:
-    data = load_digits()
-    x = torch.tensor(data.data, dtype=torch.float32) / 16.0
-    y = torch.tensor(data.target, dtype=torch.int64)
-    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
-    cut = int(0.8 * len(y))
-    chosen = order[:cut] if split == "train" else order[cut:]
-    return x[chosen], y[chosen]
 
 
 class Trainer(actorch.Actor):
