@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,24 @@ async def attempt(awaitable: Awaitable[Any]) -> dict[str, Any]:
     except Exception as exc:
         return {"error": describe(exc), "seconds": time.monotonic() - started}
     return {"value": value, "seconds": time.monotonic() - started}
+
+
+async def run_checks(
+    system: actorch.ActorSystem, checks: list[tuple[str, Any]], *, seconds: float = 30.0
+) -> dict[str, Any]:
+    """Run each ``check(system)`` under a deadline and emit what it returned, or how it failed."""
+    for name, check in checks:
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(seconds):
+                values = await check(system)
+        except BaseException as exc:
+            emit(name, failed=describe(exc), traceback=traceback.format_exc(), seconds=time.monotonic() - started)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            emit(name, **{"seconds": time.monotonic() - started, **values})  # a check may time itself
+    return {"main": "returned", "checks": len(checks)}
 
 
 def attempt_now(fn: Callable[[], Any]) -> dict[str, Any]:

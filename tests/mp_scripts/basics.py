@@ -13,7 +13,6 @@ import json
 import os
 import sys
 import time
-import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from actors import (
     attempt,
     attempt_now,
     describe,
-    emit,
+    run_checks,
     send_interleaved,
 )
 
@@ -411,18 +410,7 @@ async def main(system: actorch.ActorSystem) -> dict[str, Any]:
     # Left running: shutdown must run their on_stop on every rank.
     for rank in range(system.world_size):
         await system.spawn(Stopper, args=(str(TMP / f"on_stop_rank{rank}"),), name=f"stoppers/{rank}", on=rank)
-    for name, check in CHECKS:
-        started = time.monotonic()
-        try:
-            async with asyncio.timeout(30):
-                values = await check(system)
-        except BaseException as exc:
-            emit(name, failed=describe(exc), traceback=traceback.format_exc(), seconds=time.monotonic() - started)
-            if not isinstance(exc, Exception):
-                raise
-        else:
-            emit(name, seconds=time.monotonic() - started, **values)
-    return {"main": "returned", "checks": len(CHECKS)}
+    return await run_checks(system, CHECKS)
 
 
 if __name__ == "__main__":

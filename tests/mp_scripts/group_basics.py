@@ -11,12 +11,11 @@ import asyncio
 import json
 import os
 import time
-import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import torch
-from actors import describe, emit
+from actors import describe, run_checks
 
 import actorch
 from actorch import ActorGroup, batch_partitioner, mean_reducer, sum_reducer
@@ -205,13 +204,7 @@ CHECKS: list[tuple[str, Check]] = [
 
 
 async def main(system: actorch.ActorSystem) -> dict[str, Any]:
-    for name, check in CHECKS:
-        try:
-            async with asyncio.timeout(30):
-                emit(name, **await check(system))
-        except Exception as exc:
-            emit(name, failed=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
-    return {"main": "returned", "checks": len(CHECKS)}
+    return await run_checks(system, CHECKS)
 
 
 if __name__ == "__main__":

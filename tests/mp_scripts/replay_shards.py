@@ -12,7 +12,6 @@ import json
 import os
 import sys
 import time
-import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ import anyio
 # actorch first, before anything imports torch: it quiets torch's C++ logging.
 import actorch
 import torch
-from actors import attempt, describe, emit
+from actors import attempt, describe, run_checks
 
 # isort: on
 from actorch import PrioritizedReplayBuffer, ReplayBuffer, Sample, ShardedReplayBuffer
@@ -177,18 +176,7 @@ CHECKS: list[tuple[str, Check]] = [
 
 
 async def main(system: actorch.ActorSystem) -> dict[str, Any]:
-    for name, check in CHECKS:
-        started = time.monotonic()
-        try:
-            async with asyncio.timeout(60):
-                values = await check(system)
-        except BaseException as exc:
-            emit(name, failed=describe(exc), traceback=traceback.format_exc(), seconds=time.monotonic() - started)
-            if not isinstance(exc, Exception):
-                raise
-        else:
-            emit(name, seconds=time.monotonic() - started, **values)
-    return {"main": "returned", "checks": len(CHECKS)}
+    return await run_checks(system, CHECKS, seconds=60)
 
 
 if __name__ == "__main__":
