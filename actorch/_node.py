@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from actorch._codec import Codec
-from actorch._deadline import current_deadline
+from actorch._deadline import inherited_deadline
 from actorch._errors import (
     ActorStoppedError,
     NodeLostError,
@@ -120,18 +120,28 @@ class Node:
         return self._key_base | next(self._call_ids)
 
     async def call(
-        self, rank: int, actor_id: int, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any], label: str
+        self,
+        rank: int,
+        actor_id: int,
+        endpoint: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        label: str,
+        deadline: float | None,
     ) -> Any:
-        """Call ``endpoint`` of actor ``actor_id`` on ``rank`` and return its result."""
+        """Call ``endpoint`` of actor ``actor_id`` on ``rank`` and return its result.
+
+        ``deadline`` is the caller's, read where the call was made: this
+        coroutine may run in another task (``asyncio.gather``).
+        """
         context = current_call.get()
         chain = context.child_chain() if context is not None else ()
         if rank == self.rank:
-            return await self._call_local(actor_id, endpoint, args, kwargs, chain, label)
+            return await self._call_local(actor_id, endpoint, args, kwargs, chain, label, deadline)
         if rank in self.lost:
             raise NodeLostError(f"cannot call {endpoint!r} of {label}: node {rank} was lost ({self.lost[rank]})")
         if self.closed:
             raise SystemClosedError(f"cannot call {endpoint!r} of {label}: node {self.rank} is shut down")
-        deadline = current_deadline()
         remaining = None
         if deadline is not None:
             remaining = deadline - self.loop.time()
@@ -186,6 +196,7 @@ class Node:
         kwargs: dict[str, Any],
         chain: tuple[int, ...],
         label: str,
+        deadline: float | None,
     ) -> Any:
         cell = self._cells.get(actor_id)
         if cell is None or cell.stopping:
@@ -193,7 +204,7 @@ class Node:
         key = self._new_key()
         if not cell.can_start(chain):
             future: asyncio.Future[Any] = self.loop.create_future()
-            envelope = Envelope(endpoint, args, kwargs, key, chain, current_deadline(), settle(future))
+            envelope = Envelope(endpoint, args, kwargs, key, chain, deadline, settle(future))
             cell.queue.append(envelope)
             try:
                 return await future
@@ -202,6 +213,7 @@ class Node:
                 raise
         cell.enter(key)
         token = current_call.set(CallContext(cell, key, chain, endpoint))
+        deadline_token = inherited_deadline.set(deadline)  # for a caller that is another task
         try:
             coroutine = cell.open(endpoint, args, kwargs)
             try:
@@ -209,6 +221,7 @@ class Node:
             except Exception as exc:
                 raise handler_error(exc) from exc
         finally:
+            inherited_deadline.reset(deadline_token)
             current_call.reset(token)
             cell.leave(key)
             cell.wake()

@@ -5,11 +5,12 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from actorch._actor import Actor, endpoints_of
 from actorch._codec import current_context, register_extension
+from actorch._deadline import current_deadline
 from actorch._errors import EndpointError, SystemClosedError
 
 if TYPE_CHECKING:
@@ -101,15 +102,19 @@ class ActorRef(Generic[A]):
         return _resolve_class(self._class_path)
 
     @overload
-    async def call(
+    def call(
         self, method: Callable[Concatenate[A, P], Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
-    ) -> R: ...
+    ) -> Coroutine[Any, Any, R]: ...
 
     @overload
-    async def call(self, method: str, /, *args: Any, **kwargs: Any) -> Any: ...
+    def call(self, method: str, /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]: ...
 
-    async def call(self, method: Any, /, *args: Any, **kwargs: Any) -> Any:
-        """Call an endpoint and return its result.
+    def call(self, method: Any, /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
+        """Call an endpoint and return its result (await the returned coroutine).
+
+        The deadline is read where ``call`` is called, so calls made inside a
+        deadline scope and awaited elsewhere (``asyncio.gather``, a task group)
+        carry it too.
 
         Args:
             method: The endpoint, as ``ActorClass.method`` (type-checked) or its name.
@@ -124,7 +129,8 @@ class ActorRef(Generic[A]):
             TimeoutError: The caller's deadline passed; the handler is cancelled.
         """
         endpoint = method if type(method) is str else _endpoint_name(method)
-        return await self._node.call(self._rank, self._actor_id, endpoint, args, kwargs, self._label)
+        deadline = current_deadline()
+        return self._node.call(self._rank, self._actor_id, endpoint, args, kwargs, self._label, deadline)
 
     def tell(self, method: Any, /, *args: Any, **kwargs: Any) -> None:
         """Send a message without waiting for its result (fire and forget).
@@ -151,7 +157,9 @@ class ActorRef(Generic[A]):
         """
         if self._actor_id == SERVICE_ID:
             raise EndpointError(f"{self._label} is a system service and cannot be stopped")
-        await self._node.call(self._rank, SERVICE_ID, "stop_actor", (self._actor_id,), {}, self._label)
+        await self._node.call(
+            self._rank, SERVICE_ID, "stop_actor", (self._actor_id,), {}, self._label, current_deadline()
+        )
 
 
 def _endpoint_name(method: Any) -> str:

@@ -364,3 +364,22 @@ async def test_concurrent_actor_still_runs_messages_side_by_side(world: LocalWor
         await asyncio.gather(*(recorder.call(StartOrder.pause, i, 0.2) for i in range(4)))
         assert time.monotonic() - started < 0.6
     assert await recorder.call(StartOrder.seen) == [0, 1, 2, 3]
+
+
+async def test_deadline_travels_with_calls_awaited_in_other_tasks(world: LocalWorld, on: int) -> None:
+    slow = await world[0].spawn(Slow, on=on)
+    async with asyncio.timeout(5):
+        gathered = await asyncio.gather(slow.call(Slow.time_left), slow.call(Slow.time_left))
+        async with asyncio.TaskGroup() as group:
+            task = group.create_task(slow.call(Slow.time_left))
+    for left in [*gathered, task.result()]:
+        assert left is not None
+        assert 4.0 < left <= 5.0
+
+
+async def test_deadline_of_a_call_is_read_where_it_is_made(world: LocalWorld, on: int) -> None:
+    slow = await world[0].spawn(Slow, on=on)
+    async with asyncio.timeout(5):  # noqa: ASYNC100 - the call is made, not awaited, in the scope
+        pending = slow.call(Slow.time_left)
+    assert (await pending) is not None
+    assert await slow.call(Slow.time_left) is None
