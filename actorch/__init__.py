@@ -12,6 +12,7 @@ import os as _os
 _os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 from actorch._actor import Actor
+from actorch._batching import batched
 from actorch._codec import serializable
 from actorch._errors import (
     ActorchError,
@@ -71,6 +72,7 @@ __all__ = [
     "UnsupportedError",
     "assign_shards",
     "batch_partitioner",
+    "batched",
     "dim_partitioner",
     "load_tensors",
     "mean_reducer",

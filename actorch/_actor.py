@@ -1,14 +1,16 @@
 """The ``Actor`` base class and how its endpoints are found.
 
 Every public ``async def`` method of a subclass (inherited ones included) is an
-endpoint; names starting with ``_`` never are, nor are the lifecycle hooks.
+endpoint, and so is every ``@batched`` one; names starting with ``_`` never
+are, nor are the lifecycle hooks.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from actorch._batching import Batched, Endpoint
 
 if TYPE_CHECKING:
     from actorch._ref import ActorRef
@@ -40,7 +42,7 @@ class Actor:
     max_concurrency: ClassVar[int] = 1
     """How many messages may run at once (interleaving only at ``await`` points)."""
 
-    _actorch_endpoints: ClassVar[dict[str, Callable[..., Awaitable[Any]]]] = {}
+    _actorch_endpoints: ClassVar[dict[str, Endpoint]] = {}
     _actorch_ref: ActorRef[Any]
     _actorch_system: ActorSystem
 
@@ -49,11 +51,16 @@ class Actor:
         concurrency = cls.__dict__.get("max_concurrency", cls.max_concurrency)
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise TypeError(f"{cls.__qualname__}.max_concurrency must be an int >= 1, not {concurrency!r}")
-        found: dict[str, Callable[..., Awaitable[Any]]] = {}
+        found: dict[str, Endpoint] = {}
         for attr in dir(cls):
+            value = inspect.getattr_static(cls, attr)
+            if isinstance(value, Batched):
+                if attr.startswith("_") or attr in _HOOKS:
+                    raise TypeError(f"{cls.__qualname__}.{attr} is batched, so an endpoint: its name must be public")
+                found[attr] = value
+                continue
             if attr.startswith("_") or attr in _HOOKS:
                 continue
-            value = inspect.getattr_static(cls, attr)
             if isinstance(value, (staticmethod, classmethod)):
                 continue
             if inspect.iscoroutinefunction(value):
@@ -86,7 +93,7 @@ class Actor:
         """Run once after the last message, when the actor stops or the system shuts down."""
 
 
-def endpoints_of(cls: type[Actor]) -> dict[str, Callable[..., Awaitable[Any]]]:
+def endpoints_of(cls: type[Actor]) -> dict[str, Endpoint]:
     """The endpoints of an actor class, by name."""
     return cls._actorch_endpoints
 

@@ -3,79 +3,29 @@
 A ``Cell`` runs at most ``max_concurrency`` messages at once, starting them in
 arrival order. A call whose chain of callers contains a call the actor is
 handling right now (A → B → A) is re-entrant: it runs at once instead of
-waiting behind the call it came from, which would never finish.
+waiting behind the call it came from, which would never finish. Calls to a
+batched endpoint join the open batch of that endpoint; the batch is one message
+in the mailbox.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from actorch import _batching
+from actorch._batching import Batch, Batched, Endpoint
 from actorch._deadline import inherited_deadline
+from actorch._envelope import CallContext, Envelope, current_call
 from actorch._errors import ActorStoppedError, EndpointError
 from actorch._wire import HANDLER, RUNTIME, error_payload
 
 if TYPE_CHECKING:
     from actorch._node import Node
 
-__all__ = ["CallContext", "Cell", "Envelope", "current_call"]
-
-Endpoint = Callable[..., Awaitable[Any]]
-Respond = Callable[[bool, Any], None]
-
-
-class CallContext:
-    """The call a handler is serving: its actor cell, its key and its chain of callers."""
-
-    __slots__ = ("cell", "chain", "endpoint", "key")
-
-    def __init__(self, cell: Cell, key: int, chain: tuple[int, ...], endpoint: str) -> None:
-        self.cell = cell
-        self.key = key
-        self.chain = chain
-        self.endpoint = endpoint
-
-    def __repr__(self) -> str:
-        return f"<CallContext {self.cell.label}.{self.endpoint} key={self.key:#x}>"
-
-    def child_chain(self) -> tuple[int, ...]:
-        """The chain a call made from this handler carries."""
-        return (*self.chain, self.key)
-
-
-current_call: ContextVar[CallContext | None] = ContextVar("actorch_call", default=None)
-
-
-class Envelope:
-    """A message waiting for, or being handled by, an actor."""
-
-    __slots__ = ("args", "cancelled", "chain", "deadline", "endpoint", "key", "kwargs", "respond", "task")
-
-    def __init__(
-        self,
-        endpoint: str,
-        args: list[Any] | tuple[Any, ...],
-        kwargs: dict[str, Any],
-        key: int,
-        chain: tuple[int, ...],
-        deadline: float | None,
-        respond: Respond | None,
-    ) -> None:
-        self.endpoint = endpoint
-        self.args = args
-        self.kwargs = kwargs
-        self.key = key
-        self.chain = chain
-        self.deadline = deadline
-        self.respond = respond
-        self.task: asyncio.Task[None] | None = None
-        self.cancelled = False
-
-    def __repr__(self) -> str:
-        return f"<Envelope {self.endpoint} key={self.key:#x}>"
+__all__ = ["Cell", "Endpoint"]
 
 
 class Cell:
@@ -84,6 +34,9 @@ class Cell:
     __slots__ = (
         "active",
         "actor_id",
+        "batched",
+        "batched_calls",
+        "batches",
         "endpoints",
         "handled",
         "idle",
@@ -113,7 +66,10 @@ class Cell:
         self.node = node
         self.actor_id = actor_id
         self.instance = instance
-        self.endpoints = endpoints
+        self.endpoints = {name: handler for name, handler in endpoints.items() if not isinstance(handler, Batched)}
+        self.batched = {name: handler for name, handler in endpoints.items() if isinstance(handler, Batched)}
+        self.batches: dict[str, Batch] = {}  # the open batch of each batched endpoint
+        self.batched_calls = 0
         self.name = name
         self.max_concurrency = max_concurrency
         self.label = (
@@ -135,8 +91,11 @@ class Cell:
         return f"<Cell {self.label} running={self.running} queued={len(self.queue)}>"
 
     def statistics(self) -> dict[str, int]:
-        """Messages handled, running and queued."""
-        return {"handled": self.handled, "running": self.running, "queued": len(self.queue)}
+        """Messages handled, running and queued; with batched endpoints, the calls they answered."""
+        counts = {"handled": self.handled, "running": self.running, "queued": len(self.queue)}
+        if self.batched:
+            counts["batched_calls"] = self.batched_calls
+        return counts
 
     def is_reentrant(self, chain: tuple[int, ...]) -> bool:
         """Whether a call with this chain comes back to a call this actor is handling."""
@@ -187,7 +146,9 @@ class Cell:
 
     def submit(self, envelope: Envelope) -> None:
         """Start ``envelope`` now if the mailbox allows, else queue it."""
-        if self.can_start(envelope.chain):
+        if self.batched and envelope.endpoint in self.batched:
+            _batching.join(self, envelope)
+        elif self.can_start(envelope.chain):
             self.start(envelope)
         else:
             self.queue.append(envelope)
@@ -202,6 +163,9 @@ class Cell:
 
     def cancel(self, envelope: Envelope) -> None:
         """Drop ``envelope`` if it is queued, else cancel its handler if it runs."""
+        if envelope.batch is not None:
+            _batching.leave(self, envelope)
+            return
         try:
             self.queue.remove(envelope)
         except ValueError:
@@ -215,7 +179,7 @@ class Cell:
         if handler is None:
             if endpoint.startswith("_"):
                 raise EndpointError(f"{endpoint!r} of {self.label} is private: endpoints are public async methods")
-            known = ", ".join(sorted(self.endpoints)) or "none"
+            known = ", ".join(sorted([*self.endpoints, *self.batched])) or "none"
             raise EndpointError(f"{self.label} has no endpoint {endpoint!r} (endpoints: {known})")
         try:
             return handler(self.instance, *args, **kwargs)
@@ -237,7 +201,10 @@ class Cell:
             while envelope is not None:
                 envelope.task = task
                 try:
-                    await self._handle(envelope)
+                    if envelope.runs is None:
+                        await self._handle(envelope)
+                    else:
+                        await _batching.run(self, envelope, envelope.runs)
                 finally:
                     if envelope.cancelled:
                         task.uncancel()  # that cancellation was the message's, not the worker's
@@ -280,6 +247,11 @@ class Cell:
 
     def fail(self, envelope: Envelope, exc: BaseException, origin: int = RUNTIME) -> None:
         """Answer ``envelope`` with an error, or log it if nobody waits (a tell)."""
+        if envelope.runs is not None:  # a batch not run: each of its calls gets the error
+            batch, envelope.runs = envelope.runs, None
+            _batching.close(self, batch)
+            _batching.answer_all(self, list(batch.members), False, (exc, origin))
+            return
         if envelope.respond is not None:
             envelope.respond(False, (exc, origin))
         else:

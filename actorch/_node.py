@@ -17,13 +17,14 @@ import structlog
 
 from actorch._codec import Codec
 from actorch._deadline import inherited_deadline
+from actorch._envelope import CallContext, Envelope, current_call
 from actorch._errors import (
     ActorStoppedError,
     NodeLostError,
     SerializationError,
     SystemClosedError,
 )
-from actorch._mailbox import CallContext, Cell, Endpoint, Envelope, current_call
+from actorch._mailbox import Cell, Endpoint
 from actorch._transport import Batch, NodeInfo, Port, Transport
 from actorch._wire import CALL, CANCEL, GONE, REPLY, RUNTIME, TELL, error_payload, handler_error, rebuild_error, settle
 
@@ -116,7 +117,8 @@ class Node:
 
     # ------------------------------------------------------------------ calls out
 
-    def _new_key(self) -> int:
+    def new_key(self) -> int:
+        """A key for a message, unique in the whole system."""
         return self._key_base | next(self._call_ids)
 
     async def call(
@@ -181,7 +183,7 @@ class Node:
                 return
             if body is not None:
                 args, kwargs = self.codec.decode(body, tensors or [], self)
-            self._deliver(cell, Envelope(endpoint, args, kwargs, self._new_key(), (), None, None))
+            self._deliver(cell, Envelope(endpoint, args, kwargs, self.new_key(), (), None, None))
             return
         if rank in self.lost or self.closed:
             self.log.warning("tell dropped: node lost", actor=label, endpoint=endpoint, why=self.lost.get(rank))
@@ -201,11 +203,11 @@ class Node:
         cell = self._cells.get(actor_id)
         if cell is None or cell.stopping:
             raise ActorStoppedError(f"cannot call {endpoint!r}: {label} is stopped")
-        key = self._new_key()
-        if not cell.can_start(chain):
+        key = self.new_key()
+        if endpoint in cell.batched or not cell.can_start(chain):
             future: asyncio.Future[Any] = self.loop.create_future()
             envelope = Envelope(endpoint, args, kwargs, key, chain, deadline, settle(future))
-            cell.queue.append(envelope)
+            cell.submit(envelope)
             try:
                 return await future
             except asyncio.CancelledError:
@@ -264,7 +266,7 @@ class Node:
             endpoint,
             (),
             {},
-            self._new_key(),
+            self.new_key(),
             tuple(chain),
             None if remaining is None else self.loop.time() + remaining,
             respond,

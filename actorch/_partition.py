@@ -22,6 +22,7 @@ T = TypeVar("T")
 _Part = tuple[tuple[Any, ...], dict[str, Any]]
 """The ``(args, kwargs)`` of one member's call."""
 
+
 class Partitioner(Protocol):
     """Splits one call's arguments into one call per member of a group.
 

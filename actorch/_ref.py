@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from actorch._actor import Actor, endpoints_of
+from actorch._batching import Batched
 from actorch._codec import current_context, register_extension
 from actorch._deadline import current_deadline
 from actorch._errors import EndpointError, SystemClosedError
@@ -21,6 +22,7 @@ __all__ = ["SERVICE_ID", "ActorRef"]
 A = TypeVar("A", bound=Actor)
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 SERVICE_ID = 1
 """Actor id of every node's own service actor (spawn, stop, shutdown)."""
@@ -102,6 +104,9 @@ class ActorRef(Generic[A]):
         return _resolve_class(self._class_path)
 
     @overload
+    def call(self, method: Batched[A, T, R], item: T, /) -> Coroutine[Any, Any, R]: ...
+
+    @overload
     def call(
         self, method: Callable[Concatenate[A, P], Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
     ) -> Coroutine[Any, Any, R]: ...
@@ -118,7 +123,7 @@ class ActorRef(Generic[A]):
 
         Args:
             method: The endpoint, as ``ActorClass.method`` (type-checked) or its name.
-            *args: Positional arguments for the endpoint.
+            *args: Positional arguments for the endpoint (one item for a batched one).
             **kwargs: Keyword arguments for the endpoint.
 
         Raises:
@@ -171,6 +176,11 @@ def _endpoint_name(method: Any) -> str:
 
 def _check_call(cls: type[Actor], endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any], label: str) -> None:
     handler = endpoints_of(cls).get(endpoint)
+    if isinstance(handler, Batched):
+        error = handler.check(args, kwargs, label)
+        if error is not None:
+            raise error
+        return
     if handler is None:
         if endpoint.startswith("_"):
             raise EndpointError(f"{endpoint!r} of {label} is private: endpoints are public async methods")

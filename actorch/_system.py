@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 from actorch._actor import Actor, class_path, endpoints_of
 from actorch._deadline import current_deadline
+from actorch._envelope import CallContext, current_call
 from actorch._errors import ActorNotFoundError, NodeLostError
-from actorch._mailbox import CallContext, current_call
 from actorch._names import check_name, compile_pattern
 from actorch._node import Node
 from actorch._ref import SERVICE_ID, ActorRef, _resolve_class
@@ -285,7 +285,7 @@ class ActorSystem:
     async def _run_hook(self, cell: Any, hook: str, *, raise_errors: bool = False) -> None:
         # A hook runs as a message of the actor: nothing else starts meanwhile,
         # and calls that come back to the actor from it are re-entrant.
-        key = self._node._new_key()
+        key = self._node.new_key()
         context = current_call.get()
         chain = context.child_chain() if context is not None else ()
         cell.enter(key)

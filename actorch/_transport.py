@@ -151,9 +151,7 @@ class Transport(ABC):
 
     def make_rref(self, value: Any) -> Any:
         """A torch RRef owned by this rank holding ``value``; only torch RPC has them."""
-        raise UnsupportedError(
-            f"torch RRefs need the torch RPC transport; this node runs on {type(self).__name__}"
-        )
+        raise UnsupportedError(f"torch RRefs need the torch RPC transport; this node runs on {type(self).__name__}")
 
     @abstractmethod
     def _send_batch(self, dest: int, batch: Batch) -> None:

@@ -18,6 +18,8 @@ LAYERS = {
     "_bridge": 3,
     "_transport": 4,
     "_rpc_transport": 4,
+    "_envelope": 5,
+    "_batching": 5,
     "_mailbox": 5,
     "_wire": 5,
     "_node": 5,
