@@ -39,6 +39,7 @@ from actorch._prioritized import PrioritizedReplayBuffer
 from actorch._ref import ActorRef
 from actorch._replay import ReplayBuffer, Sample
 from actorch._replay_client import ShardedReplayBuffer
+from actorch._rl import Agent, EpisodeStats, Observer, Rollout
 from actorch._system import ActorSystem, NodeInfo
 from actorch._tensorfile import load_tensors, save_tensors
 
@@ -51,12 +52,15 @@ __all__ = [
     "ActorStoppedError",
     "ActorSystem",
     "ActorchError",
+    "Agent",
     "EndpointError",
+    "EpisodeStats",
     "GroupError",
     "InvalidNameError",
     "NameTakenError",
     "NodeInfo",
     "NodeLostError",
+    "Observer",
     "ParameterClient",
     "ParameterServer",
     "Parameters",
@@ -64,6 +68,7 @@ __all__ = [
     "PrioritizedReplayBuffer",
     "RemoteError",
     "ReplayBuffer",
+    "Rollout",
     "Sample",
     "SerializationError",
     "ShardedReplayBuffer",

@@ -33,6 +33,7 @@ LAYERS = {
     "_parameter_client": 9,
     "_replay": 9,
     "_replay_client": 9,
+    "_rl": 9,
     "_prioritized": 9,
     "_group": 9,
     "_partition": 9,

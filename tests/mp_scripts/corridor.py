@@ -1,0 +1,54 @@
+"""A tiny deterministic environment with Gymnasium's interface, for the Agent and Observer tests.
+
+The walker starts at 0 of a corridor of ``length`` cells. Action 1 steps right
+and earns 1, action 0 stays and earns 0; the episode ends after ``length``
+steps (terminated once the walker reaches the end, truncated otherwise). The
+best policy always steps right and earns ``length`` per episode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Corridor:
+    """Gymnasium-style ``reset``/``step``; the observation is ``[position / length, 1]``."""
+
+    def __init__(self, length: int = 8, fail_at: int | None = None) -> None:
+        self.length = length
+        self.fail_at = fail_at
+        self.position = 0
+        self.steps = 0
+        self.resets = 0
+        self.seeds: list[int | None] = []
+
+    def reset(self, seed: int | None = None) -> tuple[list[float], dict[str, Any]]:
+        self.position = 0
+        self.steps = 0
+        self.resets += 1
+        self.seeds.append(seed)
+        return self.observe(), {}
+
+    def step(self, action: Any) -> tuple[list[float], float, bool, bool, dict[str, Any]]:
+        if action not in (0, 1):
+            raise ValueError(f"Corridor takes action 0 or 1, not {action!r}")
+        self.steps += 1
+        if self.fail_at is not None and self.steps == self.fail_at:
+            raise RuntimeError(f"the corridor collapsed at step {self.steps}")
+        self.position += int(action)
+        terminated = self.position >= self.length
+        truncated = not terminated and self.steps >= self.length
+        return self.observe(), float(action), terminated, truncated, {}
+
+    def observe(self) -> list[float]:
+        return [self.position / self.length, 1.0]
+
+
+def corridor() -> Corridor:
+    """The default corridor, for an import path."""
+    return Corridor()
+
+
+def broken_corridor() -> Corridor:
+    """A corridor whose third step raises."""
+    return Corridor(fail_at=3)
