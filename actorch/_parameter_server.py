@@ -208,6 +208,7 @@ class ParameterServer(Actor):
         Raises:
             KeyError: If a name is not a parameter of this server.
             ValueError: If a gradient's shape differs from its parameter's.
+            Exception: What the optimizer step raised; in sync mode, every pusher of the round gets it.
         """
         self._check(grads)
         self._counts["pushes"] += 1
@@ -229,8 +230,11 @@ class ParameterServer(Actor):
         if collected.pushes < (self.trainers or 1):
             return await asyncio.shield(collected.done)
         self._round = None
-        self._step({name: total.div_(collected.counts[name]) for name, total in collected.sums.items()})
-        collected.done.set_result(self._snapshot())
+        try:
+            self._step({name: total.div_(collected.counts[name]) for name, total in collected.sums.items()})
+            collected.done.set_result(self._snapshot())
+        except Exception as exc:  # noqa: BLE001 - every pusher of the round gets the step's error
+            collected.done.set_exception(exc)
         return collected.done.result()
 
     async def load(self, tensors: dict[str, torch.Tensor]) -> int:

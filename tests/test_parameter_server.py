@@ -140,6 +140,27 @@ async def test_parameter_server_sync_round_survives_a_pusher_that_times_out(worl
     assert after.version == 1
 
 
+class FailingSGD(torch.optim.SGD):
+    """An optimizer whose step fails, as one with a bad hyperparameter or a NaN check would."""
+
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        raise FloatingPointError("the step found a NaN")
+
+
+async def test_parameter_server_sync_step_failure_reaches_every_pusher_of_the_round(world: LocalWorld) -> None:
+    server = await spawn(world, mode="sync", trainers=2, optimizer=FailingSGD)
+    before = await server.call(ParameterServer.pull)
+    assert before is not None
+    async with asyncio.timeout(5):  # the round's first pusher must not be left waiting
+        outcomes = await asyncio.gather(
+            *(server.call(ParameterServer.push, ones_like(before.tensors)) for _ in range(2)), return_exceptions=True
+        )
+    for outcome in outcomes:
+        assert isinstance(outcome, FloatingPointError)
+        assert "the step found a NaN" in str(outcome)
+    assert await server.call(ParameterServer.version) == 0
+
+
 async def test_parameter_server_refuses_unknown_names_and_wrong_shapes(world: LocalWorld) -> None:
     server = await spawn(world)
     with pytest.raises(KeyError, match="nope"):
