@@ -12,7 +12,7 @@ import os as _os
 _os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 from actorch._actor import Actor
-from actorch._batching import batched
+from actorch._batching import Batched, batched
 from actorch._codec import serializable
 from actorch._errors import (
     ActorchError,
@@ -53,6 +53,7 @@ __all__ = [
     "ActorSystem",
     "ActorchError",
     "Agent",
+    "Batched",
     "EndpointError",
     "EpisodeStats",
     "GroupError",

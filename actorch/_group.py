@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar, overload
 
 from actorch._actor import Actor
+from actorch._batching import Batched
 from actorch._errors import EndpointError, GroupError
 from actorch._partition import Partitioner
 from actorch._ref import ActorRef
@@ -26,6 +27,7 @@ A = TypeVar("A", bound=Actor)
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+Item = TypeVar("Item")  # what a batched endpoint takes per call
 
 _REPR_MEMBERS = 4
 
@@ -105,6 +107,9 @@ class ActorGroup(Generic[A]):
         return ActorGroup(self._refs, partitioner=partitioner)
 
     @overload
+    async def call(self, method: Batched[A, Item, R], item: Item, /) -> list[R]: ...
+
+    @overload
     async def call(
         self, method: Callable[Concatenate[A, P], Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
     ) -> list[R]: ...
@@ -175,6 +180,9 @@ class ActorGroup(Generic[A]):
             GroupError: Some member calls failed; the reducer is not called.
         """
         return reducer(await self.call(method, *args, **kwargs))
+
+    @overload
+    def tell(self, method: Batched[A, Item, Any], item: Item, /) -> None: ...
 
     @overload
     def tell(
