@@ -40,7 +40,6 @@ class Batched(Generic[S, T, R]):
     (``self.act``) it is the plain method, which takes and returns lists.
     """
 
-
     def __init__(self, method: BatchMethod[S, T, R], max_batch: int | Callable[[Any], int], max_wait: float) -> None:
         self.__wrapped__ = method
         self.__name__: str = method.__name__
@@ -73,9 +72,7 @@ class Batched(Generic[S, T, R]):
         if len(args) == 1 and not kwargs:
             return None
         got = f"{len(args)} positional and {len(kwargs)} keyword arguments"
-        return EndpointError(
-            f"bad arguments for batched {self.__name__!r} of {label}: one item per call, {got} given"
-        )
+        return EndpointError(f"bad arguments for batched {self.__name__!r} of {label}: one item per call, {got} given")
 
 
 Endpoint = Callable[..., Awaitable[Any]] | Batched[Any, Any, Any]
