@@ -267,7 +267,7 @@ async def run(cell: Cell, runner: Envelope, batch: Batch) -> None:
     deadlines = [member.deadline for member in members]
     latest = None if None in deadlines else max(d for d in deadlines if d is not None)
     timeout = None if latest is None else asyncio.timeout_at(latest)
-    timers = [loop.call_at(m.deadline, answer_all, cell, [m], False, None) for m in members if m.deadline]
+    timers = [loop.call_at(m.deadline, answer_all, cell, [m], False, None) for m in members if m.deadline is not None]
     chain = tuple(dict.fromkeys(key for member in members for key in member.chain))
     token = current_call.set(CallContext(cell, runner.key, chain, runner.endpoint))
     deadline_token = inherited_deadline.set(latest)
