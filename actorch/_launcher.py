@@ -52,6 +52,7 @@ def run(
     host: str = "127.0.0.1",
     lookup_timeout: float = 30.0,
     stop_grace: float = 10.0,
+    liveness_timeout: float = 2.5,
     log_level: str | None = None,
     configure_logs: bool = True,
 ) -> T:
@@ -68,16 +69,24 @@ def run(
         host: Address of rank 0 for local launches; loopback unless you mean otherwise.
         lookup_timeout: Seconds ``lookup`` waits for a name without a deadline.
         stop_grace: Seconds a stopping actor's messages may run before cancellation.
+        liveness_timeout: Seconds without a sign of life after which a node that
+            did not close its connections (a stopped process, a network
+            partition) is lost; heartbeats go every fifth of it. A killed
+            process is noticed at once, whatever this is.
         log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
         configure_logs: Configure structlog here (unless the program already did).
 
     Returns:
         What ``main`` returned. If ``main`` raised, the exception propagates after shutdown.
     """
+    if isinstance(liveness_timeout, bool) or not isinstance(liveness_timeout, (int, float)) or liveness_timeout <= 0:
+        raise ValueError(f"liveness_timeout must be a positive number of seconds, not {liveness_timeout!r}")
     if configure_logs:
         configure_logging(log_level)
     config = SystemConfig(strict=strict, lookup_timeout=lookup_timeout, stop_grace=stop_grace)
-    options = RpcOptions(transport=transport)
+    options = RpcOptions(
+        transport=transport, heartbeat_interval=liveness_timeout / 5, liveness_timeout=liveness_timeout
+    )
     if all(var in os.environ for var in _TORCHRUN_VARS):
         world = _World(
             int(os.environ["RANK"]),
@@ -156,7 +165,20 @@ async def _start(transport: Transport, config: SystemConfig, workers: list[Any] 
             codes = ", ".join(f"{worker.name} exited with code {worker.exitcode}" for worker in dead)
             raise RuntimeError(f"actor system failed to start: {codes}")
     starting.result()
+    if workers:
+        node.on_peer_lost(lambda rank, why: _kill_lost(workers, rank))
     return system
+
+
+def _kill_lost(workers: list[Any], rank: int) -> None:
+    """Kill a worker process that was lost while still running (stopped, cut off).
+
+    Its names and calls are already gone; killed, it cannot come back as a
+    stale node, and shutdown need not wait for it.
+    """
+    worker = workers[rank - 1]
+    if worker.is_alive():
+        worker.kill()
 
 
 async def _lead(main: Main[T], transport: Transport, config: SystemConfig, workers: list[Any] | None = None) -> T:

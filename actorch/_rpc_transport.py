@@ -7,7 +7,12 @@ future with the replies ready within the port's hold (see ``Port``). Batches
 carry a per-link sequence number because RPC threads may hand them over out of
 order. Every rank keeps one call to :func:`_watch` pending on every peer; it
 fails within milliseconds when the peer's process dies, which is how peer loss
-is noticed even when nothing else is in flight.
+is noticed even when nothing else is in flight. A process that stops answering
+without closing its connections (stopped, or cut off by the network) is caught
+by heartbeats instead: a thread of every rank pings every peer, and a peer
+heard from by neither ping nor batch for ``liveness_timeout`` seconds is lost.
+The heartbeat runs outside the event loop, so a loop busy with a long handler
+does not make its node look dead.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import ctypes
 import os
 import socket
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,16 +59,26 @@ class RpcOptions:
         init_timeout: Seconds to wait for every rank to join.
         send_timeout: Seconds a batch may wait for the peer's acknowledgement
             before the peer is considered lost.
+        heartbeat_interval: Seconds between pings to every peer.
+        liveness_timeout: Seconds without hearing from a peer after which it is
+            lost (a stopped process, a network partition).
     """
 
     transport: str = "uv"
     num_worker_threads: int = 4
     init_timeout: float = 60.0
     send_timeout: float = 30.0
+    heartbeat_interval: float = 0.5
+    liveness_timeout: float = 2.5
 
     def __post_init__(self) -> None:
         if self.transport not in ("uv", "shm"):
             raise ValueError(f"transport must be 'uv' or 'shm', not {self.transport!r}")
+        if not 0 < self.heartbeat_interval <= self.liveness_timeout / 2:
+            raise ValueError(
+                f"heartbeat_interval must be > 0 and at most half of liveness_timeout ({self.liveness_timeout}), "
+                f"not {self.heartbeat_interval!r}"
+            )
 
 
 def _quiet_cpp_logs() -> None:
@@ -109,8 +125,15 @@ def _inbound(src: int, seq: int, messages: list[bytes], tensors: dict[int, Any])
     if transport is None:
         response.set_result(None)
     else:
+        transport._heard[src] = time.monotonic()
         transport._inbox.post((src, seq, ((messages, tensors), response)))
     return response
+
+
+def _ping(src: int) -> None:
+    transport = _active
+    if transport is not None:
+        transport._heard[src] = time.monotonic()
 
 
 @rpc.functions.async_execution  # type: ignore[untyped-decorator]
@@ -180,6 +203,8 @@ class RpcTransport(Transport):
         self._watchers: list[torch.futures.Future[None]] = []
         self._peers: list[NodeInfo] = []
         self._lost_ranks: set[int] = set()
+        self._heard = [0.0] * world_size  # when each peer was last heard from (monotonic; RPC threads write)
+        self._stop_heartbeat = threading.Event()
         self._closing = False
         self._inbox: Inbox[tuple[int, int, Any]]
 
@@ -205,6 +230,27 @@ class RpcTransport(Transport):
             if peer != self.rank:
                 watch = rpc.rpc_async(worker_name(peer), _watch, args=(self.rank,), timeout=0)
                 watch.add_done_callback(self._watch_callback(peer))
+        self._heard = [time.monotonic()] * self.world_size
+        threading.Thread(target=self._heartbeat, name="actorch-heartbeat", daemon=True).start()
+
+    def _heartbeat(self) -> None:
+        """Ping every peer each interval; report those not heard from within the liveness timeout."""
+        interval, timeout = self._options.heartbeat_interval, self._options.liveness_timeout
+        while not self._stop_heartbeat.wait(interval):
+            now = time.monotonic()
+            for peer in range(self.world_size):
+                if peer == self.rank or peer in self._lost_ranks:
+                    continue
+                silent = now - self._heard[peer]
+                if silent > timeout:
+                    self._inbox.post(
+                        (peer, _LOST, f"not heard from for {silent:.1f} s (liveness timeout {timeout:g} s)")
+                    )
+                    continue
+                try:
+                    rpc.rpc_async(worker_name(peer), _ping, args=(self.rank,), timeout=timeout)
+                except Exception:  # noqa: BLE001, S112 - a dead link shows as silence, then loss
+                    continue
 
     def _init_rpc(self) -> None:
         _quiet_cpp_logs()
@@ -274,6 +320,7 @@ class RpcTransport(Transport):
             return
         self._flush()  # what is queued leaves before the link goes
         self._closing = True
+        self._stop_heartbeat.set()
         watchers, self._watchers = self._watchers, []
         for watcher in watchers:
             watcher.set_result(None)

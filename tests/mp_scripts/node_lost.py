@@ -1,8 +1,10 @@
 """A worker dies mid-run (SIGKILL); calls fail with NodeLostError and shutdown stays bounded.
 
-Usage: ``python node_lost.py handler|pid TMPDIR``: ``handler`` makes the actor
-on rank 1 kill its own process inside a call; ``pid`` makes ``main`` kill the
-worker's pid from ``system.nodes[1]``. Either way a call is pending meanwhile.
+Usage: ``python node_lost.py handler|pid|stop TMPDIR``: ``handler`` makes the
+actor on rank 1 kill its own process inside a call; ``pid`` makes ``main`` kill
+the worker's pid from ``system.nodes[1]``; ``stop`` freezes it with SIGSTOP, a
+hang that closes no connection, so only the heartbeats can tell. Either way a
+call is pending meanwhile. Rank 0 kills a worker it lost, stopped or not.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import actorch
 MODE = sys.argv[1]
 TMP = Path(sys.argv[2])
 MAIN_RETURNED: list[float] = []
+STOPPED: list[int] = []
 
 
 async def main(system: actorch.ActorSystem) -> str:
@@ -37,6 +40,9 @@ async def main(system: actorch.ActorSystem) -> str:
     dying = None
     if MODE == "handler":
         dying = asyncio.ensure_future(victim.call(Victim.die))
+    elif MODE == "stop":
+        os.kill(victim_pid, signal.SIGSTOP)
+        STOPPED.append(victim_pid)
     else:
         os.kill(victim_pid, signal.SIGKILL)
 
@@ -82,4 +88,5 @@ async def main(system: actorch.ActorSystem) -> str:
 if __name__ == "__main__":
     result = actorch.run(main, world_size=3)
     emit("shutdown", seconds=time.monotonic() - MAIN_RETURNED[0], result=result)
+    emit("stopped_worker", dead=[is_dead(pid) for pid in STOPPED])  # rank 0 kills a worker it lost
     print("RETURNED " + json.dumps(result), flush=True)
