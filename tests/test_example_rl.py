@@ -1,0 +1,62 @@
+"""The reinforcement learning examples run as the RL guide says, in short versions.
+
+They need Gymnasium and matplotlib (the ``examples`` extra) and skip without them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from _mp import REPO, run_argv
+
+pytestmark = [
+    pytest.mark.multiprocess,
+    pytest.mark.timeout(200),
+    pytest.mark.skipif(
+        importlib.util.find_spec("gymnasium") is None or importlib.util.find_spec("matplotlib") is None,
+        reason="the RL examples need Gymnasium and matplotlib: pip install -e '.[examples]'",
+    ),
+]
+
+EPISODE = re.compile(r"^Episode (\d+)\tLast reward: ([\d.]+)\tAverage reward: ([\d.]+)$", re.MULTILINE)
+
+
+def run_example(name: str, *args: str) -> str:
+    finished = run_argv([sys.executable, str(REPO / "examples" / name), *args], timeout=150.0)
+    finished.assert_clean_exit(0)
+    return finished.stdout
+
+
+@pytest.mark.parametrize("mode", ["--batch", "--no-batch"])
+def test_reinforce_example_plays_learns_and_saves_its_curve(mode: str, tmp_path: Path) -> None:
+    curve = tmp_path / "curve.png"
+    out = run_example("reinforce.py", mode, "--episodes", "4", "--observers", "2", "--plot", str(curve))
+    episodes = EPISODE.findall(out)
+    assert [int(number) for number, _, _ in episodes] == [1, 2, 3, 4], out
+    assert all(8.0 <= float(reward) <= 500.0 for _, reward, _ in episodes), "CartPole episodes last 8 to 500 steps"
+    done = re.search(r"done: 4 episodes, 2 observers, batch=(\w+), .* (\d+) actions in", out)
+    assert done, out
+    assert done.group(1) == str(mode == "--batch")
+    assert int(done.group(2)) >= 2 * 4 * 8
+    assert curve.read_bytes().startswith(b"\x89PNG")
+
+
+def test_reinforce_example_fixed_length_runs_take_exactly_their_steps(tmp_path: Path) -> None:
+    out = run_example("reinforce.py", "--episodes", "2", "--observers", "2", "--steps", "30", "--plot", "")
+    assert "done: 2 episodes, 2 observers, batch=True" in out
+    assert " 120 actions in " in out, out
+
+
+def test_batch_timing_example_prints_its_table_and_figure(tmp_path: Path) -> None:
+    figure = tmp_path / "timing.png"
+    args = ["--max-world-size", "3", "--episodes", "1", "--steps", "10", "--hidden", "32", "--plot", str(figure)]
+    out = run_example("batch_timing.py", *args)
+    rows = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x$", out, re.MULTILINE)
+    assert [int(size) for size, _, _, _ in rows] == [2, 3], out
+    assert all(float(batched) > 0 and float(plain) > 0 for _, batched, plain, _ in rows)
+    assert "process start-up excluded" in out
+    assert figure.read_bytes().startswith(b"\x89PNG")
