@@ -31,6 +31,8 @@ from actorch._wire import CALL, CANCEL, GONE, REPLY, RUNTIME, TELL, error_payloa
 __all__ = ["Node"]
 
 _KEY_BITS = 48
+BATCH_REPLY_HOLD = 0.1
+"""Seconds past a batch's ``max_wait`` that a received message batch waits for a batched call's reply."""
 
 log = structlog.get_logger("actorch")
 
@@ -287,6 +289,9 @@ class Node:
                 return
         if is_call:
             self._inbound[(src, call_id)] = (cell, envelope)
+            spec = cell.batched.get(endpoint) if cell.batched else None
+            if spec is not None and port is not None:
+                port.hold(spec.max_wait + BATCH_REPLY_HOLD)  # the batch's reply rides back on this batch's response
         self._deliver(cell, envelope)
 
     def _responder(self, src: int, call_id: int, port: Port | None) -> Callable[[bool, Any], None]:

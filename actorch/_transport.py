@@ -59,6 +59,18 @@ class Port:
         """Count one more reply to wait for."""
         self.waiting += 1
 
+    def hold(self, seconds: float) -> None:
+        """Keep the port open up to ``seconds`` from now, for a reply known to take longer (a batch).
+
+        It still closes as soon as every expected reply is in.
+        """
+        if self.closed:
+            return
+        deadline = self._loop.time() + seconds
+        if deadline > self._timer.when():
+            self._timer.cancel()
+            self._timer = self._loop.call_at(deadline, self.close)
+
     def release(self) -> None:
         """One awaited reply will not come through this port (or dispatch is done)."""
         self.waiting -= 1

@@ -29,6 +29,31 @@ async def test_port_closes_after_its_hold_and_refuses_later_replies():
     assert not port.put(b"late", None)
 
 
+async def test_port_held_for_a_slow_reply_stays_open_past_its_usual_hold():
+    done = []
+    port = Port(asyncio.get_running_loop(), done.append)
+    port.expect()
+    port.release()
+    port.hold(0.2)
+    await asyncio.sleep(PORT_HOLD * 5)
+    assert not done
+    assert port.put(b"batched", None)
+    assert done == [([b"batched"], {})]
+
+
+async def test_port_hold_still_closes_at_the_held_time_without_the_reply():
+    done = []
+    port = Port(asyncio.get_running_loop(), done.append)
+    port.expect()
+    port.release()
+    port.hold(0.05)
+    port.hold(0.0)  # a shorter hold never cuts a longer one
+    await asyncio.sleep(0.02)
+    assert not done
+    await asyncio.sleep(0.1)
+    assert done == [([], {})]
+
+
 async def test_port_of_a_batch_without_calls_completes_at_once():
     done = []
     port = Port(asyncio.get_running_loop(), done.append)
