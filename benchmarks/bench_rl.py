@@ -19,7 +19,8 @@ Each round launches one world per runtime (1 + N processes), runs a warm-up
 episode and then times ``--episodes`` episodes per mode, learning step
 included; rounds alternate the runtimes, and the table gives medians over the
 rounds and each side's ratio to the raw batched agent. Process start-up is not
-timed.
+timed. Every process of both runtimes runs torch with ``--threads`` intra-op
+threads (``OMP_NUM_THREADS``; default 1, as N + 1 processes share the cores).
 """
 
 from __future__ import annotations
@@ -235,6 +236,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=200, help="steps per observer per episode")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hidden", type=int, default=128, help="policy width (the tutorial's: 128)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process (default 1)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 observers, 1 round, short episodes")
     parser.add_argument("--side", choices=("actorch", "raw"), help=argparse.SUPPRESS)  # one world, in a child
     parser.add_argument("--json", help="also write the medians to this file")
@@ -248,7 +250,8 @@ def one_world(side: str, args: argparse.Namespace) -> dict[str, float]:
     """Run one runtime's world in a child process (a fresh torch RPC per world) and read its seconds."""
     argv = [sys.executable, __file__, "--side", side, "--observers", str(args.observers), "--episodes"]
     argv += [str(args.episodes), "--steps", str(args.steps), "--hidden", str(args.hidden)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("SECONDS ")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{side} world failed (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
@@ -266,7 +269,7 @@ def main() -> None:
     print(
         f"torch {torch.__version__}, {os.cpu_count()} CPUs; {args.observers} observers x {args.steps} steps x "
         f"{args.episodes} episodes = {actions} actions per side and round; policy width {args.hidden}; "
-        f"{args.rounds} rounds"
+        f"{args.threads} torch thread(s) per process; {args.rounds} rounds"
     )
     rates: dict[str, list[float]] = {side: [] for side in SIDES}
     for round_index in range(args.rounds):

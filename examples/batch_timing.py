@@ -17,9 +17,11 @@ in for the per-forward cost that batching saves on a GPU.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import gymnasium as gym
+import torch
 from matplotlib.figure import Figure
 from torch import nn
 
@@ -42,6 +44,16 @@ def make_policy() -> nn.Module:
         layers += [nn.Linear(width, ARGS.hidden), nn.Dropout(p=0.6), nn.ReLU()]
         width = ARGS.hidden
     return nn.Sequential(*layers, nn.Linear(width, 2), nn.Softmax(dim=-1))
+
+
+def one_thread_per_process() -> None:
+    """One torch thread per process, unless OMP_NUM_THREADS says otherwise: the processes share the cores.
+
+    Several threads per process, each busy-waiting after its small matrix
+    products, cost the agent several times its CPU on a small machine.
+    """
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # read by the workers' torch when they start
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def parse_args() -> argparse.Namespace:
@@ -103,4 +115,5 @@ async def main(system: actorch.ActorSystem) -> list[tuple[int, float, float]]:
 
 if __name__ == "__main__":
     ARGS = parse_args()
+    one_thread_per_process()
     actorch.run(main, world_size=ARGS.max_world_size)

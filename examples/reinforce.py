@@ -13,9 +13,11 @@ It prints the running reward per episode and saves the reward curve.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import gymnasium as gym
+import torch
 from matplotlib.figure import Figure
 from torch import nn
 
@@ -31,6 +33,16 @@ def make_env() -> gym.Env:
 def make_policy() -> nn.Module:
     """The tutorials' policy: state in, action probabilities out."""
     return nn.Sequential(nn.Linear(4, 128), nn.Dropout(p=0.6), nn.ReLU(), nn.Linear(128, 2), nn.Softmax(dim=-1))
+
+
+def one_thread_per_process() -> None:
+    """One torch thread per process, unless OMP_NUM_THREADS says otherwise: the processes share the cores.
+
+    Several threads per process, each busy-waiting after its small matrix
+    products, cost the agent several times its CPU on a small machine.
+    """
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # read by the workers' torch when they start
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def parse_args() -> argparse.Namespace:
@@ -89,4 +101,5 @@ async def main(system: actorch.ActorSystem) -> list[EpisodeStats]:
 
 
 if __name__ == "__main__":
+    one_thread_per_process()
     actorch.run(main, world_size=parse_args().observers + 1)
