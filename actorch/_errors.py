@@ -9,6 +9,8 @@ The tree::
     ├── NameTakenError          the name is already bound to a live actor
     ├── InvalidNameError        the name breaks the naming rule (also ValueError)
     ├── SerializationError      a value cannot cross the wire (also TypeError)
+    │   └── MessageTooLargeError    a message is over the system's max_message_size
+    ├── MailboxFullError        a tell found no room in the actor's mailbox (a call waits instead)
     ├── ActorStoppedError       the actor stopped before or while handling the call
     ├── NodeLostError           the node hosting the actor died or became unreachable
     ├── SystemClosedError       the actor system is shut down or not running
@@ -35,6 +37,8 @@ __all__ = [
     "EndpointError",
     "GroupError",
     "InvalidNameError",
+    "MailboxFullError",
+    "MessageTooLargeError",
     "NameTakenError",
     "NodeLostError",
     "RemoteError",
@@ -97,6 +101,17 @@ class InvalidNameError(ActorchError, ValueError):
 
 class SerializationError(ActorchError, TypeError):
     """Raised when a value cannot be encoded for the wire (or strict mode refuses it)."""
+
+
+class MessageTooLargeError(SerializationError):
+    """Raised when a message (call, tell or result) is larger than the system's ``max_message_size``."""
+
+
+class MailboxFullError(ActorchError):
+    """Raised when a tell finds ``mailbox_size`` messages from this node waiting at the actor.
+
+    A call in the same situation waits for room instead (within its deadline).
+    """
 
 
 class ActorStoppedError(ActorchError):

@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 
 from actorch._codec import Codec
 from actorch._errors import NodeLostError
+from actorch._flow import DEFAULT_WINDOW
 from actorch._logging import configure_logging
-from actorch._node import Node
+from actorch._node import DEFAULT_MAX_MESSAGE, Node
 from actorch._rpc_transport import RpcOptions, RpcTransport, listen_socket
 from actorch._system import ActorSystem, NodeService, SystemConfig
 from actorch._transport import InProcessHub, Transport
@@ -53,6 +54,8 @@ def run(
     lookup_timeout: float = 30.0,
     stop_grace: float = 10.0,
     liveness_timeout: float = 2.5,
+    mailbox_size: int = DEFAULT_WINDOW,
+    max_message_size: int = DEFAULT_MAX_MESSAGE,
     log_level: str | None = None,
     configure_logs: bool = True,
 ) -> T:
@@ -73,6 +76,11 @@ def run(
             did not close its connections (a stopped process, a network
             partition) is lost; heartbeats go every fifth of it. A killed
             process is noticed at once, whatever this is.
+        mailbox_size: Messages one node may have waiting at one actor; beyond
+            it a call waits for room and a tell raises ``MailboxFullError``.
+        max_message_size: Bytes a call, tell or result between nodes may take
+            (its encoded body and its tensors); a larger one raises
+            ``MessageTooLargeError`` where it is sent.
         log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
         configure_logs: Configure structlog here (unless the program already did).
 
@@ -83,7 +91,13 @@ def run(
         raise ValueError(f"liveness_timeout must be a positive number of seconds, not {liveness_timeout!r}")
     if configure_logs:
         configure_logging(log_level)
-    config = SystemConfig(strict=strict, lookup_timeout=lookup_timeout, stop_grace=stop_grace)
+    config = SystemConfig(
+        strict=strict,
+        lookup_timeout=lookup_timeout,
+        stop_grace=stop_grace,
+        mailbox_size=mailbox_size,
+        max_message_size=max_message_size,
+    )
     options = RpcOptions(
         transport=transport, heartbeat_interval=liveness_timeout / 5, liveness_timeout=liveness_timeout
     )
@@ -153,7 +167,13 @@ def _rpc_transport(world: _World, options: RpcOptions) -> RpcTransport:
 
 
 async def _start(transport: Transport, config: SystemConfig, workers: list[Any] | None = None) -> ActorSystem:
-    node = Node(transport, Codec(strict=config.strict), asyncio.get_running_loop())
+    node = Node(
+        transport,
+        Codec(strict=config.strict),
+        asyncio.get_running_loop(),
+        mailbox_size=config.mailbox_size,
+        max_message_size=config.max_message_size,
+    )
     system = ActorSystem._create(node, config)
     await system._start_services()
     starting = asyncio.ensure_future(transport.start())

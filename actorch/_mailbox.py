@@ -20,7 +20,7 @@ from actorch._batching import Batch, Batched, Endpoint
 from actorch._deadline import inherited_deadline
 from actorch._envelope import CallContext, Envelope, current_call
 from actorch._errors import ActorStoppedError, EndpointError
-from actorch._wire import HANDLER, RUNTIME, error_payload
+from actorch._wire import HANDLER, RUNTIME, is_refusal, log_tell_failure
 
 if TYPE_CHECKING:
     from actorch._node import Node
@@ -252,13 +252,11 @@ class Cell:
             _batching.close(self, batch)
             _batching.answer_all(self, list(batch.members), False, (exc, origin))
             return
+        if is_refusal(exc, origin):
+            self.node.log.warning(
+                "message refused", actor=self.label, endpoint=envelope.endpoint, error=f"{type(exc).__name__}: {exc}"
+            )
         if envelope.respond is not None:
             envelope.respond(False, (exc, origin))
-        else:
-            self.node.log.error(
-                "tell failed",
-                endpoint=envelope.endpoint,
-                call=f"{envelope.key:#x}",
-                error=f"{type(exc).__name__}: {exc}",
-                traceback=error_payload(exc, origin)[3] or None,
-            )
+        elif not is_refusal(exc, origin):
+            log_tell_failure(self.node.log, self.label, envelope, exc, origin)

@@ -2,7 +2,9 @@
 
 Messages go out through the transport in the format of ``_wire``; a call to an
 actor of this node skips all of that: the handler runs in the caller's task
-when the mailbox allows, else waits in the queue.
+when the mailbox allows, else waits in the queue. ``_flow`` bounds how many
+messages this node may have waiting at one actor; messages between nodes are
+bounded in size by ``max_message_size``.
 """
 
 from __future__ import annotations
@@ -20,27 +22,66 @@ from actorch._deadline import inherited_deadline
 from actorch._envelope import CallContext, Envelope, current_call
 from actorch._errors import (
     ActorStoppedError,
+    EndpointError,
+    MailboxFullError,
+    MessageTooLargeError,
     NodeLostError,
     SerializationError,
     SystemClosedError,
 )
+from actorch._flow import DEFAULT_WINDOW, FlowControl, Target
 from actorch._mailbox import Cell, Endpoint
 from actorch._transport import Batch, NodeInfo, Port, Transport
-from actorch._wire import CALL, CANCEL, GONE, REPLY, RUNTIME, TELL, error_payload, handler_error, rebuild_error, settle
+from actorch._wire import (
+    CALL,
+    CANCEL,
+    CREDIT,
+    GONE,
+    REPLY,
+    RUNTIME,
+    TELL,
+    error_payload,
+    handler_error,
+    is_refusal,
+    log_tell_failure,
+    rebuild_error,
+    settle,
+)
 
-__all__ = ["Node"]
+__all__ = ["DEFAULT_MAX_MESSAGE", "Node"]
 
 _KEY_BITS = 48
 BATCH_REPLY_HOLD = 0.1
 """Seconds past a batch's ``max_wait`` that a received message batch waits for a batched call's reply."""
 
+DEFAULT_MAX_MESSAGE = 1 << 30
+"""Bytes a message between nodes may take (msgpack body and tensors), unless the system says otherwise."""
+
 log = structlog.get_logger("actorch")
+
+
+def message_size(body: bytes | None, tensors: list[Any] | None) -> int:
+    """Bytes a message carries: its encoded body and the data of its tensors."""
+    size = len(body) if body is not None else 0
+    if tensors:
+        size += sum(getattr(tensor, "nbytes", 0) for tensor in tensors)
+    return size
 
 
 class Node:
     """Hosts this process's actors and carries their calls to and from other nodes."""
 
-    def __init__(self, transport: Transport, codec: Codec, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        codec: Codec,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        mailbox_size: int = DEFAULT_WINDOW,
+        max_message_size: int = DEFAULT_MAX_MESSAGE,
+    ) -> None:
+        if isinstance(max_message_size, bool) or not isinstance(max_message_size, int) or max_message_size < 1:
+            raise ValueError(f"max_message_size must be a positive number of bytes, not {max_message_size!r}")
         self.rank = transport.rank
         self.world_size = transport.world_size
         self.transport = transport
@@ -53,12 +94,21 @@ class Node:
         self._actor_ids = itertools.count(1)
         self._call_ids = itertools.count(1)
         self._key_base = self.rank << _KEY_BITS
-        self._pending: dict[int, tuple[asyncio.Future[Any], int, str, str]] = {}
+        self._pending: dict[int, tuple[asyncio.Future[Any], int, str, str, int]] = {}
         self._inbound: dict[tuple[int, int], tuple[Cell, Envelope]] = {}
         self._lost_listeners: list[Callable[[int, str], None]] = []
         self._pack = codec.encode_plain
         self._cpu_only = transport.cpu_tensors_only
-        self.counts = {"calls_sent": 0, "tells_sent": 0, "calls_received": 0, "tells_received": 0}
+        self.flow = FlowControl(loop, mailbox_size, self._send_credits)
+        self.max_message_size = max_message_size
+        self._refused_from: set[int] = set()
+        self.counts = {
+            "calls_sent": 0,
+            "tells_sent": 0,
+            "calls_received": 0,
+            "tells_received": 0,
+            "messages_refused": 0,
+        }
         self.log = log.bind(node=self.rank)
         transport.attach(loop, self._receive, self._on_peer_lost)
 
@@ -142,30 +192,67 @@ class Node:
         chain = context.child_chain() if context is not None else ()
         if rank == self.rank:
             return await self._call_local(actor_id, endpoint, args, kwargs, chain, label, deadline)
-        if rank in self.lost:
-            raise NodeLostError(f"cannot call {endpoint!r} of {label}: node {rank} was lost ({self.lost[rank]})")
-        if self.closed:
-            raise SystemClosedError(f"cannot call {endpoint!r} of {label}: node {self.rank} is shut down")
+        self._check_reachable(rank, endpoint, label)
+        if args or kwargs:
+            body, tensors = self.codec.encode([args, kwargs], cpu_only=self._cpu_only)
+            self._check_size(body, tensors, f"call to {endpoint!r} of {label}")
+        else:
+            body, tensors = None, None
+        target = (rank, actor_id)
+        if not self.flow.try_take(target):
+            await self._wait_room(target, deadline, endpoint, label)
+            self._check_reachable(rank, endpoint, label)
         remaining = None
         if deadline is not None:
             remaining = deadline - self.loop.time()
             if remaining <= 0:
+                self.flow.release(target)
                 raise TimeoutError(f"deadline passed before calling {endpoint!r} of {label}")
-        if args or kwargs:
-            body, tensors = self.codec.encode([args, kwargs], cpu_only=self._cpu_only)
-        else:
-            body, tensors = None, None
         call_id = next(self._call_ids)
         future = self.loop.create_future()
-        self._pending[call_id] = (future, rank, label, endpoint)
+        self._pending[call_id] = (future, rank, label, endpoint, actor_id)
         self.transport.send(rank, self._pack([CALL, call_id, actor_id, endpoint, remaining, chain, body]), tensors)
         self.counts["calls_sent"] += 1
         try:
             return await future
         except asyncio.CancelledError:
             if self._pending.pop(call_id, None) is not None and rank not in self.lost:
+                self.flow.release(target)
                 self.transport.send(rank, self._pack([CANCEL, call_id]))
             raise
+
+    def _check_reachable(self, rank: int, endpoint: str, label: str) -> None:
+        if rank in self.lost:
+            raise NodeLostError(f"cannot call {endpoint!r} of {label}: node {rank} was lost ({self.lost[rank]})")
+        if self.closed:
+            raise SystemClosedError(f"cannot call {endpoint!r} of {label}: node {self.rank} is shut down")
+
+    def _check_size(self, body: bytes | None, tensors: list[Any] | None, what: str) -> None:
+        size = message_size(body, tensors)
+        if size > self.max_message_size:
+            raise MessageTooLargeError(
+                f"{what} takes {size:,} bytes, over the system's max_message_size of {self.max_message_size:,}"
+            )
+
+    async def _wait_room(self, target: Target, deadline: float | None, endpoint: str, label: str) -> None:
+        """Wait for room in ``target``'s mailbox (backpressure), until the caller's deadline."""
+        if deadline is None:
+            await self.flow.take(target)
+            return
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self.flow.take(target)
+        except TimeoutError:
+            raise TimeoutError(
+                f"deadline passed while waiting for room in the mailbox of {label} to call {endpoint!r} "
+                f"({self.flow.window} messages from node {self.rank} are waiting there)"
+            ) from None
+
+    def _mailbox_full(self, endpoint: str, label: str) -> MailboxFullError:
+        return MailboxFullError(
+            f"cannot tell {endpoint!r} to {label}: {self.flow.window} messages from node {self.rank} are already "
+            "waiting there (mailbox_size); a call would wait for room, a tell cannot"
+        )
 
     def tell(
         self, rank: int, actor_id: int, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any], label: str
@@ -175,22 +262,49 @@ class Node:
             body, tensors = self.codec.encode(
                 [args, kwargs], copy_tensors=True, cpu_only=self._cpu_only and rank != self.rank
             )
+            if rank != self.rank:
+                self._check_size(body, tensors, f"tell of {endpoint!r} to {label}")
         else:
             body, tensors = None, None
-        self.counts["tells_sent"] += 1
+        target = (rank, actor_id)
         if rank == self.rank:
             cell = self._cells.get(actor_id)
             if cell is None or cell.stopping:
                 self.log.warning("tell dropped: actor stopped", actor=label, endpoint=endpoint)
                 return
+            if not self.flow.try_take(target):
+                raise self._mailbox_full(endpoint, label)
             if body is not None:
                 args, kwargs = self.codec.decode(body, tensors or [], self)
-            self._deliver(cell, Envelope(endpoint, args, kwargs, self.new_key(), (), None, None))
+            envelope = Envelope(endpoint, args, kwargs, self.new_key(), (), None, None)
+            envelope.respond = self._tell_done(-1, actor_id, label, envelope)
+            self.counts["tells_sent"] += 1
+            self._deliver(cell, envelope)
             return
         if rank in self.lost or self.closed:
             self.log.warning("tell dropped: node lost", actor=label, endpoint=endpoint, why=self.lost.get(rank))
             return
+        if not self.flow.try_take(target):
+            raise self._mailbox_full(endpoint, label)
+        self.counts["tells_sent"] += 1
         self.transport.send(rank, self._pack([TELL, 0, actor_id, endpoint, None, (), body]), tensors)
+
+    def _tell_done(self, src: int, actor_id: int, label: str, envelope: Envelope) -> Callable[[bool, Any], None]:
+        """A tell's responder: return its mailbox slot (a credit to ``src``, or ours), log a failure."""
+
+        def respond(ok: bool, value: Any) -> None:
+            if src < 0:
+                self.flow.release((self.rank, actor_id))
+            elif src not in self.lost and not self.closed:
+                self.flow.owe(src, actor_id)
+            if not ok and not is_refusal(*value):
+                log_tell_failure(self.log, label, envelope, *value)
+
+        return respond
+
+    def _send_credits(self, src: int, flat: list[int]) -> None:
+        if src not in self.lost and not self.closed:
+            self.transport.send(src, self._pack([CREDIT, flat]))
 
     async def _call_local(
         self,
@@ -207,19 +321,32 @@ class Node:
             raise ActorStoppedError(f"cannot call {endpoint!r}: {label} is stopped")
         key = self.new_key()
         if endpoint in cell.batched or not cell.can_start(chain):
-            future: asyncio.Future[Any] = self.loop.create_future()
-            envelope = Envelope(endpoint, args, kwargs, key, chain, deadline, settle(future))
-            cell.submit(envelope)
+            target = (self.rank, actor_id)
+            if not self.flow.try_take(target):
+                await self._wait_room(target, deadline, endpoint, label)
             try:
-                return await future
-            except asyncio.CancelledError:
-                cell.cancel(envelope)
-                raise
+                cell = self._cells.get(actor_id)
+                if cell is None or cell.stopping:
+                    raise ActorStoppedError(f"cannot call {endpoint!r}: {label} is stopped")
+                future: asyncio.Future[Any] = self.loop.create_future()
+                envelope = Envelope(endpoint, args, kwargs, key, chain, deadline, settle(future))
+                cell.submit(envelope)
+                try:
+                    return await future
+                except asyncio.CancelledError:
+                    cell.cancel(envelope)
+                    raise
+            finally:
+                self.flow.release(target)
         cell.enter(key)
         token = current_call.set(CallContext(cell, key, chain, endpoint))
         deadline_token = inherited_deadline.set(deadline)  # for a caller that is another task
         try:
-            coroutine = cell.open(endpoint, args, kwargs)
+            try:
+                coroutine = cell.open(endpoint, args, kwargs)
+            except EndpointError as exc:
+                self.log.warning("message refused", actor=cell.label, endpoint=endpoint, error=f"EndpointError: {exc}")
+                raise
             try:
                 return await coroutine
             except Exception as exc:
@@ -240,6 +367,11 @@ class Node:
 
     def _receive(self, src: int, batch: Batch, port: Port | None) -> None:
         messages, tensors = batch
+        if src in self.lost or not 0 <= src < self.world_size or src == self.rank:
+            self._refuse_batch(src, len(messages))
+            if port is not None:
+                port.release()
+            return
         for index, raw in enumerate(messages):
             try:
                 message = self.codec.decode_plain(raw)
@@ -248,6 +380,8 @@ class Node:
                     self._on_reply(message, tensors.get(index, []))
                 elif kind in (CALL, TELL):
                     self._on_call(src, message, tensors.get(index, []), port)
+                elif kind == CREDIT:
+                    self.flow.credited(src, message[1])
                 elif kind == CANCEL:
                     self._on_cancel(src, message[1])
             except Exception:
@@ -255,15 +389,18 @@ class Node:
         if port is not None:
             port.release()
 
+    def _refuse_batch(self, src: int, count: int) -> None:
+        """Drop messages from a node that is lost (stale), unknown or ourselves; log once per node."""
+        self.counts["messages_refused"] += count
+        if src not in self._refused_from:
+            self._refused_from.add(src)
+            why = self.lost.get(src) if src in self.lost else "not a node of this system"
+            self.log.warning("messages refused from a lost or unknown node", src=src, count=count, why=why)
+
     def _on_call(self, src: int, message: list[Any], tensors: list[Any], port: Port | None) -> None:
         kind, call_id, actor_id, endpoint, remaining, chain, body = message
         is_call = kind == CALL
         self.counts["calls_received" if is_call else "tells_received"] += 1
-        respond = None
-        if is_call:
-            respond = self._responder(src, call_id, port)
-            if port is not None:
-                port.expect()
         envelope = Envelope(
             endpoint,
             (),
@@ -271,19 +408,34 @@ class Node:
             self.new_key(),
             tuple(chain),
             None if remaining is None else self.loop.time() + remaining,
-            respond,
+            None,
         )
         cell = self._cells.get(actor_id)
+        label = cell.label if cell is not None else f"actor #{actor_id} on node {self.rank}"
+        if is_call:
+            envelope.respond = self._responder(src, call_id, port)
+            if port is not None:
+                port.expect()
+        else:
+            envelope.respond = self._tell_done(src, actor_id, label, envelope)
         if cell is None:
             gone = ActorStoppedError(f"{GONE} #{actor_id}; {endpoint!r} refused (node {self.rank})")
-            if respond is not None:
-                respond(False, (gone, RUNTIME))
-            else:
-                self.log.warning("tell dropped", endpoint=endpoint, error=str(gone))
+            if is_call:
+                self.log.warning("call refused: actor stopped", src=src, actor=label, endpoint=endpoint)
+            envelope.respond(False, (gone, RUNTIME))
             return
         if body is not None:
+            size = message_size(body, tensors)
             try:
+                if size > self.max_message_size:
+                    raise MessageTooLargeError(
+                        f"{endpoint!r} of {cell.label} refused a message of {size:,} bytes from node {src}: over "
+                        f"max_message_size ({self.max_message_size:,})"
+                    )
                 envelope.args, envelope.kwargs = self.codec.decode(body, tensors, self)
+            except MessageTooLargeError as exc:
+                cell.fail(envelope, exc)
+                return
             except SerializationError as exc:
                 cell.fail(envelope, SerializationError(f"arguments for {endpoint!r} of {cell.label}: {exc}"))
                 return
@@ -307,9 +459,12 @@ class Node:
                     body, tensors = (
                         self.codec.encode(value, cpu_only=self._cpu_only) if value is not None else (None, None)
                     )
+                    self._check_size(body, tensors, f"the result of call {call_id} from node {src}")
                     message = self._pack([REPLY, call_id, True, body])
                 except SerializationError as error:
-                    refused = SerializationError(f"result of call {call_id} from node {src}: {error}")
+                    refused = type(error)(f"result of call {call_id} from node {src}: {error}")
+                    self.log.warning("result refused", src=src, call=call_id, error=str(error))
+                    tensors = None
                     message = self._pack([REPLY, call_id, False, error_payload(refused, RUNTIME)])
             else:
                 failure, origin = value
@@ -323,6 +478,7 @@ class Node:
         entry = self._pending.pop(call_id, None)
         if entry is None:
             return  # the caller gave up (cancelled or timed out)
+        self.flow.release((entry[1], entry[4]))
         future = entry[0]
         if future.done():
             return
@@ -365,7 +521,10 @@ class Node:
             self.log.debug("node left", peer=rank, why=why)
         else:
             self.log.warning("node lost", peer=rank, why=why)
-        for call_id, (future, dest, label, endpoint) in list(self._pending.items()):
+        self.flow.fail_rank(
+            rank, lambda: NodeLostError(f"node {rank} was lost while waiting for room in its mailbox: {why}")
+        )
+        for call_id, (future, dest, label, endpoint, _) in list(self._pending.items()):
             if dest == rank:
                 del self._pending[call_id]
                 if not future.done():
@@ -380,7 +539,8 @@ class Node:
         if self.closed:
             return
         self.closed = True
-        for future, _, label, endpoint in self._pending.values():
+        self.flow.close(lambda: SystemClosedError(f"node {self.rank} shut down while waiting for room in a mailbox"))
+        for future, _, label, endpoint, _ in self._pending.values():
             if not future.done():
                 future.set_exception(
                     SystemClosedError(f"node {self.rank} shut down while calling {endpoint!r} of {label}")

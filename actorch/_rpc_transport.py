@@ -12,7 +12,10 @@ without closing its connections (stopped, or cut off by the network) is caught
 by heartbeats instead: a thread of every rank pings every peer, and a peer
 heard from by neither ping nor batch for ``liveness_timeout`` seconds is lost.
 The heartbeat runs outside the event loop, so a loop busy with a long handler
-does not make its node look dead.
+does not make its node look dead. A node that was lost but comes back (it was
+only stopped, or the partition healed) is stale: its batches and pings are
+answered with ``EXPELLED``, which tells it that this node counts it lost, so it
+sees this node lost in turn instead of talking to a world that moved on.
 """
 
 from __future__ import annotations
@@ -45,7 +48,10 @@ register_side_type(rpc.PyRRef)  # type: ignore[attr-defined]
 _active: RpcTransport | None = None
 _LOST = -1  # inbox item: the peer is gone
 _UNORDERED = -2  # inbox item: replies that came back on a batch's response
+_REFUSED = -3  # inbox item: a batch from a lost or unknown node was refused
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+EXPELLED = "actorch:expelled"
+"""A batch's or ping's answer from a node that counts the sender lost (or does not know it)."""
 
 
 @dataclass(frozen=True)
@@ -124,26 +130,36 @@ def _inbound(src: int, seq: int, messages: list[bytes], tensors: dict[int, Any])
     transport = _active
     if transport is None:
         response.set_result(None)
+    elif not 0 <= src < transport.world_size or src == transport.rank or src in transport._lost_ranks:
+        response.set_result(EXPELLED)
+        transport._inbox.post((src, _REFUSED, (messages, tensors)))
     else:
         transport._heard[src] = time.monotonic()
         transport._inbox.post((src, seq, ((messages, tensors), response)))
     return response
 
 
-def _ping(src: int) -> None:
+def _ping(src: int) -> bool:
+    """Note that ``src`` is alive; answer whether this node counts it lost (it is stale then)."""
     transport = _active
-    if transport is not None:
-        transport._heard[src] = time.monotonic()
+    if transport is None or not 0 <= src < transport.world_size:
+        return False
+    if src in transport._lost_ranks:
+        return True
+    transport._heard[src] = time.monotonic()
+    return False
 
 
 @rpc.functions.async_execution  # type: ignore[untyped-decorator]
-def _watch(src: int) -> torch.futures.Future[None]:
-    future: torch.futures.Future[None] = torch.futures.Future()
+def _watch(src: int) -> torch.futures.Future[Any]:
+    future: torch.futures.Future[Any] = torch.futures.Future()
     transport = _active
     if transport is None or transport._closing:
         future.set_result(None)
+    elif not 0 <= src < transport.world_size or src in transport._lost_ranks:
+        future.set_result(EXPELLED)
     else:
-        transport._watchers.append(future)
+        transport._watchers[src] = future
     return future
 
 
@@ -199,8 +215,8 @@ class RpcTransport(Transport):
         self._options = options
         self._next_seq = [0] * world_size
         self._expected = [0] * world_size
-        self._held: list[dict[int, Batch]] = [{} for _ in range(world_size)]
-        self._watchers: list[torch.futures.Future[None]] = []
+        self._held: list[dict[int, tuple[Batch, torch.futures.Future[Any]]]] = [{} for _ in range(world_size)]
+        self._watchers: dict[int, torch.futures.Future[Any]] = {}
         self._peers: list[NodeInfo] = []
         self._lost_ranks: set[int] = set()
         self._heard = [0.0] * world_size  # when each peer was last heard from (monotonic; RPC threads write)
@@ -248,9 +264,23 @@ class RpcTransport(Transport):
                     )
                     continue
                 try:
-                    rpc.rpc_async(worker_name(peer), _ping, args=(self.rank,), timeout=timeout)
+                    ping = rpc.rpc_async(worker_name(peer), _ping, args=(self.rank,), timeout=timeout)
                 except Exception:  # noqa: BLE001, S112 - a dead link shows as silence, then loss
                     continue
+                ping.add_done_callback(self._ping_callback(peer))
+
+    def _ping_callback(self, peer: int) -> Any:
+        inbox = self._inbox
+
+        def on_pong(future: torch.futures.Future[bool]) -> None:
+            try:
+                expelled = future.value()
+            except Exception:  # noqa: BLE001 - a failed ping is silence; the timeout decides
+                return
+            if expelled:
+                inbox.post((peer, _LOST, f"node {peer} counts this node lost (it was silent too long)"))
+
+        return on_pong
 
     def _init_rpc(self) -> None:
         _quiet_cpp_logs()
@@ -321,8 +351,8 @@ class RpcTransport(Transport):
         self._flush()  # what is queued leaves before the link goes
         self._closing = True
         self._stop_heartbeat.set()
-        watchers, self._watchers = self._watchers, []
-        for watcher in watchers:
+        watchers, self._watchers = self._watchers, {}
+        for watcher in watchers.values():
             watcher.set_result(None)
         try:
             await _in_daemon_thread(lambda: rpc.shutdown(graceful=False))
@@ -354,13 +384,15 @@ class RpcTransport(Transport):
     def _sent_callback(self, dest: int) -> Any:
         inbox = self._inbox
 
-        def on_response(future: torch.futures.Future[Batch | None]) -> None:
+        def on_response(future: torch.futures.Future[Any]) -> None:
             try:
                 replies = future.value()
             except Exception as exc:  # noqa: BLE001 - reported as peer loss on the loop
                 inbox.post((dest, _LOST, f"send failed: {exc}"))
             else:
-                if replies is not None and replies[0]:
+                if replies == EXPELLED:
+                    inbox.post((dest, _LOST, f"node {dest} counts this node lost (it was silent too long)"))
+                elif replies is not None and replies[0]:
                     inbox.post((dest, _UNORDERED, replies))
 
         return on_response
@@ -368,13 +400,16 @@ class RpcTransport(Transport):
     def _watch_callback(self, peer: int) -> Any:
         inbox = self._inbox
 
-        def on_watch_done(future: torch.futures.Future[None]) -> None:
+        def on_watch_done(future: torch.futures.Future[Any]) -> None:
             try:
-                future.value()
+                answer = future.value()
             except Exception as exc:  # noqa: BLE001 - reported as peer loss on the loop
                 inbox.post((peer, _LOST, f"connection lost: {exc}"))
             else:
-                inbox.post((peer, _LOST, "left the world"))
+                if answer == EXPELLED:
+                    inbox.post((peer, _LOST, f"node {peer} counts this node lost"))
+                else:
+                    inbox.post((peer, _LOST, "left the world"))
 
         return on_watch_done
 
@@ -383,7 +418,16 @@ class RpcTransport(Transport):
         if seq == _LOST:
             self._peer_lost(src, payload)
             return
-        if self._receive is None or src in self._lost_ranks:
+        if self._receive is None:
+            return
+        if seq == _REFUSED:
+            self._receive(src, payload, None)  # the node refuses it: it counts and logs that
+            return
+        if src in self._lost_ranks:
+            if seq != _UNORDERED:
+                payload, response = payload
+                response.set_result(EXPELLED)
+            self._receive(src, payload, None)
             return
         if seq == _UNORDERED:
             self._receive(src, payload, None)
@@ -405,5 +449,10 @@ class RpcTransport(Transport):
         if self._closing or rank in self._lost_ranks:
             return
         self._lost_ranks.add(rank)
+        for _, response in self._held[rank].values():
+            response.set_result(EXPELLED)
         self._held[rank].clear()
+        watcher = self._watchers.pop(rank, None)
+        if watcher is not None:
+            watcher.set_result(EXPELLED)  # if the peer is only stale, it hears that we count it lost
         self._report_lost(rank, why)

@@ -8,6 +8,7 @@ stops them, evicts names from the node's cache and takes part in shutdown; rank
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -16,8 +17,9 @@ from actorch._actor import Actor, class_path, endpoints_of
 from actorch._deadline import current_deadline
 from actorch._envelope import CallContext, current_call
 from actorch._errors import ActorNotFoundError, NodeLostError
+from actorch._flow import DEFAULT_WINDOW
 from actorch._names import check_name, compile_pattern
-from actorch._node import Node
+from actorch._node import DEFAULT_MAX_MESSAGE, Node
 from actorch._ref import SERVICE_ID, ActorRef, _resolve_class
 from actorch._registry import REGISTRY_ID, NameCache, Registry
 from actorch._transport import NodeInfo
@@ -35,12 +37,26 @@ class SystemConfig:
         strict: Refuse values that would need pickle (``SerializationError``).
         lookup_timeout: Seconds ``lookup`` waits for a name when no deadline is set.
         stop_grace: Seconds a stopping actor's queued and running messages may
-            take before they are cancelled.
+            take before they are cancelled, and again its ``on_stop``.
+        mailbox_size: Messages one node may have waiting at one actor (see ``_flow``).
+        max_message_size: Bytes a message between nodes may take.
     """
 
     strict: bool = False
     lookup_timeout: float = 30.0
     stop_grace: float = 10.0
+    mailbox_size: int = DEFAULT_WINDOW
+    max_message_size: int = DEFAULT_MAX_MESSAGE
+
+    def __post_init__(self) -> None:
+        for field in ("lookup_timeout", "stop_grace"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"{field} must be a finite number of seconds >= 0, not {value!r}")
+        for field in ("mailbox_size", "max_message_size"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field} must be an int >= 1, not {value!r}")
 
 
 class NodeService(Actor):

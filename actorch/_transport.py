@@ -243,6 +243,9 @@ class InProcessTransport(Transport):
         return [NodeInfo(rank, f"node{rank}", socket.gethostname(), os.getpid()) for rank in range(self.world_size)]
 
     def _send_batch(self, dest: int, batch: Batch) -> None:
+        if self._hub.transports.get(self.rank) is not self:
+            self._report_lost(dest, f"rank {dest} counts this node lost (it was cut off)")
+            return
         target = self._hub.transports.get(dest)
         if target is None or target._receive is None:
             self._report_lost(dest, f"rank {dest} is not connected")

@@ -7,6 +7,7 @@ Wire messages are msgpack arrays; their first item is the kind::
     [REPLY,  call_id, True,  body | None]            the result
     [REPLY,  call_id, False, [origin, type, message, traceback]]
     [CANCEL, call_id]
+    [CREDIT, [actor_id, count, ...]]              tells done with, per actor (see ``_flow``)
 
 ``body`` is ``[args, kwargs]`` (or the result) encoded by the codec, with tensors
 beside it. An error's origin says whether the handler raised it (it becomes a
@@ -26,6 +27,7 @@ from actorch._errors import remote_error
 __all__ = [
     "CALL",
     "CANCEL",
+    "CREDIT",
     "GONE",
     "HANDLER",
     "REPLY",
@@ -33,11 +35,13 @@ __all__ = [
     "TELL",
     "error_payload",
     "handler_error",
+    "is_refusal",
+    "log_tell_failure",
     "rebuild_error",
     "settle",
 ]
 
-CALL, TELL, REPLY, CANCEL = 0, 1, 2, 3
+CALL, TELL, REPLY, CANCEL, CREDIT = 0, 1, 2, 3, 4
 RUNTIME, HANDLER = 0, 1
 GONE = "no longer hosts actor"
 """How a node starts the error for a call to an actor it no longer hosts."""
@@ -73,6 +77,23 @@ def handler_error(exc: BaseException) -> _errors.RemoteError:
     error = remote_error(type_name, message, text)
     error.__cause__ = exc
     return error
+
+
+def is_refusal(exc: BaseException, origin: int) -> bool:
+    """Whether the runtime refused a message as malformed (bad endpoint or arguments, unsendable)."""
+    return origin == RUNTIME and isinstance(exc, (_errors.EndpointError, _errors.SerializationError))
+
+
+def log_tell_failure(log: Any, label: str, envelope: Any, exc: BaseException, origin: int = RUNTIME) -> None:
+    """Log a tell that failed: nobody waits for its result, so the log is where it shows."""
+    log.error(
+        "tell failed",
+        actor=label,
+        endpoint=envelope.endpoint,
+        call=f"{envelope.key:#x}",
+        error=f"{type(exc).__name__}: {exc}",
+        traceback=error_payload(exc, origin)[3] or None,
+    )
 
 
 def settle(future: asyncio.Future[Any]) -> Callable[[bool, Any], None]:

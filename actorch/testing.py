@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from actorch._codec import Codec
-from actorch._node import Node
+from actorch._flow import DEFAULT_WINDOW
+from actorch._node import DEFAULT_MAX_MESSAGE, Node
 from actorch._system import ActorSystem, SystemConfig
 from actorch._transport import InProcessHub
 
@@ -61,6 +62,8 @@ async def local_world(
     strict: bool = False,
     lookup_timeout: float = 5.0,
     stop_grace: float = 2.0,
+    mailbox_size: int = DEFAULT_WINDOW,
+    max_message_size: int = DEFAULT_MAX_MESSAGE,
 ) -> AsyncIterator[LocalWorld]:
     """Run an actor system of ``world_size`` nodes in this event loop; shut it down on exit.
 
@@ -69,15 +72,29 @@ async def local_world(
         strict: Refuse values that would need pickle.
         lookup_timeout: Seconds ``lookup`` waits without a deadline (short for tests).
         stop_grace: Seconds stopping actors get before their handlers are cancelled.
+        mailbox_size: Messages one node may have waiting at one actor.
+        max_message_size: Bytes a message between nodes may take.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, not {world_size}")
-    config = SystemConfig(strict=strict, lookup_timeout=lookup_timeout, stop_grace=stop_grace)
+    config = SystemConfig(
+        strict=strict,
+        lookup_timeout=lookup_timeout,
+        stop_grace=stop_grace,
+        mailbox_size=mailbox_size,
+        max_message_size=max_message_size,
+    )
     hub = InProcessHub(world_size)
     loop = asyncio.get_running_loop()
     systems = []
     for rank in range(world_size):
-        node = Node(hub.transport(rank), Codec(strict=strict), loop)
+        node = Node(
+            hub.transport(rank),
+            Codec(strict=strict),
+            loop,
+            mailbox_size=mailbox_size,
+            max_message_size=max_message_size,
+        )
         systems.append(ActorSystem._create(node, config))
     for system in systems:
         await system._start_services()

@@ -19,6 +19,7 @@ LAYERS = {
     "_transport": 4,
     "_rpc_transport": 4,
     "_envelope": 5,
+    "_flow": 5,
     "_batching": 5,
     "_mailbox": 5,
     "_wire": 5,
