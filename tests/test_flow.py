@@ -257,9 +257,11 @@ async def test_a_receiver_with_a_smaller_limit_refuses_and_logs_once() -> None:
     async with local_world(2) as world:
         ref = await world[0].spawn(Echo, on=1)
         world[1]._node.max_message_size = 100
-        with structlog.testing.capture_logs() as logs:
-            with pytest.raises(actorch.MessageTooLargeError, match="refused a message of"):
-                await ref.call(Echo.echo, b"y" * 500)
+        with (
+            structlog.testing.capture_logs() as logs,
+            pytest.raises(actorch.MessageTooLargeError, match="refused a message of"),
+        ):
+            await ref.call(Echo.echo, b"y" * 500)
         refused = [entry for entry in logs if entry["event"] == "message refused"]
         assert len(refused) == 1
         assert refused[0]["node"] == 1
