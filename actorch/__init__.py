@@ -41,6 +41,7 @@ from actorch._prioritized import PrioritizedReplayBuffer
 from actorch._ref import ActorRef
 from actorch._replay import ReplayBuffer, Sample
 from actorch._replay_client import ShardedReplayBuffer
+from actorch._restart import ActorExit, Restart
 from actorch._rl import Agent, EpisodeStats, Observer, Rollout
 from actorch._system import ActorSystem, NodeInfo
 from actorch._tensorfile import load_tensors, save_tensors
@@ -48,6 +49,7 @@ from actorch._tensorfile import load_tensors, save_tensors
 __all__ = [
     "MAX_NAME_LENGTH",
     "Actor",
+    "ActorExit",
     "ActorGroup",
     "ActorNotFoundError",
     "ActorRef",
@@ -73,6 +75,7 @@ __all__ = [
     "PrioritizedReplayBuffer",
     "RemoteError",
     "ReplayBuffer",
+    "Restart",
     "Rollout",
     "Sample",
     "SerializationError",

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from actorch._ref import ActorRef
     from actorch._system import ActorSystem
 
-__all__ = ["Actor", "class_path", "endpoints_of"]
+__all__ = ["Actor", "class_path", "endpoints_of", "has_state_hooks"]
 
 _HOOKS = frozenset({"on_start", "on_stop"})
 
@@ -30,6 +30,11 @@ class Actor:
     time; set the class attribute ``max_concurrency`` to let handlers interleave
     at ``await`` points.
 
+    A handler that raises one of the class's ``fatal_errors`` fails the actor:
+    it is restarted if it was spawned with a ``Restart`` policy, else stopped.
+    A class that defines ``snapshot()`` and ``restore(state)`` (plain or async)
+    keeps what ``snapshot`` returns across such a restart.
+
     Example:
         >>> class Counter(Actor):
         ...     def __init__(self, start: int = 0) -> None:
@@ -42,6 +47,9 @@ class Actor:
     max_concurrency: ClassVar[int] = 1
     """How many messages may run at once (interleaving only at ``await`` points)."""
 
+    fatal_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    """Exceptions that, raised by a handler, mean the actor's state cannot be trusted: it fails."""
+
     _actorch_endpoints: ClassVar[dict[str, Endpoint]] = {}
     _actorch_ref: ActorRef[Any]
     _actorch_system: ActorSystem
@@ -51,6 +59,11 @@ class Actor:
         concurrency = cls.__dict__.get("max_concurrency", cls.max_concurrency)
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise TypeError(f"{cls.__qualname__}.max_concurrency must be an int >= 1, not {concurrency!r}")
+        fatal = cls.__dict__.get("fatal_errors", cls.fatal_errors)
+        if not isinstance(fatal, tuple) or not all(
+            isinstance(kind, type) and issubclass(kind, BaseException) for kind in fatal
+        ):
+            raise TypeError(f"{cls.__qualname__}.fatal_errors must be a tuple of exception classes, not {fatal!r}")
         found: dict[str, Endpoint] = {}
         for attr in dir(cls):
             value = inspect.getattr_static(cls, attr)
@@ -91,6 +104,11 @@ class Actor:
 
     async def on_stop(self) -> None:
         """Run once after the last message, when the actor stops or the system shuts down."""
+
+
+def has_state_hooks(cls: type[Actor]) -> bool:
+    """Whether ``cls`` defines ``snapshot()`` and ``restore(state)``, kept across a restart."""
+    return callable(getattr(cls, "snapshot", None)) and callable(getattr(cls, "restore", None))
 
 
 def endpoints_of(cls: type[Actor]) -> dict[str, Endpoint]:

@@ -249,7 +249,7 @@ async def run(cell: Cell, runner: Envelope, batch: Batch) -> None:
     and a caller whose deadline passes first gets its ``TimeoutError`` then.
     """
     loop = cell.node.loop
-    stopped = ActorStoppedError(f"call to {runner.endpoint!r} of {cell.label} was cancelled")
+    stopped = cell.interrupted(runner.endpoint, by_caller=runner.cancelled)
     try:
         await batch.collect(cell.instance, loop)
     except asyncio.CancelledError:
@@ -287,6 +287,7 @@ async def run(cell: Cell, runner: Envelope, batch: Batch) -> None:
         answer_all(cell, members, False, None if timeout is not None and timeout.expired() else (exc, HANDLER))
     except Exception as exc:  # noqa: BLE001 - the method's error goes to every caller of the batch
         answer_all(cell, members, False, (exc, HANDLER))
+        cell.check_fatal(exc)
     else:
         _deliver_results(cell, runner.endpoint, members, results)
     finally:

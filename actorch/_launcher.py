@@ -22,7 +22,8 @@ from actorch._flow import DEFAULT_WINDOW
 from actorch._logging import configure_logging
 from actorch._node import DEFAULT_MAX_MESSAGE, Node
 from actorch._rpc_transport import RpcOptions, RpcTransport, listen_socket
-from actorch._system import ActorSystem, NodeService, SystemConfig
+from actorch._service import NodeService
+from actorch._system import ActorSystem, SystemConfig
 from actorch._transport import InProcessHub, Transport
 
 __all__ = ["run"]

@@ -5,14 +5,16 @@ arrival order. A call whose chain of callers contains a call the actor is
 handling right now (A → B → A) is re-entrant: it runs at once instead of
 waiting behind the call it came from, which would never finish. Calls to a
 batched endpoint join the open batch of that endpoint; the batch is one message
-in the mailbox.
+in the mailbox. A cell is paused while its actor is being restarted: messages
+wait in the queue for the new instance.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from actorch import _batching
@@ -38,16 +40,23 @@ class Cell:
         "batched_calls",
         "batches",
         "endpoints",
+        "evicted",
+        "failure",
+        "fatal",
         "handled",
         "idle",
         "idle_at",
+        "inline",
         "instance",
         "label",
         "max_concurrency",
         "name",
         "node",
+        "paused",
         "queue",
+        "restarts",
         "running",
+        "stopped_hook",
         "stopping",
         "tasks",
         "unbegun",
@@ -83,7 +92,14 @@ class Cell:
         self.queue: deque[Envelope] = deque()
         self.active: set[int] = set()
         self.stopping = False
+        self.paused = False  # while the actor restarts: nothing starts, messages wait
+        self.failure: BaseException | None = None  # the fatal error being recovered from
+        self.fatal: tuple[type[BaseException], ...] = getattr(type(instance), "fatal_errors", ())
+        self.restarts = 0
+        self.stopped_hook = False  # on_stop ran for the current instance
         self.tasks: set[asyncio.Task[None]] = set()
+        self.inline: dict[asyncio.Task[Any], int] = {}  # callers' tasks running a handler inline, and how deep
+        self.evicted: set[asyncio.Task[Any]] = set()  # inline callers cancelled because the actor stopped
         self.idle: asyncio.Future[None] | None = None
         self.idle_at = 0
 
@@ -91,8 +107,13 @@ class Cell:
         return f"<Cell {self.label} running={self.running} queued={len(self.queue)}>"
 
     def statistics(self) -> dict[str, int]:
-        """Messages handled, running and queued; with batched endpoints, the calls they answered."""
-        counts = {"handled": self.handled, "running": self.running, "queued": len(self.queue)}
+        """Messages handled, running and queued, restarts; with batched endpoints, the calls they answered."""
+        counts = {
+            "handled": self.handled,
+            "running": self.running,
+            "queued": len(self.queue),
+            "restarts": self.restarts,
+        }
         if self.batched:
             counts["batched_calls"] = self.batched_calls
         return counts
@@ -107,6 +128,8 @@ class Cell:
         Not while a worker started earlier has yet to begin its message: messages
         start in the order they arrived, also when several may run at once.
         """
+        if self.paused:
+            return False
         free = self.running < self.max_concurrency and not self.queue and not self.unbegun
         return free or self.is_reentrant(chain)
 
@@ -132,7 +155,7 @@ class Cell:
 
     def take_next(self) -> Envelope | None:
         """For a worker that finished a message: the next queued one it may run, entered."""
-        if self.queue and self.running < self.max_concurrency and not self.unbegun:
+        if self.queue and self.running < self.max_concurrency and not self.unbegun and not self.paused:
             envelope = self.queue.popleft()
             self.enter(envelope.key)
             return envelope
@@ -141,7 +164,7 @@ class Cell:
     def wake(self) -> None:
         """Start workers for queued messages that may run now."""
         queue = self.queue
-        while queue and self.running < self.max_concurrency:
+        while queue and self.running < self.max_concurrency and not self.paused:
             self.start(queue.popleft())
 
     def submit(self, envelope: Envelope) -> None:
@@ -160,6 +183,16 @@ class Cell:
         task = self.node.loop.create_task(self.work(envelope))
         envelope.task = task
         self.tasks.add(task)
+        task.add_done_callback(functools.partial(self._never_began, envelope))
+
+    def _never_began(self, envelope: Envelope, task: asyncio.Task[None]) -> None:
+        """A worker cancelled before it ran a line (a stop, a failure): answer its message for it."""
+        if task not in self.tasks:
+            return  # it ran: work() took itself out of the tasks
+        self.tasks.discard(task)
+        self.unbegun -= 1
+        self.leave(envelope.key)
+        self.fail(envelope, self.interrupted(envelope.endpoint, by_caller=envelope.cancelled))
 
     def cancel(self, envelope: Envelope) -> None:
         """Drop ``envelope`` if it is queued, else cancel its handler if it runs."""
@@ -226,7 +259,7 @@ class Cell:
                 async with timeout:
                     result = await coroutine
         except asyncio.CancelledError:
-            self.fail(envelope, ActorStoppedError(f"call to {envelope.endpoint!r} of {self.label} was cancelled"))
+            self.fail(envelope, self.interrupted(envelope.endpoint, by_caller=envelope.cancelled))
             if not envelope.cancelled:
                 raise  # the worker itself is cancelled (the actor is stopping)
         except EndpointError as exc:
@@ -238,12 +271,76 @@ class Cell:
                 self.fail(envelope, exc, HANDLER)
         except Exception as exc:  # noqa: BLE001 - any handler error goes back to the caller
             self.fail(envelope, exc, HANDLER)
+            self.check_fatal(exc)
         else:
             if envelope.respond is not None:
                 envelope.respond(True, result)
         finally:
             current_call.reset(token)
             inherited_deadline.reset(deadline_token)
+
+    def check_fatal(self, exc: BaseException) -> None:
+        """If a handler's ``exc`` is one its class declares fatal, the actor has failed.
+
+        Its queued and running calls fail at once with ``ActorStoppedError``
+        (the handler that raised answers its own caller); messages that arrive
+        from now on wait for the next instance. The node's supervisor takes over.
+        """
+        if self.fatal and isinstance(exc, self.fatal) and self.failure is None and not self.stopping:
+            self.failure = exc
+            self.paused = True  # nothing more starts on the failed instance; later messages wait for the next
+            cause = f"{type(exc).__name__}: {exc}"
+            self.fail_queued(
+                lambda endpoint: ActorStoppedError(f"{self.label} failed ({cause}) before handling {endpoint!r}")
+            )
+            self.node.actor_failed(self, exc, self.cancel_running(keep=asyncio.current_task()))
+
+    def interrupted(self, endpoint: str, *, by_caller: bool) -> ActorStoppedError:
+        """The error for a call whose handler was cancelled: by its caller, or because the actor stopped or failed."""
+        if by_caller:
+            return ActorStoppedError(f"call to {endpoint!r} of {self.label} was cancelled")
+        if self.failure is not None:
+            cause = f"{type(self.failure).__name__}: {self.failure}"
+            return ActorStoppedError(f"{self.label} failed ({cause}) while handling {endpoint!r}")
+        return ActorStoppedError(f"{self.label} stopped while handling {endpoint!r}")
+
+    def enter_inline(self, task: asyncio.Task[Any], key: int) -> None:
+        """A caller's task runs a handler of this actor in place (a same-node call)."""
+        self.enter(key)
+        self.inline[task] = self.inline.get(task, 0) + 1
+
+    def leave_inline(self, task: asyncio.Task[Any], key: int) -> bool:
+        """The inline handler is done; True if it was cancelled because the actor stopped."""
+        depth = self.inline[task] - 1
+        if depth:
+            self.inline[task] = depth
+            evicted = False
+        else:
+            del self.inline[task]
+            evicted = task in self.evicted
+            self.evicted.discard(task)
+        self.leave(key)
+        return evicted
+
+    def cancel_running(self, keep: asyncio.Task[Any] | None = None) -> list[asyncio.Task[Any]]:
+        """Cancel every handler running now (workers and inline callers), but ``keep``; return their tasks."""
+        tasks: list[asyncio.Task[Any]] = [task for task in self.tasks if task is not keep]
+        for task in tasks:
+            task.cancel()
+        for task in self.inline:
+            if task is not keep and task not in self.evicted:
+                self.evicted.add(task)
+                task.cancel()
+        return tasks
+
+    def fail_queued(self, error: Callable[[str], BaseException]) -> None:
+        """Answer every message waiting in the queue, and every open batch's calls, with ``error(endpoint)``."""
+        while self.queue:
+            envelope = self.queue.popleft()
+            self.fail(envelope, error(envelope.endpoint))
+        for batch in list(self.batches.values()):
+            _batching.close(self, batch)
+            _batching.answer_all(self, list(batch.members), False, (error(batch.endpoint), RUNTIME))
 
     def fail(self, envelope: Envelope, exc: BaseException, origin: int = RUNTIME) -> None:
         """Answer ``envelope`` with an error, or log it if nobody waits (a tell)."""

@@ -51,6 +51,8 @@ from actorch._wire import (
 __all__ = ["DEFAULT_MAX_MESSAGE", "Node"]
 
 _KEY_BITS = 48
+CANCEL_WAIT = 1.0
+"""Seconds to wait for cancelled handlers to end before going on without them."""
 BATCH_REPLY_HOLD = 0.1
 """Seconds past a batch's ``max_wait`` that a received message batch waits for a batched call's reply."""
 
@@ -58,6 +60,8 @@ DEFAULT_MAX_MESSAGE = 1 << 30
 """Bytes a message between nodes may take (msgpack body and tensors), unless the system says otherwise."""
 
 log = structlog.get_logger("actorch")
+
+FailureListener = Callable[[Cell, BaseException, list[asyncio.Task[Any]]], None]
 
 
 def message_size(body: bytes | None, tensors: list[Any] | None) -> int:
@@ -97,6 +101,7 @@ class Node:
         self._pending: dict[int, tuple[asyncio.Future[Any], int, str, str, int]] = {}
         self._inbound: dict[tuple[int, int], tuple[Cell, Envelope]] = {}
         self._lost_listeners: list[Callable[[int, str], None]] = []
+        self._failure_listener: FailureListener | None = None
         self._pack = codec.encode_plain
         self._cpu_only = transport.cpu_tensors_only
         self.flow = FlowControl(loop, mailbox_size, self._send_credits)
@@ -149,18 +154,30 @@ class Node:
         context = current_call.get()
         own = 1 if context is not None and cell.is_reentrant(context.child_chain()) else 0
         current = asyncio.current_task()
-        if cell.running > own or cell.queue:
+        if not cell.paused and (cell.running > own or cell.queue):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace):
                     await cell.wait_idle(own)
-        while cell.queue:
-            envelope = cell.queue.popleft()
-            cell.fail(envelope, ActorStoppedError(f"{cell.label} stopped before handling {envelope.endpoint!r}"))
-        tasks = [task for task in cell.tasks if task is not current]
-        for task in tasks:
-            task.cancel()
+        cell.fail_queued(lambda endpoint: ActorStoppedError(f"{cell.label} stopped before handling {endpoint!r}"))
+        tasks = cell.cancel_running(keep=current)
         if tasks:
-            await asyncio.wait(tasks, timeout=1.0)
+            await asyncio.wait(tasks, timeout=CANCEL_WAIT)
+
+    def resume(self, cell: Cell) -> None:
+        """The actor's new instance is in place: start the messages that waited for it."""
+        cell.paused = False
+        cell.failure = None
+        cell.stopped_hook = False
+        cell.wake()
+
+    def on_actor_failed(self, listener: FailureListener) -> None:
+        """Call ``listener(cell, error, cancelled)`` when a handler raises an error its class declares fatal."""
+        self._failure_listener = listener
+
+    def actor_failed(self, cell: Cell, error: BaseException, cancelled: list[asyncio.Task[Any]]) -> None:
+        """A handler of ``cell`` raised a fatal ``error``; ``cancelled`` are the handlers it interrupted."""
+        if self._failure_listener is not None:
+            self._failure_listener(cell, error, cancelled)
 
     def remove_actor(self, cell: Cell) -> None:
         """Stop hosting ``cell``: later calls to it fail with ``ActorStoppedError``."""
@@ -338,7 +355,9 @@ class Node:
                     raise
             finally:
                 self.flow.release(target)
-        cell.enter(key)
+        task = asyncio.current_task()
+        assert task is not None
+        cell.enter_inline(task, key)
         token = current_call.set(CallContext(cell, key, chain, endpoint))
         deadline_token = inherited_deadline.set(deadline)  # for a caller that is another task
         try:
@@ -349,12 +368,18 @@ class Node:
                 raise
             try:
                 return await coroutine
+            except asyncio.CancelledError:
+                if task in cell.evicted and cell.inline[task] == 1:  # the actor stopped, not the caller
+                    task.uncancel()
+                    raise cell.interrupted(endpoint, by_caller=False) from None
+                raise
             except Exception as exc:
+                cell.check_fatal(exc)
                 raise handler_error(exc) from exc
         finally:
             inherited_deadline.reset(deadline_token)
             current_call.reset(token)
-            cell.leave(key)
+            cell.leave_inline(task, key)
             cell.wake()
 
     # ------------------------------------------------------------------ calls in

@@ -12,7 +12,8 @@ from actorch._actor import Actor, endpoints_of
 from actorch._batching import Batched
 from actorch._codec import current_context, register_extension
 from actorch._deadline import current_deadline
-from actorch._errors import EndpointError, SystemClosedError
+from actorch._errors import EndpointError, NodeLostError, SystemClosedError
+from actorch._restart import ActorExit
 
 if TYPE_CHECKING:
     from actorch._node import Node
@@ -153,6 +154,26 @@ class ActorRef(Generic[A]):
         if cls is not None:
             _check_call(cls, endpoint, args, kwargs, self._label)
         self._node.tell(self._rank, self._actor_id, endpoint, args, kwargs, self._label)
+
+    async def wait_stopped(self) -> ActorExit:
+        """Wait until the actor has stopped for good, and say how it ended.
+
+        A restart is not a stop: this waits through restarts. Waits within the
+        caller's deadline, like a call.
+
+        Returns:
+            How it ended: stopped, failed (no restart left), its node lost, or
+            the system shut down.
+        """
+        if self._actor_id == SERVICE_ID:
+            raise EndpointError(f"{self._label} is a system service: it stops with its node")
+        try:
+            exit_: ActorExit = await self._node.call(
+                self._rank, SERVICE_ID, "wait_stopped", (self._actor_id,), {}, self._label, current_deadline()
+            )
+        except NodeLostError as exc:
+            return ActorExit("node_lost", str(exc))
+        return exit_
 
     async def stop(self) -> None:
         """Stop the actor once its queued messages are handled; its name disappears.

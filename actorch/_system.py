@@ -1,17 +1,19 @@
-"""``ActorSystem``, the per-node handle users spawn and look up through, and its service actor.
+"""``ActorSystem``, the per-node handle users spawn and look up through.
 
 Every node hosts a ``NodeService`` actor (id 1) that builds actors spawned on it,
-stops them, evicts names from the node's cache and takes part in shutdown; rank
-0 also hosts the ``Registry`` (id 2).
+stops and watches them, evicts names from the node's cache and takes part in
+shutdown; rank 0 also hosts the ``Registry`` (id 2). A ``Supervisor`` per node
+restarts its failed actors.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actor import Actor, class_path, endpoints_of
 from actorch._deadline import current_deadline
@@ -22,7 +24,13 @@ from actorch._names import check_name, compile_pattern
 from actorch._node import DEFAULT_MAX_MESSAGE, Node
 from actorch._ref import SERVICE_ID, ActorRef, _resolve_class
 from actorch._registry import REGISTRY_ID, NameCache, Registry
+from actorch._restart import ActorExit, Restart
+from actorch._service import NodeService
+from actorch._supervisor import Supervisor
 from actorch._transport import NodeInfo
+
+if TYPE_CHECKING:
+    from actorch._mailbox import Cell
 
 __all__ = ["ActorSystem", "NodeInfo", "SystemConfig"]
 
@@ -59,52 +67,6 @@ class SystemConfig:
                 raise ValueError(f"{field} must be an int >= 1, not {value!r}")
 
 
-class NodeService(Actor):
-    """The system actor of every node: spawns, stops and evicts on this node's behalf."""
-
-    max_concurrency = 1 << 30  # spawns and stops may wait on user code
-
-    def __init__(self, system: ActorSystem) -> None:
-        self._hosted = system
-        self._stopping: dict[int, asyncio.Future[None]] = {}
-
-    async def spawn(self, path: str, args: list[Any], kwargs: dict[str, Any], name: str | None) -> ActorRef[Any]:
-        """Build an actor of the class at ``path`` here and run its ``on_start``."""
-        cls = _resolve_class(path)
-        if cls is None:
-            raise ImportError(f"cannot import actor class {path!r} on node {self._hosted.rank}")
-        return await self._hosted._build(cls, tuple(args), kwargs, name)
-
-    async def stop_actor(self, actor_id: int) -> None:
-        """Stop a local actor: drain it, run ``on_stop``, release its name."""
-        node = self._hosted._node
-        cell = node.cell(actor_id)
-        if cell is None:
-            return
-        if actor_id in self._stopping:
-            await asyncio.shield(self._stopping[actor_id])
-            return
-        done = self._stopping[actor_id] = asyncio.get_running_loop().create_future()
-        try:
-            await node.drain(cell, self._hosted.config.stop_grace)
-            await self._hosted._run_hook(cell, "on_stop")
-            node.remove_actor(cell)
-            if cell.name is not None:
-                await self._hosted._registry.call(Registry.release, cell.name)
-        finally:
-            del self._stopping[actor_id]
-            done.set_result(None)
-
-    async def evict(self, names: list[str]) -> None:
-        """Drop ``names`` from this node's name cache."""
-        self._hosted._cache.evict(names)
-
-    async def shutdown(self) -> None:
-        """Stop every user actor of this node: the system is ending, rank 0 leaves next."""
-        self._hosted._node.departing = True
-        await self._hosted._stop_local_actors()
-
-
 class ActorSystem:
     """The actor system as seen from one node: spawn actors, find them by name.
 
@@ -117,6 +79,8 @@ class ActorSystem:
     _exit: asyncio.Event
     _services: list[ActorRef[NodeService]]
     _registry: ActorRef[Registry]
+    _supervisor: Supervisor
+    _stopping: dict[int, asyncio.Future[None]]
     config: SystemConfig
 
     def __init__(self) -> None:
@@ -133,6 +97,8 @@ class ActorSystem:
             ActorRef._create(node, rank, SERVICE_ID, None, class_path(NodeService)) for rank in range(node.world_size)
         ]
         system._registry = ActorRef._create(node, 0, REGISTRY_ID, None, class_path(Registry))
+        system._supervisor = Supervisor(system)
+        system._stopping = {}
         node.on_peer_lost(system._on_peer_lost)
         return system
 
@@ -174,6 +140,7 @@ class ActorSystem:
         kwargs: Mapping[str, Any] | None = None,
         name: str | None = None,
         on: int | None = None,
+        restart: Restart | None = None,
     ) -> ActorRef[A]:
         """Build an actor of class ``cls`` on node ``on`` (default: this node) and start it.
 
@@ -183,6 +150,9 @@ class ActorSystem:
             kwargs: Keyword arguments for ``cls.__init__``.
             name: A unique, path-shaped name (``rl/observers/3``) to find it by.
             on: Rank of the node to host it.
+            restart: Restart the actor when it fails (a handler raises one of
+                its class's ``fatal_errors``); None stops it instead. The first
+                ``on_start`` is not retried: if it raises, ``spawn`` does.
 
         Raises:
             NameTakenError: ``name`` belongs to a live actor.
@@ -197,6 +167,8 @@ class ActorSystem:
                 f"actor class {cls.__qualname__} cannot be imported as {class_path(cls)!r}: define actor "
                 "classes at module level, so every node can import them"
             )
+        if restart is not None and not isinstance(restart, Restart):
+            raise TypeError(f"restart must be an actorch.Restart or None, not {restart!r}")
         rank = self.rank if on is None else on
         if not isinstance(rank, int) or not 0 <= rank < self.world_size:
             raise ValueError(f"on={on!r} is not a rank of this system (0..{self.world_size - 1})")
@@ -207,7 +179,7 @@ class ActorSystem:
             await self._registry.call(Registry.reserve, name, rank)
         try:
             ref: ActorRef[A] = await self._services[rank].call(
-                NodeService.spawn, class_path(cls), list(args), dict(kwargs or {}), name
+                NodeService.spawn, class_path(cls), list(args), dict(kwargs or {}), name, restart
             )
         except BaseException:
             if name is not None:
@@ -282,7 +254,12 @@ class ActorSystem:
     # ------------------------------------------------------------------ internals
 
     async def _build(
-        self, cls: type[A], args: tuple[Any, ...], kwargs: dict[str, Any], name: str | None
+        self,
+        cls: type[A],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        name: str | None,
+        restart: Restart | None = None,
     ) -> ActorRef[A]:
         node = self._node
         instance = cls.__new__(cls)
@@ -296,42 +273,96 @@ class ActorSystem:
         except BaseException:
             node.remove_actor(cell)
             raise
+        if restart is not None:
+            self._supervisor.adopt(cell.actor_id, cls, args, kwargs, restart)
         return ref
 
-    async def _run_hook(self, cell: Any, hook: str, *, raise_errors: bool = False) -> None:
-        # A hook runs as a message of the actor: nothing else starts meanwhile,
-        # and calls that come back to the actor from it are re-entrant.
+    async def _rebuild(
+        self, cell: Cell, cls: type[Actor], args: tuple[Any, ...], kwargs: dict[str, Any], kept: tuple[Any] | None
+    ) -> None:
+        """Put a new instance of ``cls`` in ``cell`` (same id, ref and name); ``kept`` holds a snapshot to restore."""
+        old = cell.instance
+        instance = cls.__new__(cls)
+        instance._actorch_ref = old._actorch_ref  # type: ignore[attr-defined]
+        instance._actorch_system = self
+        instance.__init__(*args, **kwargs)  # type: ignore[misc]
+        cell.instance = instance
+        try:
+            if kept is not None:
+                await self._run_hook(cell, "restore", kept[0], raise_errors=True)
+            await self._run_hook(cell, "on_start", raise_errors=True)
+        except BaseException:
+            cell.instance = old
+            raise
+
+    async def _run_hook(
+        self, cell: Cell, hook: str, *args: Any, raise_errors: bool = False, limit: float | None = None
+    ) -> Any:
+        """Run one of the actor's hooks (plain or async) as a message of the actor; its result.
+
+        Nothing else starts meanwhile, and calls that come back to the actor from
+        it are re-entrant. After ``limit`` seconds the hook is cancelled.
+        """
         key = self._node.new_key()
         context = current_call.get()
         chain = context.child_chain() if context is not None else ()
         cell.enter(key)
         token = current_call.set(CallContext(cell, key, chain, hook))
         try:
-            await getattr(cell.instance, hook)()
+            result = getattr(cell.instance, hook)(*args)
+            if inspect.isawaitable(result):
+                async with asyncio.timeout(limit):
+                    result = await result
+        except TimeoutError:
+            if raise_errors:
+                raise
+            self._node.log.error(f"{hook} did not finish in {limit:g} s and was cancelled", actor=cell.label)
+            return None
         except Exception as exc:
             if raise_errors:
                 raise
             self._node.log.exception(f"{hook} failed", actor=cell.label, error=repr(exc))
+            return None
+        else:
+            return result
         finally:
             current_call.reset(token)
+            if hook == "on_stop":
+                cell.stopped_hook = True
             cell.leave(key)
             cell.wake()
 
+    async def _stop_cell(self, cell: Cell, exit_: ActorExit, *, release_name: bool = True) -> None:
+        """Stop a local actor once: drain it, run ``on_stop``, release its name, record how it ended."""
+        running = self._stopping.get(cell.actor_id)
+        if running is not None:
+            await asyncio.shield(running)
+            return
+        done = self._stopping[cell.actor_id] = asyncio.get_running_loop().create_future()
+        try:
+            grace = self.config.stop_grace
+            await self._node.drain(cell, grace)
+            if not cell.stopped_hook:
+                await self._run_hook(cell, "on_stop", limit=grace)
+            self._node.remove_actor(cell)
+            if release_name and cell.name is not None:
+                await self._release_quietly(cell.name)
+            self._supervisor.ended(cell.actor_id, replace(exit_, restarts=cell.restarts))
+        finally:
+            del self._stopping[cell.actor_id]
+            done.set_result(None)
+
     async def _stop_local_actors(self) -> None:
         cells = [cell for cell in self._node.cells() if not isinstance(cell.instance, (NodeService, Registry))]
-
-        async def stop(cell: Any) -> None:
-            await self._node.drain(cell, self.config.stop_grace)
-            await self._run_hook(cell, "on_stop")
-            self._node.remove_actor(cell)
-
-        await asyncio.gather(*(stop(cell) for cell in cells))
+        shutdown = ActorExit("shutdown")
+        await asyncio.gather(*(self._stop_cell(cell, shutdown, release_name=False) for cell in cells))
+        self._supervisor.close()
 
     async def _release_quietly(self, name: str) -> None:
         try:
             await self._registry.call(Registry.release, name)
-        except Exception:  # noqa: BLE001 - the spawn's own error matters more
-            self._node.log.warning("could not release name after failed spawn", name=name)
+        except Exception as exc:  # noqa: BLE001 - what failed before matters more
+            self._node.log.warning("could not release name", name=name, error=repr(exc))
 
     def _on_peer_lost(self, rank: int, why: str) -> None:
         self._cache.evict_rank(rank)
