@@ -98,7 +98,7 @@ def _reset() -> None:
 
 async def wait_for(predicate: Any, seconds: float = 2.0) -> None:
     async with asyncio.timeout(seconds):
-        while not predicate():
+        while not predicate():  # noqa: ASYNC110 - polls runtime state that has no event
             await asyncio.sleep(0.005)
 
 
