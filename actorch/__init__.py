@@ -31,6 +31,7 @@ from actorch._errors import (
     SystemClosedError,
     UnsupportedError,
 )
+from actorch._events import MembershipEvent, NameRegistered, NameRemoved, NodeJoined, NodeLost
 from actorch._group import ActorGroup
 from actorch._launcher import run
 from actorch._names import MAX_NAME_LENGTH
@@ -63,9 +64,14 @@ __all__ = [
     "GroupError",
     "InvalidNameError",
     "MailboxFullError",
+    "MembershipEvent",
     "MessageTooLargeError",
+    "NameRegistered",
+    "NameRemoved",
     "NameTakenError",
     "NodeInfo",
+    "NodeJoined",
+    "NodeLost",
     "NodeLostError",
     "Observer",
     "ParameterClient",

@@ -3,7 +3,10 @@
 The registry maps names to refs. A name is reserved before its actor is built
 (so a taken name fails before any side effect) and bound once the actor has
 started. Releasing a name evicts it from every node's cache before it returns,
-so a stopped actor's name is gone everywhere once ``stop()`` has returned.
+so a stopped actor's name is gone everywhere once ``stop()`` has returned. The
+names of a lost node, reservations included, go at once. Nodes that watch
+membership events subscribe: each change is told to their service, numbered so
+that a subscriber can tell the changes its snapshot already holds.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import asyncio
 from typing import Any
 
 from actorch._actor import Actor
-from actorch._errors import NameTakenError
+from actorch._errors import ActorchError, NameTakenError
 from actorch._names import compile_pattern
 from actorch._ref import ActorRef
 
@@ -32,8 +35,11 @@ class Registry(Actor):
     def __init__(self, services: list[ActorRef[Any]]) -> None:
         self._services = services
         self._refs: dict[str, ActorRef[Any] | None] = {}
+        self._reserved: dict[str, int] = {}  # names being spawned, and the rank spawning them
         self._waiters: dict[str, list[asyncio.Future[ActorRef[Any]]]] = {}
         self._lost: set[int] = set()
+        self._subscribers: set[int] = set()
+        self._seq = 0
 
     async def reserve(self, name: str, rank: int) -> None:
         """Hold ``name`` for an actor being built on ``rank``."""
@@ -44,19 +50,30 @@ class Registry(Actor):
         if rank in self._lost:
             raise NameTakenError(f"cannot reserve {name!r} for node {rank}: the node was lost")
         self._refs[name] = None
+        self._reserved[name] = rank
 
     async def bind(self, name: str, ref: ActorRef[Any]) -> None:
         """Publish ``ref`` under the reserved ``name`` and wake lookups waiting for it."""
+        if self._reserved.pop(name, None) is None or ref.rank in self._lost:
+            raise NameTakenError(f"name {name!r} is not reserved for {ref!r} (its node may have been lost)")
         self._refs[name] = ref
         for waiter in self._waiters.pop(name, ()):
             if not waiter.done():
                 waiter.set_result(ref)
+        self._publish("registered", name, ref, None)
 
-    async def release(self, name: str) -> None:
+    async def release(self, name: str, reason: str = "stopped") -> None:
         """Forget ``name`` and evict it from every node's cache."""
+        self._reserved.pop(name, None)
         if self._refs.pop(name, None) is None:
             return
+        self._publish("removed", name, None, reason)
         await self._evict_everywhere([name])
+
+    async def subscribe(self, rank: int) -> tuple[int, list[tuple[str, ActorRef[Any]]]]:
+        """Tell node ``rank``'s service every later name change; the changes so far and every bound name."""
+        self._subscribers.add(rank)
+        return self._seq, [(name, ref) for name, ref in sorted(self._refs.items()) if ref is not None]
 
     async def resolve(self, name: str, wait: bool) -> ActorRef[Any] | None:
         """The ref bound to ``name``; if ``wait``, wait until one is bound."""
@@ -80,11 +97,26 @@ class Registry(Actor):
         return [ref for name, ref in sorted(self._refs.items()) if ref is not None and regex.fullmatch(name)]
 
     def _drop_rank(self, rank: int) -> None:
-        """Forget every name of a lost node (called by the node, not a message)."""
+        """Forget every name of a lost node, reserved ones too (called by the node, not a message)."""
         self._lost.add(rank)
+        self._subscribers.discard(rank)
+        for name in [name for name, holder in self._reserved.items() if holder == rank]:
+            del self._reserved[name]
+            del self._refs[name]
         gone = [name for name, ref in self._refs.items() if ref is not None and ref.rank == rank]
         for name in gone:
             del self._refs[name]
+            self._publish("removed", name, None, "node_lost")
+
+    def _publish(self, kind: str, name: str, ref: ActorRef[Any] | None, reason: str | None) -> None:
+        self._seq += 1
+        for rank in sorted(self._subscribers):
+            try:
+                self._services[rank].tell("name_event", self._seq, kind, name, ref, reason)
+            except ActorchError as exc:  # a full or gone subscriber must not stop the registry
+                self._services[0]._node.log.warning(
+                    "membership event not delivered", peer=rank, name=name, kind=kind, error=repr(exc)
+                )
 
     async def _evict_everywhere(self, names: list[str]) -> None:
         calls = [

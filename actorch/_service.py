@@ -45,6 +45,10 @@ class NodeService(Actor):
         """Drop ``names`` from this node's name cache."""
         self._hosted._cache.evict(names)
 
+    async def name_event(self, seq: int, kind: str, name: str, ref: ActorRef[Any] | None, reason: str | None) -> None:
+        """The registry's change number ``seq`` to the names (told to subscribed nodes)."""
+        self._hosted._events.name_event(seq, kind, name, ref, reason)
+
     async def shutdown(self) -> None:
         """Stop every user actor of this node: the system is ending, rank 0 leaves next."""
         self._hosted._node.departing = True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,6 +19,7 @@ from actorch._actor import Actor, class_path, endpoints_of
 from actorch._deadline import current_deadline
 from actorch._envelope import CallContext, current_call
 from actorch._errors import ActorNotFoundError, NodeLostError
+from actorch._events import EventHub, MembershipEvent, NameRegistered, NodeJoined, Subscription
 from actorch._flow import DEFAULT_WINDOW
 from actorch._names import check_name, compile_pattern
 from actorch._node import DEFAULT_MAX_MESSAGE, Node
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["ActorSystem", "NodeInfo", "SystemConfig"]
 
 A = TypeVar("A", bound=Actor)
+
+STALE_NAME_RETRY = 0.05
+"""Seconds a lookup waits before asking again for a name the registry still gives to a lost node."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ class ActorSystem:
     _services: list[ActorRef[NodeService]]
     _registry: ActorRef[Registry]
     _supervisor: Supervisor
+    _events: EventHub
     _stopping: dict[int, asyncio.Future[None]]
     config: SystemConfig
 
@@ -98,6 +103,7 @@ class ActorSystem:
         ]
         system._registry = ActorRef._create(node, 0, REGISTRY_ID, None, class_path(Registry))
         system._supervisor = Supervisor(system)
+        system._events = EventHub()
         system._stopping = {}
         node.on_peer_lost(system._on_peer_lost)
         return system
@@ -193,7 +199,9 @@ class ActorSystem:
         """The actor named ``name``, waiting until it exists.
 
         Waits until the enclosing deadline (``asyncio.timeout``, ``anyio.fail_after``)
-        or, without one, the system's ``lookup_timeout``.
+        or, without one, the system's ``lookup_timeout``. A name whose node this
+        node knows to be lost counts as not there yet: the lookup waits for a
+        replacement rather than returning a dead ref.
 
         Raises:
             ActorNotFoundError: No actor took the name in time.
@@ -206,10 +214,14 @@ class ActorSystem:
         loop = asyncio.get_running_loop()
         own_limit = loop.time() + self.config.lookup_timeout
         enclosing = current_deadline()
-        generation = self._cache.generation()
         try:
             async with asyncio.timeout_at(own_limit):
-                ref = await self._registry.call(Registry.resolve, name, True)
+                while True:
+                    generation = self._cache.generation()
+                    ref = await self._registry.call(Registry.resolve, name, True)
+                    if ref is None or ref.rank not in self._node.lost:
+                        break
+                    await asyncio.sleep(STALE_NAME_RETRY)  # the registry has yet to hear of that loss
         except TimeoutError:
             raise ActorNotFoundError(
                 f"no actor named {name!r} appeared within {self.config.lookup_timeout:g} s "
@@ -225,6 +237,34 @@ class ActorSystem:
             raise ActorNotFoundError(f"no actor named {name!r} (lookup from node {self.rank})")
         self._cache.put(name, ref, generation)
         return ref
+
+    async def events(self, pattern: str | None = None) -> AsyncIterator[MembershipEvent]:
+        """Membership events, as they happen: nodes joined and lost, names registered and removed.
+
+        It first yields the current state (``NodeJoined`` for every live node,
+        ``NameRegistered`` for every name), then each change, in order, until
+        this node shuts down. Use it in ``async for``; leaving the loop (or
+        ``aclose()``) ends the subscription.
+
+        Args:
+            pattern: Only name events whose name matches this glob (node events always come).
+        """
+        regex = compile_pattern(pattern) if pattern is not None else None
+        subscription = Subscription(regex)
+        self._events.subscriptions.add(subscription)
+        try:
+            seq, names = await self._registry.call(Registry.subscribe, self.rank)
+            self._events.snapshot_came(subscription, seq)
+            for info in self.nodes:
+                if info.rank not in self._node.lost:
+                    yield NodeJoined(info.rank, info)
+            for name, ref in names:
+                if regex is None or regex.fullmatch(name):
+                    yield NameRegistered(name, ref)
+            while (event := await subscription.queue.get()) is not None:
+                yield event
+        finally:
+            self._events.subscriptions.discard(subscription)
 
     async def lookup_all(self, pattern: str) -> list[ActorRef[Any]]:
         """Actors whose names match the glob ``pattern`` (``rl/observers/*``), sorted by name.
@@ -346,7 +386,7 @@ class ActorSystem:
                 await self._run_hook(cell, "on_stop", limit=grace)
             self._node.remove_actor(cell)
             if release_name and cell.name is not None:
-                await self._release_quietly(cell.name)
+                await self._release_quietly(cell.name, exit_.reason)
             self._supervisor.ended(cell.actor_id, replace(exit_, restarts=cell.restarts))
         finally:
             del self._stopping[cell.actor_id]
@@ -357,15 +397,17 @@ class ActorSystem:
         shutdown = ActorExit("shutdown")
         await asyncio.gather(*(self._stop_cell(cell, shutdown, release_name=False) for cell in cells))
         self._supervisor.close()
+        self._events.close()
 
-    async def _release_quietly(self, name: str) -> None:
+    async def _release_quietly(self, name: str, reason: str = "stopped") -> None:
         try:
-            await self._registry.call(Registry.release, name)
+            await self._registry.call(Registry.release, name, reason)
         except Exception as exc:  # noqa: BLE001 - what failed before matters more
             self._node.log.warning("could not release name", name=name, error=repr(exc))
 
     def _on_peer_lost(self, rank: int, why: str) -> None:
         self._cache.evict_rank(rank)
+        self._events.node_lost(rank, why)
         if self.rank == 0 and not self._node.closed:
             registry = self._node.cell(REGISTRY_ID)
             if registry is not None:

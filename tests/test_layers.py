@@ -30,6 +30,7 @@ LAYERS = {
     "_restart": 6,
     "_supervisor": 8,
     "_registry": 7,
+    "_events": 7,
     "_system": 8,
     "_logging": 8,
     "_launcher": 8,
