@@ -14,7 +14,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from actorch._codec import Codec
 from actorch._errors import NodeLostError
@@ -22,6 +22,7 @@ from actorch._flow import DEFAULT_WINDOW
 from actorch._logging import configure_logging
 from actorch._node import DEFAULT_MAX_MESSAGE, Node
 from actorch._rpc_transport import RpcOptions, RpcTransport, listen_socket
+from actorch._runner import Watchdog, run_bounded
 from actorch._service import NodeService
 from actorch._system import ActorSystem, SystemConfig
 from actorch._transport import InProcessHub, Transport
@@ -34,6 +35,7 @@ Main = Callable[[ActorSystem], Awaitable[T]]
 _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _QUIET_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR"}
 SHUTDOWN_TIMEOUT = 5.0
+"""Seconds past the actors' own bounds (``2 * stop_grace``) that a node's shutdown may take."""
 JOIN_TIMEOUT = 10.0
 
 
@@ -113,11 +115,10 @@ def run(
             raise ValueError(f"run(world_size={world_size}) but torchrun started {world.world_size} processes")
         if world.rank != 0:
             _serve(world, config, options)
-            raise SystemExit(0)
-        return asyncio.run(_lead(main, _rpc_transport(world, options), config))
+        return run_bounded(_lead(main, _rpc_transport(world, options), config))
     if world_size is None or world_size == 1:
         hub = InProcessHub(1)
-        return asyncio.run(_lead(main, hub.transport(0), config))
+        return run_bounded(_lead(main, hub.transport(0), config))
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
     return _launch_local(main, world_size, host, config, options)
@@ -149,7 +150,7 @@ def _launch_local(main: Main[T], world_size: int, host: str, config: SystemConfi
                 os.environ[key] = value
     try:
         transport = RpcTransport(0, world_size, host, port, options, listener)
-        return asyncio.run(_lead(main, transport, config, workers))
+        return run_bounded(_lead(main, transport, config, workers))
     finally:
         _reap(workers)
 
@@ -204,32 +205,38 @@ def _kill_lost(workers: list[Any], rank: int) -> None:
 
 async def _lead(main: Main[T], transport: Transport, config: SystemConfig, workers: list[Any] | None = None) -> T:
     system = await _start(transport, config, workers)
+    failed = True
     try:
-        return await main(system)
+        result = await main(system)
+        failed = False
+        return result
     finally:
-        await asyncio.shield(_shutdown_world(system))
+        await asyncio.shield(_shutdown_world(system, failed))
 
 
-async def _shutdown_world(system: ActorSystem) -> None:
+async def _shutdown_world(system: ActorSystem, failed: bool) -> None:
     """Stop every actor everywhere (``on_stop`` runs), then close this node; the workers follow.
 
-    Rank 0 leaves first: each worker sees it go and exits. The other order
-    makes torch log every dropped connection at rank 0, where torch may have
-    been imported before its C++ log level could be set.
+    Rank 0 leaves first: each worker sees it go and exits, with code 1 if
+    ``main`` failed. The other order makes torch log every dropped connection
+    at rank 0, where torch may have been imported before its C++ log level
+    could be set. Each node's share is bounded by ``2 * stop_grace`` (messages,
+    then ``on_stop``) plus ``SHUTDOWN_TIMEOUT``.
     """
     node = system._node
     peers = [rank for rank in range(1, system.world_size) if rank not in node.lost]
-    await _call_all(system, peers, NodeService.shutdown, system.config.stop_grace + SHUTDOWN_TIMEOUT)
+    limit = 2 * system.config.stop_grace + SHUTDOWN_TIMEOUT
+    await _call_all(system, peers, NodeService.shutdown, limit, failed)
     await system._stop_local_actors()
     node.departing = True
     await node.close()
 
 
-async def _call_all(system: ActorSystem, ranks: list[int], endpoint: Any, limit: float) -> None:
+async def _call_all(system: ActorSystem, ranks: list[int], endpoint: Any, limit: float, *args: Any) -> None:
     async def one(rank: int) -> None:
         try:
             async with asyncio.timeout(limit):
-                await system._service(rank).call(endpoint)
+                await system._service(rank).call(endpoint, *args)
         except NodeLostError:
             if not system._node.departing:
                 raise
@@ -239,18 +246,34 @@ async def _call_all(system: ActorSystem, ranks: list[int], endpoint: Any, limit:
     await asyncio.gather(*(one(rank) for rank in ranks), return_exceptions=True)
 
 
-def _serve(world: _World, config: SystemConfig, options: RpcOptions) -> None:
-    """Entry point of a worker rank: serve actors until rank 0 ends the system."""
+def _serve(world: _World, config: SystemConfig, options: RpcOptions) -> NoReturn:
+    """Entry point of a worker rank: serve actors until rank 0 ends the system, then exit.
+
+    The exit code is 0 when rank 0 ended the system after ``main`` returned,
+    and 1 when ``main`` raised or rank 0 was lost.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # rank 0 leads the shutdown on Ctrl-C
     configure_logging()
-    asyncio.run(_serve_async(world, config, options))
+    raise SystemExit(run_bounded(_serve_async(world, config, options)))
 
 
-async def _serve_async(world: _World, config: SystemConfig, options: RpcOptions) -> None:
-    system = await _start(_rpc_transport(world, options), config)
+async def _serve_async(world: _World, config: SystemConfig, options: RpcOptions) -> int:
+    transport = _rpc_transport(world, options)
+    watchdog = Watchdog(2 * config.stop_grace + SHUTDOWN_TIMEOUT)
+
+    def on_lost(rank: int, why: str) -> None:  # on a torch thread: works while the loop is stuck too
+        if rank == 0:
+            watchdog.arm(f"rank 0 was lost ({why})")
+
+    transport.lost_in_thread = on_lost
+    system = await _start(transport, config)
     try:
         await system._exit.wait()
         system._node.departing = True
         await system._stop_local_actors()
     finally:
         await system._node.close()
+    if system._exit_code is None:
+        system._node.log.error("rank 0 was lost; this node shut down", why=system._node.lost.get(0))
+        return 1
+    return system._exit_code

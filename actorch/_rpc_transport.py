@@ -259,9 +259,7 @@ class RpcTransport(Transport):
                     continue
                 silent = now - self._heard[peer]
                 if silent > timeout:
-                    self._inbox.post(
-                        (peer, _LOST, f"not heard from for {silent:.1f} s (liveness timeout {timeout:g} s)")
-                    )
+                    self._lost_from_thread(peer, f"not heard from for {silent:.1f} s (liveness timeout {timeout:g} s)")
                     continue
                 try:
                     ping = rpc.rpc_async(worker_name(peer), _ping, args=(self.rank,), timeout=timeout)
@@ -270,17 +268,22 @@ class RpcTransport(Transport):
                 ping.add_done_callback(self._ping_callback(peer))
 
     def _ping_callback(self, peer: int) -> Any:
-        inbox = self._inbox
-
         def on_pong(future: torch.futures.Future[bool]) -> None:
             try:
                 expelled = future.value()
             except Exception:  # noqa: BLE001 - a failed ping is silence; the timeout decides
                 return
             if expelled:
-                inbox.post((peer, _LOST, f"node {peer} counts this node lost (it was silent too long)"))
+                self._lost_from_thread(peer, f"node {peer} counts this node lost (it was silent too long)")
 
         return on_pong
+
+    def _lost_from_thread(self, peer: int, why: str) -> None:
+        """A torch or heartbeat thread saw ``peer`` lost: tell the loop, and the thread hook at once."""
+        self._inbox.post((peer, _LOST, why))
+        hook = self.lost_in_thread
+        if hook is not None and not self._closing:
+            hook(peer, why)
 
     def _init_rpc(self) -> None:
         _quiet_cpp_logs()
@@ -388,28 +391,26 @@ class RpcTransport(Transport):
             try:
                 replies = future.value()
             except Exception as exc:  # noqa: BLE001 - reported as peer loss on the loop
-                inbox.post((dest, _LOST, f"send failed: {exc}"))
+                self._lost_from_thread(dest, f"send failed: {exc}")
             else:
                 if replies == EXPELLED:
-                    inbox.post((dest, _LOST, f"node {dest} counts this node lost (it was silent too long)"))
+                    self._lost_from_thread(dest, f"node {dest} counts this node lost (it was silent too long)")
                 elif replies is not None and replies[0]:
                     inbox.post((dest, _UNORDERED, replies))
 
         return on_response
 
     def _watch_callback(self, peer: int) -> Any:
-        inbox = self._inbox
-
         def on_watch_done(future: torch.futures.Future[Any]) -> None:
             try:
                 answer = future.value()
             except Exception as exc:  # noqa: BLE001 - reported as peer loss on the loop
-                inbox.post((peer, _LOST, f"connection lost: {exc}"))
+                self._lost_from_thread(peer, f"connection lost: {exc}")
             else:
                 if answer == EXPELLED:
-                    inbox.post((peer, _LOST, f"node {peer} counts this node lost"))
+                    self._lost_from_thread(peer, f"node {peer} counts this node lost")
                 else:
-                    inbox.post((peer, _LOST, "left the world"))
+                    self._lost_from_thread(peer, "left the world")
 
         return on_watch_done
 

@@ -49,7 +49,11 @@ class NodeService(Actor):
         """The registry's change number ``seq`` to the names (told to subscribed nodes)."""
         self._hosted._events.name_event(seq, kind, name, ref, reason)
 
-    async def shutdown(self) -> None:
-        """Stop every user actor of this node: the system is ending, rank 0 leaves next."""
+    async def shutdown(self, failed: bool = False) -> None:
+        """Stop every user actor of this node: the system is ending, rank 0 leaves next.
+
+        ``failed`` says that ``main`` raised: this node's process then exits with code 1.
+        """
+        self._hosted._exit_code = 1 if failed else 0
         self._hosted._node.departing = True
         await self._hosted._stop_local_actors()

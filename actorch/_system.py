@@ -86,6 +86,7 @@ class ActorSystem:
     _supervisor: Supervisor
     _events: EventHub
     _stopping: dict[int, asyncio.Future[None]]
+    _exit_code: int | None  # a worker's, once rank 0 said the system ends
     config: SystemConfig
 
     def __init__(self) -> None:
@@ -105,6 +106,7 @@ class ActorSystem:
         system._supervisor = Supervisor(system)
         system._events = EventHub()
         system._stopping = {}
+        system._exit_code = None
         node.on_peer_lost(system._on_peer_lost)
         return system
 

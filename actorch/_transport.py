@@ -139,6 +139,11 @@ class Transport(ABC):
         self._flush_scheduled = False
         self.batches_sent = 0
         self.messages_sent = 0
+        self.lost_in_thread: LostFn | None = None
+        """Called from the transport's own threads the moment a peer is seen lost, before the loop hears.
+
+        For what must happen even when the event loop is stuck (a watchdog).
+        """
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} rank={self.rank}/{self.world_size}>"

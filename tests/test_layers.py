@@ -34,6 +34,7 @@ LAYERS = {
     "_system": 8,
     "_logging": 8,
     "_launcher": 8,
+    "_runner": 8,
     "_parameter_server": 9,
     "_parameter_client": 9,
     "_replay": 9,
