@@ -211,10 +211,13 @@ async def _lead(main: Main[T], transport: Transport, config: SystemConfig, worke
         failed = False
         return result
     finally:
-        await asyncio.shield(_shutdown_world(system, failed))
+        silent = await asyncio.shield(_shutdown_world(system, failed))
+        if workers:
+            for rank in silent:
+                _kill_lost(workers, rank)  # its loop is stuck: do not wait for its watchdog
 
 
-async def _shutdown_world(system: ActorSystem, failed: bool) -> None:
+async def _shutdown_world(system: ActorSystem, failed: bool) -> list[int]:
     """Stop every actor everywhere (``on_stop`` runs), then close this node; the workers follow.
 
     Rank 0 leaves first: each worker sees it go and exits, with code 1 if
@@ -222,28 +225,35 @@ async def _shutdown_world(system: ActorSystem, failed: bool) -> None:
     at rank 0, where torch may have been imported before its C++ log level
     could be set. Each node's share is bounded by ``2 * stop_grace`` (messages,
     then ``on_stop``) plus ``SHUTDOWN_TIMEOUT``.
+
+    Returns:
+        The ranks that did not answer in time (their event loop may be stuck).
     """
     node = system._node
     peers = [rank for rank in range(1, system.world_size) if rank not in node.lost]
     limit = 2 * system.config.stop_grace + SHUTDOWN_TIMEOUT
-    await _call_all(system, peers, NodeService.shutdown, limit, failed)
+    answered = await _call_all(system, peers, NodeService.shutdown, limit, failed)
     await system._stop_local_actors()
     node.departing = True
     await node.close()
+    return [rank for rank, ok in zip(peers, answered, strict=True) if not ok]
 
 
-async def _call_all(system: ActorSystem, ranks: list[int], endpoint: Any, limit: float, *args: Any) -> None:
-    async def one(rank: int) -> None:
+async def _call_all(system: ActorSystem, ranks: list[int], endpoint: Any, limit: float, *args: Any) -> list[bool]:
+    """Call ``endpoint`` of every rank's service at once; whether each answered within ``limit`` seconds."""
+
+    async def one(rank: int) -> bool:
         try:
             async with asyncio.timeout(limit):
                 await system._service(rank).call(endpoint, *args)
         except NodeLostError:
-            if not system._node.departing:
-                raise
+            return True  # it left already
         except Exception as exc:  # noqa: BLE001 - a node that fails here is reported, not fatal
             system._node.log.warning("node did not answer shutdown", peer=rank, error=repr(exc))
+            return False
+        return True
 
-    await asyncio.gather(*(one(rank) for rank in ranks), return_exceptions=True)
+    return list(await asyncio.gather(*(one(rank) for rank in ranks)))
 
 
 def _serve(world: _World, config: SystemConfig, options: RpcOptions) -> NoReturn:

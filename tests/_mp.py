@@ -193,14 +193,14 @@ class Finished:
 class Script:
     """A script run in its own session; call :meth:`finish` (always) to collect it."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.marker = uuid.uuid4().hex
         self.argv = argv
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
             argv,
             cwd=REPO,
-            env=script_env(self.marker),
+            env={**script_env(self.marker), **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -268,6 +268,28 @@ def torchrun_argv(name: str, *args: str, nproc: int = 2, port: int | None = None
         str(port if port is not None else free_port()),
         str(SCRIPTS / name),
         *args,
+    ]
+
+
+def start_world(name: str, world_size: int, *args: str) -> list[Script]:
+    """Start ``tests/mp_scripts/<name>`` once per rank with torchrun's variables, each in its own session.
+
+    Unlike ``actorch.run(world_size=N)``, no rank is the parent of another, so
+    a test sees every rank's own exit code, and rank 0 kills no lost worker.
+    """
+    port = str(free_port())
+    return [
+        Script(
+            script_argv(name, *args),
+            env={
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": str(world_size),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+            },
+        )
+        for rank in range(world_size)
     ]
 
 

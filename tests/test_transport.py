@@ -2,6 +2,9 @@ import asyncio
 
 import torch
 
+from actorch import _rpc_transport
+from actorch._bridge import Inbox
+from actorch._rpc_transport import RpcOptions, RpcTransport
 from actorch._transport import PORT_HOLD, InProcessHub, Port
 
 
@@ -97,3 +100,61 @@ async def test_hub_disconnect_tells_every_other_rank():
         )
     hub.disconnect(2, "test")
     assert lost == {0: 2, 1: 2}
+
+
+# ---------------------------------------------------------------------- the torch RPC side, without RPC running
+
+
+def _rpc_transport_for_test(lost: set[int]):
+    """An RpcTransport of rank 0 in a world of 3 that counts ``lost`` lost, wired as start() would."""
+    transport = RpcTransport(0, 3, "127.0.0.1", 0, RpcOptions())
+    received = []
+    transport.attach(asyncio.get_running_loop(), lambda src, batch, port: received.append((src, batch)), None)
+    transport._inbox = Inbox(asyncio.get_running_loop(), transport._on_inbox)
+    transport._inbox_loop = asyncio.get_running_loop()
+    transport._lost_ranks = set(lost)
+    _rpc_transport._active = transport
+    return transport, received
+
+
+async def test_rpc_inbound_answers_a_lost_or_unknown_sender_expelled_and_hands_the_batch_over_to_refuse():
+    _, received = _rpc_transport_for_test({2})
+    try:
+        from_lost = _rpc_transport._inbound(2, 0, [b"x"], {})
+        from_nowhere = _rpc_transport._inbound(7, 0, [b"y", b"z"], {})
+        assert from_lost.value() == _rpc_transport.EXPELLED
+        assert from_nowhere.value() == _rpc_transport.EXPELLED
+        await asyncio.sleep(0)
+        assert received == [(2, ([b"x"], {})), (7, ([b"y", b"z"], {}))]  # the node counts and logs them
+    finally:
+        _rpc_transport._active = None
+
+
+async def test_rpc_ping_tells_a_stale_pinger_that_it_is_counted_lost():
+    transport, _ = _rpc_transport_for_test({2})
+    try:
+        assert _rpc_transport._ping(2) is True
+        assert _rpc_transport._ping(1) is False
+        assert _rpc_transport._ping(9) is False
+        assert transport._heard[1] > 0
+    finally:
+        _rpc_transport._active = None
+
+
+async def test_rpc_losing_a_peer_answers_its_watch_and_held_batches_expelled():
+    transport, _ = _rpc_transport_for_test(set())
+    lost = []
+    transport.attach(asyncio.get_running_loop(), lambda *args: None, lambda rank, why: lost.append((rank, why)))
+    try:
+        watch = _rpc_transport._watch(1)
+        held = _rpc_transport._inbound(1, 5, [b"later"], {})  # out of order: held for seq 0..4
+        await asyncio.sleep(0)
+        assert not watch.done()
+        assert not held.done()
+        transport._peer_lost(1, "silent")
+        assert watch.value() == _rpc_transport.EXPELLED
+        assert held.value() == _rpc_transport.EXPELLED
+        assert lost == [(1, "silent")]
+        assert _rpc_transport._watch(1).value() == _rpc_transport.EXPELLED
+    finally:
+        _rpc_transport._active = None
