@@ -199,7 +199,7 @@ def join(cell: Cell, envelope: Envelope) -> None:
         if cell.can_start(opener.chain):
             cell.start(opener)
         else:
-            cell.queue.append(opener)
+            cell.enqueue(opener)
     else:
         batch.add(envelope, now)
         runner = batch.runner

@@ -54,6 +54,7 @@ class Cell:
         "node",
         "paused",
         "queue",
+        "queued_peak",
         "restarts",
         "running",
         "stopped_hook",
@@ -90,6 +91,7 @@ class Cell:
         self.unbegun = 0  # worker tasks created whose first message has not begun yet
         self.handled = 0
         self.queue: deque[Envelope] = deque()
+        self.queued_peak = 0
         self.active: set[int] = set()
         self.stopping = False
         self.paused = False  # while the actor restarts: nothing starts, messages wait
@@ -107,11 +109,12 @@ class Cell:
         return f"<Cell {self.label} running={self.running} queued={len(self.queue)}>"
 
     def statistics(self) -> dict[str, int]:
-        """Messages handled, running and queued, restarts; with batched endpoints, the calls they answered."""
+        """Messages handled, running, queued (now and at most), restarts; calls answered in batches."""
         counts = {
             "handled": self.handled,
             "running": self.running,
             "queued": len(self.queue),
+            "queued_peak": self.queued_peak,
             "restarts": self.restarts,
         }
         if self.batched:
@@ -174,7 +177,13 @@ class Cell:
         elif self.can_start(envelope.chain):
             self.start(envelope)
         else:
-            self.queue.append(envelope)
+            self.enqueue(envelope)
+
+    def enqueue(self, envelope: Envelope) -> None:
+        """Put ``envelope`` at the back of the queue."""
+        queue = self.queue
+        queue.append(envelope)
+        self.queued_peak = max(self.queued_peak, len(queue))
 
     def start(self, envelope: Envelope) -> None:
         """Run ``envelope`` in a new worker task, which then drains the queue."""

@@ -265,7 +265,8 @@ async def test_batched_counts_its_calls_in_statistics(world: LocalWorld) -> None
     await asyncio.gather(*(ref.call(Doubler.double, i) for i in range(6)))
     cell = world[0]._node.cell(ref._actor_id)
     assert cell is not None
-    expected = {"handled": 3, "running": 0, "queued": 0, "restarts": 0, "batched_calls": 6}  # on_start + 2 batches
+    # on_start and 2 batches were handled; the second batch waited behind the first
+    expected = {"handled": 3, "running": 0, "queued": 0, "queued_peak": 1, "restarts": 0, "batched_calls": 6}
     assert cell.statistics() == expected
 
 
