@@ -556,6 +556,8 @@ class Node:
                     future.set_exception(
                         NodeLostError(f"node {rank} was lost while calling {endpoint!r} of {label}: {why}")
                     )
+        for src, call_id in [key for key in self._inbound if key[0] == rank]:
+            self._on_cancel(src, call_id)  # their caller is gone: nobody waits for these handlers
         for listener in list(self._lost_listeners):
             listener(rank, why)
 

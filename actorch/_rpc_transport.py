@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import fcntl
 import os
 import socket
+import struct
 import threading
 import time
 import warnings
@@ -50,6 +52,7 @@ _LOST = -1  # inbox item: the peer is gone
 _UNORDERED = -2  # inbox item: replies that came back on a batch's response
 _REFUSED = -3  # inbox item: a batch from a lost or unknown node was refused
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
 EXPELLED = "actorch:expelled"
 """A batch's or ping's answer from a node that counts the sender lost (or does not know it)."""
 
@@ -103,6 +106,29 @@ def _quiet_cpp_logs() -> None:
 
 def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _interface_towards(host: str, port: int) -> str | None:
+    """The local interface whose IPv4 address this machine uses to reach ``host``, or None.
+
+    A UDP socket's ``connect`` only picks a route and a source address: nothing is sent.
+    """
+    try:
+        with socket.socket(_family(host), socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port or 1))
+            local = probe.getsockname()[0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as query:
+            for _, name in socket.if_nameindex():
+                request = struct.pack("256s", name.encode()[:15])
+                try:
+                    answer = fcntl.ioctl(query.fileno(), _SIOCGIFADDR, request)
+                except OSError:
+                    continue  # no IPv4 address on this interface
+                if socket.inet_ntoa(answer[20:24]) == local:
+                    return name
+    except OSError:
+        return None
+    return None
 
 
 def listen_socket(host: str) -> socket.socket:
@@ -250,22 +276,39 @@ class RpcTransport(Transport):
         threading.Thread(target=self._heartbeat, name="actorch-heartbeat", daemon=True).start()
 
     def _heartbeat(self) -> None:
-        """Ping every peer each interval; report those not heard from within the liveness timeout."""
+        """Ping every peer each interval; report a peer the moment it has been silent for the liveness timeout.
+
+        The thread wakes for the next round of pings or for the earliest moment
+        a peer would pass the timeout, whichever comes first, so a loss is
+        reported at ``liveness_timeout`` after the last sign of life rather than
+        up to an interval later.
+        """
         interval, timeout = self._options.heartbeat_interval, self._options.liveness_timeout
-        while not self._stop_heartbeat.wait(interval):
+        reported: set[int] = set()
+        next_ping = time.monotonic()
+        while True:
             now = time.monotonic()
+            live = []
             for peer in range(self.world_size):
-                if peer == self.rank or peer in self._lost_ranks:
+                if peer == self.rank or peer in self._lost_ranks or peer in reported:
                     continue
                 silent = now - self._heard[peer]
-                if silent > timeout:
+                if silent >= timeout:
+                    reported.add(peer)
                     self._lost_from_thread(peer, f"not heard from for {silent:.1f} s (liveness timeout {timeout:g} s)")
-                    continue
-                try:
-                    ping = rpc.rpc_async(worker_name(peer), _ping, args=(self.rank,), timeout=timeout)
-                except Exception:  # noqa: BLE001, S112 - a dead link shows as silence, then loss
-                    continue
-                ping.add_done_callback(self._ping_callback(peer))
+                else:
+                    live.append(peer)
+            if now >= next_ping:
+                next_ping = now + interval
+                for peer in live:
+                    try:
+                        ping = rpc.rpc_async(worker_name(peer), _ping, args=(self.rank,), timeout=timeout)
+                    except Exception:  # noqa: BLE001, S112 - a dead link shows as silence, then loss
+                        continue
+                    ping.add_done_callback(self._ping_callback(peer))
+            wake = min([next_ping, *(self._heard[peer] + timeout for peer in live)])
+            if self._stop_heartbeat.wait(max(wake - time.monotonic(), 0.0) + 0.001):
+                return
 
     def _ping_callback(self, peer: int) -> Any:
         def on_pong(future: torch.futures.Future[bool]) -> None:
@@ -287,9 +330,13 @@ class RpcTransport(Transport):
 
     def _init_rpc(self) -> None:
         _quiet_cpp_logs()
-        host, _ = self._master
-        if host in _LOOPBACK:
-            os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
+        host, port = self._master
+        # TensorPipe and Gloo otherwise listen on what the host name resolves to,
+        # which may be another interface (or loopback on a multi-host world).
+        interface = "lo" if host in _LOOPBACK else _interface_towards(host, port)
+        if interface is not None:
+            os.environ.setdefault("TP_SOCKET_IFNAME", interface)
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
         store = self._rendezvous_store()
         options = rpc.TensorPipeRpcBackendOptions(
             num_worker_threads=self._options.num_worker_threads,
