@@ -66,8 +66,9 @@ class Caller(actorch.Actor):
                 await target.call("get")
                 self.calls += 1
                 await asyncio.sleep(pause)
-        except Exception as exc:
+        except BaseException as exc:  # a NodeLostError, or cancelled: its own caller was lost
             self.ended = describe(exc)
+            raise
 
     async def report(self) -> dict[str, Any]:
         return {"calls": self.calls, "ended": self.ended}
