@@ -61,8 +61,9 @@ class Remote(actorch.Actor):
             (TMP / "rank1_lost").write_text(str(time.monotonic()))
 
     async def _watch_controller(self) -> None:
-        while 0 not in self.system.lost_nodes:  # noqa: ASYNC110 - the public API has no loss event
-            await asyncio.sleep(0.01)
+        async for event in self.system.events():
+            if isinstance(event, actorch.NodeLost) and event.rank == 0:
+                break
         self._note_loss()
 
     async def hang(self, seconds: float) -> str:
