@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -291,6 +292,12 @@ def start_world(name: str, world_size: int, *args: str) -> list[Script]:
         )
         for rank in range(world_size)
     ]
+
+
+def finish_all(scripts: list[Script], timeout: float) -> list[Finished]:
+    """Collect every script at once, so that each one's ``ended_at`` is when it really ended."""
+    with ThreadPoolExecutor(len(scripts)) as pool:
+        return list(pool.map(lambda script: script.finish(timeout), scripts))
 
 
 def run_script(name: str, *args: str, timeout: float = 90.0) -> Finished:

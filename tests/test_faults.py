@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _mp import Script, run_script, script_argv, start_world, wait_for_file
+from _mp import Script, finish_all, run_script, script_argv, start_world, wait_for_file
 
 pytestmark = pytest.mark.multiprocess
 
@@ -65,8 +65,7 @@ def test_rank_0_kills_a_local_worker_whose_event_loop_is_blocked(tmp_path: Path)
 def test_a_worker_whose_event_loop_is_blocked_exits_through_its_watchdog(tmp_path: Path) -> None:
     ranks = start_world("member.py", 2, "blocked", str(tmp_path))
     try:
-        leader = ranks[0].finish(timeout=60)
-        blocked = ranks[1].finish(timeout=30)
+        leader, blocked = finish_all(ranks, timeout=60)
     finally:
         for rank in ranks:
             rank.kill()
@@ -104,8 +103,7 @@ def test_workers_shut_themselves_down_when_rank_0_is_killed(tmp_path: Path) -> N
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize(("mode", "code"), [("ok", 0), ("fails", 1)])
 def test_every_rank_exit_code_says_whether_main_failed(mode: str, code: int, tmp_path: Path) -> None:
-    ranks = start_world("member.py", 2, mode, str(tmp_path))
-    runs = [rank.finish(timeout=60) for rank in ranks]
+    runs = finish_all(start_world("member.py", 2, mode, str(tmp_path)), timeout=60)
     for rank, run in enumerate(runs):
         run.assert_clean_exit(code)
         if rank == 0 and mode == "fails":
@@ -148,8 +146,7 @@ def test_a_stale_node_is_refused_and_shuts_itself_down(tmp_path: Path) -> None:
 def test_a_node_counted_lost_while_alive_hears_so_and_leaves(tmp_path: Path) -> None:
     ranks = start_world("member.py", 2, "expelled", str(tmp_path))
     try:
-        leader = ranks[0].finish(timeout=60)
-        stale = ranks[1].finish(timeout=30)
+        leader, stale = finish_all(ranks, timeout=60)
     finally:
         for rank in ranks:
             rank.kill()

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import netns
 import pytest
-from _mp import Finished, Script, script_argv
+from _mp import Finished, Script, finish_all, script_argv
 
 pytestmark = pytest.mark.multiprocess
 
@@ -105,12 +104,6 @@ def wait_for(path: Path, scripts: list[Script], timeout: float) -> None:
             why = "a rank exited" if exited else f"{timeout} s passed"
             raise AssertionError(f"{why} before {path.name} was written{reports}")
         time.sleep(0.01)
-
-
-def finish_all(scripts: list[Script], timeout: float) -> list[Finished]:
-    """Collect every script at once, so each one's end time is when it really exited."""
-    with ThreadPoolExecutor(len(scripts)) as pool:
-        return list(pool.map(lambda script: script.finish(timeout), scripts))
 
 
 def run_partitioned(pair: netns.HostPair, tmp_path: Path, mode: str) -> PartitionRun:

@@ -52,10 +52,9 @@ async def stale(system: actorch.ActorSystem) -> None:
 async def expelled(system: actorch.ActorSystem) -> None:
     counter = await system.spawn(Counter, on=0)
     caller = await system.spawn(Caller, args=(str(TMP / "caller.json"),), on=1)
-    started = time.monotonic()
     async with asyncio.timeout(30):
         outcome = await attempt(caller.call(Caller.keep_calling, counter, 120.0, 1.5))
-    emit("lost", outcome=outcome, seconds=time.monotonic() - started, lost=sorted(system.lost_nodes))
+    emit("lost", outcome=outcome, at=time.monotonic(), lost=sorted(system.lost_nodes))
     await asyncio.sleep(3.0)  # time for the stale node to speak, be refused and leave
     emit("refused", count=system.statistics()["messages_refused"])
 
