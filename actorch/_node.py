@@ -581,5 +581,10 @@ class Node:
         await self.transport.close()
 
     def statistics(self) -> dict[str, int]:
-        """Counts of calls and tells sent and received, pending calls and hosted actors."""
-        return {**self.counts, "pending_calls": len(self._pending), "actors": len(self._cells)}
+        """Calls and tells sent and received, messages refused, calls pending or waiting for room, actors."""
+        return {
+            **self.counts,
+            "pending_calls": len(self._pending),
+            "waiting_for_room": self.flow.waiting(),
+            "actors": len(self._cells),
+        }

@@ -290,7 +290,12 @@ class ActorSystem:
         return self._node.transport.make_rref(value)
 
     def statistics(self) -> dict[str, Any]:
-        """This node's counters: calls and tells sent and received, pending calls, actors."""
+        """This node's counters, for monitoring.
+
+        Calls and tells sent and received, messages refused (from lost or
+        unknown nodes), calls pending and calls waiting for room in a mailbox,
+        actors hosted, and transport batches sent.
+        """
         return {**self._node.statistics(), "transport_batches": self._node.transport.batches_sent}
 
     # ------------------------------------------------------------------ internals

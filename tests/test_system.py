@@ -336,6 +336,8 @@ async def test_statistics_count_calls_tells_and_actors(world: LocalWorld) -> Non
     assert caller["tells_sent"] - before[0]["tells_sent"] == 1
     assert callee["tells_received"] - before[1]["tells_received"] == 1
     assert caller["pending_calls"] == 0
+    assert caller["waiting_for_room"] == 0
+    assert caller["messages_refused"] == 0
 
 
 async def test_system_repr_names_the_node(world: LocalWorld) -> None:
