@@ -16,11 +16,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
-from actorch._codec import Codec
 from actorch._errors import NodeLostError
 from actorch._flow import DEFAULT_WINDOW
 from actorch._logging import configure_logging
-from actorch._node import DEFAULT_MAX_MESSAGE, Node
+from actorch._node import DEFAULT_MAX_MESSAGE
 from actorch._rpc_transport import RpcOptions, RpcTransport, listen_socket
 from actorch._runner import Watchdog, run_bounded
 from actorch._service import NodeService
@@ -169,14 +168,8 @@ def _rpc_transport(world: _World, options: RpcOptions) -> RpcTransport:
 
 
 async def _start(transport: Transport, config: SystemConfig, workers: list[Any] | None = None) -> ActorSystem:
-    node = Node(
-        transport,
-        Codec(strict=config.strict),
-        asyncio.get_running_loop(),
-        mailbox_size=config.mailbox_size,
-        max_message_size=config.max_message_size,
-    )
-    system = ActorSystem._create(node, config)
+    system = ActorSystem._create(transport, config)
+    node = system._node
     await system._start_services()
     starting = asyncio.ensure_future(transport.start())
     while not starting.done():

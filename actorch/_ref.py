@@ -132,7 +132,9 @@ class ActorRef(Generic[A]):
             RemoteError: The handler raised (also an instance of the original class).
             ActorStoppedError: The actor stopped before or while handling the call.
             NodeLostError: The actor's node was lost.
-            TimeoutError: The caller's deadline passed; the handler is cancelled.
+            MessageTooLargeError: The arguments or the result are over ``max_message_size``.
+            TimeoutError: The caller's deadline passed (also while waiting for room in a
+                full mailbox); the handler is cancelled.
         """
         endpoint = method if type(method) is str else _endpoint_name(method)
         deadline = current_deadline()
@@ -147,7 +149,9 @@ class ActorRef(Generic[A]):
 
         Raises:
             EndpointError: Unknown or private endpoint, or arguments that do not bind.
-            SerializationError: An argument cannot be sent.
+            SerializationError: An argument cannot be sent (``MessageTooLargeError`` if too large).
+            MailboxFullError: ``mailbox_size`` messages from this node already wait at the
+                actor; nothing was sent (a call would wait for room).
         """
         endpoint = method if type(method) is str else _endpoint_name(method)
         cls = _resolve_class(self._class_path)

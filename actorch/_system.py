@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actor import Actor, class_path, endpoints_of
+from actorch._codec import Codec
 from actorch._deadline import current_deadline
 from actorch._envelope import CallContext, current_call
 from actorch._errors import ActorNotFoundError, NodeLostError
@@ -28,7 +29,7 @@ from actorch._registry import REGISTRY_ID, NameCache, Registry
 from actorch._restart import ActorExit, Restart
 from actorch._service import NodeService
 from actorch._supervisor import Supervisor
-from actorch._transport import NodeInfo
+from actorch._transport import NodeInfo, Transport
 
 if TYPE_CHECKING:
     from actorch._mailbox import Cell
@@ -93,7 +94,15 @@ class ActorSystem:
         raise TypeError("ActorSystem objects are made by actorch.run()")
 
     @classmethod
-    def _create(cls, node: Node, config: SystemConfig) -> ActorSystem:
+    def _create(cls, transport: Transport, config: SystemConfig) -> ActorSystem:
+        """The system of the node that ``transport`` connects, on the running event loop."""
+        node = Node(
+            transport,
+            Codec(strict=config.strict),
+            asyncio.get_running_loop(),
+            mailbox_size=config.mailbox_size,
+            max_message_size=config.max_message_size,
+        )
         system = object.__new__(cls)
         system._node = node
         system.config = config

@@ -16,9 +16,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from actorch._codec import Codec
 from actorch._flow import DEFAULT_WINDOW
-from actorch._node import DEFAULT_MAX_MESSAGE, Node
+from actorch._node import DEFAULT_MAX_MESSAGE
 from actorch._system import ActorSystem, SystemConfig
 from actorch._transport import InProcessHub
 
@@ -85,17 +84,7 @@ async def local_world(
         max_message_size=max_message_size,
     )
     hub = InProcessHub(world_size)
-    loop = asyncio.get_running_loop()
-    systems = []
-    for rank in range(world_size):
-        node = Node(
-            hub.transport(rank),
-            Codec(strict=strict),
-            loop,
-            mailbox_size=mailbox_size,
-            max_message_size=max_message_size,
-        )
-        systems.append(ActorSystem._create(node, config))
+    systems = [ActorSystem._create(hub.transport(rank), config) for rank in range(world_size)]
     for system in systems:
         await system._start_services()
     world = LocalWorld(hub, systems)

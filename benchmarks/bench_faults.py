@@ -172,7 +172,7 @@ def gone(pid: int) -> bool:
         return True
 
 
-SHUTDOWN = 2 * (2 * DEFAULT_GRACE + 1.0) + 5.0
+SHUTDOWN = 4 * DEFAULT_GRACE + 12.0  # docs/concepts/launching.md: what run() may take after main
 FAULTS = {
     "kill": Fault("worker SIGKILLed: its pending call fails", 1.0, node_lost("pid")),
     "kill-in-handler": Fault("worker kills itself inside a handler: the call fails", 1.0, node_lost("handler")),
@@ -183,10 +183,10 @@ FAULTS = {
     "on-stop-hangs": Fault("on_stop that hangs: stop() returns", GRACE + 1.0, stuck("stop_seconds")),
     "stuck-shutdown": Fault(
         "stuck and cancellation-swallowing handlers: run() returns after main",
-        2 * (2 * GRACE + 1.0) + 2.0,
+        4 * GRACE + 12.0,
         stuck("shutdown"),
     ),
-    "blocked-local": Fault("event loop blocked on a local worker: run() returns", 2 * GRACE + 5.0 + 1.0, blocked_local),
+    "blocked-local": Fault("event loop blocked on a local worker: run() returns", 2 * GRACE + 7.0, blocked_local),
     "blocked-watchdog": Fault(
         "event loop blocked under torchrun: its watchdog exits it after rank 0 left", 2 * GRACE + 5.0, blocked_watchdog
     ),
