@@ -18,7 +18,8 @@ class Restart:
     """Restart an actor that fails, on the same node under the same name (``spawn(..., restart=)``).
 
     An actor fails when a handler raises one of its class's ``fatal_errors``, or
-    when ``on_start`` raises during a restart. Its calls in flight get
+    when ``__init__`` or ``on_start`` raises (at ``spawn``, which then returns once
+    a start succeeded, or during a restart). Its calls in flight get
     ``ActorStoppedError``; calls made meanwhile wait and reach the new instance.
     If the class defines ``snapshot()`` and ``restore(state)``, the failed
     instance's snapshot is restored into the new one before its ``on_start``.

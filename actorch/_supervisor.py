@@ -103,7 +103,7 @@ class Supervisor:
                 return
             await asyncio.sleep(spec.restart.delay(failures))
             try:
-                await system._rebuild(cell, spec.cls, spec.args, spec.kwargs, kept)
+                await system._start_instance(cell, spec.cls, spec.args, spec.kwargs, kept)
             except Exception as exc:  # noqa: BLE001 - a failed restart is one more failure
                 cause = _describe(exc)
                 node.log.error("restart failed", actor=cell.label, error=cause, attempt=failures)

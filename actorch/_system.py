@@ -168,8 +168,10 @@ class ActorSystem:
             name: A unique, path-shaped name (``rl/observers/3``) to find it by.
             on: Rank of the node to host it.
             restart: Restart the actor when it fails (a handler raises one of
-                its class's ``fatal_errors``); None stops it instead. The first
-                ``on_start`` is not retried: if it raises, ``spawn`` does.
+                its class's ``fatal_errors``, or ``on_start`` raises); None
+                stops it instead. With a policy, a first start that raises is
+                tried again the same way, and ``spawn`` returns once the actor
+                has started, or raises the last error when the policy is used up.
 
         Raises:
             NameTakenError: ``name`` belongs to a live actor.
@@ -318,25 +320,44 @@ class ActorSystem:
         restart: Restart | None = None,
     ) -> ActorRef[A]:
         node = self._node
-        instance = cls.__new__(cls)
-        cell = node.add_actor(instance, endpoints_of(cls), name=name, max_concurrency=cls.max_concurrency)
+        unborn = cls.__new__(cls)  # holds the cell's place until an instance has started
+        cell = node.add_actor(unborn, endpoints_of(cls), name=name, max_concurrency=cls.max_concurrency)
         ref: ActorRef[A] = ActorRef._create(node, node.rank, cell.actor_id, name, class_path(cls))
-        instance._actorch_ref = ref
-        instance._actorch_system = self
-        try:
-            instance.__init__(*args, **kwargs)  # type: ignore[misc]
-            await self._run_hook(cell, "on_start", raise_errors=True)
-        except BaseException:
-            node.remove_actor(cell)
-            raise
+        unborn._actorch_ref = ref
+        unborn._actorch_system = self
+        failures = 0
+        while True:
+            try:
+                await self._start_instance(cell, cls, args, kwargs, None)
+                break
+            except Exception as exc:
+                failures += 1
+                if restart is None or failures > restart.max_restarts:
+                    node.remove_actor(cell)
+                    raise
+                node.log.error(
+                    "actor failed to start; starting it again", actor=cell.label, error=repr(exc), attempt=failures
+                )
+            except BaseException:
+                node.remove_actor(cell)
+                raise
+            try:
+                await asyncio.sleep(restart.delay(failures))
+            except BaseException:
+                node.remove_actor(cell)
+                raise
         if restart is not None:
             self._supervisor.adopt(cell.actor_id, cls, args, kwargs, restart)
         return ref
 
-    async def _rebuild(
+    async def _start_instance(
         self, cell: Cell, cls: type[Actor], args: tuple[Any, ...], kwargs: dict[str, Any], kept: tuple[Any] | None
     ) -> None:
-        """Put a new instance of ``cls`` in ``cell`` (same id, ref and name); ``kept`` holds a snapshot to restore."""
+        """Build, restore (``kept`` holds a snapshot) and start a new instance of ``cls`` in ``cell``.
+
+        The cell keeps its id, ref and name; if anything raises, it keeps its
+        previous instance.
+        """
         old = cell.instance
         instance = cls.__new__(cls)
         instance._actorch_ref = old._actorch_ref  # type: ignore[attr-defined]

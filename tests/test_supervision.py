@@ -77,6 +77,23 @@ class Flaky(Counter):
             raise RuntimeError(f"start {type(self).starts} failed")
 
 
+class LateStarter(actorch.Actor):
+    """Its first ``failures`` starts raise (a service it needs is not up yet)."""
+
+    starts = 0
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+
+    async def on_start(self) -> None:
+        type(self).starts += 1
+        if type(self).starts <= self.failures:
+            raise ConnectionError(f"start {type(self).starts}: not up yet")
+
+    async def started_after(self) -> int:
+        return type(self).starts
+
+
 class Batcher(actorch.Actor):
     fatal_errors = (Corrupted,)
 
@@ -94,6 +111,7 @@ FAST = actorch.Restart(max_restarts=3, backoff=0.0)
 def _reset() -> None:
     STOPS.clear()
     Flaky.starts = 0
+    LateStarter.starts = 0
 
 
 async def wait_for(predicate: Any, seconds: float = 2.0) -> None:
@@ -252,6 +270,25 @@ async def test_an_on_start_that_keeps_failing_stops_the_actor(world: LocalWorld)
     assert exit_.reason == "failed"
     assert exit_.error is not None
     assert "RuntimeError: start" in exit_.error
+
+
+async def test_a_first_start_that_fails_is_tried_again_under_a_policy(world: LocalWorld, on: int) -> None:
+    with structlog.testing.capture_logs() as logs:
+        ref = await world[0].spawn(
+            LateStarter, args=(2,), name="late", on=on, restart=actorch.Restart(max_restarts=2, backoff=0.01)
+        )
+    assert await ref.call(LateStarter.started_after) == 3
+    assert await world[1].lookup("late") == ref
+    assert [entry["event"] for entry in logs].count("actor failed to start; starting it again") == 2
+
+
+async def test_a_first_start_that_keeps_failing_fails_the_spawn_and_frees_the_name(world: LocalWorld, on: int) -> None:
+    hosted = world[on].statistics()["actors"]
+    with pytest.raises(ConnectionError, match="start 2: not up yet"):
+        await world[0].spawn(LateStarter, args=(5,), name="late", on=on, restart=actorch.Restart(max_restarts=1))
+    assert LateStarter.starts == 2
+    assert await world[0].lookup_all("late") == []
+    assert world[on].statistics()["actors"] == hosted
 
 
 async def test_a_batched_endpoint_that_raises_a_fatal_error_fails_the_actor(world: LocalWorld, on: int) -> None:
