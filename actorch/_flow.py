@@ -6,7 +6,8 @@ actor's node returns a credit for them. A node never has more than ``window``
 such messages at one actor, so an actor's mailbox holds at most ``window``
 messages per node of the system however fast its callers are. A call that finds
 the window full waits for room (within its deadline); a tell cannot wait, so it
-raises ``MailboxFullError`` instead of growing the queue.
+raises ``MailboxFullError`` instead of growing the queue. Actors whose id is at
+most ``exempt`` (the system's own) are not bounded.
 """
 
 from __future__ import annotations
@@ -30,13 +31,16 @@ SendCredits = Callable[[int, list[int]], None]
 class FlowControl:
     """One node's send windows to actors, and the credits it owes to tellers."""
 
-    __slots__ = ("_credit_flush", "_loop", "_owed", "_send_credits", "_waiters", "outstanding", "window")
+    __slots__ = ("_credit_flush", "_loop", "_owed", "_send_credits", "_waiters", "exempt", "outstanding", "window")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, window: int, send_credits: SendCredits) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, window: int, send_credits: SendCredits, *, exempt: int = 0
+    ) -> None:
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"mailbox_size must be an int >= 1, not {window!r}")
         self._loop = loop
         self.window = window
+        self.exempt = exempt
         self.outstanding: dict[Target, int] = {}
         self._waiters: dict[Target, deque[asyncio.Future[None]]] = {}
         self._owed: dict[int, dict[int, int]] = {}
@@ -54,6 +58,8 @@ class FlowControl:
 
     def try_take(self, target: Target) -> bool:
         """Take a slot of ``target``'s window if one is free and nobody waits for it."""
+        if target[1] <= self.exempt:
+            return True
         count = self.outstanding.get(target, 0)
         if count >= self.window or target in self._waiters:
             return False
@@ -80,6 +86,8 @@ class FlowControl:
 
     def release(self, target: Target, count: int = 1) -> None:
         """Give back ``count`` slots of ``target``: hand each to the next waiter, or free it."""
+        if target[1] <= self.exempt:
+            return
         waiters = self._waiters.get(target)
         while count and waiters:
             waiter = waiters.popleft()
@@ -134,6 +142,8 @@ class FlowControl:
 
     def owe(self, src: int, actor_id: int) -> None:
         """A tell from ``src`` is done with: its credit goes back with the others of this iteration."""
+        if actor_id <= self.exempt:
+            return
         owed = self._owed.get(src)
         if owed is None:
             owed = self._owed[src] = {}

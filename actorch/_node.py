@@ -48,7 +48,7 @@ from actorch._wire import (
     settle,
 )
 
-__all__ = ["DEFAULT_MAX_MESSAGE", "Node"]
+__all__ = ["DEFAULT_MAX_MESSAGE", "SYSTEM_IDS", "Node"]
 
 _KEY_BITS = 48
 CANCEL_WAIT = 1.0
@@ -56,6 +56,12 @@ CANCEL_WAIT = 1.0
 BATCH_REPLY_HOLD = 0.1
 """Seconds past a batch's ``max_wait`` that a received message batch waits for a batched call's reply."""
 
+SYSTEM_IDS = 2
+"""Actor ids 1 and 2 belong to the system's own actors (each node's service, rank 0's registry).
+
+Their messages are control and some wait long (lookups, ``wait_stopped``), so
+``mailbox_size`` does not bound them: a full window must never block a stop.
+"""
 DEFAULT_MAX_MESSAGE = 1 << 30
 """Bytes a message between nodes may take (msgpack body and tensors), unless the system says otherwise."""
 
@@ -95,7 +101,7 @@ class Node:
         self.closed = False
         self.departing = False  # set once shutdown starts: peers leaving is expected
         self._cells: dict[int, Cell] = {}
-        self._actor_ids = itertools.count(1)
+        self._actor_ids = itertools.count(SYSTEM_IDS + 1)
         self._call_ids = itertools.count(1)
         self._key_base = self.rank << _KEY_BITS
         self._pending: dict[int, tuple[asyncio.Future[Any], int, str, str, int]] = {}
@@ -104,7 +110,7 @@ class Node:
         self._failure_listener: FailureListener | None = None
         self._pack = codec.encode_plain
         self._cpu_only = transport.cpu_tensors_only
-        self.flow = FlowControl(loop, mailbox_size, self._send_credits)
+        self.flow = FlowControl(loop, mailbox_size, self._send_credits, exempt=SYSTEM_IDS)
         self.max_message_size = max_message_size
         self._refused_from: set[int] = set()
         self.counts = {
@@ -129,11 +135,16 @@ class Node:
         *,
         name: str | None,
         max_concurrency: int,
+        actor_id: int | None = None,
     ) -> Cell:
-        """Host ``instance`` and return its cell; its id is ``cell.actor_id``."""
+        """Host ``instance`` and return its cell; its id is ``actor_id`` (a system actor's) or the next free one."""
         if self.closed:
             raise SystemClosedError(f"node {self.rank} is shut down")
-        cell = Cell(self, next(self._actor_ids), instance, endpoints, name=name, max_concurrency=max_concurrency)
+        if actor_id is None:
+            actor_id = next(self._actor_ids)
+        elif not 0 < actor_id <= SYSTEM_IDS or actor_id in self._cells:
+            raise ValueError(f"actor id {actor_id} is not a free system id")
+        cell = Cell(self, actor_id, instance, endpoints, name=name, max_concurrency=max_concurrency)
         self._cells[cell.actor_id] = cell
         return cell
 

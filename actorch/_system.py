@@ -120,11 +120,9 @@ class ActorSystem:
         return system
 
     async def _start_services(self) -> None:
-        service = await self._build(NodeService, (self,), {}, None)
-        assert service._actor_id == SERVICE_ID
+        await self._build(NodeService, (self,), {}, None, system_id=SERVICE_ID)
         if self.rank == 0:
-            registry = await self._build(Registry, (self._services,), {}, None)
-            assert registry._actor_id == REGISTRY_ID
+            await self._build(Registry, (self._services,), {}, None, system_id=REGISTRY_ID)
 
     def __repr__(self) -> str:
         return f"<ActorSystem node {self.rank} of {self.world_size}>"
@@ -318,10 +316,14 @@ class ActorSystem:
         kwargs: dict[str, Any],
         name: str | None,
         restart: Restart | None = None,
+        *,
+        system_id: int | None = None,
     ) -> ActorRef[A]:
         node = self._node
         unborn = cls.__new__(cls)  # holds the cell's place until an instance has started
-        cell = node.add_actor(unborn, endpoints_of(cls), name=name, max_concurrency=cls.max_concurrency)
+        cell = node.add_actor(
+            unborn, endpoints_of(cls), name=name, max_concurrency=cls.max_concurrency, actor_id=system_id
+        )
         ref: ActorRef[A] = ActorRef._create(node, node.rank, cell.actor_id, name, class_path(cls))
         unborn._actorch_ref = ref
         unborn._actorch_system = self

@@ -11,6 +11,7 @@ import torch
 
 import actorch
 from actorch._flow import FlowControl
+from actorch._node import SYSTEM_IDS
 from actorch.testing import local_world
 
 
@@ -287,3 +288,25 @@ async def test_a_node_cut_off_from_the_world_sees_its_peers_lost_when_it_sends()
         with pytest.raises(actorch.NodeLostError, match="counts this node lost"):
             await ref.call(Echo.echo, 1)
         assert 2 in world[0].lost_nodes
+
+
+async def test_the_system_actors_are_not_bounded_so_watchers_never_block_a_spawn_or_a_stop() -> None:
+    async with local_world(2, mailbox_size=1, stop_grace=0.5) as world:
+        refs = [await world[0].spawn(Echo, on=1) for _ in range(3)]
+        watchers = [asyncio.ensure_future(ref.wait_stopped()) for ref in refs]  # long calls to node 1's service
+        await asyncio.sleep(0.01)
+        async with asyncio.timeout(2.0):
+            extra = await world[0].spawn(Echo, on=1, name="extra")
+            assert await world[0].lookup("extra") == extra
+            for ref in refs:
+                await ref.stop()
+            exits = await asyncio.gather(*watchers)
+        assert [exit_.reason for exit_ in exits] == ["stopped"] * 3
+        assert world[0]._node.flow.outstanding == {}
+
+
+async def test_user_actors_get_ids_after_the_system_ids_on_every_node() -> None:
+    async with local_world(2) as world:
+        for rank in (0, 1):
+            ref = await world[0].spawn(Echo, on=rank)
+            assert ref._actor_id == SYSTEM_IDS + 1
