@@ -39,6 +39,13 @@ def run_bounded(coro: Coroutine[Any, Any, T]) -> T:
     cancels ``coro`` once, so its clean-up runs, and then raises
     ``KeyboardInterrupt``; a second Ctrl-C interrupts at once.
     """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        coro.close()
+        raise RuntimeError("actorch.run() cannot be called from a running event loop; await your code in main instead")
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     main = loop.create_task(coro)
