@@ -310,3 +310,12 @@ async def test_user_actors_get_ids_after_the_system_ids_on_every_node() -> None:
         for rank in (0, 1):
             ref = await world[0].spawn(Echo, on=rank)
             assert ref._actor_id == SYSTEM_IDS + 1
+
+
+async def test_a_system_id_is_given_once_and_only_below_the_user_ids() -> None:
+    async with local_world(1) as world:
+        node = world[0]._node
+        with pytest.raises(ValueError, match="not a free system id"):
+            node.add_actor(object(), {}, name=None, max_concurrency=1, actor_id=1)  # the service has it
+        with pytest.raises(ValueError, match="not a free system id"):
+            node.add_actor(object(), {}, name=None, max_concurrency=1, actor_id=SYSTEM_IDS + 1)

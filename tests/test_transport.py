@@ -158,3 +158,8 @@ async def test_rpc_losing_a_peer_answers_its_watch_and_held_batches_expelled():
         assert _rpc_transport._watch(1).value() == _rpc_transport.EXPELLED
     finally:
         _rpc_transport._active = None
+
+
+def test_the_interface_towards_loopback_is_lo_and_an_unreachable_host_gives_none():
+    assert _rpc_transport._interface_towards("127.0.0.1", 29500) == "lo"
+    assert _rpc_transport._interface_towards("no-such-host.invalid", 29500) is None
