@@ -318,18 +318,15 @@ class Cell:
         self.enter(key)
         self.inline[task] = self.inline.get(task, 0) + 1
 
-    def leave_inline(self, task: asyncio.Task[Any], key: int) -> bool:
-        """The inline handler is done; True if it was cancelled because the actor stopped."""
+    def leave_inline(self, task: asyncio.Task[Any], key: int) -> None:
+        """The handler the caller's ``task`` ran in place is done."""
         depth = self.inline[task] - 1
         if depth:
             self.inline[task] = depth
-            evicted = False
         else:
             del self.inline[task]
-            evicted = task in self.evicted
             self.evicted.discard(task)
         self.leave(key)
-        return evicted
 
     def cancel_running(self, keep: asyncio.Task[Any] | None = None) -> list[asyncio.Task[Any]]:
         """Cancel every handler running now (workers and inline callers), but ``keep``; return their tasks."""

@@ -387,20 +387,19 @@ class ActorSystem:
         chain = context.child_chain() if context is not None else ()
         cell.enter(key)
         token = current_call.set(CallContext(cell, key, chain, hook))
+        scope = asyncio.timeout(limit)
         try:
             result = getattr(cell.instance, hook)(*args)
             if inspect.isawaitable(result):
-                async with asyncio.timeout(limit):
+                async with scope:
                     result = await result
-        except TimeoutError:
-            if raise_errors:
-                raise
-            self._node.log.error(f"{hook} did not finish in {limit:g} s and was cancelled", actor=cell.label)
-            return None
         except Exception as exc:
             if raise_errors:
                 raise
-            self._node.log.exception(f"{hook} failed", actor=cell.label, error=repr(exc))
+            if isinstance(exc, TimeoutError) and scope.expired():
+                self._node.log.error(f"{hook} did not finish in {limit:g} s and was cancelled", actor=cell.label)
+            else:
+                self._node.log.exception(f"{hook} failed", actor=cell.label, error=repr(exc))
             return None
         else:
             return result

@@ -423,3 +423,15 @@ def test_actor_exit_says_whether_the_actor_failed() -> None:
     assert actorch.ActorExit("node_lost").failed
     assert not actorch.ActorExit("stopped").failed
     assert not actorch.ActorExit("shutdown").failed
+
+
+class TimesOutOnStop(actorch.Actor):
+    async def on_stop(self) -> None:
+        raise TimeoutError("its own timeout, not the runtime's")
+
+
+async def test_an_on_stop_raising_timeout_error_itself_is_logged_as_a_failure(world: LocalWorld) -> None:
+    ref = await world[0].spawn(TimesOutOnStop, on=1)
+    with structlog.testing.capture_logs() as logs:
+        await ref.stop()
+    assert [entry["event"] for entry in logs if entry["event"].startswith("on_stop")] == ["on_stop failed"]
