@@ -21,6 +21,7 @@ sees this node lost in turn instead of talking to a world that moved on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import fcntl
 import os
@@ -29,7 +30,7 @@ import struct
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -53,6 +54,7 @@ _UNORDERED = -2  # inbox item: replies that came back on a batch's response
 _REFUSED = -3  # inbox item: a batch from a lost or unknown node was refused
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
+_INTERFACE_VARIABLES = ("TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 EXPELLED = "actorch:expelled"
 """A batch's or ping's answer from a node that counts the sender lost (or does not know it)."""
 
@@ -129,6 +131,27 @@ def _interface_towards(host: str, port: int) -> str | None:
     except OSError:
         return None
     return None
+
+
+@contextlib.contextmanager
+def _interface_chosen(interface: str | None) -> Iterator[None]:
+    """Have TensorPipe and Gloo listen on ``interface`` while they start, unless the user chose one.
+
+    The variables are read when the agent starts; they are put back afterwards,
+    so that nothing of one world leaks into the process's environment.
+    """
+    saved = {name: os.environ.get(name) for name in _INTERFACE_VARIABLES}
+    if interface is not None:
+        for name in _INTERFACE_VARIABLES:
+            os.environ.setdefault(name, interface)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def listen_socket(host: str) -> socket.socket:
@@ -334,16 +357,13 @@ class RpcTransport(Transport):
         # TensorPipe and Gloo otherwise listen on what the host name resolves to,
         # which may be another interface (or loopback on a multi-host world).
         interface = "lo" if host in _LOOPBACK else _interface_towards(host, port)
-        if interface is not None:
-            os.environ.setdefault("TP_SOCKET_IFNAME", interface)
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
         store = self._rendezvous_store()
         options = rpc.TensorPipeRpcBackendOptions(
             num_worker_threads=self._options.num_worker_threads,
             rpc_timeout=self._options.init_timeout,
             _transports=[self._options.transport],
         )
-        with warnings.catch_warnings():
+        with _interface_chosen(interface), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*ProcessGroup.*", category=UserWarning)
             warnings.filterwarnings("ignore", category=FutureWarning)
             # What init_rpc does, minus its per-process key prefix counter: with it, a
