@@ -114,7 +114,7 @@ class Registry(Actor):
             try:
                 self._services[rank].tell("name_event", self._seq, kind, name, ref, reason)
             except ActorchError as exc:  # a full or gone subscriber must not stop the registry
-                self._services[0]._node.log.warning(
+                self.system._node.log.warning(
                     "membership event not delivered", peer=rank, name=name, kind=kind, error=repr(exc)
                 )
 
