@@ -15,7 +15,7 @@ import asyncio
 from typing import Any
 
 from actorch._actor import Actor
-from actorch._errors import ActorchError, NameTakenError
+from actorch._errors import NameTakenError
 from actorch._names import compile_pattern
 from actorch._ref import ActorRef
 
@@ -110,13 +110,8 @@ class Registry(Actor):
 
     def _publish(self, kind: str, name: str, ref: ActorRef[Any] | None, reason: str | None) -> None:
         self._seq += 1
-        for rank in sorted(self._subscribers):
-            try:
-                self._services[rank].tell("name_event", self._seq, kind, name, ref, reason)
-            except ActorchError as exc:  # a full or gone subscriber must not stop the registry
-                self.system._node.log.warning(
-                    "membership event not delivered", peer=rank, name=name, kind=kind, error=repr(exc)
-                )
+        for rank in sorted(self._subscribers):  # services are not bounded: a tell to one always goes
+            self._services[rank].tell("name_event", self._seq, kind, name, ref, reason)
 
     async def _evict_everywhere(self, names: list[str]) -> None:
         calls = [
