@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import torch
 
-__all__ = ["Inbox", "to_asyncio", "to_torch"]
+__all__ = ["Inbox", "in_daemon_thread", "to_asyncio", "to_torch"]
 
 T = TypeVar("T")
 
@@ -92,4 +93,34 @@ def _set_result(future: asyncio.Future[Any], value: Any) -> None:
 
 def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
     if not future.done():
+        future.set_exception(exc)
+
+
+async def in_daemon_thread(fn: Callable[[], None]) -> None:
+    """Run the blocking ``fn`` in a daemon thread of its own and wait for it without blocking the loop.
+
+    Not the default executor: the loop's end waits for its threads, and a
+    rendezvous stuck waiting for a dead peer would hold the process forever.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
+            loop.call_soon_threadsafe(_settle_from_thread, done, exc)
+        else:
+            loop.call_soon_threadsafe(_settle_from_thread, done, None)
+
+    threading.Thread(target=target, name="actorch-rpc-control", daemon=True).start()
+    await done
+
+
+def _settle_from_thread(future: asyncio.Future[None], exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is None:
+        future.set_result(None)
+    else:
         future.set_exception(exc)

@@ -19,8 +19,9 @@ from typing import Any, NoReturn, TypeVar
 from actorch._errors import NodeLostError
 from actorch._flow import DEFAULT_WINDOW
 from actorch._logging import configure_logging
+from actorch._network import listen_socket
 from actorch._node import DEFAULT_MAX_MESSAGE
-from actorch._rpc_transport import RpcOptions, RpcTransport, listen_socket
+from actorch._rpc_transport import RpcOptions, RpcTransport
 from actorch._runner import Watchdog, run_bounded
 from actorch._service import NodeService
 from actorch._system import ActorSystem, SystemConfig

@@ -21,16 +21,12 @@ sees this node lost in turn instead of talking to a world that moved on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
-import fcntl
 import os
 import socket
-import struct
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -39,11 +35,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed import rpc
 
-from actorch._bridge import Inbox
+from actorch._bridge import Inbox, in_daemon_thread
 from actorch._codec import register_side_type
+from actorch._network import interface_chosen, interface_towards, is_loopback, listen_socket
 from actorch._transport import Batch, NodeInfo, Port, Transport
 
-__all__ = ["RpcOptions", "RpcTransport", "listen_socket"]
+__all__ = ["RpcOptions", "RpcTransport"]
 
 # torch's RPC pickler carries RRefs (with their reference counting) in the side list.
 register_side_type(rpc.PyRRef)  # type: ignore[attr-defined]
@@ -52,9 +49,6 @@ _active: RpcTransport | None = None
 _LOST = -1  # inbox item: the peer is gone
 _UNORDERED = -2  # inbox item: replies that came back on a batch's response
 _REFUSED = -3  # inbox item: a batch from a lost or unknown node was refused
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
-_SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
-_INTERFACE_VARIABLES = ("TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 EXPELLED = "actorch:expelled"
 """A batch's or ping's answer from a node that counts the sender lost (or does not know it)."""
 
@@ -104,59 +98,6 @@ def _quiet_cpp_logs() -> None:
     except (OSError, ValueError):
         return  # another build of torch: nothing to adjust
     level.value = max(level.value, 2)
-
-
-def _family(host: str) -> socket.AddressFamily:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-def _interface_towards(host: str, port: int) -> str | None:
-    """The local interface whose IPv4 address this machine uses to reach ``host``, or None.
-
-    A UDP socket's ``connect`` only picks a route and a source address: nothing is sent.
-    """
-    try:
-        with socket.socket(_family(host), socket.SOCK_DGRAM) as probe:
-            probe.connect((host, port or 1))
-            local = probe.getsockname()[0]
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as query:
-            for _, name in socket.if_nameindex():
-                request = struct.pack("256s", name.encode()[:15])
-                try:
-                    answer = fcntl.ioctl(query.fileno(), _SIOCGIFADDR, request)
-                except OSError:
-                    continue  # no IPv4 address on this interface
-                if socket.inet_ntoa(answer[20:24]) == local:
-                    return name
-    except OSError:
-        return None
-    return None
-
-
-@contextlib.contextmanager
-def _interface_chosen(interface: str | None) -> Iterator[None]:
-    """Have TensorPipe and Gloo listen on ``interface`` while they start, unless the user chose one.
-
-    The variables are read when the agent starts; they are put back afterwards,
-    so that nothing of one world leaks into the process's environment.
-    """
-    saved = {name: os.environ.get(name) for name in _INTERFACE_VARIABLES}
-    if interface is not None:
-        for name in _INTERFACE_VARIABLES:
-            os.environ.setdefault(name, interface)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def listen_socket(host: str) -> socket.socket:
-    """A socket listening on ``host`` at a free port, for rank 0's store (no port race)."""
-    return socket.create_server((host, 0), family=_family(host))
 
 
 def _forget_world() -> None:
@@ -212,33 +153,6 @@ def _watch(src: int) -> torch.futures.Future[Any]:
     return future
 
 
-async def _in_daemon_thread(fn: Callable[[], None]) -> None:
-    # Not the default executor: asyncio.run joins its threads at exit, and a
-    # rendezvous stuck waiting for a dead peer would hold the process forever.
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-
-    def target() -> None:
-        try:
-            fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
-            loop.call_soon_threadsafe(_settle, done, exc)
-        else:
-            loop.call_soon_threadsafe(_settle, done, None)
-
-    threading.Thread(target=target, name="actorch-rpc-control", daemon=True).start()
-    await done
-
-
-def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
-    if future.done():
-        return
-    if exc is None:
-        future.set_result(None)
-    else:
-        future.set_exception(exc)
-
-
 class RpcTransport(Transport):
     """Talks torch RPC to the other ranks of a static world."""
 
@@ -287,7 +201,7 @@ class RpcTransport(Transport):
         self._inbox_loop = loop
         _active = self
         try:
-            await _in_daemon_thread(self._init_rpc)
+            await in_daemon_thread(self._init_rpc)
         except BaseException:
             _active = None
             raise
@@ -356,14 +270,14 @@ class RpcTransport(Transport):
         host, port = self._master
         # TensorPipe and Gloo otherwise listen on what the host name resolves to,
         # which may be another interface (or loopback on a multi-host world).
-        interface = "lo" if host in _LOOPBACK else _interface_towards(host, port)
+        interface = "lo" if is_loopback(host) else interface_towards(host, port)
         store = self._rendezvous_store()
         options = rpc.TensorPipeRpcBackendOptions(
             num_worker_threads=self._options.num_worker_threads,
             rpc_timeout=self._options.init_timeout,
             _transports=[self._options.transport],
         )
-        with _interface_chosen(interface), warnings.catch_warnings():
+        with interface_chosen(interface), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*ProcessGroup.*", category=UserWarning)
             warnings.filterwarnings("ignore", category=FutureWarning)
             # What init_rpc does, minus its per-process key prefix counter: with it, a
@@ -393,7 +307,7 @@ class RpcTransport(Transport):
         timeout = timedelta(seconds=self._options.init_timeout)
         if self.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
             if self._listener is None:
-                self._listener = socket.create_server((host, port), family=_family(host))
+                self._listener = listen_socket(host, port)
             listener, self._listener = self._listener, None
             self._store = dist.TCPStore(  # type: ignore[attr-defined]
                 host,
@@ -425,7 +339,7 @@ class RpcTransport(Transport):
         for watcher in watchers.values():
             watcher.set_result(None)
         try:
-            await _in_daemon_thread(lambda: rpc.shutdown(graceful=False))
+            await in_daemon_thread(lambda: rpc.shutdown(graceful=False))
         finally:
             _active = None
             self._store = None

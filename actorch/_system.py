@@ -9,16 +9,15 @@ restarts its failed actors.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import math
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from actorch._actor import Actor, class_path, endpoints_of
+from actorch import _lifecycle
+from actorch._actor import Actor, class_path
 from actorch._codec import Codec
 from actorch._deadline import current_deadline
-from actorch._envelope import CallContext, current_call
 from actorch._errors import ActorNotFoundError, NodeLostError
 from actorch._events import EventHub, MembershipEvent, NameRegistered, NodeJoined, Subscription
 from actorch._flow import DEFAULT_WINDOW
@@ -26,13 +25,13 @@ from actorch._names import check_name, compile_pattern
 from actorch._node import DEFAULT_MAX_MESSAGE, Node
 from actorch._ref import SERVICE_ID, ActorRef, _resolve_class
 from actorch._registry import REGISTRY_ID, NameCache, Registry
-from actorch._restart import ActorExit, Restart
+from actorch._restart import Restart
 from actorch._service import NodeService
 from actorch._supervisor import Supervisor
 from actorch._transport import NodeInfo, Transport
 
 if TYPE_CHECKING:
-    from actorch._mailbox import Cell
+    pass
 
 __all__ = ["ActorSystem", "NodeInfo", "SystemConfig"]
 
@@ -89,6 +88,13 @@ class ActorSystem:
     _stopping: dict[int, asyncio.Future[None]]
     _exit_code: int | None  # a worker's, once rank 0 said the system ends
     config: SystemConfig
+
+    # an actor's life on this node (``_lifecycle``)
+    _build = _lifecycle.build
+    _start_instance = _lifecycle.start_instance
+    _run_hook = _lifecycle.run_hook
+    _stop_cell = _lifecycle.stop_cell
+    _stop_local_actors = _lifecycle.stop_local_actors
 
     def __init__(self) -> None:
         raise TypeError("ActorSystem objects are made by actorch.run()")
@@ -308,134 +314,6 @@ class ActorSystem:
         return {**self._node.statistics(), "transport_batches": self._node.transport.batches_sent}
 
     # ------------------------------------------------------------------ internals
-
-    async def _build(
-        self,
-        cls: type[A],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        name: str | None,
-        restart: Restart | None = None,
-        *,
-        system_id: int | None = None,
-    ) -> ActorRef[A]:
-        node = self._node
-        unborn = cls.__new__(cls)  # holds the cell's place until an instance has started
-        cell = node.add_actor(
-            unborn, endpoints_of(cls), name=name, max_concurrency=cls.max_concurrency, actor_id=system_id
-        )
-        ref: ActorRef[A] = ActorRef._create(node, node.rank, cell.actor_id, name, class_path(cls))
-        unborn._actorch_ref = ref
-        unborn._actorch_system = self
-        failures = 0
-        while True:
-            try:
-                await self._start_instance(cell, cls, args, kwargs, None)
-                break
-            except Exception as exc:
-                failures += 1
-                if restart is None or failures > restart.max_restarts:
-                    node.remove_actor(cell)
-                    raise
-                node.log.error(
-                    "actor failed to start; starting it again", actor=cell.label, error=repr(exc), attempt=failures
-                )
-            except BaseException:
-                node.remove_actor(cell)
-                raise
-            try:
-                await asyncio.sleep(restart.delay(failures))
-            except BaseException:
-                node.remove_actor(cell)
-                raise
-        if restart is not None:
-            self._supervisor.adopt(cell.actor_id, cls, args, kwargs, restart)
-        return ref
-
-    async def _start_instance(
-        self, cell: Cell, cls: type[Actor], args: tuple[Any, ...], kwargs: dict[str, Any], kept: tuple[Any] | None
-    ) -> None:
-        """Build, restore (``kept`` holds a snapshot) and start a new instance of ``cls`` in ``cell``.
-
-        The cell keeps its id, ref and name; if anything raises, it keeps its
-        previous instance.
-        """
-        old = cell.instance
-        instance = cls.__new__(cls)
-        instance._actorch_ref = old._actorch_ref  # type: ignore[attr-defined]
-        instance._actorch_system = self
-        instance.__init__(*args, **kwargs)  # type: ignore[misc]
-        cell.instance = instance
-        try:
-            if kept is not None:
-                await self._run_hook(cell, "restore", kept[0], raise_errors=True)
-            await self._run_hook(cell, "on_start", raise_errors=True)
-        except BaseException:
-            cell.instance = old
-            raise
-
-    async def _run_hook(
-        self, cell: Cell, hook: str, *args: Any, raise_errors: bool = False, limit: float | None = None
-    ) -> Any:
-        """Run one of the actor's hooks (plain or async) as a message of the actor; its result.
-
-        Nothing else starts meanwhile, and calls that come back to the actor from
-        it are re-entrant. After ``limit`` seconds the hook is cancelled.
-        """
-        key = self._node.new_key()
-        context = current_call.get()
-        chain = context.child_chain() if context is not None else ()
-        cell.enter(key)
-        token = current_call.set(CallContext(cell, key, chain, hook))
-        scope = asyncio.timeout(limit)
-        try:
-            result = getattr(cell.instance, hook)(*args)
-            if inspect.isawaitable(result):
-                async with scope:
-                    result = await result
-        except Exception as exc:
-            if raise_errors:
-                raise
-            if isinstance(exc, TimeoutError) and scope.expired():
-                self._node.log.error(f"{hook} did not finish in {limit:g} s and was cancelled", actor=cell.label)
-            else:
-                self._node.log.exception(f"{hook} failed", actor=cell.label, error=repr(exc))
-            return None
-        else:
-            return result
-        finally:
-            current_call.reset(token)
-            if hook == "on_stop":
-                cell.stopped_hook = True
-            cell.leave(key)
-            cell.wake()
-
-    async def _stop_cell(self, cell: Cell, exit_: ActorExit, *, release_name: bool = True) -> None:
-        """Stop a local actor once: drain it, run ``on_stop``, release its name, record how it ended."""
-        running = self._stopping.get(cell.actor_id)
-        if running is not None:
-            await asyncio.shield(running)
-            return
-        done = self._stopping[cell.actor_id] = asyncio.get_running_loop().create_future()
-        try:
-            grace = self.config.stop_grace
-            await self._node.drain(cell, grace)
-            if not cell.stopped_hook:
-                await self._run_hook(cell, "on_stop", limit=grace)
-            self._node.remove_actor(cell)
-            if release_name and cell.name is not None:
-                await self._release_quietly(cell.name, exit_.reason)
-            self._supervisor.ended(cell.actor_id, replace(exit_, restarts=cell.restarts))
-        finally:
-            del self._stopping[cell.actor_id]
-            done.set_result(None)
-
-    async def _stop_local_actors(self) -> None:
-        cells = [cell for cell in self._node.cells() if not isinstance(cell.instance, (NodeService, Registry))]
-        shutdown = ActorExit("shutdown")
-        await asyncio.gather(*(self._stop_cell(cell, shutdown, release_name=False) for cell in cells))
-        self._supervisor.close()
-        self._events.close()
 
     async def _release_quietly(self, name: str, reason: str = "stopped") -> None:
         try:

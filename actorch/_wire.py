@@ -37,6 +37,7 @@ __all__ = [
     "handler_error",
     "is_refusal",
     "log_tell_failure",
+    "message_size",
     "rebuild_error",
     "settle",
 ]
@@ -94,6 +95,14 @@ def log_tell_failure(log: Any, label: str, envelope: Any, exc: BaseException, or
         error=f"{type(exc).__name__}: {exc}",
         traceback=error_payload(exc, origin)[3] or None,
     )
+
+
+def message_size(body: bytes | None, tensors: list[Any] | None) -> int:
+    """Bytes a message carries: its encoded body and the data of its tensors."""
+    size = len(body) if body is not None else 0
+    if tensors:
+        size += sum(getattr(tensor, "nbytes", 0) for tensor in tensors)
+    return size
 
 
 def settle(future: asyncio.Future[Any]) -> Callable[[bool, Any], None]:

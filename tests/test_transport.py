@@ -5,6 +5,7 @@ import torch
 
 from actorch import _rpc_transport
 from actorch._bridge import Inbox
+from actorch._network import interface_chosen, interface_towards
 from actorch._rpc_transport import RpcOptions, RpcTransport
 from actorch._transport import PORT_HOLD, InProcessHub, Port
 
@@ -162,14 +163,14 @@ async def test_rpc_losing_a_peer_answers_its_watch_and_held_batches_expelled():
 
 
 def test_the_interface_towards_loopback_is_lo_and_an_unreachable_host_gives_none():
-    assert _rpc_transport._interface_towards("127.0.0.1", 29500) == "lo"
-    assert _rpc_transport._interface_towards("no-such-host.invalid", 29500) is None
+    assert interface_towards("127.0.0.1", 29500) == "lo"
+    assert interface_towards("no-such-host.invalid", 29500) is None
 
 
 def test_the_interface_is_chosen_only_while_torch_starts_and_a_users_choice_wins(monkeypatch):
     monkeypatch.delenv("TP_SOCKET_IFNAME", raising=False)
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth9")
-    with _rpc_transport._interface_chosen("lo"):
+    with interface_chosen("lo"):
         assert os.environ["TP_SOCKET_IFNAME"] == "lo"
         assert os.environ["GLOO_SOCKET_IFNAME"] == "eth9"
     assert "TP_SOCKET_IFNAME" not in os.environ
