@@ -108,7 +108,7 @@ def on_call(self: Node, src: int, message: list[Any], tensors: list[Any], port: 
     if cell is None:
         gone = ActorStoppedError(f"{GONE} #{actor_id}; {endpoint!r} refused (node {self.rank})")
         if is_call:
-            self.log.warning("call refused: actor stopped", src=src, actor=label, endpoint=endpoint)
+            self.log.info("call refused: actor stopped", src=src, actor=label, endpoint=endpoint)
         envelope.respond(False, (gone, RUNTIME))
         return
     if body is not None:

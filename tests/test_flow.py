@@ -319,3 +319,13 @@ async def test_a_system_id_is_given_once_and_only_below_the_user_ids() -> None:
             node.add_actor(object(), {}, name=None, max_concurrency=1, actor_id=1)  # the service has it
         with pytest.raises(ValueError, match="not a free system id"):
             node.add_actor(object(), {}, name=None, max_concurrency=1, actor_id=SYSTEM_IDS + 1)
+
+
+async def test_a_call_to_a_stopped_actor_is_refused_and_logged_once_at_its_node() -> None:
+    async with local_world(2) as world:
+        ref = await world[0].spawn(Echo, on=1)
+        await ref.stop()
+        with structlog.testing.capture_logs() as logs, pytest.raises(actorch.ActorStoppedError, match="has stopped"):
+            await ref.call(Echo.echo, 1)
+        refused = [entry for entry in logs if entry["event"] == "call refused: actor stopped"]
+        assert [(entry["node"], entry["log_level"]) for entry in refused] == [(1, "info")]
