@@ -22,7 +22,7 @@ from actorch._batching import Batch, Batched, Endpoint
 from actorch._deadline import inherited_deadline
 from actorch._envelope import CallContext, Envelope, current_call
 from actorch._errors import ActorStoppedError, EndpointError
-from actorch._wire import HANDLER, RUNTIME, is_refusal, log_tell_failure
+from actorch._wire import HANDLER, RUNTIME, describe, is_refusal, log_tell_failure
 
 if TYPE_CHECKING:
     from actorch._node import Node
@@ -298,7 +298,7 @@ class Cell:
         if self.fatal and isinstance(exc, self.fatal) and self.failure is None and not self.stopping:
             self.failure = exc
             self.paused = True  # nothing more starts on the failed instance; later messages wait for the next
-            cause = f"{type(exc).__name__}: {exc}"
+            cause = describe(exc)
             self.fail_queued(
                 lambda endpoint: ActorStoppedError(f"{self.label} failed ({cause}) before handling {endpoint!r}")
             )
@@ -309,7 +309,7 @@ class Cell:
         if by_caller:
             return ActorStoppedError(f"call to {endpoint!r} of {self.label} was cancelled")
         if self.failure is not None:
-            cause = f"{type(self.failure).__name__}: {self.failure}"
+            cause = describe(self.failure)
             return ActorStoppedError(f"{self.label} failed ({cause}) while handling {endpoint!r}")
         return ActorStoppedError(f"{self.label} stopped while handling {endpoint!r}")
 
@@ -356,9 +356,7 @@ class Cell:
             _batching.answer_all(self, list(batch.members), False, (exc, origin))
             return
         if is_refusal(exc, origin):
-            self.node.log.warning(
-                "message refused", actor=self.label, endpoint=envelope.endpoint, error=f"{type(exc).__name__}: {exc}"
-            )
+            self.node.log.warning("message refused", actor=self.label, endpoint=envelope.endpoint, error=describe(exc))
         if envelope.respond is not None:
             envelope.respond(False, (exc, origin))
         elif not is_refusal(exc, origin):

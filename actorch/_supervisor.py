@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from actorch._actor import Actor, has_state_hooks
 from actorch._node import CANCEL_WAIT
 from actorch._restart import ActorExit, Restart
+from actorch._wire import describe
 
 if TYPE_CHECKING:
     from actorch._mailbox import Cell
@@ -73,7 +74,7 @@ class Supervisor:
         system = self._system
         node = system._node
         grace = system.config.stop_grace
-        cause = _describe(error)
+        cause = describe(error)
         node.log.error(
             "actor failed",
             actor=cell.label,
@@ -90,7 +91,7 @@ class Supervisor:
                 kept = (await system._run_hook(cell, "snapshot", raise_errors=True, limit=grace),)
             except Exception as exc:  # noqa: BLE001 - the restart goes on from a fresh instance
                 node.log.warning(
-                    "snapshot failed; the new instance starts fresh", actor=cell.label, error=_describe(exc)
+                    "snapshot failed; the new instance starts fresh", actor=cell.label, error=describe(exc)
                 )
         await system._run_hook(cell, "on_stop", limit=grace)
         while True:
@@ -105,7 +106,7 @@ class Supervisor:
             try:
                 await system._start_instance(cell, spec.cls, spec.args, spec.kwargs, kept)
             except Exception as exc:  # noqa: BLE001 - a failed restart is one more failure
-                cause = _describe(exc)
+                cause = describe(exc)
                 node.log.error("restart failed", actor=cell.label, error=cause, attempt=failures)
                 continue
             cell.restarts += 1
@@ -163,7 +164,3 @@ class Supervisor:
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(ActorExit("shutdown"))
-
-
-def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"

@@ -33,6 +33,7 @@ __all__ = [
     "REPLY",
     "RUNTIME",
     "TELL",
+    "describe",
     "error_payload",
     "handler_error",
     "is_refusal",
@@ -46,6 +47,11 @@ CALL, TELL, REPLY, CANCEL, CREDIT = 0, 1, 2, 3, 4
 RUNTIME, HANDLER = 0, 1
 GONE = "no longer hosts actor"
 """How a node starts the error for a call to an actor it no longer hosts."""
+
+
+def describe(exc: BaseException) -> str:
+    """An exception in one line for logs and messages: ``Type: message``."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 def error_payload(exc: BaseException, origin: int) -> list[Any]:
@@ -92,7 +98,7 @@ def log_tell_failure(log: Any, label: str, envelope: Any, exc: BaseException, or
         actor=label,
         endpoint=envelope.endpoint,
         call=f"{envelope.key:#x}",
-        error=f"{type(exc).__name__}: {exc}",
+        error=describe(exc),
         traceback=error_payload(exc, origin)[3] or None,
     )
 
