@@ -113,16 +113,15 @@ def on_call(self: Node, src: int, message: list[Any], tensors: list[Any], port: 
         return
     if body is not None:
         size = message_size(body, tensors)
-        try:
-            if size > self.max_message_size:
-                raise MessageTooLargeError(
-                    f"{endpoint!r} of {cell.label} refused a message of {size:,} bytes from node {src}: over "
-                    f"max_message_size ({self.max_message_size:,})"
-                )
-            envelope.args, envelope.kwargs = self.codec.decode(body, tensors, self)
-        except MessageTooLargeError as exc:
-            cell.fail(envelope, exc)
+        if size > self.max_message_size:
+            refused = MessageTooLargeError(
+                f"{endpoint!r} of {cell.label} refused a message of {size:,} bytes from node {src}: over "
+                f"max_message_size ({self.max_message_size:,})"
+            )
+            cell.fail(envelope, refused)
             return
+        try:
+            envelope.args, envelope.kwargs = self.codec.decode(body, tensors, self)
         except SerializationError as exc:
             cell.fail(envelope, SerializationError(f"arguments for {endpoint!r} of {cell.label}: {exc}"))
             return
@@ -147,7 +146,7 @@ def responder(self: Node, src: int, call_id: int, port: Port | None) -> Callable
         if ok:
             try:
                 body, tensors = self.codec.encode(value, cpu_only=self._cpu_only) if value is not None else (None, None)
-                self._check_size(body, tensors, f"the result of call {call_id} from node {src}")
+                self._check_size(body, tensors, "the result of call {} from node {}", call_id, src)
                 message = self._pack([REPLY, call_id, True, body])
             except SerializationError as error:
                 refused = type(error)(f"result of call {call_id} from node {src}: {error}")

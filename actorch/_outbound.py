@@ -66,7 +66,7 @@ async def call(
     self._check_reachable(rank, endpoint, label)
     if args or kwargs:
         body, tensors = self.codec.encode([args, kwargs], cpu_only=self._cpu_only)
-        self._check_size(body, tensors, f"call to {endpoint!r} of {label}")
+        self._check_size(body, tensors, "call to {!r} of {}", endpoint, label)
     else:
         body, tensors = None, None
     target = (rank, actor_id)
@@ -101,12 +101,16 @@ def check_reachable(self: Node, rank: int, endpoint: str, label: str) -> None:
         raise SystemClosedError(f"cannot call {endpoint!r} of {label}: node {self.rank} is shut down")
 
 
-def check_size(self: Node, body: bytes | None, tensors: list[Any] | None, what: str) -> None:
-    """Raise ``MessageTooLargeError`` if the message is over ``max_message_size``."""
+def check_size(self: Node, body: bytes | None, tensors: list[Any] | None, what: str, *parts: object) -> None:
+    """Raise ``MessageTooLargeError`` if the message is over ``max_message_size``.
+
+    ``what.format(*parts)`` names the message; it is only formatted for the error.
+    """
     size = message_size(body, tensors)
     if size > self.max_message_size:
         raise MessageTooLargeError(
-            f"{what} takes {size:,} bytes, over the system's max_message_size of {self.max_message_size:,}"
+            f"{what.format(*parts)} takes {size:,} bytes, over the system's max_message_size of "
+            f"{self.max_message_size:,}"
         )
 
 
@@ -142,7 +146,7 @@ def tell(
             [args, kwargs], copy_tensors=True, cpu_only=self._cpu_only and rank != self.rank
         )
         if rank != self.rank:
-            self._check_size(body, tensors, f"tell of {endpoint!r} to {label}")
+            self._check_size(body, tensors, "tell of {!r} to {}", endpoint, label)
     else:
         body, tensors = None, None
     target = (rank, actor_id)
