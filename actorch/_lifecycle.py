@@ -46,26 +46,22 @@ async def build(
     unborn._actorch_ref = ref
     unborn._actorch_system = self
     failures = 0
-    while True:
-        try:
-            await self._start_instance(cell, cls, args, kwargs, None)
-            break
-        except Exception as exc:
-            failures += 1
-            if restart is None or failures > restart.max_restarts:
-                node.remove_actor(cell)
-                raise
-            node.log.error(
-                "actor failed to start; starting it again", actor=cell.label, error=repr(exc), attempt=failures
-            )
-        except BaseException:
-            node.remove_actor(cell)
-            raise
-        try:
+    try:
+        while True:
+            try:
+                await self._start_instance(cell, cls, args, kwargs, None)
+                break
+            except Exception as exc:
+                failures += 1
+                if restart is None or failures > restart.max_restarts:
+                    raise
+                node.log.error(
+                    "actor failed to start; starting it again", actor=cell.label, error=repr(exc), attempt=failures
+                )
             await asyncio.sleep(restart.delay(failures))
-        except BaseException:
-            node.remove_actor(cell)
-            raise
+    except BaseException:
+        node.remove_actor(cell)
+        raise
     if restart is not None:
         self._supervisor.adopt(cell.actor_id, cls, args, kwargs, restart)
     return ref
