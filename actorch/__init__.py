@@ -11,10 +11,13 @@ import os as _os
 # torch's C++ warnings ("[W] ...") go to stderr unless this is set before torch loads.
 _os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-from actorch._actor import Actor
-from actorch._batching import Batched, batched
-from actorch._codec import serializable
-from actorch._errors import (
+from actorch._actors.actor import Actor
+from actorch._actors.events import MembershipEvent, NameRegistered, NameRemoved, NodeJoined, NodeLost
+from actorch._actors.ref import ActorRef
+from actorch._actors.restart import ActorExit, Restart
+from actorch._actors.system import ActorSystem, NodeInfo
+from actorch._base.codec import serializable
+from actorch._base.errors import (
     ActorchError,
     ActorNotFoundError,
     ActorStoppedError,
@@ -31,21 +34,18 @@ from actorch._errors import (
     SystemClosedError,
     UnsupportedError,
 )
-from actorch._events import MembershipEvent, NameRegistered, NameRemoved, NodeJoined, NodeLost
-from actorch._group import ActorGroup
-from actorch._launcher import run
-from actorch._names import MAX_NAME_LENGTH
-from actorch._parameter_client import ParameterClient
-from actorch._parameter_server import Parameters, ParameterServer, assign_shards
-from actorch._partition import Partitioner, batch_partitioner, dim_partitioner, mean_reducer, sum_reducer
-from actorch._prioritized import PrioritizedReplayBuffer
-from actorch._ref import ActorRef
-from actorch._replay import ReplayBuffer, Sample
-from actorch._replay_client import ShardedReplayBuffer
-from actorch._restart import ActorExit, Restart
-from actorch._rl import Agent, EpisodeStats, Observer, Rollout
-from actorch._system import ActorSystem, NodeInfo
-from actorch._tensorfile import load_tensors, save_tensors
+from actorch._base.names import MAX_NAME_LENGTH
+from actorch._base.tensorfile import load_tensors, save_tensors
+from actorch._engine.batching import Batched, batched
+from actorch._launch.run import run
+from actorch._stock.group import ActorGroup
+from actorch._stock.parameter_client import ParameterClient
+from actorch._stock.parameter_server import Parameters, ParameterServer, assign_shards
+from actorch._stock.partitioners import Partitioner, batch_partitioner, dim_partitioner, mean_reducer, sum_reducer
+from actorch._stock.prioritized import PrioritizedReplayBuffer
+from actorch._stock.replay import ReplayBuffer, Sample
+from actorch._stock.rl import Agent, EpisodeStats, Observer, Rollout
+from actorch._stock.sharded_replay import ShardedReplayBuffer
 
 __all__ = [
     "MAX_NAME_LENGTH",

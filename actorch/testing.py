@@ -16,10 +16,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from actorch._flow import DEFAULT_WINDOW
-from actorch._node import DEFAULT_MAX_MESSAGE
-from actorch._system import ActorSystem, SystemConfig
-from actorch._transport import InProcessHub
+from actorch._actors.system import ActorSystem, SystemConfig
+from actorch._engine.flow import DEFAULT_WINDOW
+from actorch._engine.node import DEFAULT_MAX_MESSAGE
+from actorch._transport.base import InProcessHub
 
 __all__ = ["LocalWorld", "local_world"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import actorch
-from actorch._actor import endpoints_of
+from actorch._actors.actor import endpoints_of
 
 
 class Base(actorch.Actor):

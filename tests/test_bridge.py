@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from actorch._bridge import Inbox, to_asyncio, to_torch
+from actorch._transport.bridge import Inbox, to_asyncio, to_torch
 
 
 async def poll_until(condition: Callable[[], bool], seconds: float = 10) -> None:

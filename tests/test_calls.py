@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import actorch
-from actorch._deadline import current_deadline
+from actorch._base.deadline import current_deadline
 from actorch.testing import LocalWorld
 
 

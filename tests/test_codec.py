@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 import torch
 
-from actorch import SerializationError, _codec, serializable
-from actorch._codec import Codec, current_context, register_extension, register_side_type
+from actorch import SerializationError, serializable
+from actorch._base import codec as _codec
+from actorch._base.codec import Codec, current_context, register_extension, register_side_type
 
 
 @dataclasses.dataclass

@@ -9,7 +9,7 @@ import asyncio
 import anyio
 import pytest
 
-from actorch._deadline import current_deadline, inherited_deadline
+from actorch._base.deadline import current_deadline, inherited_deadline
 
 
 def remaining() -> float:

@@ -7,8 +7,8 @@ import pickle
 import pytest
 
 import actorch
-from actorch import _errors
-from actorch._errors import RemoteError, remote_error
+from actorch._base import errors as _errors
+from actorch._base.errors import RemoteError, remote_error
 
 
 class CustomError(Exception):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import actorch
-from actorch._registry import Registry
+from actorch._actors.registry import Registry
 from actorch.testing import LocalWorld, local_world
 
 

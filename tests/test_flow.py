@@ -10,8 +10,8 @@ import structlog
 import torch
 
 import actorch
-from actorch._flow import FlowControl
-from actorch._node import SYSTEM_IDS
+from actorch._engine.flow import FlowControl
+from actorch._engine.node import SYSTEM_IDS
 from actorch.testing import local_world
 
 

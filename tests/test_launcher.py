@@ -13,8 +13,8 @@ import pytest
 import structlog
 
 import actorch
-from actorch._rpc_transport import RpcOptions
-from actorch._runner import LEFTOVER_WAIT, run_bounded
+from actorch._launch.eventloop import LEFTOVER_WAIT, run_bounded
+from actorch._transport.rpc import RpcOptions
 
 
 async def answer(system: actorch.ActorSystem) -> int:
@@ -102,7 +102,7 @@ def test_run_bounded_cancels_leftover_tasks_that_do_end() -> None:
 def test_watchdog_ends_the_process_with_its_code_once_armed() -> None:
     code = (
         "import time\n"
-        "from actorch._runner import Watchdog\n"
+        "from actorch._launch.eventloop import Watchdog\n"
         "dog = Watchdog(0.2)\n"
         "dog.code = 3\n"
         "time.sleep(0.3)\n"

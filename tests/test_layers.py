@@ -160,7 +160,7 @@ def test_stock_module_uses_only_the_public_api(module: str) -> None:
 
 @pytest.mark.parametrize(
     "source",
-    ["from actorch._codec import Codec", "import actorch._node", "import actorch", "from ._ref import _REF_CODE"],
+    ["from actorch._base.codec import Codec", "import actorch._engine.node", "import actorch", "from ._ref import _REF_CODE"],
 )
 def test_public_api_check_flags_a_private_name(source: str) -> None:
     assert private_names_imported(source)
@@ -172,13 +172,13 @@ def test_public_api_check_flags_a_private_name(source: str) -> None:
 @pytest.mark.parametrize(
     "source",
     [
-        "from actorch._system import ActorSystem",
-        "import actorch._system",
+        "from actorch._actors.system import ActorSystem",
+        "import actorch._actors.system",
         "from actorch import _system",
         "from . import _system",
         "from ._system import ActorSystem",
         "from actorch import Actor",
-        "def f():\n    from actorch._registry import Registry",
+        "def f():\n    from actorch._actors.registry import Registry",
     ],
 )
 def test_layer_check_flags_an_upward_import(source: str) -> None:
@@ -188,10 +188,10 @@ def test_layer_check_flags_an_upward_import(source: str) -> None:
 @pytest.mark.parametrize(
     "source",
     [
-        "from actorch._errors import ActorchError",
+        "from actorch._base.errors import ActorchError",
         "from actorch import _errors",
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from actorch._system import ActorSystem",
-        "import typing\nif typing.TYPE_CHECKING:\n    import actorch._node",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from actorch._actors.system import ActorSystem",
+        "import typing\nif typing.TYPE_CHECKING:\n    import actorch._engine.node",
         "import torch",
     ],
 )
@@ -213,4 +213,4 @@ def test_banned_check_sees_every_spelling_of_a_torch_rpc_import(source: str) -> 
 
 
 def test_public_api_check_allows_helpers_shared_between_stock_modules() -> None:
-    assert private_names_imported("from actorch._replay import _check_capacity") == []
+    assert private_names_imported("from actorch._stock.replay import _check_capacity") == []

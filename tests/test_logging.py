@@ -4,7 +4,7 @@ import json
 import pytest
 import structlog
 
-from actorch._logging import LOG_LEVEL_ENV, configure_logging
+from actorch._launch.logs import LOG_LEVEL_ENV, configure_logging
 
 
 @pytest.fixture(autouse=True)

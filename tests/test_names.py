@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from actorch import MAX_NAME_LENGTH, InvalidNameError
-from actorch._names import NAME_RULE, check_name, compile_pattern
+from actorch._base.names import NAME_RULE, check_name, compile_pattern
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import torch
 
 import actorch
 from actorch import PrioritizedReplayBuffer, ReplayBuffer, Sample, ShardedReplayBuffer
-from actorch._tensorfile import save_tensors
+from actorch._base.tensorfile import save_tensors
 from actorch.testing import LocalWorld, local_world
 
 SHARD_SHIFT = ShardedReplayBuffer.SHARD_SHIFT

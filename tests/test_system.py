@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import actorch
-from actorch._system import NodeService
+from actorch._actors.system import NodeService
 from actorch.testing import LocalWorld, local_world
 
 JOURNAL: list[tuple[str, str]] = []

@@ -3,11 +3,11 @@ import os
 
 import torch
 
-from actorch import _rpc_transport
-from actorch._bridge import Inbox
-from actorch._network import interface_chosen, interface_towards
-from actorch._rpc_transport import RpcOptions, RpcTransport
-from actorch._transport import PORT_HOLD, InProcessHub, Port
+from actorch._transport import rpc as _rpc_transport
+from actorch._transport.base import PORT_HOLD, InProcessHub, Port
+from actorch._transport.bridge import Inbox
+from actorch._transport.network import interface_chosen, interface_towards
+from actorch._transport.rpc import RpcOptions, RpcTransport
 
 
 async def test_port_sends_replies_back_once_every_expected_one_is_in():

@@ -1,0 +1,121 @@
+"""The ``Actor`` base class and how its endpoints are found.
+
+Every public ``async def`` method of a subclass (inherited ones included) is an
+endpoint, and so is every ``@batched`` one; names starting with ``_`` never
+are, nor are the lifecycle hooks.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from actorch._engine.batching import Batched, Endpoint
+
+if TYPE_CHECKING:
+    from actorch._actors.ref import ActorRef
+    from actorch._actors.system import ActorSystem
+
+__all__ = ["Actor", "class_path", "endpoints_of", "has_state_hooks"]
+
+_HOOKS = frozenset({"on_start", "on_stop"})
+
+
+class Actor:
+    """Base class of actors: subclass it and write public ``async`` methods.
+
+    The runtime builds the instance on its hosting node, sets :attr:`ref`,
+    :attr:`name` and :attr:`system`, runs ``__init__`` and then :meth:`on_start`
+    as the actor's first message. By default the actor handles one message at a
+    time; set the class attribute ``max_concurrency`` to let handlers interleave
+    at ``await`` points.
+
+    A handler that raises one of the class's ``fatal_errors`` fails the actor:
+    it is restarted if it was spawned with a ``Restart`` policy, else stopped.
+    A class that defines ``snapshot()`` and ``restore(state)`` (plain or async)
+    keeps what ``snapshot`` returns across such a restart.
+
+    Example:
+        >>> class Counter(Actor):
+        ...     def __init__(self, start: int = 0) -> None:
+        ...         self.value = start
+        ...     async def add(self, k: int = 1) -> int:
+        ...         self.value += k
+        ...         return self.value
+    """
+
+    max_concurrency: ClassVar[int] = 1
+    """How many messages may run at once (interleaving only at ``await`` points)."""
+
+    fatal_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    """Exceptions that, raised by a handler, mean the actor's state cannot be trusted: it fails."""
+
+    _actorch_endpoints: ClassVar[dict[str, Endpoint]] = {}
+    _actorch_ref: ActorRef[Any]
+    _actorch_system: ActorSystem
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        concurrency = cls.__dict__.get("max_concurrency", cls.max_concurrency)
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise TypeError(f"{cls.__qualname__}.max_concurrency must be an int >= 1, not {concurrency!r}")
+        fatal = cls.__dict__.get("fatal_errors", cls.fatal_errors)
+        if not isinstance(fatal, tuple) or not all(
+            isinstance(kind, type) and issubclass(kind, BaseException) for kind in fatal
+        ):
+            raise TypeError(f"{cls.__qualname__}.fatal_errors must be a tuple of exception classes, not {fatal!r}")
+        found: dict[str, Endpoint] = {}
+        for attr in dir(cls):
+            value = inspect.getattr_static(cls, attr)
+            if isinstance(value, Batched):
+                if attr.startswith("_") or attr in _HOOKS:
+                    raise TypeError(f"{cls.__qualname__}.{attr} is batched, so an endpoint: its name must be public")
+                found[attr] = value
+                continue
+            if attr.startswith("_") or attr in _HOOKS:
+                continue
+            if isinstance(value, (staticmethod, classmethod)):
+                continue
+            if inspect.iscoroutinefunction(value):
+                found[attr] = value
+        cls._actorch_endpoints = found
+
+    def __repr__(self) -> str:
+        ref = getattr(self, "_actorch_ref", None)
+        return f"<{type(self).__qualname__} {ref!r}>" if ref is not None else object.__repr__(self)
+
+    @property
+    def ref(self) -> ActorRef[Any]:
+        """A ref to this actor, to hand to others."""
+        return self._actorch_ref
+
+    @property
+    def name(self) -> str | None:
+        """The name this actor was spawned under, if any."""
+        return self._actorch_ref.name
+
+    @property
+    def system(self) -> ActorSystem:
+        """The actor system of this actor's node: spawn, look up and call others."""
+        return self._actorch_system
+
+    async def on_start(self) -> None:
+        """Run once after ``__init__``, before any message; raising aborts the spawn."""
+
+    async def on_stop(self) -> None:
+        """Run once after the last message, when the actor stops or the system shuts down."""
+
+
+def has_state_hooks(cls: type[Actor]) -> bool:
+    """Whether ``cls`` defines ``snapshot()`` and ``restore(state)``, kept across a restart."""
+    return callable(getattr(cls, "snapshot", None)) and callable(getattr(cls, "restore", None))
+
+
+def endpoints_of(cls: type[Actor]) -> dict[str, Endpoint]:
+    """The endpoints of an actor class, by name."""
+    return cls._actorch_endpoints
+
+
+def class_path(cls: type) -> str:
+    """The importable path of a class, ``module:Qualname``."""
+    return f"{cls.__module__}:{cls.__qualname__}"

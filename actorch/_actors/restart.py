@@ -1,0 +1,84 @@
+"""Supervision as data: how a failed actor is restarted (``Restart``) and how an actor ended (``ActorExit``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from actorch._base.codec import serializable
+
+__all__ = ["EXIT_REASONS", "ActorExit", "Restart"]
+
+EXIT_REASONS = ("stopped", "failed", "node_lost", "shutdown")
+
+
+@serializable(21)
+@dataclass(frozen=True)
+class Restart:
+    """Restart an actor that fails, on the same node under the same name (``spawn(..., restart=)``).
+
+    An actor fails when a handler raises one of its class's ``fatal_errors``, or
+    when ``__init__`` or ``on_start`` raises (at ``spawn``, which then returns once
+    a start succeeded, or during a restart). Its calls in flight get
+    ``ActorStoppedError``; calls made meanwhile wait and reach the new instance.
+    If the class defines ``snapshot()`` and ``restore(state)``, the failed
+    instance's snapshot is restored into the new one before its ``on_start``.
+
+    Attributes:
+        max_restarts: Restarts allowed within ``within`` seconds; one more
+            failure stops the actor for good.
+        within: Seconds over which failures are counted; None counts them all.
+        backoff: Seconds to wait before the first restart.
+        factor: Growth of the wait for each further failure counted.
+        max_backoff: The longest wait between a failure and its restart.
+    """
+
+    max_restarts: int = 3
+    within: float | None = 60.0
+    backoff: float = 0.1
+    factor: float = 2.0
+    max_backoff: float = 10.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be an int >= 0, not {self.max_restarts!r}")
+        if self.within is not None and not _number(self.within, minimum=0.0, inclusive=False):
+            raise ValueError(f"within must be a positive number of seconds or None, not {self.within!r}")
+        for field in ("backoff", "max_backoff"):
+            if not _number(getattr(self, field), minimum=0.0, inclusive=True):
+                raise ValueError(f"{field} must be a finite number of seconds >= 0, not {getattr(self, field)!r}")
+        if not _number(self.factor, minimum=1.0, inclusive=True):
+            raise ValueError(f"factor must be a finite number >= 1, not {self.factor!r}")
+
+    def delay(self, failures: int) -> float:
+        """Seconds to wait before restarting after the ``failures``-th failure counted (1 for the first)."""
+        return min(self.max_backoff, self.backoff * self.factor ** max(0, failures - 1))
+
+
+@serializable(22)
+@dataclass(frozen=True)
+class ActorExit:
+    """How an actor ended, as ``await ref.wait_stopped()`` reports it.
+
+    Attributes:
+        reason: ``"stopped"`` (``stop()`` was called), ``"failed"`` (a fatal
+            error with no restart left), ``"node_lost"`` (its node died or was
+            cut off) or ``"shutdown"`` (the system ended).
+        error: What caused a failure or a node loss, as text; None otherwise.
+        restarts: How many times the actor had been restarted.
+    """
+
+    reason: str
+    error: str | None = None
+    restarts: int = 0
+
+    @property
+    def failed(self) -> bool:
+        """Whether the actor ended by failing (including its node being lost)."""
+        return self.reason in ("failed", "node_lost")
+
+
+def _number(value: object, *, minimum: float, inclusive: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return value >= minimum if inclusive else value > minimum

@@ -1,0 +1,335 @@
+"""``ActorSystem``, the per-node handle users spawn and look up through.
+
+Every node hosts a ``NodeService`` actor (id 1) that builds actors spawned on it,
+stops and watches them, evicts names from the node's cache and takes part in
+shutdown; rank 0 also hosts the ``Registry`` (id 2). A ``Supervisor`` per node
+restarts its failed actors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from actorch._actors import host as _lifecycle
+from actorch._actors.actor import Actor, class_path
+from actorch._actors.events import EventHub, MembershipEvent, NameRegistered, NodeJoined, Subscription
+from actorch._actors.ref import SERVICE_ID, ActorRef, _resolve_class
+from actorch._actors.registry import REGISTRY_ID, NameCache, Registry
+from actorch._actors.restart import Restart
+from actorch._actors.service import NodeService
+from actorch._actors.supervisor import Supervisor
+from actorch._base.codec import Codec
+from actorch._base.deadline import current_deadline
+from actorch._base.errors import ActorNotFoundError, NodeLostError
+from actorch._base.names import check_name, compile_pattern
+from actorch._engine.flow import DEFAULT_WINDOW
+from actorch._engine.node import DEFAULT_MAX_MESSAGE, Node
+from actorch._transport.base import NodeInfo, Transport
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["ActorSystem", "NodeInfo", "SystemConfig"]
+
+A = TypeVar("A", bound=Actor)
+
+STALE_NAME_RETRY = 0.05
+"""Seconds a lookup waits before asking again for a name the registry still gives to a lost node."""
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    """Settings shared by every node of a system.
+
+    Attributes:
+        strict: Refuse values that would need pickle (``SerializationError``).
+        lookup_timeout: Seconds ``lookup`` waits for a name when no deadline is set.
+        stop_grace: Seconds a stopping actor's queued and running messages may
+            take before they are cancelled, and again its ``on_stop``.
+        mailbox_size: Messages one node may have waiting at one actor (see ``_flow``).
+        max_message_size: Bytes a message between nodes may take.
+    """
+
+    strict: bool = False
+    lookup_timeout: float = 30.0
+    stop_grace: float = 10.0
+    mailbox_size: int = DEFAULT_WINDOW
+    max_message_size: int = DEFAULT_MAX_MESSAGE
+
+    def __post_init__(self) -> None:
+        for field in ("lookup_timeout", "stop_grace"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"{field} must be a finite number of seconds >= 0, not {value!r}")
+        for field in ("mailbox_size", "max_message_size"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field} must be an int >= 1, not {value!r}")
+
+
+class ActorSystem:
+    """The actor system as seen from one node: spawn actors, find them by name.
+
+    Made by :func:`actorch.run` and handed to ``main``; inside an actor it is
+    ``self.system``.
+    """
+
+    _node: Node
+    _cache: NameCache
+    _exit: asyncio.Event
+    _services: list[ActorRef[NodeService]]
+    _registry: ActorRef[Registry]
+    _supervisor: Supervisor
+    _events: EventHub
+    _stopping: dict[int, asyncio.Future[None]]
+    _exit_code: int | None  # a worker's, once rank 0 said the system ends
+    config: SystemConfig
+
+    # an actor's life on this node (``_lifecycle``)
+    _build = _lifecycle.build
+    _start_instance = _lifecycle.start_instance
+    _run_hook = _lifecycle.run_hook
+    _stop_cell = _lifecycle.stop_cell
+    _stop_local_actors = _lifecycle.stop_local_actors
+
+    def __init__(self) -> None:
+        raise TypeError("ActorSystem objects are made by actorch.run()")
+
+    @classmethod
+    def _create(cls, transport: Transport, config: SystemConfig) -> ActorSystem:
+        """The system of the node that ``transport`` connects, on the running event loop."""
+        node = Node(
+            transport,
+            Codec(strict=config.strict),
+            asyncio.get_running_loop(),
+            mailbox_size=config.mailbox_size,
+            max_message_size=config.max_message_size,
+        )
+        system = object.__new__(cls)
+        system._node = node
+        system.config = config
+        system._cache = NameCache()
+        system._exit = asyncio.Event()
+        system._services = [
+            ActorRef._create(node, rank, SERVICE_ID, None, class_path(NodeService)) for rank in range(node.world_size)
+        ]
+        system._registry = ActorRef._create(node, 0, REGISTRY_ID, None, class_path(Registry))
+        system._supervisor = Supervisor(system)
+        system._events = EventHub()
+        system._stopping = {}
+        system._exit_code = None
+        node.on_peer_lost(system._on_peer_lost)
+        return system
+
+    async def _start_services(self) -> None:
+        await self._build(NodeService, (self,), {}, None, system_id=SERVICE_ID)
+        if self.rank == 0:
+            await self._build(Registry, (self._services,), {}, None, system_id=REGISTRY_ID)
+
+    def __repr__(self) -> str:
+        return f"<ActorSystem node {self.rank} of {self.world_size}>"
+
+    @property
+    def rank(self) -> int:
+        """This node's rank (0 runs ``main``)."""
+        return self._node.rank
+
+    @property
+    def world_size(self) -> int:
+        """How many nodes the system has."""
+        return self._node.world_size
+
+    @property
+    def nodes(self) -> list[NodeInfo]:
+        """Every node of the system (rank, worker name, host, pid), by rank."""
+        return self._node.peers()
+
+    @property
+    def lost_nodes(self) -> dict[int, str]:
+        """Ranks of nodes that were lost, with why."""
+        return dict(self._node.lost)
+
+    async def spawn(
+        self,
+        cls: type[A],
+        *,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        on: int | None = None,
+        restart: Restart | None = None,
+    ) -> ActorRef[A]:
+        """Build an actor of class ``cls`` on node ``on`` (default: this node) and start it.
+
+        Args:
+            cls: An ``Actor`` subclass importable on the target node.
+            args: Positional arguments for ``cls.__init__``.
+            kwargs: Keyword arguments for ``cls.__init__``.
+            name: A unique, path-shaped name (``rl/observers/3``) to find it by.
+            on: Rank of the node to host it.
+            restart: Restart the actor when it fails (a handler raises one of
+                its class's ``fatal_errors``, or ``on_start`` raises); None
+                stops it instead. With a policy, a first start that raises is
+                tried again the same way, and ``spawn`` returns once the actor
+                has started, or raises the last error when the policy is used up.
+
+        Raises:
+            NameTakenError: ``name`` belongs to a live actor.
+            InvalidNameError: ``name`` breaks the naming rule.
+            NodeLostError: Node ``on`` was lost.
+            RemoteError: ``__init__`` or ``on_start`` raised.
+        """
+        if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls in (NodeService, Registry):
+            raise TypeError(f"spawn() takes an actorch.Actor subclass, not {cls!r}")
+        if _resolve_class(class_path(cls)) is not cls:
+            raise TypeError(
+                f"actor class {cls.__qualname__} cannot be imported as {class_path(cls)!r}: define actor "
+                "classes at module level, so every node can import them"
+            )
+        if restart is not None and not isinstance(restart, Restart):
+            raise TypeError(f"restart must be an actorch.Restart or None, not {restart!r}")
+        rank = self.rank if on is None else on
+        if not isinstance(rank, int) or not 0 <= rank < self.world_size:
+            raise ValueError(f"on={on!r} is not a rank of this system (0..{self.world_size - 1})")
+        if rank in self._node.lost:
+            raise NodeLostError(f"cannot spawn {cls.__qualname__} on node {rank}: it was lost")
+        if name is not None:
+            check_name(name)
+            await self._registry.call(Registry.reserve, name, rank)
+        try:
+            ref: ActorRef[A] = await self._services[rank].call(
+                NodeService.spawn, class_path(cls), list(args), dict(kwargs or {}), name, restart
+            )
+        except BaseException:
+            if name is not None:
+                await asyncio.shield(self._release_quietly(name))
+            raise
+        if name is not None:
+            await self._registry.call(Registry.bind, name, ref)
+        return ref
+
+    async def lookup(self, name: str) -> ActorRef[Any]:
+        """The actor named ``name``, waiting until it exists.
+
+        Waits until the enclosing deadline (``asyncio.timeout``, ``anyio.fail_after``)
+        or, without one, the system's ``lookup_timeout``. A name whose node this
+        node knows to be lost counts as not there yet: the lookup waits for a
+        replacement rather than returning a dead ref.
+
+        Raises:
+            ActorNotFoundError: No actor took the name in time.
+            InvalidNameError: ``name`` breaks the naming rule.
+        """
+        check_name(name)
+        cached = self._cache.get(name)
+        if cached is not None:
+            return cached
+        loop = asyncio.get_running_loop()
+        own_limit = loop.time() + self.config.lookup_timeout
+        enclosing = current_deadline()
+        try:
+            async with asyncio.timeout_at(own_limit):
+                while True:
+                    generation = self._cache.generation()
+                    ref = await self._registry.call(Registry.resolve, name, True)
+                    if ref is None or ref.rank not in self._node.lost:
+                        break
+                    await asyncio.sleep(STALE_NAME_RETRY)  # the registry has yet to hear of that loss
+        except TimeoutError:
+            raise ActorNotFoundError(
+                f"no actor named {name!r} appeared within {self.config.lookup_timeout:g} s "
+                f"(lookup from node {self.rank})"
+            ) from None
+        except asyncio.CancelledError:
+            if enclosing is not None and loop.time() >= enclosing:
+                raise ActorNotFoundError(
+                    f"no actor named {name!r} appeared before the caller's deadline (lookup from node {self.rank})"
+                ) from None
+            raise
+        if ref is None:  # resolve(wait=True) only returns once bound
+            raise ActorNotFoundError(f"no actor named {name!r} (lookup from node {self.rank})")
+        self._cache.put(name, ref, generation)
+        return ref
+
+    async def events(self, pattern: str | None = None) -> AsyncIterator[MembershipEvent]:
+        """Membership events, as they happen: nodes joined and lost, names registered and removed.
+
+        It first yields the current state (``NodeJoined`` for every live node,
+        ``NameRegistered`` for every name), then each change, in order, until
+        this node shuts down. Use it in ``async for``; leaving the loop (or
+        ``aclose()``) ends the subscription.
+
+        Args:
+            pattern: Only name events whose name matches this glob (node events always come).
+        """
+        regex = compile_pattern(pattern) if pattern is not None else None
+        subscription = Subscription(regex)
+        self._events.subscriptions.add(subscription)
+        try:
+            seq, names = await self._registry.call(Registry.subscribe, self.rank)
+            self._events.snapshot_came(subscription, seq)
+            for info in self.nodes:
+                if info.rank not in self._node.lost:
+                    yield NodeJoined(info.rank, info)
+            for name, ref in names:
+                if regex is None or regex.fullmatch(name):
+                    yield NameRegistered(name, ref)
+            while (event := await subscription.queue.get()) is not None:
+                yield event
+        finally:
+            self._events.subscriptions.discard(subscription)
+
+    async def lookup_all(self, pattern: str) -> list[ActorRef[Any]]:
+        """Actors whose names match the glob ``pattern`` (``rl/observers/*``), sorted by name.
+
+        ``*`` and ``?`` match within one path segment, ``**`` across segments.
+        Does not wait: it lists the names that exist now.
+        """
+        compile_pattern(pattern)
+        return await self._registry.call(Registry.match, pattern)
+
+    def rref(self, value: Any) -> Any:
+        """Wrap ``value`` in a ``torch.distributed.rpc.RRef`` owned by this node.
+
+        For torch's own distributed tools (``torch.distributed.autograd``,
+        ``DistributedOptimizer``), which work on RRefs. RRefs can be sent inside
+        calls and replies like any value.
+
+        Raises:
+            UnsupportedError: If the system does not run on torch RPC (in-process worlds).
+        """
+        return self._node.transport.make_rref(value)
+
+    def statistics(self) -> dict[str, Any]:
+        """This node's counters, for monitoring.
+
+        Calls and tells sent and received, messages refused (from lost or
+        unknown nodes), calls pending and calls waiting for room in a mailbox,
+        actors hosted, and transport batches sent.
+        """
+        return {**self._node.statistics(), "transport_batches": self._node.transport.batches_sent}
+
+    # ------------------------------------------------------------------ internals
+
+    async def _release_quietly(self, name: str, reason: str = "stopped") -> None:
+        try:
+            await self._registry.call(Registry.release, name, reason)
+        except Exception as exc:  # noqa: BLE001 - what failed before matters more
+            self._node.log.warning("could not release name", name=name, error=repr(exc))
+
+    def _on_peer_lost(self, rank: int, why: str) -> None:
+        self._cache.evict_rank(rank)
+        self._events.node_lost(rank, why)
+        if self.rank == 0 and not self._node.closed:
+            registry = self._node.cell(REGISTRY_ID)
+            if registry is not None:
+                registry.instance._drop_rank(rank)  # type: ignore[attr-defined]
+        if rank == 0 and self.rank != 0:
+            self._exit.set()
+
+    def _service(self, rank: int) -> ActorRef[NodeService]:
+        return self._services[rank]

@@ -1,0 +1,237 @@
+"""The wire codec: values to msgpack bytes plus a side list of tensors, and back.
+
+Tensors never enter the msgpack bytes: each is replaced by its index in a list
+that the transport hands to torch RPC, whose own tensor path sends them straight
+from storage. Objects only the transport can carry (torch RRefs) ride in the same
+side list. Tuples, and classes registered with :func:`register_extension` (actor
+refs) or :func:`serializable` (dataclasses), are native; anything else msgpack
+cannot carry is pickled, unless the codec is strict, which refuses it with
+``SerializationError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+import msgpack
+import torch
+
+from actorch._base.errors import SerializationError
+
+__all__ = ["Codec", "current_context", "register_extension", "register_side_type", "serializable"]
+
+_TENSOR = 0
+_TUPLE = 1
+_PICKLE = 2
+_SIDE = 3
+_FIRST_USER_CODE = 16
+
+T = TypeVar("T")
+
+Encoder = Callable[[Any], Any]
+Decoder = Callable[[Any, Any], Any]
+_encoders: dict[type, tuple[int, Encoder]] = {}
+_decoders: dict[int, Decoder] = {}
+_side_types: tuple[type, ...] = ()
+_serializable_classes: dict[int, type] = {}
+_decoding_context: ContextVar[Any] = ContextVar("actorch_decoding_context", default=None)
+
+
+def current_context() -> Any:
+    """The context of the decode in progress (for objects rebuilt by pickle), or None."""
+    return _decoding_context.get()
+
+
+def register_extension(cls: type, code: int, encode: Encoder, decode: Decoder) -> None:
+    """Make instances of ``cls`` travel natively (also in strict mode).
+
+    Args:
+        cls: The exact class to encode.
+        code: Extension code, 16 to 127, unique per class.
+        encode: Turns an instance into msgpack-native data (no tensors).
+        decode: Rebuilds the instance from that data and the decoding context.
+    """
+    if not _FIRST_USER_CODE <= code <= 127:
+        raise ValueError(f"extension code must be in 16..127, not {code}")
+    if _decoders.get(code, decode) is not decode:
+        raise ValueError(f"extension code {code} is taken")
+    _encoders[cls] = (code, encode)
+    _decoders[code] = decode
+
+
+def register_side_type(cls: type) -> None:
+    """Make instances of ``cls`` (and subclasses) ride the side list untouched, like tensors.
+
+    For objects only the transport knows how to send (torch RRefs, which torch
+    RPC's own pickler must carry).
+    """
+    global _side_types  # noqa: PLW0603 - registered once per transport module, read per value
+    if cls not in _side_types:
+        _side_types = (*_side_types, cls)
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def serializable(code: int) -> Callable[[type[T]], type[T]]:
+    """Class decorator: instances of this dataclass travel natively, in strict mode too.
+
+    The fields (those ``__init__`` takes) are encoded in order, tensors among them
+    through the tensor path, and the instance is rebuilt by calling the class.
+    Codes 16 to 31 are actorch's own; use 32 to 127.
+
+    Args:
+        code: The extension code, unique per class.
+
+    Raises:
+        TypeError: If the class is not a dataclass.
+        ValueError: If the code is out of range or taken by another class.
+    """
+
+    def register(cls: type[T]) -> type[T]:
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"@serializable needs a dataclass, not {cls.__qualname__}")
+        names = [field.name for field in dataclasses.fields(cls) if field.init]
+
+        def encode(obj: Any) -> list[Any]:
+            return [getattr(obj, name) for name in names]
+
+        def decode(data: Any, context: Any) -> Any:
+            return cls(**dict(zip(names, data, strict=True)))
+
+        registered = _encoders.get(cls)
+        if registered is not None and registered[0] == code:
+            return cls  # the very same class decorated again
+        previous = _serializable_classes.get(code)
+        if previous is not None and _qualified(previous) == _qualified(cls):
+            # The class was defined again (its module reloaded): the new one takes over.
+            _encoders.pop(previous, None)
+            _decoders.pop(code, None)
+        register_extension(cls, code, encode, decode)
+        _serializable_classes[code] = cls
+        return cls
+
+    return register
+
+
+class Codec:
+    """Encodes and decodes message bodies; one per node, strict or not."""
+
+    __slots__ = ("_plain", "strict")
+
+    def __init__(self, *, strict: bool = False) -> None:
+        self.strict = strict
+        self._plain = msgpack.Packer(use_bin_type=True)
+
+    def __repr__(self) -> str:
+        return f"<Codec strict={self.strict}>"
+
+    def encode(self, value: Any, *, copy_tensors: bool = False, cpu_only: bool = False) -> tuple[bytes, list[Any]]:
+        """Encode ``value``; return its bytes and the tensors it references, in order.
+
+        Args:
+            value: Any value msgpack, the registered extensions or pickle can carry.
+            copy_tensors: Send private copies of the tensors, so the sender may
+                mutate its own at once (used by fire-and-forget sends).
+            cpu_only: Refuse tensors that are not on the CPU (the transport
+                cannot carry them).
+
+        Raises:
+            SerializationError: If a part of ``value`` cannot be encoded.
+        """
+        tensors: list[Any] = []
+        strict = self.strict
+        side_types = _side_types
+
+        def default(obj: Any) -> Any:
+            if isinstance(obj, torch.Tensor):
+                if cpu_only and obj.device.type != "cpu":
+                    raise SerializationError(
+                        f"a tensor on device {obj.device} cannot be sent to another node: move it to "
+                        "the CPU first (tensor.cpu()); device maps are not configured"
+                    )
+                tensors.append(obj.detach().clone() if copy_tensors else obj)
+                return msgpack.ExtType(_TENSOR, (len(tensors) - 1).to_bytes(4, "little"))
+            if type(obj) is tuple:
+                return msgpack.ExtType(_TUPLE, nested(list(obj)))
+            if side_types and isinstance(obj, side_types):
+                tensors.append(obj)
+                return msgpack.ExtType(_SIDE, (len(tensors) - 1).to_bytes(4, "little"))
+            registered = _encoders.get(type(obj))
+            if registered is not None:
+                code, encode = registered
+                return msgpack.ExtType(code, nested(encode(obj)))
+            if strict:
+                raise SerializationError(
+                    f"strict serialization refuses {type(obj).__qualname__} values; send "
+                    "tensors, numbers, str, bytes, lists, tuples, dicts or actor refs"
+                )
+            try:
+                return msgpack.ExtType(_PICKLE, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+            except Exception as exc:
+                raise SerializationError(f"cannot serialize {type(obj).__qualname__} value: {exc}") from exc
+
+        def nested(inner: Any) -> bytes:
+            # A packer's buffer is not reentrant: nested values need their own.
+            return msgpack.packb(inner, default=default, use_bin_type=True, strict_types=True)
+
+        try:
+            return nested(value), tensors
+        except SerializationError:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise SerializationError(f"cannot serialize value: {exc}") from exc
+
+    def encode_plain(self, value: Any) -> bytes:
+        """Encode msgpack-native ``value`` (no tuples, tensors or extensions) quickly."""
+        return self._plain.pack(value)
+
+    @staticmethod
+    def decode_plain(data: bytes) -> Any:
+        """Decode bytes made by :meth:`encode_plain` (tuples come back as lists)."""
+        return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
+
+    def decode(self, data: bytes, tensors: list[Any], context: Any = None) -> Any:
+        """Decode bytes made by :meth:`encode`, taking tensors from ``tensors``.
+
+        Args:
+            data: The encoded bytes.
+            tensors: The side list (tensors, transport objects) that travelled with them.
+            context: Passed to extension decoders (the receiving node, for refs).
+
+        Raises:
+            SerializationError: If the bytes are malformed, or strict mode meets pickle.
+        """
+        strict = self.strict
+
+        def ext_hook(code: int, payload: bytes) -> Any:
+            if code in (_TENSOR, _SIDE):
+                return tensors[int.from_bytes(payload, "little")]
+            if code == _TUPLE:
+                return tuple(unpack(payload))
+            if code == _PICKLE:
+                if strict:
+                    raise SerializationError("strict serialization refuses a pickled value")
+                return pickle.loads(payload)  # noqa: S301 - peers are trusted (docs/concepts)
+            decode = _decoders.get(code)
+            if decode is None:
+                raise SerializationError(f"unknown extension code {code}")
+            return decode(unpack(payload), context)
+
+        def unpack(payload: bytes) -> Any:
+            return msgpack.unpackb(payload, ext_hook=ext_hook, raw=False, strict_map_key=False)
+
+        token = _decoding_context.set(context)
+        try:
+            return unpack(data)
+        except SerializationError:
+            raise
+        except Exception as exc:
+            raise SerializationError(f"cannot decode message: {exc!r}") from exc
+        finally:
+            _decoding_context.reset(token)

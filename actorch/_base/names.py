@@ -1,0 +1,81 @@
+"""Actor names: the path-shaped naming rule and glob patterns over names."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from actorch._base.errors import InvalidNameError
+
+__all__ = ["MAX_NAME_LENGTH", "NAME_RULE", "check_name", "compile_pattern"]
+
+MAX_NAME_LENGTH = 255
+"""Longest name accepted, in characters."""
+
+NAME_RULE = (
+    "a name is one or more '/'-separated segments of letters, digits, '_', '-' or '.', "
+    f"no segment empty, '.' or '..', at most {MAX_NAME_LENGTH} characters in all "
+    "(e.g. 'rl/observers/3')"
+)
+
+_SEGMENT = r"[A-Za-z0-9_.\-]+"
+_NAME = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*")
+_PATTERN = re.compile(r"[A-Za-z0-9_.\-*?/\[\]!]+")
+
+
+def check_name(name: object) -> str:
+    """Return ``name`` if it follows the naming rule, else raise ``InvalidNameError``."""
+    if not isinstance(name, str):
+        raise InvalidNameError(f"actor name must be a str, not {type(name).__name__}; {NAME_RULE}")
+    if (
+        len(name) > MAX_NAME_LENGTH
+        or _NAME.fullmatch(name) is None
+        or any(segment in (".", "..") for segment in name.split("/"))
+    ):
+        raise InvalidNameError(f"invalid actor name {name!r}: {NAME_RULE}")
+    return name
+
+
+@lru_cache(maxsize=256)
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    """Compile a name glob: ``*`` and ``?`` stay inside one segment, ``**`` spans segments.
+
+    ``[abc]`` and ``[!abc]`` match one character of a set, as in shell globs.
+    """
+    if not isinstance(pattern, str) or not pattern or _PATTERN.fullmatch(pattern) is None:
+        raise InvalidNameError(
+            f"invalid name pattern {pattern!r}: use name characters with '*', '**', '?' "
+            f"and '[...]' wildcards; {NAME_RULE}"
+        )
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[":
+            end = pattern.find("]", i + 1)
+            if end == -1:
+                raise InvalidNameError(f"invalid name pattern {pattern!r}: '[' without ']'")
+            body = pattern[i + 1 : end]
+            negate = body.startswith("!")
+            if negate:
+                body = body[1:]
+            if not body:
+                raise InvalidNameError(f"invalid name pattern {pattern!r}: empty '[...]' set")
+            body = "".join(char if char == "-" else re.escape(char) for char in body)  # keep ranges
+            out.append(f"[^/{body}]" if negate else f"[{body}]")
+            i = end
+        else:
+            out.append(re.escape(char))
+        i += 1
+    try:
+        return re.compile("".join(out))
+    except re.error as exc:
+        raise InvalidNameError(f"invalid name pattern {pattern!r}: {exc}") from None

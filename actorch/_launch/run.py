@@ -1,0 +1,283 @@
+"""``actorch.run``: start the world, run ``main`` on rank 0, and always shut down in bounded time.
+
+Three ways to start: one process (``world_size`` 1 or None, in-process transport);
+a plain script with ``world_size=N`` (this process is rank 0 and spawns N-1
+local workers on loopback, on a free port); or under ``torchrun`` (the world
+comes from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
+
+from actorch._actors.service import NodeService
+from actorch._actors.system import ActorSystem, SystemConfig
+from actorch._base.errors import NodeLostError
+from actorch._engine.flow import DEFAULT_WINDOW
+from actorch._engine.node import DEFAULT_MAX_MESSAGE
+from actorch._launch.eventloop import Watchdog, run_bounded
+from actorch._launch.logs import configure_logging
+from actorch._transport.base import InProcessHub, Transport
+from actorch._transport.network import listen_socket
+from actorch._transport.rpc import RpcOptions, RpcTransport
+
+__all__ = ["run"]
+
+T = TypeVar("T")
+Main = Callable[[ActorSystem], Awaitable[T]]
+
+_TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+_QUIET_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR"}
+SHUTDOWN_TIMEOUT = 5.0
+"""Seconds past the actors' own bounds (``2 * stop_grace``) that a node's shutdown may take."""
+JOIN_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class _World:
+    rank: int
+    world_size: int
+    host: str
+    port: int
+
+
+def run(
+    main: Main[T],
+    world_size: int | None = None,
+    *,
+    strict: bool = False,
+    transport: str = "uv",
+    host: str = "127.0.0.1",
+    lookup_timeout: float = 30.0,
+    stop_grace: float = 10.0,
+    liveness_timeout: float = 2.5,
+    mailbox_size: int = DEFAULT_WINDOW,
+    max_message_size: int = DEFAULT_MAX_MESSAGE,
+    log_level: str | None = None,
+    configure_logs: bool = True,
+) -> T:
+    """Start an actor system, run ``main(system)`` on rank 0, shut down, and return its result.
+
+    Args:
+        main: The async function to run on rank 0.
+        world_size: Number of processes; None or 1 runs everything in this one.
+            Under ``torchrun`` it may be left None (the world comes from the
+            environment); if given it must match.
+        strict: Refuse to send values that would need pickle.
+        transport: TensorPipe transport, ``"uv"`` (default; idles at ~0 % CPU)
+            or ``"shm"`` (lower latency, busy-spins a core per idle process).
+        host: Address of rank 0 for local launches; loopback unless you mean otherwise.
+        lookup_timeout: Seconds ``lookup`` waits for a name without a deadline.
+        stop_grace: Seconds a stopping actor's messages may run before cancellation.
+        liveness_timeout: Seconds without a sign of life after which a node that
+            did not close its connections (a stopped process, a network
+            partition) is lost; heartbeats go every fifth of it. A killed
+            process is noticed at once, whatever this is.
+        mailbox_size: Messages one node may have waiting at one actor; beyond
+            it a call waits for room and a tell raises ``MailboxFullError``.
+        max_message_size: Bytes a call, tell or result between nodes may take
+            (its encoded body and its tensors); a larger one raises
+            ``MessageTooLargeError`` where it is sent.
+        log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
+        configure_logs: Configure structlog here (unless the program already did).
+
+    Returns:
+        What ``main`` returned. If ``main`` raised, the exception propagates after shutdown.
+    """
+    if isinstance(liveness_timeout, bool) or not isinstance(liveness_timeout, (int, float)) or liveness_timeout <= 0:
+        raise ValueError(f"liveness_timeout must be a positive number of seconds, not {liveness_timeout!r}")
+    if configure_logs:
+        configure_logging(log_level)
+    config = SystemConfig(
+        strict=strict,
+        lookup_timeout=lookup_timeout,
+        stop_grace=stop_grace,
+        mailbox_size=mailbox_size,
+        max_message_size=max_message_size,
+    )
+    options = RpcOptions(
+        transport=transport, heartbeat_interval=liveness_timeout / 5, liveness_timeout=liveness_timeout
+    )
+    if all(var in os.environ for var in _TORCHRUN_VARS):
+        world = _World(
+            int(os.environ["RANK"]),
+            int(os.environ["WORLD_SIZE"]),
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+        )
+        if world_size is not None and world_size != world.world_size:
+            raise ValueError(f"run(world_size={world_size}) but torchrun started {world.world_size} processes")
+        if world.rank != 0:
+            _serve(world, config, options)
+        return run_bounded(_lead(main, _rpc_transport(world, options), config))
+    if world_size is None or world_size == 1:
+        hub = InProcessHub(1)
+        return run_bounded(_lead(main, hub.transport(0), config))
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, not {world_size!r}")
+    return _launch_local(main, world_size, host, config, options)
+
+
+def _launch_local(main: Main[T], world_size: int, host: str, config: SystemConfig, options: RpcOptions) -> T:
+    listener = listen_socket(host)
+    port = listener.getsockname()[1]
+    context = multiprocessing.get_context("spawn")
+    saved = {key: os.environ.get(key) for key in _QUIET_ENV}
+    os.environ.update(_QUIET_ENV)
+    try:
+        workers = [
+            context.Process(
+                target=_serve,
+                args=(_World(rank, world_size, host, port), config, options),
+                name=f"actorch-node{rank}",
+                daemon=True,
+            )
+            for rank in range(1, world_size)
+        ]
+        for worker in workers:
+            worker.start()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    try:
+        transport = RpcTransport(0, world_size, host, port, options, listener)
+        return run_bounded(_lead(main, transport, config, workers))
+    finally:
+        _reap(workers)
+
+
+def _reap(workers: list[Any]) -> None:
+    for worker in workers:
+        worker.join(JOIN_TIMEOUT)
+    for worker in workers:
+        if worker.is_alive():
+            worker.kill()
+            worker.join(1.0)
+
+
+def _rpc_transport(world: _World, options: RpcOptions) -> RpcTransport:
+    return RpcTransport(world.rank, world.world_size, world.host, world.port, options)
+
+
+async def _start(transport: Transport, config: SystemConfig, workers: list[Any] | None = None) -> ActorSystem:
+    system = ActorSystem._create(transport, config)
+    node = system._node
+    await system._start_services()
+    starting = asyncio.ensure_future(transport.start())
+    while not starting.done():
+        await asyncio.wait([starting], timeout=0.1)
+        dead = [worker for worker in workers or () if worker.exitcode is not None]
+        if dead and not starting.done():
+            starting.cancel()
+            codes = ", ".join(f"{worker.name} exited with code {worker.exitcode}" for worker in dead)
+            raise RuntimeError(f"actor system failed to start: {codes}")
+    starting.result()
+    if workers:
+        node.on_peer_lost(lambda rank, why: _kill_lost(workers, rank))
+    return system
+
+
+def _kill_lost(workers: list[Any], rank: int) -> None:
+    """Kill a worker process that was lost while still running (stopped, cut off).
+
+    Its names and calls are already gone; killed, it cannot come back as a
+    stale node, and shutdown need not wait for it.
+    """
+    worker = workers[rank - 1]
+    if worker.is_alive():
+        worker.kill()
+
+
+async def _lead(main: Main[T], transport: Transport, config: SystemConfig, workers: list[Any] | None = None) -> T:
+    system = await _start(transport, config, workers)
+    failed = True
+    try:
+        result = await main(system)
+        failed = False
+        return result
+    finally:
+        silent = await asyncio.shield(_shutdown_world(system, failed))
+        if workers:
+            for rank in silent:
+                _kill_lost(workers, rank)  # its loop is stuck: do not wait for its watchdog
+
+
+async def _shutdown_world(system: ActorSystem, failed: bool) -> list[int]:
+    """Stop every actor everywhere (``on_stop`` runs), then close this node; the workers follow.
+
+    Rank 0 leaves first: each worker sees it go and exits, with code 1 if
+    ``main`` failed. The other order makes torch log every dropped connection
+    at rank 0, where torch may have been imported before its C++ log level
+    could be set. Each node's share is bounded by ``2 * stop_grace`` (messages,
+    then ``on_stop``) plus ``SHUTDOWN_TIMEOUT``.
+
+    Returns:
+        The ranks that did not answer in time (their event loop may be stuck).
+    """
+    node = system._node
+    peers = [rank for rank in range(1, system.world_size) if rank not in node.lost]
+    limit = 2 * system.config.stop_grace + SHUTDOWN_TIMEOUT
+    answered = await _call_all(system, peers, NodeService.shutdown, limit, failed)
+    await system._stop_local_actors()
+    node.departing = True
+    await node.close()
+    return [rank for rank, ok in zip(peers, answered, strict=True) if not ok]
+
+
+async def _call_all(system: ActorSystem, ranks: list[int], endpoint: Any, limit: float, *args: Any) -> list[bool]:
+    """Call ``endpoint`` of every rank's service at once; whether each answered within ``limit`` seconds."""
+
+    async def one(rank: int) -> bool:
+        try:
+            async with asyncio.timeout(limit):
+                await system._service(rank).call(endpoint, *args)
+        except NodeLostError:
+            return True  # it left already
+        except Exception as exc:  # noqa: BLE001 - a node that fails here is reported, not fatal
+            system._node.log.warning("node did not answer shutdown", peer=rank, error=repr(exc))
+            return False
+        return True
+
+    return list(await asyncio.gather(*(one(rank) for rank in ranks)))
+
+
+def _serve(world: _World, config: SystemConfig, options: RpcOptions) -> NoReturn:
+    """Entry point of a worker rank: serve actors until rank 0 ends the system, then exit.
+
+    The exit code is 0 when rank 0 ended the system after ``main`` returned,
+    and 1 when ``main`` raised or rank 0 was lost.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # rank 0 leads the shutdown on Ctrl-C
+    configure_logging()
+    raise SystemExit(run_bounded(_serve_async(world, config, options)))
+
+
+async def _serve_async(world: _World, config: SystemConfig, options: RpcOptions) -> int:
+    transport = _rpc_transport(world, options)
+    watchdog = Watchdog(2 * config.stop_grace + SHUTDOWN_TIMEOUT)
+
+    def on_lost(rank: int, why: str) -> None:  # on a torch thread: works while the loop is stuck too
+        if rank == 0:
+            watchdog.arm(f"rank 0 was lost ({why})")
+
+    transport.lost_in_thread = on_lost
+    system = await _start(transport, config)
+    try:
+        await system._exit.wait()
+        system._node.departing = True
+        await system._stop_local_actors()
+    finally:
+        await system._node.close()
+    if system._exit_code is None:
+        system._node.log.error("rank 0 was lost; this node shut down", why=system._node.lost.get(0))
+        return 1
+    return system._exit_code

@@ -1,0 +1,108 @@
+"""The trainer's side of a (sharded) parameter server: one state dict over many shards."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from actorch._actors.ref import ActorRef
+from actorch._base.errors import GroupError
+from actorch._stock.parameter_server import Parameters, ParameterServer
+
+__all__ = ["ParameterClient"]
+
+
+class ParameterClient:
+    """Pulls from and pushes to every shard of a parameter server at once.
+
+    Keeps the latest parameters it has seen and each shard's version, so a pull
+    only transfers the shards that changed. Works the same with one unsharded
+    server.
+
+    Example:
+        >>> shards = await system.lookup_all("ps/*")
+        >>> client = ParameterClient(shards)
+        >>> model.load_state_dict(await client.pull() or client.parameters, strict=False)
+        >>> new = await client.push({n: p.grad for n, p in model.named_parameters()})
+
+    Args:
+        servers: One server's ref, or the refs of all shards (any order).
+
+    Raises:
+        ValueError: If ``servers`` is empty.
+    """
+
+    def __init__(self, servers: ActorRef[ParameterServer] | Sequence[ActorRef[ParameterServer]]) -> None:
+        refs = [servers] if isinstance(servers, ActorRef) else list(servers)
+        if not refs:
+            raise ValueError("a ParameterClient needs at least one server")
+        self.servers = refs
+        self.versions: list[int | None] = [None] * len(refs)
+        self.parameters: dict[str, torch.Tensor] = {}
+        self._owner: dict[str, int] | None = None
+
+    def __repr__(self) -> str:
+        return f"<ParameterClient shards={len(self.servers)} versions={self.versions}>"
+
+    async def pull(self) -> dict[str, torch.Tensor] | None:
+        """Fetch what changed since the last pull; return all parameters, or ``None`` if nothing did.
+
+        Raises:
+            GroupError: If some shards failed; the others' parameters are kept.
+        """
+        replies = await self._each(lambda i: self.servers[i].call(ParameterServer.pull, self.versions[i]))
+        if all(reply is None for reply in replies):
+            return None
+        self._update(replies)
+        return dict(self.parameters)
+
+    async def push(self, grads: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Send each shard its gradients (every shard gets a push, maybe empty); return the new parameters.
+
+        Raises:
+            KeyError: If a gradient's name belongs to no shard (nothing is sent).
+            GroupError: If some shards failed; the others' parameters are kept.
+        """
+        owner = await self._ownership()
+        unknown = sorted(set(grads) - set(owner))
+        if unknown:
+            raise KeyError(f"no shard holds the parameters {unknown}")
+        parts: list[dict[str, torch.Tensor]] = [{} for _ in self.servers]
+        for name, grad in grads.items():
+            parts[owner[name]][name] = grad
+        replies = await self._each(lambda i: self.servers[i].call(ParameterServer.push, parts[i]))
+        self._update(replies)
+        return dict(self.parameters)
+
+    async def _ownership(self) -> dict[str, int]:
+        if self._owner is None:
+            names = await self._each(lambda i: self.servers[i].call(ParameterServer.names))
+            self._owner = {name: index for index, owned in enumerate(names) for name in owned}
+        return self._owner
+
+    def _update(self, replies: Sequence[Parameters | None]) -> None:
+        for index, reply in enumerate(replies):
+            if reply is not None:
+                self.versions[index] = reply.version
+                self.parameters.update(reply.tensors)
+
+    async def _each(self, call: Any) -> list[Any]:
+        results = await asyncio.gather(*(call(i) for i in range(len(self.servers))), return_exceptions=True)
+        failed = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
+        for _, error in failed:
+            if not isinstance(error, Exception):
+                raise error  # cancellation and the like are not shard failures
+        if failed:
+            self._update([r if isinstance(r, Parameters) else None for r in results])
+            for index, error in failed:
+                error.add_note(f"parameter shard {index}: {self.servers[index]!r}")
+            names = ", ".join(f"{i} ({self.servers[i]!r})" for i, _ in failed)
+            raise GroupError(
+                f"{len(failed)} of {len(self.servers)} parameter shards failed: {names}",
+                [error for _, error in failed if isinstance(error, Exception)],
+                results,
+            )
+        return list(results)

@@ -1,0 +1,320 @@
+"""The parameter server: a model's parameters, an optimizer and a version, as an actor.
+
+Trainers pull the parameters, compute gradients on their own data and push them
+back. In ``"async"`` mode (Hogwild) every push is applied at once. In ``"sync"``
+mode pushes accumulate until ``trainers`` of them have arrived; the last one
+triggers one optimizer step on the averaged gradients and every pusher's
+``await`` returns the new parameters. Large models are split by parameter name
+over several servers (``shard=(index, count)``) that a :class:`ParameterClient`
+drives as one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from actorch._actors.actor import Actor
+from actorch._base.codec import serializable
+
+__all__ = ["ParameterServer", "Parameters", "assign_shards"]
+
+ModelFactory = Callable[[], nn.Module] | str
+OptimizerClass = type[torch.optim.Optimizer] | str
+
+
+@serializable(18)
+@dataclass(frozen=True)
+class Parameters:
+    """A version of a server's parameters.
+
+    The tensors are shared by every caller that pulled this version: treat them
+    as read-only (``model.load_state_dict`` copies them, which is what you want).
+
+    Attributes:
+        version: How many optimizer steps the server had taken.
+        tensors: The parameters by name, as in the model's ``named_parameters()``.
+    """
+
+    version: int
+    tensors: dict[str, torch.Tensor] = field(repr=False)
+
+
+def _resolve(target: Any, what: str) -> Any:
+    """``target`` itself, or the object a ``"module:attribute"`` path names."""
+    if not isinstance(target, str):
+        return target
+    module_name, _, attribute = target.partition(":")
+    if not attribute:
+        module_name, _, attribute = target.rpartition(".")
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"cannot import the {what} {target!r}: {exc}") from exc
+    return found
+
+
+def assign_shards(sizes: Mapping[str, int], count: int) -> list[list[str]]:
+    """Split parameter names over ``count`` shards, balancing their element counts.
+
+    Largest first, each to the lightest shard so far; ties break by name and by
+    shard index, so every node computes the same split.
+
+    Raises:
+        ValueError: If ``count`` is below 1 or above the number of parameters.
+    """
+    if not 1 <= count <= max(1, len(sizes)):
+        raise ValueError(f"cannot split {len(sizes)} parameters over {count} shards")
+    shards: list[list[str]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
+        lightest = min(range(count), key=lambda i: (loads[i], i))
+        shards[lightest].append(name)
+        loads[lightest] += sizes[name]
+    return shards
+
+
+class _SnapshotForward(nn.Module):
+    """Runs a module on differentiable copies of its parameters taken at the call."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+        # functional_call swaps the module's attributes for the call's duration:
+        # passes on several RPC threads at once must not see each other's copies.
+        self._swap = threading.Lock()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with self._swap:
+            copies = {name: param.clone() for name, param in self.module.named_parameters()}
+            return torch.func.functional_call(self.module, copies, args, kwargs)
+
+
+@dataclass
+class _Round:
+    """Gradients of a sync-mode round collected so far."""
+
+    sums: dict[str, torch.Tensor]
+    counts: dict[str, int]
+    pushes: int
+    done: asyncio.Future[Parameters]
+
+
+class ParameterServer(Actor):
+    """Holds (a shard of) a model's parameters and applies the gradients trainers push.
+
+    Args:
+        model: Builds the model on the server's node: a callable taking no
+            arguments, or its import path (``"package.module:factory"``; strict
+            mode cannot send a callable).
+        optimizer: The optimizer class, or its import path (``"torch.optim.Adam"``).
+        optimizer_kwargs: Keyword arguments for the optimizer (``{"lr": 0.01}``).
+        mode: ``"async"`` applies each push at once; ``"sync"`` averages the
+            pushes of ``trainers`` trainers and steps once.
+        trainers: Pushes per step in sync mode.
+        shard: ``(index, count)``: keep only this shard's parameters (see
+            :func:`assign_shards`); ``(0, 1)`` keeps them all.
+
+    Raises:
+        ValueError: If an option is out of range or an import path does not resolve.
+    """
+
+    # Sync mode holds each push open until its round completes; handlers only
+    # interleave at awaits, so the state still needs no lock.
+    max_concurrency = 1 << 16
+
+    def __init__(
+        self,
+        model: ModelFactory,
+        *,
+        optimizer: OptimizerClass = "torch.optim.SGD",
+        optimizer_kwargs: Mapping[str, Any] | None = None,
+        mode: str = "async",
+        trainers: int | None = None,
+        shard: tuple[int, int] | list[int] = (0, 1),
+    ) -> None:
+        if mode not in ("async", "sync"):
+            raise ValueError(f"mode must be 'async' or 'sync', not {mode!r}")
+        if mode == "sync" and (not isinstance(trainers, int) or trainers < 1):
+            raise ValueError(f"sync mode needs trainers >= 1, not {trainers!r}")
+        if mode == "async" and trainers is not None:
+            raise ValueError("trainers counts the pushes of a sync-mode step; async mode applies each push")
+        index, count = shard
+        if not 0 <= index < count:
+            raise ValueError(f"shard must be (index, count) with 0 <= index < count, not {tuple(shard)}")
+        module = _resolve(model, "model factory")()
+        if not isinstance(module, nn.Module):
+            raise ValueError(f"the model factory returned a {type(module).__qualname__}, not a torch.nn.Module")
+        named = dict(module.named_parameters())
+        owned = assign_shards({name: p.numel() for name, p in named.items()}, count)[index]
+        self.mode = mode
+        self.trainers = trainers
+        self.shard = (index, count)
+        self._module = module
+        self._forward = _SnapshotForward(module)  # one, so its lock covers every trainer
+        self._params = {name: named[name] for name in sorted(owned)}
+        optimizer_class = _resolve(optimizer, "optimizer")
+        self._optimizer: torch.optim.Optimizer = optimizer_class(
+            list(self._params.values()), **dict(optimizer_kwargs or {})
+        )
+        self._version = 0
+        self._published: Parameters | None = None
+        self._round: _Round | None = None
+        self._rrefs: list[Any] | None = None
+        self._counts = {"pulls": 0, "pulls_unchanged": 0, "pushes": 0, "steps": 0}
+
+    async def names(self) -> list[str]:
+        """The names of the parameters this server holds, sorted."""
+        return list(self._params)
+
+    async def version(self) -> int:
+        """How many optimizer steps the server has taken."""
+        return self._version
+
+    async def pull(self, since: int | None = None) -> Parameters | None:
+        """The current parameters, or ``None`` when ``since`` is already the current version.
+
+        Pass the version you hold as ``since`` to skip transferring what you have.
+        Once :meth:`parameter_rrefs` or :meth:`module_rref` has handed out
+        RRefs, the parameters may change without a step the server sees, so
+        every pull then sends them.
+        """
+        self._counts["pulls"] += 1
+        if self._rrefs is not None:
+            self._published = None  # RRef holders may have changed them since
+        elif since is not None and since == self._version:
+            self._counts["pulls_unchanged"] += 1
+            return None
+        return self._snapshot()
+
+    async def push(self, grads: dict[str, torch.Tensor]) -> Parameters:
+        """Apply (async) or contribute (sync) gradients; return the parameters after the step.
+
+        ``grads`` maps parameter names to gradients of the same shape; names this
+        server does not hold are refused, missing names mean no gradient. In sync
+        mode the call returns when the round's last push has arrived and the step
+        is taken; a pusher whose deadline expires first leaves its gradients in
+        the round.
+
+        Raises:
+            KeyError: If a name is not a parameter of this server.
+            ValueError: If a gradient's shape differs from its parameter's.
+            Exception: What the optimizer step raised; in sync mode, every pusher of the round gets it.
+        """
+        self._check(grads)
+        self._counts["pushes"] += 1
+        if self.mode == "async":
+            self._step(grads)
+            return self._snapshot()
+        collected = self._round
+        if collected is None:
+            future: asyncio.Future[Parameters] = asyncio.get_running_loop().create_future()
+            collected = self._round = _Round({}, {}, 0, future)
+        for name, grad in grads.items():
+            total = collected.sums.get(name)
+            if total is None:
+                collected.sums[name] = grad.detach().to(self._params[name].dtype, copy=True)
+            else:
+                total.add_(grad)
+            collected.counts[name] = collected.counts.get(name, 0) + 1
+        collected.pushes += 1
+        if collected.pushes < (self.trainers or 1):
+            return await asyncio.shield(collected.done)
+        self._round = None
+        try:
+            self._step({name: total.div_(collected.counts[name]) for name, total in collected.sums.items()})
+            collected.done.set_result(self._snapshot())
+        except Exception as exc:  # noqa: BLE001 - every pusher of the round gets the step's error
+            collected.done.set_exception(exc)
+        return collected.done.result()
+
+    async def load(self, tensors: dict[str, torch.Tensor]) -> int:
+        """Overwrite parameters by name (a checkpoint, a warm start); return the new version.
+
+        Raises:
+            KeyError: If a name is not a parameter of this server.
+            ValueError: If a shape differs from its parameter's.
+        """
+        self._check(tensors)
+        with torch.no_grad():
+            for name, value in tensors.items():
+                self._params[name].copy_(value)
+        self._advance()
+        return self._version
+
+    async def parameter_rrefs(self) -> list[Any]:
+        """``torch.distributed.rpc.RRef`` s to the parameters, for ``DistributedOptimizer``.
+
+        Raises:
+            UnsupportedError: If the system does not run on torch RPC.
+        """
+        if not self._rrefs:
+            self._rrefs = [self.system.rref(param) for param in self._params.values()]
+        return self._rrefs
+
+    async def module_rref(self) -> Any:
+        """An RRef to the server's model, to run its forward pass under distributed autograd.
+
+        ``rref.rpc_sync().forward(x)`` runs the model on the server on a copy of
+        its parameters taken for that pass (gradients still flow to the
+        parameters), so trainers running at once never trip autograd's check on
+        weights another trainer's optimizer step changed in place (Hogwild).
+
+        Raises:
+            UnsupportedError: If the system does not run on torch RPC.
+        """
+        self._rrefs = self._rrefs or []
+        return self.system.rref(self._forward)
+
+    async def statistics(self) -> dict[str, Any]:
+        """Version, mode, shard, counters, and pushes waiting for the current sync round."""
+        return {
+            **self._counts,
+            "version": self._version,
+            "mode": self.mode,
+            "shard": list(self.shard),
+            "parameters": sum(p.numel() for p in self._params.values()),
+            "waiting": 0 if self._round is None else self._round.pushes,
+        }
+
+    # ------------------------------------------------------------------ internals
+
+    def _check(self, tensors: Mapping[str, Any]) -> None:
+        for name, value in tensors.items():
+            param = self._params.get(name)
+            if param is None:
+                raise KeyError(f"{name!r} is not a parameter of {self.name or 'this server'} (shard {self.shard})")
+            if not isinstance(value, torch.Tensor) or value.shape != param.shape:
+                got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__qualname__
+                raise ValueError(f"{name!r} must be a tensor of shape {tuple(param.shape)}, got {got}")
+
+    def _step(self, grads: Mapping[str, torch.Tensor]) -> None:
+        for name, param in self._params.items():
+            grad = grads.get(name)
+            param.grad = None if grad is None else grad.detach().to(param.dtype)
+        with torch.no_grad():
+            self._optimizer.step()
+        self._optimizer.zero_grad(set_to_none=True)
+        self._counts["steps"] += 1
+        self._advance()
+
+    def _advance(self) -> None:
+        self._version += 1
+        self._published = None
+
+    def _snapshot(self) -> Parameters:
+        # One copy per version, shared by every pull of it: the live parameters
+        # change in place at the next step, and replies may leave later.
+        if self._published is None:
+            tensors = {name: param.detach().clone() for name, param in self._params.items()}
+            self._published = Parameters(self._version, tensors)
+        return self._published

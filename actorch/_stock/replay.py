@@ -1,0 +1,345 @@
+"""The replay buffer as an actor: uniform sampling, snapshots to a tensor file.
+
+A buffer keeps transitions (dicts of tensors) in one preallocated tensor per
+key, ``(capacity, *shape)``, written as a ring: the oldest transitions make
+room for new ones. Writes, sampling and priority updates work on whole batches
+with tensor operations, never one Python object per transition, so a buffer of
+millions of transitions costs its tensors and nothing more. Sampled batches
+travel as :class:`Sample`, natively, in strict mode too.
+
+Written against the public API only, as a user would write them (layer 9).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from actorch._actors.actor import Actor
+from actorch._base.codec import serializable
+from actorch._base.errors import SnapshotError
+from actorch._base.tensorfile import load_tensors, save_tensors
+
+__all__ = ["ReplayBuffer", "Sample"]
+
+SNAPSHOT_FORMAT = "actorch.replay"
+SNAPSHOT_VERSION = 1
+
+
+@serializable(17)
+@dataclass(frozen=True, eq=False, repr=False)
+class Sample:
+    """A batch drawn from a replay buffer.
+
+    Equality is identity: comparing tensors element-wise has no single truth value.
+
+    Attributes:
+        data: One tensor per key, ``(batch_size, *shape)``: fresh tensors, never
+            views of the buffer's storage, so they may be kept and mutated.
+        indices: Where each item lies in the buffer (int64), to pass back to
+            ``update_priorities``.
+        weights: Importance-sampling weights (float32, at most 1), or None for
+            a uniform buffer.
+        probabilities: Each item's probability of being drawn, within the
+            buffer that drew it (float64), or None for a uniform buffer.
+        size: Transitions the buffer held when it was sampled.
+        mass: The buffer's total priority mass then (its size, for a uniform buffer).
+    """
+
+    data: dict[str, Tensor]
+    indices: Tensor
+    weights: Tensor | None
+    probabilities: Tensor | None
+    size: int
+    mass: float
+
+    def __repr__(self) -> str:
+        keys = ", ".join(self.data)
+        kind = "prioritized" if self.weights is not None else "uniform"
+        return f"<Sample {len(self.indices)} {kind} items of {self.size} ({keys})>"
+
+
+class ReplayBuffer(Actor):
+    """A replay buffer of fixed capacity, sampled uniformly with replacement.
+
+    Transitions are dicts of tensors. The first ``extend`` fixes the layout
+    (keys, dtypes and trailing shapes) and allocates ``(capacity, *shape)``
+    tensors; later batches must match it. When full, new transitions overwrite
+    the oldest (FIFO ring).
+
+    Args:
+        capacity: The most transitions held at once.
+        restore: A snapshot file (written by :meth:`snapshot` on this node's file
+            system) to start from; it must be of the same kind and capacity.
+        seed: Seeds this buffer's own random generator, for repeatable sampling.
+
+    Raises:
+        ValueError: If ``capacity`` is not a positive int.
+        SnapshotError: If ``restore`` is corrupt, truncated, or of another kind,
+            capacity or layout.
+        OSError: If ``restore`` cannot be read.
+    """
+
+    kind: ClassVar[str] = "uniform"
+    """What snapshots record, so a snapshot only restores into a buffer of its kind."""
+
+    def __init__(self, capacity: int, *, restore: str | None = None, seed: int | None = None) -> None:
+        self.capacity = _check_capacity(capacity)
+        self._storage: dict[str, Tensor] = {}
+        self._cursor = 0  # the slot the next transition goes to
+        self._size = 0
+        self._generator = torch.Generator()
+        if seed is None:
+            self._generator.seed()
+        else:
+            self._generator.manual_seed(seed)
+        self._counts = {"added": 0, "sampled": 0, "samples": 0, "snapshots": 0}
+        if restore is not None:
+            self._restore(restore)
+
+    async def extend(self, batch: dict[str, Tensor]) -> int:
+        """Add many transitions at once; return how many the buffer holds.
+
+        Args:
+            batch: One tensor per key, all with the same leading dimension (the
+                number of transitions). A batch larger than the capacity keeps
+                its last ``capacity`` transitions.
+
+        Raises:
+            TypeError: If ``batch`` is not a dict of tensors, or a dtype differs
+                from the buffer's.
+            ValueError: If the keys, trailing shapes or leading dimensions do not match.
+        """
+        count = self._check_batch(batch)
+        if not self._storage:
+            self._storage = {
+                key: torch.zeros((self.capacity, *value.shape[1:]), dtype=value.dtype) for key, value in batch.items()
+            }
+        slots = self._write(batch, count)
+        self._written(slots)
+        return self._size
+
+    async def add(self, transition: dict[str, Tensor]) -> int:
+        """Add one transition (tensors without the leading dimension); return how many are held.
+
+        Raises:
+            TypeError: If ``transition`` is not a dict of tensors, or a dtype differs.
+            ValueError: If the keys or shapes do not match the buffer's.
+        """
+        if not isinstance(transition, Mapping):
+            raise TypeError(f"a transition is a dict of tensors, not {type(transition).__qualname__}")
+        for key, value in transition.items():
+            if not isinstance(value, Tensor):
+                raise TypeError(f"transition[{key!r}] is a {type(value).__qualname__}, not a tensor")
+        return await self.extend({key: value.unsqueeze(0) for key, value in transition.items()})
+
+    async def sample(self, batch_size: int) -> Sample:
+        """Draw ``batch_size`` transitions uniformly, with replacement.
+
+        Raises:
+            ValueError: If ``batch_size`` is not positive or the buffer is empty.
+        """
+        self._check_sample(batch_size)
+        indices = torch.randint(self._size, (batch_size,), generator=self._generator)
+        return Sample(self._gather(indices), indices, None, None, self._size, float(self._size))
+
+    async def size(self) -> int:
+        """How many transitions the buffer holds."""
+        return self._size
+
+    async def clear(self) -> None:
+        """Forget every transition and the layout; the next ``extend`` may bring new keys."""
+        self._storage = {}
+        self._cursor = 0
+        self._size = 0
+
+    async def snapshot(self, path: str) -> int:
+        """Write the whole buffer to ``path`` on this node; return the bytes written.
+
+        The file is a tensor file (see :func:`actorch.save_tensors`): no pickle,
+        checked on load, replaced atomically. It is written in a worker thread;
+        the actor handles nothing else meanwhile, so the file is consistent.
+        """
+        tensors, meta = self._snapshot_state()
+        written = await asyncio.to_thread(save_tensors, path, tensors, meta)
+        self._counts["snapshots"] += 1
+        return written
+
+    async def statistics(self) -> dict[str, Any]:
+        """Counters and layout: size, capacity, keys with dtypes and shapes, bytes held."""
+        return {
+            "kind": self.kind,
+            "capacity": self.capacity,
+            "size": self._size,
+            "mass": self._mass(),
+            "cursor": self._cursor,
+            "keys": {
+                key: [str(value.dtype).removeprefix("torch."), list(value.shape[1:])]
+                for key, value in self._storage.items()
+            },
+            "bytes": sum(value.nbytes for value in self._storage.values()),
+            **self._counts,
+        }
+
+    # ------------------------------------------------------------------ for subclasses
+
+    def _written(self, slots: Tensor) -> None:
+        """Hook: ``slots`` (int64) were just written with new transitions."""
+
+    def _mass(self) -> float:
+        return float(self._size)
+
+    def _check_sample(self, batch_size: int) -> None:
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool):
+            raise TypeError(f"batch_size must be an int, not {type(batch_size).__qualname__}")
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, not {batch_size}")
+        if self._size == 0:
+            raise ValueError(f"cannot sample from an empty replay buffer ({self!r})")
+        self._counts["samples"] += 1
+        self._counts["sampled"] += batch_size
+
+    def _gather(self, indices: Tensor) -> dict[str, Tensor]:
+        return {key: value.index_select(0, indices) for key, value in self._storage.items()}
+
+    def _snapshot_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        tensors = {f"data/{key}": value[: self._size] for key, value in self._storage.items()}
+        meta: dict[str, Any] = {
+            "format": SNAPSHOT_FORMAT,
+            "version": SNAPSHOT_VERSION,
+            "kind": self.kind,
+            "capacity": self.capacity,
+            "cursor": self._cursor,
+            "size": self._size,
+            "keys": list(self._storage),
+        }
+        return tensors, meta
+
+    def _restore_extra(self, path: str, tensors: dict[str, Tensor], meta: dict[str, Any]) -> Any:
+        """Check the subclass's part of a snapshot; return what :meth:`_apply_extra` assigns."""
+        return None
+
+    def _apply_extra(self, extra: Any) -> None:
+        """Assign what :meth:`_restore_extra` checked."""
+
+    # ------------------------------------------------------------------ internals
+
+    def _check_batch(self, batch: Any) -> int:
+        """Check ``batch`` against itself and the buffer's layout; return its transition count."""
+        count = _count_transitions(batch)
+        if not self._storage:
+            return count
+        missing = [key for key in self._storage if key not in batch]
+        unexpected = [key for key in batch if key not in self._storage]
+        if missing or unexpected:
+            raise ValueError(
+                f"batch keys do not match the buffer's {list(self._storage)}: "
+                f"missing {missing}, unexpected {unexpected}"
+            )
+        for key, stored in self._storage.items():
+            value = batch[key]
+            if value.dtype != stored.dtype:
+                raise TypeError(f"batch[{key!r}] has dtype {value.dtype}, the buffer holds {stored.dtype}")
+            if value.shape[1:] != stored.shape[1:]:
+                raise ValueError(
+                    f"batch[{key!r}] has transitions of shape {list(value.shape[1:])}, "
+                    f"the buffer holds {list(stored.shape[1:])}"
+                )
+        return count
+
+    def _write(self, batch: Mapping[str, Tensor], count: int) -> Tensor:
+        """Copy ``batch`` into the ring in at most two slices per key; return the slots written."""
+        capacity = self.capacity
+        skipped = max(0, count - capacity)  # overwritten within this very batch
+        kept = count - skipped
+        start = (self._cursor + skipped) % capacity
+        first = min(kept, capacity - start)
+        with torch.no_grad():
+            for key, value in batch.items():
+                stored, tail = self._storage[key], value[skipped:]
+                stored[start : start + first].copy_(tail[:first])
+                if kept > first:
+                    stored[: kept - first].copy_(tail[first:])
+        self._cursor = (start + kept) % capacity
+        self._size = min(self._size + kept, capacity)
+        self._counts["added"] += count
+        return (start + torch.arange(kept)) % capacity
+
+    def _restore(self, path: str) -> None:
+        try:
+            tensors, meta = load_tensors(path)
+        except OSError as exc:
+            what = f"cannot restore {type(self).__qualname__} from {path!r}: {exc.strerror or exc}"
+            raise type(exc)(exc.errno, what) from exc
+        where = repr(path)
+        if not isinstance(meta, dict) or meta.get("format") != SNAPSHOT_FORMAT:
+            raise SnapshotError(f"{where} is a tensor file but not a replay buffer snapshot")
+        if meta.get("version") != SNAPSHOT_VERSION:
+            raise SnapshotError(f"{where} has snapshot version {meta.get('version')!r}, expected {SNAPSHOT_VERSION}")
+        if meta.get("kind") != self.kind:
+            raise SnapshotError(
+                f"{where} holds a {meta.get('kind')!r} replay buffer; {type(self).__qualname__} restores "
+                f"only {self.kind!r} snapshots"
+            )
+        if meta.get("capacity") != self.capacity:
+            raise SnapshotError(
+                f"{where} holds a buffer of capacity {meta.get('capacity')!r}, this buffer has capacity {self.capacity}"
+            )
+        size, cursor, keys = meta.get("size"), meta.get("cursor"), meta.get("keys")
+        if not (isinstance(size, int) and isinstance(cursor, int) and 0 <= size <= self.capacity):
+            raise SnapshotError(f"{where} is inconsistent: size {size!r}, cursor {cursor!r}")
+        if not 0 <= cursor < self.capacity or (size < self.capacity and cursor != size):
+            raise SnapshotError(f"{where} is inconsistent: cursor {cursor} with size {size}")
+        if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys) or len(set(keys)) != len(keys):
+            raise SnapshotError(f"{where} is inconsistent: bad key list {keys!r}")
+        storage = {}
+        for key in keys:
+            saved = tensors.get(f"data/{key}")
+            if saved is None or saved.dim() == 0 or saved.shape[0] != size:
+                raise SnapshotError(f"{where} is inconsistent: key {key!r} does not hold {size} transitions")
+            storage[key] = torch.zeros((self.capacity, *saved.shape[1:]), dtype=saved.dtype)
+            storage[key][:size].copy_(saved)
+        extra = self._restore_extra(where, tensors, meta)
+        expected = {f"data/{key}" for key in keys} | self._extra_tensor_names()
+        if set(tensors) != expected:
+            raise SnapshotError(f"{where} is inconsistent: unexpected tensors {sorted(set(tensors) - expected)}")
+        # Everything was checked: only now does the buffer change.
+        self._storage, self._size, self._cursor = storage, size, cursor
+        self._apply_extra(extra)
+
+    def _extra_tensor_names(self) -> set[str]:
+        return set()
+
+
+def _count_transitions(batch: Any) -> int:
+    """The leading dimension shared by every tensor of ``batch``, a non-empty dict of tensors."""
+    if not isinstance(batch, Mapping):
+        raise TypeError(f"a batch is a dict of tensors, not {type(batch).__qualname__}")
+    if not batch:
+        raise ValueError("a batch needs at least one key")
+    count, first = -1, ""
+    for key, value in batch.items():
+        if not isinstance(key, str):
+            raise TypeError(f"batch keys are strings, not {type(key).__qualname__} ({key!r})")
+        if not isinstance(value, Tensor):
+            raise TypeError(f"batch[{key!r}] is a {type(value).__qualname__}, not a tensor")
+        if value.dim() == 0:
+            raise ValueError(f"batch[{key!r}] has no leading dimension (use add() for one transition)")
+        if count < 0:
+            count, first = value.shape[0], key
+        elif value.shape[0] != count:
+            raise ValueError(f"batch[{key!r}] holds {value.shape[0]} transitions but batch[{first!r}] holds {count}")
+    return count
+
+
+def _check_capacity(capacity: int) -> int:
+    if not isinstance(capacity, int) or isinstance(capacity, bool):
+        raise TypeError(f"capacity must be an int, not {type(capacity).__qualname__}")
+    if capacity <= 0:
+        raise ValueError(f"capacity must be positive, not {capacity}")
+    return capacity

@@ -1,0 +1,440 @@
+"""The torch RPC (TensorPipe) transport: the only module that imports ``torch.distributed.rpc``.
+
+Each batch is one ``rpc_async`` to the peer's :func:`_inbound`, an
+``async_execution`` function that queues it for the peer's event loop and
+returns a future at once, so no RPC thread ever blocks. The loop completes that
+future with the replies ready within the port's hold (see ``Port``). Batches
+carry a per-link sequence number because RPC threads may hand them over out of
+order. Every rank keeps one call to :func:`_watch` pending on every peer; it
+fails within milliseconds when the peer's process dies, which is how peer loss
+is noticed even when nothing else is in flight. A process that stops answering
+without closing its connections (stopped, or cut off by the network) is caught
+by heartbeats instead: a thread of every rank pings every peer, and a peer
+heard from by neither ping nor batch for ``liveness_timeout`` seconds is lost.
+The heartbeat runs outside the event loop, so a loop busy with a long handler
+does not make its node look dead. A node that was lost but comes back (it was
+only stopped, or the partition healed) is stale: its batches and pings are
+answered with ``EXPELLED``, which tells it that this node counts it lost, so it
+sees this node lost in turn instead of talking to a world that moved on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import socket
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed import rpc
+
+from actorch._base.codec import register_side_type
+from actorch._transport.base import Batch, NodeInfo, Port, Transport
+from actorch._transport.bridge import Inbox, in_daemon_thread
+from actorch._transport.network import interface_chosen, interface_towards, is_loopback, listen_socket
+
+__all__ = ["RpcOptions", "RpcTransport"]
+
+# torch's RPC pickler carries RRefs (with their reference counting) in the side list.
+register_side_type(rpc.PyRRef)  # type: ignore[attr-defined]
+
+_active: RpcTransport | None = None
+_LOST = -1  # inbox item: the peer is gone
+_UNORDERED = -2  # inbox item: replies that came back on a batch's response
+_REFUSED = -3  # inbox item: a batch from a lost or unknown node was refused
+EXPELLED = "actorch:expelled"
+"""A batch's or ping's answer from a node that counts the sender lost (or does not know it)."""
+
+
+@dataclass(frozen=True)
+class RpcOptions:
+    """How TensorPipe is set up.
+
+    Attributes:
+        transport: ``"uv"`` (TCP; idles at ~0 % CPU) or ``"shm"`` (shared memory;
+            lower latency but busy-spins a core in every idle process).
+        num_worker_threads: Size of torch's RPC thread pool.
+        init_timeout: Seconds to wait for every rank to join.
+        send_timeout: Seconds a batch may wait for the peer's acknowledgement
+            before the peer is considered lost.
+        heartbeat_interval: Seconds between pings to every peer.
+        liveness_timeout: Seconds without hearing from a peer after which it is
+            lost (a stopped process, a network partition).
+    """
+
+    transport: str = "uv"
+    num_worker_threads: int = 4
+    init_timeout: float = 60.0
+    send_timeout: float = 30.0
+    heartbeat_interval: float = 0.5
+    liveness_timeout: float = 2.5
+
+    def __post_init__(self) -> None:
+        if self.transport not in ("uv", "shm"):
+            raise ValueError(f"transport must be 'uv' or 'shm', not {self.transport!r}")
+        if not 0 < self.heartbeat_interval <= self.liveness_timeout / 2:
+            raise ValueError(
+                f"heartbeat_interval must be > 0 and at most half of liveness_timeout ({self.liveness_timeout}), "
+                f"not {self.heartbeat_interval!r}"
+            )
+
+
+def _quiet_cpp_logs() -> None:
+    # TORCH_CPP_LOG_LEVEL is read only when torch loads; a script that imported
+    # torch before actorch would still see TensorPipe's "[W ...]" lines about
+    # closed pipes. The variable only sets this flag, so set the flag the same way.
+    if os.environ.get("TORCH_CPP_LOG_LEVEL", "").upper() not in ("ERROR", "2"):
+        return  # the user chose a level: leave it
+    try:
+        library = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
+        level = ctypes.c_int.in_dll(library, "FLAGS_caffe2_log_level")
+    except (OSError, ValueError):
+        return  # another build of torch: nothing to adjust
+    level.value = max(level.value, 2)
+
+
+def _forget_world() -> None:
+    # torch numbers its start-up all-gathers per process; a later world whose
+    # other ranks are fresh processes must count from zero like them.
+    for state in ("_all_gather_sequence_id", "_all_gather_sequence_id_to_states"):
+        table = getattr(rpc.api, state, None)
+        if isinstance(table, dict):
+            table.clear()
+
+
+def worker_name(rank: int) -> str:
+    """Name of ``rank``'s torch RPC worker."""
+    return f"node{rank}"
+
+
+@rpc.functions.async_execution  # type: ignore[untyped-decorator]
+def _inbound(src: int, seq: int, messages: list[bytes], tensors: dict[int, Any]) -> torch.futures.Future[Any]:
+    response: torch.futures.Future[Any] = torch.futures.Future()
+    transport = _active
+    if transport is None:
+        response.set_result(None)
+    elif not 0 <= src < transport.world_size or src == transport.rank or src in transport._lost_ranks:
+        response.set_result(EXPELLED)
+        transport._inbox.post((src, _REFUSED, (messages, tensors)))
+    else:
+        transport._heard[src] = time.monotonic()
+        transport._inbox.post((src, seq, ((messages, tensors), response)))
+    return response
+
+
+def _ping(src: int) -> bool:
+    """Note that ``src`` is alive; answer whether this node counts it lost (it is stale then)."""
+    transport = _active
+    if transport is None or not 0 <= src < transport.world_size:
+        return False
+    if src in transport._lost_ranks:
+        return True
+    transport._heard[src] = time.monotonic()
+    return False
+
+
+@rpc.functions.async_execution  # type: ignore[untyped-decorator]
+def _watch(src: int) -> torch.futures.Future[Any]:
+    future: torch.futures.Future[Any] = torch.futures.Future()
+    transport = _active
+    if transport is None or transport._closing:
+        future.set_result(None)
+    elif not 0 <= src < transport.world_size or src in transport._lost_ranks:
+        future.set_result(EXPELLED)
+    else:
+        transport._watchers[src] = future
+    return future
+
+
+class RpcTransport(Transport):
+    """Talks torch RPC to the other ranks of a static world."""
+
+    cpu_tensors_only = True  # TensorPipe refuses other devices without device maps
+
+    def make_rref(self, value: Any) -> Any:
+        """A torch RRef owned by this rank holding ``value``."""
+        return rpc.RRef(value)
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        master_addr: str,
+        master_port: int,
+        options: RpcOptions,
+        listener: socket.socket | None = None,
+    ) -> None:
+        super().__init__(rank, world_size)
+        self._master = (master_addr, master_port)
+        self._listener = listener
+        self._store: Any = None
+        self._options = options
+        self._next_seq = [0] * world_size
+        self._expected = [0] * world_size
+        self._held: list[dict[int, tuple[Batch, torch.futures.Future[Any]]]] = [{} for _ in range(world_size)]
+        self._watchers: dict[int, torch.futures.Future[Any]] = {}
+        self._peers: list[NodeInfo] = []
+        self._lost_ranks: set[int] = set()
+        self._heard = [0.0] * world_size  # when each peer was last heard from (monotonic; RPC threads write)
+        self._stop_heartbeat = threading.Event()
+        self._closing = False
+        self._inbox: Inbox[tuple[int, int, Any]]
+
+    def __repr__(self) -> str:
+        host, port = self._master
+        return f"<RpcTransport rank={self.rank}/{self.world_size} master={host}:{port}>"
+
+    async def start(self) -> None:
+        """Join the world (blocking rendezvous runs in a thread) and watch every peer."""
+        global _active  # noqa: PLW0603 - torch RPC is one per process
+        if _active is not None:
+            raise RuntimeError("a torch RPC transport is already running in this process")
+        loop = asyncio.get_running_loop()
+        self._inbox = Inbox(loop, self._on_inbox)
+        self._inbox_loop = loop
+        _active = self
+        try:
+            await in_daemon_thread(self._init_rpc)
+        except BaseException:
+            _active = None
+            raise
+        for peer in range(self.world_size):
+            if peer != self.rank:
+                watch = rpc.rpc_async(worker_name(peer), _watch, args=(self.rank,), timeout=0)
+                watch.add_done_callback(self._watch_callback(peer))
+        self._heard = [time.monotonic()] * self.world_size
+        threading.Thread(target=self._heartbeat, name="actorch-heartbeat", daemon=True).start()
+
+    def _heartbeat(self) -> None:
+        """Ping every peer each interval; report a peer the moment it has been silent for the liveness timeout.
+
+        The thread wakes for the next round of pings or for the earliest moment
+        a peer would pass the timeout, whichever comes first, so a loss is
+        reported at ``liveness_timeout`` after the last sign of life rather than
+        up to an interval later.
+        """
+        interval, timeout = self._options.heartbeat_interval, self._options.liveness_timeout
+        reported: set[int] = set()
+        next_ping = time.monotonic()
+        while True:
+            now = time.monotonic()
+            live = []
+            for peer in range(self.world_size):
+                if peer == self.rank or peer in self._lost_ranks or peer in reported:
+                    continue
+                silent = now - self._heard[peer]
+                if silent >= timeout:
+                    reported.add(peer)
+                    self._lost_from_thread(peer, f"not heard from for {silent:.1f} s (liveness timeout {timeout:g} s)")
+                else:
+                    live.append(peer)
+            if now >= next_ping:
+                next_ping = now + interval
+                for peer in live:
+                    try:
+                        ping = rpc.rpc_async(worker_name(peer), _ping, args=(self.rank,), timeout=timeout)
+                    except Exception:  # noqa: BLE001, S112 - a dead link shows as silence, then loss
+                        continue
+                    ping.add_done_callback(self._ping_callback(peer))
+            wake = min([next_ping, *(self._heard[peer] + timeout for peer in live)])
+            if self._stop_heartbeat.wait(max(wake - time.monotonic(), 0.0) + 0.001):
+                return
+
+    def _ping_callback(self, peer: int) -> Any:
+        def on_pong(future: torch.futures.Future[bool]) -> None:
+            try:
+                expelled = future.value()
+            except Exception:  # noqa: BLE001 - a failed ping is silence; the timeout decides
+                return
+            if expelled:
+                self._lost_from_thread(peer, f"node {peer} counts this node lost (it was silent too long)")
+
+        return on_pong
+
+    def _lost_from_thread(self, peer: int, why: str) -> None:
+        """A torch or heartbeat thread saw ``peer`` lost: tell the loop, and the thread hook at once."""
+        self._inbox.post((peer, _LOST, why))
+        hook = self.lost_in_thread
+        if hook is not None and not self._closing:
+            hook(peer, why)
+
+    def _init_rpc(self) -> None:
+        _quiet_cpp_logs()
+        host, port = self._master
+        # TensorPipe and Gloo otherwise listen on what the host name resolves to,
+        # which may be another interface (or loopback on a multi-host world).
+        interface = "lo" if is_loopback(host) else interface_towards(host, port)
+        store = self._rendezvous_store()
+        options = rpc.TensorPipeRpcBackendOptions(
+            num_worker_threads=self._options.num_worker_threads,
+            rpc_timeout=self._options.init_timeout,
+            _transports=[self._options.transport],
+        )
+        with interface_chosen(interface), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*ProcessGroup.*", category=UserWarning)
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            # What init_rpc does, minus its per-process key prefix counter: with it, a
+            # second world in the same process used other keys than its fresh workers
+            # and waited forever.
+            rpc.dist_autograd._init(self.rank)  # type: ignore[attr-defined]
+            rpc._set_profiler_node_id(self.rank)  # type: ignore[attr-defined]
+            rpc._init_rpc_backend(  # type: ignore[no-untyped-call]
+                rpc.BackendType.TENSORPIPE,  # type: ignore[attr-defined]
+                store,
+                worker_name(self.rank),
+                self.rank,
+                self.world_size,
+                options,
+            )
+        store.set(f"actorch/peer/{self.rank}", f"{socket.gethostname()}:{os.getpid()}")
+        keys = [f"actorch/peer/{rank}" for rank in range(self.world_size)]
+        store.wait(keys)
+        self._peers = []
+        for rank, raw in enumerate(store.multi_get(keys)):
+            host_name, _, pid = bytes(raw).decode().rpartition(":")
+            self._peers.append(NodeInfo(rank, worker_name(rank), host_name, int(pid)))
+
+    def _rendezvous_store(self) -> Any:
+        """The store the ranks meet in; rank 0 serves it on its own socket (loopback by default)."""
+        host, port = self._master
+        timeout = timedelta(seconds=self._options.init_timeout)
+        if self.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+            if self._listener is None:
+                self._listener = listen_socket(host, port)
+            listener, self._listener = self._listener, None
+            self._store = dist.TCPStore(  # type: ignore[attr-defined]
+                host,
+                port,
+                self.world_size,
+                True,
+                timeout,
+                wait_for_workers=False,
+                master_listen_fd=listener.detach(),  # the store owns and closes it
+            )
+        else:
+            self._store = dist.TCPStore(host, port, self.world_size, False, timeout)  # type: ignore[attr-defined]
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        return dist.PrefixStore(f"actorch/{restart}", self._store)  # type: ignore[attr-defined]
+
+    def peers(self) -> list[NodeInfo]:
+        """Every rank of the world with its host and pid, by rank."""
+        return list(self._peers)
+
+    async def close(self) -> None:
+        """Tell watching peers we leave, then drop torch RPC without its hang-prone barrier."""
+        global _active  # noqa: PLW0603 - torch RPC is one per process
+        if self._closing:
+            return
+        self._flush()  # what is queued leaves before the link goes
+        self._closing = True
+        self._stop_heartbeat.set()
+        watchers, self._watchers = self._watchers, {}
+        for watcher in watchers.values():
+            watcher.set_result(None)
+        try:
+            await in_daemon_thread(lambda: rpc.shutdown(graceful=False))
+        finally:
+            _active = None
+            self._store = None
+            if self._listener is not None:
+                self._listener.close()
+            _forget_world()
+
+    def _send_batch(self, dest: int, batch: Batch) -> None:
+        if dest in self._lost_ranks:
+            return
+        seq = self._next_seq[dest]
+        self._next_seq[dest] = seq + 1
+        messages, tensors = batch
+        try:
+            sent = rpc.rpc_async(
+                worker_name(dest),
+                _inbound,
+                args=(self.rank, seq, messages, tensors),
+                timeout=self._options.send_timeout,
+            )
+        except Exception as exc:  # noqa: BLE001 - any failure to send means the link is gone
+            self._peer_lost(dest, f"send failed: {exc}")
+            return
+        sent.add_done_callback(self._sent_callback(dest))
+
+    def _sent_callback(self, dest: int) -> Any:
+        inbox = self._inbox
+
+        def on_response(future: torch.futures.Future[Any]) -> None:
+            try:
+                replies = future.value()
+            except Exception as exc:  # noqa: BLE001 - reported as peer loss on the loop
+                self._lost_from_thread(dest, f"send failed: {exc}")
+            else:
+                if replies == EXPELLED:
+                    self._lost_from_thread(dest, f"node {dest} counts this node lost (it was silent too long)")
+                elif replies is not None and replies[0]:
+                    inbox.post((dest, _UNORDERED, replies))
+
+        return on_response
+
+    def _watch_callback(self, peer: int) -> Any:
+        def on_watch_done(future: torch.futures.Future[Any]) -> None:
+            try:
+                answer = future.value()
+            except Exception as exc:  # noqa: BLE001 - reported as peer loss on the loop
+                self._lost_from_thread(peer, f"connection lost: {exc}")
+            else:
+                if answer == EXPELLED:
+                    self._lost_from_thread(peer, f"node {peer} counts this node lost")
+                else:
+                    self._lost_from_thread(peer, "left the world")
+
+        return on_watch_done
+
+    def _on_inbox(self, item: tuple[int, int, Any]) -> None:
+        src, seq, payload = item
+        if seq == _LOST:
+            self._peer_lost(src, payload)
+            return
+        if self._receive is None:
+            return
+        if seq == _REFUSED:
+            self._receive(src, payload, None)  # the node refuses it: it counts and logs that
+            return
+        if src in self._lost_ranks:
+            if seq != _UNORDERED:
+                payload, response = payload
+                response.set_result(EXPELLED)
+            self._receive(src, payload, None)
+            return
+        if seq == _UNORDERED:
+            self._receive(src, payload, None)
+            return
+        if seq != self._expected[src]:
+            self._held[src][seq] = payload
+            return
+        held = self._held[src]
+        while True:
+            batch, response = payload
+            self._receive(src, batch, Port(self._inbox_loop, response.set_result))
+            seq += 1
+            if seq not in held:
+                break
+            payload = held.pop(seq)
+        self._expected[src] = seq
+
+    def _peer_lost(self, rank: int, why: str) -> None:
+        if self._closing or rank in self._lost_ranks:
+            return
+        self._lost_ranks.add(rank)
+        for _, response in self._held[rank].values():
+            response.set_result(EXPELLED)
+        self._held[rank].clear()
+        watcher = self._watchers.pop(rank, None)
+        if watcher is not None:
+            watcher.set_result(EXPELLED)  # if the peer is only stale, it hears that we count it lost
+        self._report_lost(rank, why)
