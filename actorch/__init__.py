@@ -38,13 +38,14 @@ from actorch._base.names import MAX_NAME_LENGTH
 from actorch._base.tensorfile import load_tensors, save_tensors
 from actorch._engine.batching import Batched, batched
 from actorch._launch.run import run
+from actorch._stock.agent import Agent, EpisodeStats
 from actorch._stock.group import ActorGroup
+from actorch._stock.observer import Observer, Rollout
 from actorch._stock.parameter_client import ParameterClient
 from actorch._stock.parameter_server import Parameters, ParameterServer, assign_shards
 from actorch._stock.partitioners import Partitioner, batch_partitioner, dim_partitioner, mean_reducer, sum_reducer
-from actorch._stock.prioritized import PrioritizedReplayBuffer
+from actorch._stock.prioritized_replay import PrioritizedReplayBuffer
 from actorch._stock.replay import ReplayBuffer, Sample
-from actorch._stock.rl import Agent, EpisodeStats, Observer, Rollout
 from actorch._stock.sharded_replay import ShardedReplayBuffer
 
 __all__ = [

@@ -61,7 +61,7 @@ def test_group_tell_reaches_every_rank_and_partitioned_tell_sends_shares(group_r
 
 
 @pytest.mark.timeout(FIRST_USE)
-def test_partitioned_call_and_reducers_across_processes(group_run: Finished) -> None:
+def test_partitioned_call_splits_and_reduces_across_processes(group_run: Finished) -> None:
     r = group_run.result("partition_reduce")
     assert r["close"] is True, f"loss {r['loss']} != whole-batch loss {r['expected']}"
     assert r["rows"] == [4, 3, 3]

@@ -84,7 +84,7 @@ async def test_agent_with_no_observers_says_so(world: LocalWorld) -> None:
 
 
 @pytest.mark.parametrize("batch", [True, False], ids=["batched", "plain"])
-async def test_fixed_length_runs_reset_the_environment_between_episodes(world: LocalWorld, batch: bool) -> None:
+async def test_observer_fixed_length_run_resets_the_env_between_episodes(world: LocalWorld, batch: bool) -> None:
     await seat(world, 2)
     agent = await world[0].spawn(CountingAgent, args=(small_policy,), kwargs={"batch": batch})
     stats = await agent.call(Agent.run_episode, 20)
@@ -129,7 +129,7 @@ async def test_observer_plays_one_episode_against_any_agent_ref(world: LocalWorl
     assert rollout.episode_rewards == [float(rollout.rewards.sum())]
 
 
-def test_returns_are_discounted_and_restart_after_each_episode() -> None:
+def test_agent_returns_are_discounted_and_restart_after_each_episode() -> None:
     agent = object.__new__(Agent)
     agent.gamma = 0.5
     rollout = Rollout("o", torch.tensor([1.0, 1.0, 1.0, 1.0]), torch.tensor([False, True, False, False]), [2.0])

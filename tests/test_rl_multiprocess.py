@@ -28,7 +28,7 @@ def test_rl_run_returns_and_leaves_no_process(rl_run: Finished) -> None:
 
 
 @pytest.mark.timeout(FIRST_USE)
-def test_observers_on_workers_play_through_batched_forwards_on_rank_0(rl_run: Finished) -> None:
+def test_agent_answers_observers_on_workers_with_batched_forwards_on_rank_0(rl_run: Finished) -> None:
     r = rl_run.result("batched")
     assert len(set(r["pids"])) == 2
     assert r["main_pid"] not in r["pids"], "each observer runs in its worker's process"
@@ -38,7 +38,7 @@ def test_observers_on_workers_play_through_batched_forwards_on_rank_0(rl_run: Fi
 
 
 @pytest.mark.timeout(FIRST_USE)
-def test_plain_agent_runs_one_forward_per_state_across_processes(rl_run: Finished) -> None:
+def test_agent_unbatched_runs_one_forward_per_state_across_processes(rl_run: Finished) -> None:
     r = rl_run.result("plain")
     assert r["steps"] == 16
     assert r["forwards"] == [1] * 16
@@ -60,7 +60,7 @@ def test_observer_spawned_later_joins_the_next_episode(rl_run: Finished) -> None
 
 
 @pytest.mark.timeout(FIRST_USE)
-def test_broken_observer_fails_its_episode_then_the_others_play_on(rl_run: Finished) -> None:
+def test_observer_that_breaks_fails_its_episode_then_the_others_play_on(rl_run: Finished) -> None:
     r = rl_run.result("broken")
     assert "RemoteError" in r["outcome"]["error"]["mro"]
     message = r["outcome"]["error"]["message"]

@@ -1,12 +1,10 @@
-"""Group calls: the same call to many actors at once, optionally split and reduced.
+"""``ActorGroup``: the same call to many actors at once, optionally split and reduced.
 
 An :class:`ActorGroup` sends one call to every member concurrently and returns
-the results in member order. A partitioner splits the call's arguments into one
-call per member (:func:`dim_partitioner`, :data:`batch_partitioner`) and a
-reducer folds the results into one (:func:`mean_reducer`, :func:`sum_reducer`),
-as ``remote_async_call`` does in TorchOpt's distributed API.
-
-Written against the public API only, as a user would write it.
+the results in member order, or raises one ``GroupError`` naming the members
+that failed. A partitioner (``partitioners.py``) splits the call's arguments
+into one call per member and a reducer folds the results into one, as
+``remote_async_call`` does in TorchOpt's distributed API.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from typing import Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar, ov
 
 from actorch._actors.actor import Actor
 from actorch._actors.ref import ActorRef
-from actorch._base.errors import EndpointError, GroupError
+from actorch._base.errors import GroupError
 from actorch._engine.batching import Batched
 from actorch._stock.partitioners import Partitioner
 
@@ -137,16 +135,16 @@ class ActorGroup(Generic[A]):
             EndpointError: ``method`` is neither an actor method nor a name.
             TimeoutError: The caller's deadline passed; every member call is cancelled.
         """
-        endpoint = _endpoint_name(method)
         plan = self._plan(args, kwargs)
         # The member calls are created here, in the caller's task, and only then run
-        # side by side: each one is awaited inside the caller's deadline scope.
+        # side by side: each one is awaited inside the caller's deadline scope. The
+        # first one raises the ref's EndpointError if ``method`` is no endpoint at all.
         calls = [member.ref.call(method, *member.args, **member.kwargs) for member in plan]
         outcomes = await asyncio.gather(*calls, return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
                 raise outcome  # cancellation or interpreter exit from inside a member call: not a call failure
-        _raise_failures(endpoint, plan, outcomes)
+        _raise_failures(method, plan, outcomes)
         return outcomes
 
     @overload
@@ -203,7 +201,6 @@ class ActorGroup(Generic[A]):
                 or arguments, a value that cannot be sent); the others were sent it.
             EndpointError: ``method`` is neither an actor method nor a name.
         """
-        endpoint = _endpoint_name(method)
         plan = self._plan(args, kwargs)
         outcomes: list[Any] = []
         for member in plan:
@@ -213,7 +210,7 @@ class ActorGroup(Generic[A]):
                 outcomes.append(exc)
             else:
                 outcomes.append(None)
-        _raise_failures(endpoint, plan, outcomes)
+        _raise_failures(method, plan, outcomes)
 
     def _plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[_MemberCall]:
         """The member calls to make, in member order."""
@@ -250,26 +247,24 @@ def _describe(ref: ActorRef[Any]) -> str:
     return f"unnamed {cls.__name__ if cls is not None else 'actor'} on node {ref.rank}"
 
 
-def _endpoint_name(method: Any) -> str:
-    if type(method) is str:
-        return method
-    name = getattr(method, "__name__", None)
-    if not isinstance(name, str):
-        raise EndpointError(f"an endpoint is an actor method or its name, not {method!r}")
-    return name
+def _raise_failures(method: Any, plan: list[_MemberCall], outcomes: list[Any]) -> None:
+    """Raise a GroupError naming the members whose outcome is an exception, if any.
 
-
-def _raise_failures(endpoint: str, plan: list[_MemberCall], outcomes: list[Any]) -> None:
-    """Raise a GroupError naming the members whose outcome is an exception, if any."""
-    failures: list[Exception] = []
+    If ``method`` has no name, it is no endpoint at all: every member's ref refused
+    it with the same ``EndpointError``, and that error is raised alone.
+    """
+    failures = [outcome for outcome in outcomes if isinstance(outcome, Exception)]
+    if not failures:
+        return
+    endpoint = method if type(method) is str else getattr(method, "__name__", None)
+    if not isinstance(endpoint, str):
+        raise failures[0]
     named: list[str] = []
     for call, outcome in zip(plan, outcomes, strict=True):
         if isinstance(outcome, Exception):
             member = f"member {call.member} ({_describe(call.ref)})"
             outcome.add_note(f"in {member} of the group call to {endpoint!r}")
-            failures.append(outcome)
             named.append(f"{member}: {type(outcome).__name__}")
-    if failures:
-        raise GroupError(
-            f"{len(failures)} of {len(plan)} calls to {endpoint!r} failed: {'; '.join(named)}", failures, outcomes
-        )
+    raise GroupError(
+        f"{len(failures)} of {len(plan)} calls to {endpoint!r} failed: {'; '.join(named)}", failures, outcomes
+    )

@@ -1,4 +1,11 @@
-"""The trainer's side of a (sharded) parameter server: one state dict over many shards."""
+"""``ParameterClient``: the trainer's side of a (sharded) parameter server, one state dict over many shards.
+
+A plain object, not an actor: a trainer builds it from the refs of the
+:class:`~actorch.ParameterServer` shards and pulls from and pushes to all of
+them at once, as if they were one server. It remembers each shard's version, so
+a pull transfers only the shards that changed, and a shard's failure reaches the
+trainer as a ``GroupError`` that names the shard.
+"""
 
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ drives as one.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from torch import nn
 
 from actorch._actors.actor import Actor
 from actorch._base.codec import serializable
+from actorch._stock.import_paths import resolve
 
 __all__ = ["ParameterServer", "Parameters", "assign_shards"]
 
@@ -45,22 +45,6 @@ class Parameters:
 
     version: int
     tensors: dict[str, torch.Tensor] = field(repr=False)
-
-
-def _resolve(target: Any, what: str) -> Any:
-    """``target`` itself, or the object a ``"module:attribute"`` path names."""
-    if not isinstance(target, str):
-        return target
-    module_name, _, attribute = target.partition(":")
-    if not attribute:
-        module_name, _, attribute = target.rpartition(".")
-    try:
-        found: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ValueError(f"cannot import the {what} {target!r}: {exc}") from exc
-    return found
 
 
 def assign_shards(sizes: Mapping[str, int], count: int) -> list[list[str]]:
@@ -151,7 +135,7 @@ class ParameterServer(Actor):
         index, count = shard
         if not 0 <= index < count:
             raise ValueError(f"shard must be (index, count) with 0 <= index < count, not {tuple(shard)}")
-        module = _resolve(model, "model factory")()
+        module = resolve(model, "model factory")()
         if not isinstance(module, nn.Module):
             raise ValueError(f"the model factory returned a {type(module).__qualname__}, not a torch.nn.Module")
         named = dict(module.named_parameters())
@@ -162,7 +146,7 @@ class ParameterServer(Actor):
         self._module = module
         self._forward = _SnapshotForward(module)  # one, so its lock covers every trainer
         self._params = {name: named[name] for name in sorted(owned)}
-        optimizer_class = _resolve(optimizer, "optimizer")
+        optimizer_class = resolve(optimizer, "optimizer")
         self._optimizer: torch.optim.Optimizer = optimizer_class(
             list(self._params.values()), **dict(optimizer_kwargs or {})
         )

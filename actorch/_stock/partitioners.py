@@ -1,9 +1,10 @@
 """Partitioners and reducers for group calls, after TorchOpt's distributed API.
 
-A partitioner splits one call's arguments into one call per member of an
-:class:`~actorch.ActorGroup`; a reducer folds the members' results into one.
-
-Written against the public API only, as a user would write it.
+A partitioner (:func:`dim_partitioner`, :data:`batch_partitioner`) splits one
+call's arguments into one call per member of an :class:`~actorch.ActorGroup`; a
+reducer (:func:`mean_reducer`, :func:`sum_reducer`) folds the members' results
+into one. They are plain functions on arguments and results, apart from the
+group so that they can be written, tested and replaced without any actor.
 """
 
 from __future__ import annotations

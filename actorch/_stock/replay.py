@@ -6,8 +6,6 @@ room for new ones. Writes, sampling and priority updates work on whole batches
 with tensor operations, never one Python object per transition, so a buffer of
 millions of transitions costs its tensors and nothing more. Sampled batches
 travel as :class:`Sample`, natively, in strict mode too.
-
-Written against the public API only, as a user would write them (layer 9).
 """
 
 from __future__ import annotations

@@ -4,8 +4,6 @@ A plain client object, not an actor: it holds refs to the shards, spreads
 writes over them and samples across them in proportion to their sizes (or
 priority mass), asking the shards concurrently. Any process may build one from
 the shards' refs; it keeps only what the shards last reported.
-
-Written against the public API only, as a user would write it (layer 9).
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from torch import Tensor
 
 from actorch._actors.ref import ActorRef
 from actorch._base.errors import GroupError
-from actorch._stock.prioritized import PrioritizedReplayBuffer
+from actorch._stock.prioritized_replay import PrioritizedReplayBuffer
 from actorch._stock.replay import ReplayBuffer, Sample
 
 __all__ = ["ShardedReplayBuffer"]

@@ -1,52 +1,32 @@
-"""``Agent`` and ``Observer``: the many-observers, one-learner pattern of the torch RPC tutorials.
+"""``Agent``: the learner of the many-observers, one-learner pattern of the torch RPC tutorials.
 
-Observers each own an environment on their node and play it against the
-agent: they send states, the agent answers actions (one policy forward per
-state, or one per batch of all observers' states), and at the end of a run
-each observer returns what it saw. The agent then learns (REINFORCE by default).
+The agent owns the policy. Each episode it finds the observers by name pattern,
+has them all play at once, answers their states with actions (one policy
+forward per state, or one per batch of all observers' states), and then learns
+from their rollouts (REINFORCE by default), reporting :class:`EpisodeStats`.
+Subclasses change the algorithm through the hooks ``act``, ``returns`` and
+``learn``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from actorch._actors.actor import Actor
-from actorch._actors.ref import ActorRef
 from actorch._base.codec import serializable
 from actorch._base.errors import ActorNotFoundError
 from actorch._engine.batching import batched
 from actorch._stock.group import ActorGroup
-from actorch._stock.parameter_server import _resolve
+from actorch._stock.import_paths import resolve
+from actorch._stock.observer import Observation, Observer, Rollout
 
-__all__ = ["Agent", "EpisodeStats", "Observer", "Rollout"]
-
-Observation = tuple[str, torch.Tensor | None]
-"""What an observer sends for an action: its key and its state (None: its run has ended)."""
-
-
-@serializable(19)
-@dataclass
-class Rollout:
-    """What one observer saw in one run.
-
-    Attributes:
-        observer: The key the observer sent its states under (its name, if it has one).
-        rewards: One reward per step, float32.
-        dones: Whether an episode ended at each step (terminated or truncated).
-        episode_rewards: The total reward of each episode that ended in the run.
-    """
-
-    observer: str
-    rewards: torch.Tensor = field(repr=False)
-    dones: torch.Tensor = field(repr=False)
-    episode_rewards: list[float]
+__all__ = ["Agent", "EpisodeStats"]
 
 
 @serializable(20)
@@ -72,87 +52,6 @@ class EpisodeStats:
     steps: int
     observers: int
     seconds: float
-
-
-class Observer(Actor):
-    """Plays an environment against an agent: sends states, receives actions, returns rewards.
-
-    Args:
-        env: A function returning the environment (any object with Gymnasium's
-            ``reset(seed=...) -> (obs, info)`` and ``step(action) -> (obs,
-            reward, terminated, truncated, info)``), or its ``"module:function"`` path.
-        seed: Seed of the environment's first reset.
-        max_steps: Longest single episode, for environments that never end.
-    """
-
-    def __init__(self, env: Callable[[], Any] | str, *, seed: int | None = None, max_steps: int = 10_000) -> None:
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, not {max_steps!r}")
-        self.env = _resolve(env, "environment factory")()
-        self.seed = seed
-        self.max_steps = max_steps
-        self.key = self.name or f"{type(self).__name__}#{self.ref.rank}:{id(self):x}"
-
-    async def run(self, agent: ActorRef[Agent], steps: int | None = None, *, batch: bool = True) -> Rollout:
-        """Play against ``agent`` and return what was seen.
-
-        Args:
-            agent: The agent that chooses actions.
-            steps: None plays one episode (at most ``max_steps``); a number plays
-                exactly that many steps, resetting the environment whenever an
-                episode ends, as the batch tutorial's observers do.
-            batch: Ask for actions through the agent's batched endpoint.
-        """
-        if steps is not None and steps < 1:
-            raise ValueError(f"steps must be >= 1 or None, not {steps!r}")
-        limit = self.max_steps if steps is None else steps
-        rewards: list[float] = []
-        dones: list[bool] = []
-        episodes: list[float] = []
-        episode_reward = 0.0
-        state = self.reset()
-        try:
-            for step in range(limit):
-                action = await self._ask(agent, (self.key, state), batch)
-                raw, reward, terminated, truncated, _ = self.env.step(self.to_env(action))
-                rewards.append(float(reward))
-                episode_reward += float(reward)
-                done = bool(terminated or truncated) or (steps is None and step + 1 == limit)
-                dones.append(done)
-                if done:
-                    episodes.append(episode_reward)
-                    episode_reward = 0.0
-                    if steps is None:
-                        break
-                    state = self.reset()
-                else:
-                    state = self.to_state(raw)
-        except Exception:
-            with contextlib.suppress(Exception):  # the run's own error is the one to raise
-                await self._ask(agent, (self.key, None), batch)
-            raise
-        await self._ask(agent, (self.key, None), batch)  # the agent counts this observer out of its batches
-        return Rollout(self.key, torch.tensor(rewards, dtype=torch.float32), torch.tensor(dones), episodes)
-
-    @staticmethod
-    async def _ask(agent: ActorRef[Agent], observation: Observation, batch: bool) -> Any:
-        if batch:
-            return await agent.call(Agent.select_action_batch, observation)
-        return await agent.call(Agent.select_action, observation)
-
-    def reset(self) -> torch.Tensor:
-        """Reset the environment (seeded the first time) and return the state."""
-        raw, _ = self.env.reset(seed=self.seed) if self.seed is not None else self.env.reset()
-        self.seed = None
-        return self.to_state(raw)
-
-    def to_state(self, observation: Any) -> torch.Tensor:
-        """The environment's observation as the float32 tensor the agent's policy takes."""
-        return torch.as_tensor(observation, dtype=torch.float32)
-
-    def to_env(self, action: Any) -> Any:
-        """The agent's action as the environment takes it: a number, or a tensor as a NumPy array."""
-        return action.numpy() if isinstance(action, torch.Tensor) else action
 
 
 class Agent(Actor):
@@ -199,8 +98,8 @@ class Agent(Actor):
             with torch.random.fork_rng():
                 if seed is not None:
                     torch.manual_seed(seed)
-                self.policy = _resolve(policy, "policy factory")()
-        self.optimizer = _resolve(optimizer, "optimizer")(self.policy.parameters(), lr=lr)
+                self.policy = resolve(policy, "policy factory")()
+        self.optimizer = resolve(optimizer, "optimizer")(self.policy.parameters(), lr=lr)
         self.generator = torch.Generator()
         if seed is not None:
             self.generator.manual_seed(seed)
