@@ -4,9 +4,25 @@ Define ``Actor`` subclasses with ``async`` methods, start a system with
 :func:`run`, spawn actors on any rank by name, and ``await ref.call(...)`` them.
 """
 
+# This module is the facade: users import actorch (and actorch.testing), never
+# the private subpackages, one per layer, each importing only from those above
+# it in this list (tests/test_layers.py holds that, and docs/architecture.md
+# walks one call through them):
+#
+#   _base/       errors, names, deadlines, the codec (msgpack's one home), tensor files, options
+#   _transport/  moving message bundles between ranks: the interface, in-process,
+#                torch RPC (torch.distributed.rpc's one home), the thread bridge, interfaces
+#   _engine/     one node's message engine: wire format, flow control, cells (mailboxes),
+#                batched endpoints, the caller and callee sides, and the Node composing them
+#   _actors/     Actor, ActorRef, the ActorHost of a node's actors, supervision, the
+#                registry, membership events, the node service, and the ActorSystem handle
+#   _launch/     run(): processes, torchrun, the bounded event loop and watchdog, logging
+#   _stock/      ready-made actors, written only against the public names below
+
 from __future__ import annotations
 
 import os as _os
+import types as _types
 
 # torch's C++ warnings ("[W] ...") go to stderr unless this is set before torch loads.
 _os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
@@ -101,3 +117,9 @@ __all__ = [
     "serializable",
     "sum_reducer",
 ]
+
+for _name in __all__:
+    _public = globals()[_name]
+    if isinstance(_public, (type, _types.FunctionType)):
+        _public.__module__ = __name__  # they print as actorch.ActorRef, as users name them
+del _name, _public

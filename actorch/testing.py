@@ -16,10 +16,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from actorch._actors.system import ActorSystem, SystemConfig
-from actorch._engine.flow import DEFAULT_WINDOW
-from actorch._engine.node import DEFAULT_MAX_MESSAGE
-from actorch._transport.base import InProcessHub
+from actorch._actors.host import ActorHost
+from actorch._actors.system import ActorSystem, open_system
+from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig
+from actorch._transport.inprocess import InProcessHub
 
 __all__ = ["LocalWorld", "local_world"]
 
@@ -27,8 +27,9 @@ __all__ = ["LocalWorld", "local_world"]
 class LocalWorld:
     """The systems of an in-process world, indexed by rank."""
 
-    def __init__(self, hub: InProcessHub, systems: list[ActorSystem]) -> None:
+    def __init__(self, hub: InProcessHub, systems: list[ActorSystem], hosts: list[ActorHost]) -> None:
         self._hub = hub
+        self._hosts = hosts
         self.systems = systems
 
     def __repr__(self) -> str:
@@ -42,16 +43,15 @@ class LocalWorld:
 
     def kill(self, rank: int) -> None:
         """Cut node ``rank`` off as if its process died: its peers see it lost."""
-        node = self.systems[rank]._node
-        node.closed = True
+        self._hosts[rank].node.cut_off()
         self._hub.disconnect(rank, "killed by the test")
 
     async def shutdown(self) -> None:
         """Stop every actor on every live node (running ``on_stop``), then close the nodes."""
-        live = [system for system in self.systems if not system._node.closed]
-        await asyncio.gather(*(system._stop_local_actors() for system in live))
-        for system in live:
-            await system._node.close()
+        live = [host for host in self._hosts if not host.node.closed]
+        await asyncio.gather(*(host.stop_all() for host in live))
+        for host in live:
+            await host.node.close()
 
 
 @asynccontextmanager
@@ -84,10 +84,11 @@ async def local_world(
         max_message_size=max_message_size,
     )
     hub = InProcessHub(world_size)
-    systems = [ActorSystem._create(hub.transport(rank), config) for rank in range(world_size)]
-    for system in systems:
-        await system._start_services()
-    world = LocalWorld(hub, systems)
+    opened = [open_system(hub.transport(rank), config) for rank in range(world_size)]
+    hosts = [host for _, host in opened]
+    for host in hosts:
+        await host.start_services()
+    world = LocalWorld(hub, [system for system, _ in opened], hosts)
     try:
         yield world
     finally:

@@ -263,7 +263,7 @@ async def test_batched_calls_back_into_a_busy_actor_form_one_batch(world: LocalW
 async def test_batched_counts_its_calls_in_statistics(world: LocalWorld) -> None:
     ref = await world[0].spawn(Doubler)
     await asyncio.gather(*(ref.call(Doubler.double, i) for i in range(6)))
-    cell = world[0]._node.cell(ref._actor_id)
+    cell = world._hosts[0].node.cell(ref._actor_id)
     assert cell is not None
     # on_start and 2 batches were handled; the second batch waited behind the first
     expected = {"handled": 3, "running": 0, "queued": 0, "queued_peak": 1, "restarts": 0, "batched_calls": 6}

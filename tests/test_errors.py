@@ -32,7 +32,7 @@ class FinalError(Exception):
         raise TypeError("FinalError cannot be subclassed")
 
 
-ERROR_CLASSES = [getattr(_errors, name) for name in _errors.__all__ if name != "remote_error"]
+ERROR_CLASSES = [value for value in map(_errors.__dict__.get, _errors.__all__) if isinstance(value, type)]
 
 
 def path_of(cls: type) -> str:

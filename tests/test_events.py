@@ -45,7 +45,7 @@ async def test_events_start_with_the_current_state_then_follow_changes(world: Lo
         actorch.NameRemoved("jobs/a", "stopped"),
     ]
     await events.aclose()
-    assert world[0]._events.subscriptions == set()
+    assert world._hosts[0].events.subscriptions == set()
 
 
 async def test_events_can_be_watched_from_any_node_and_filtered_by_pattern(world: LocalWorld) -> None:
@@ -106,11 +106,11 @@ async def test_changes_racing_the_snapshot_are_neither_lost_nor_doubled(world: L
 
 async def test_lookup_waits_rather_than_return_a_name_of_a_lost_node(world: LocalWorld) -> None:
     await world[0].spawn(Worker, name="svc/one", on=2)
-    world[1]._node._on_peer_lost(2, "seen lost by node 1 first")  # the registry has not heard yet
+    world._hosts[1].node._on_peer_lost(2, "seen lost by node 1 first")  # the registry has not heard yet
     looking = asyncio.ensure_future(world[1].lookup("svc/one"))
     await asyncio.sleep(0.15)
     assert not looking.done()
-    world[0]._node._on_peer_lost(2, "now the registry hears")
+    world._hosts[0].node._on_peer_lost(2, "now the registry hears")
     replacement = await world[0].spawn(Worker, name="svc/one", on=0)
     assert await asyncio.wait_for(looking, 2.0) == replacement
 
@@ -118,13 +118,13 @@ async def test_lookup_waits_rather_than_return_a_name_of_a_lost_node(world: Loca
 async def test_lookup_of_a_name_only_a_lost_node_holds_times_out() -> None:
     async with local_world(3, lookup_timeout=0.2) as world:
         await world[0].spawn(Worker, name="svc/dead", on=2)
-        world[1]._node._on_peer_lost(2, "seen lost by node 1 only")
+        world._hosts[1].node._on_peer_lost(2, "seen lost by node 1 only")
         with pytest.raises(actorch.ActorNotFoundError, match="svc/dead"):
             await world[1].lookup("svc/dead")
 
 
 async def test_a_name_reserved_by_a_node_that_is_lost_becomes_free(world: LocalWorld) -> None:
-    registry = world[0]._node.cell(2).instance
+    registry = world._hosts[0].node.cell(2).instance
     assert isinstance(registry, Registry)
     await registry.reserve("half/done", 2)
     with pytest.raises(actorch.NameTakenError):

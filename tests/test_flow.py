@@ -11,6 +11,8 @@ import torch
 
 import actorch
 from actorch._engine.flow import FlowControl
+from actorch._actors.ref import make_ref
+from actorch._base.config import SystemConfig
 from actorch._engine.node import SYSTEM_IDS
 from actorch.testing import local_world
 
@@ -49,7 +51,7 @@ class Echo(actorch.Actor):
 
 
 def open_gate(world: Any, ref: actorch.ActorRef[Blocked]) -> None:
-    cell = world[ref.rank]._node.cell(ref._actor_id)
+    cell = world._hosts[ref.rank].node.cell(ref._actor_id)
     cell.instance.gate.set()
 
 
@@ -57,7 +59,7 @@ def open_gate(world: Any, ref: actorch.ActorRef[Blocked]) -> None:
 
 
 async def test_flow_control_hands_freed_slots_to_waiters_in_order() -> None:
-    flow = FlowControl(asyncio.get_running_loop(), 2, lambda src, flat: None)
+    flow = FlowControl(asyncio.get_running_loop(), 0, 2, lambda src, flat: None)
     target = (1, 7)
     assert flow.try_take(target)
     assert flow.try_take(target)
@@ -84,7 +86,7 @@ async def test_flow_control_hands_freed_slots_to_waiters_in_order() -> None:
 
 
 async def test_flow_control_waiter_that_gives_up_passes_its_slot_on() -> None:
-    flow = FlowControl(asyncio.get_running_loop(), 1, lambda src, flat: None)
+    flow = FlowControl(asyncio.get_running_loop(), 0, 1, lambda src, flat: None)
     target = (1, 1)
     assert flow.try_take(target)
     quitter = asyncio.ensure_future(flow.take(target))
@@ -100,7 +102,7 @@ async def test_flow_control_waiter_that_gives_up_passes_its_slot_on() -> None:
 
 
 async def test_flow_control_fails_waiters_of_a_lost_rank_and_forgets_its_windows() -> None:
-    flow = FlowControl(asyncio.get_running_loop(), 1, lambda src, flat: None)
+    flow = FlowControl(asyncio.get_running_loop(), 0, 1, lambda src, flat: None)
     assert flow.try_take((2, 1))
     assert flow.try_take((3, 1))
     waiting = asyncio.ensure_future(flow.take((2, 1)))
@@ -112,7 +114,7 @@ async def test_flow_control_fails_waiters_of_a_lost_rank_and_forgets_its_windows
 
 
 async def test_flow_control_close_fails_every_waiter() -> None:
-    flow = FlowControl(asyncio.get_running_loop(), 1, lambda src, flat: None)
+    flow = FlowControl(asyncio.get_running_loop(), 0, 1, lambda src, flat: None)
     assert flow.try_take((1, 1))
     waiting = asyncio.ensure_future(flow.take((1, 1)))
     await asyncio.sleep(0)
@@ -123,7 +125,7 @@ async def test_flow_control_close_fails_every_waiter() -> None:
 
 async def test_flow_control_coalesces_credits_per_teller_and_iteration() -> None:
     sent: list[tuple[int, list[int]]] = []
-    flow = FlowControl(asyncio.get_running_loop(), 8, lambda src, flat: sent.append((src, flat)))
+    flow = FlowControl(asyncio.get_running_loop(), 0, 8, lambda src, flat: sent.append((src, flat)))
     for _ in range(3):
         flow.owe(1, 5)
     flow.owe(1, 6)
@@ -134,7 +136,7 @@ async def test_flow_control_coalesces_credits_per_teller_and_iteration() -> None
 
 
 async def test_flow_control_credited_releases_slots() -> None:
-    flow = FlowControl(asyncio.get_running_loop(), 4, lambda src, flat: None)
+    flow = FlowControl(asyncio.get_running_loop(), 0, 4, lambda src, flat: None)
     for _ in range(4):
         assert flow.try_take((1, 5))
     assert flow.try_take((1, 6))
@@ -143,9 +145,9 @@ async def test_flow_control_credited_releases_slots() -> None:
 
 
 @pytest.mark.parametrize("window", [0, -1, 1.5, True, "8"])
-async def test_flow_control_refuses_a_window_that_is_not_a_positive_int(window: Any) -> None:
+async def test_system_config_refuses_a_window_that_is_not_a_positive_int(window: Any) -> None:
     with pytest.raises(ValueError, match="mailbox_size"):
-        FlowControl(asyncio.get_running_loop(), window, lambda src, flat: None)
+        SystemConfig(mailbox_size=window)
 
 
 @pytest.mark.parametrize(("field", "value"), [("mailbox_size", 0), ("max_message_size", -5), ("stop_grace", -1.0)])
@@ -170,7 +172,7 @@ async def test_tell_beyond_the_mailbox_raises_and_nothing_is_lost(on: int) -> No
         assert await ref.call(Blocked.seen_so_far) == [0, 1, 2, 3]
         ref.tell(Blocked.note, 4)  # room again once the tells were handled
         assert await ref.call(Blocked.seen_so_far) == [0, 1, 2, 3, 4]
-        assert world[0]._node.flow.outstanding == {}
+        assert world._hosts[0].node.flow.outstanding == {}
 
 
 async def test_calls_beyond_the_mailbox_wait_for_room_and_all_are_answered(on: int) -> None:
@@ -178,14 +180,14 @@ async def test_calls_beyond_the_mailbox_wait_for_room_and_all_are_answered(on: i
         ref = await world[0].spawn(Blocked, on=on)
         calls = [asyncio.ensure_future(ref.call(Blocked.wait, index)) for index in range(20)]
         await asyncio.sleep(0.05)
-        cell = world[on]._node.cell(ref._actor_id)
+        cell = world._hosts[on].node.cell(ref._actor_id)
         assert cell is not None
         assert len(cell.queue) <= 3  # the rest wait at the caller
-        assert world[0]._node.flow.waiting() >= 16
+        assert world._hosts[0].node.flow.waiting() >= 16
         open_gate(world, ref)
         assert await asyncio.gather(*calls) == list(range(20))
         assert await ref.call(Blocked.seen_so_far) == list(range(20))
-        assert world[0]._node.flow.waiting() == 0
+        assert world._hosts[0].node.flow.waiting() == 0
 
 
 async def test_a_call_waiting_for_room_times_out_at_its_deadline(on: int) -> None:
@@ -212,7 +214,7 @@ async def test_calls_waiting_for_room_on_a_node_that_is_lost_fail_with_node_lost
         for pending in (first, second):
             with pytest.raises(actorch.NodeLostError):
                 await pending
-        assert world[0]._node.flow.outstanding == {}
+        assert world._hosts[0].node.flow.outstanding == {}
 
 
 async def test_tells_return_their_credit_when_their_handler_raises(on: int) -> None:
@@ -222,20 +224,20 @@ async def test_tells_return_their_credit_when_their_handler_raises(on: int) -> N
             for _ in range(10):
                 ref.tell(Echo.fail)
                 await asyncio.sleep(0.01)
-        assert world[0]._node.flow.outstanding == {}
+        assert world._hosts[0].node.flow.outstanding == {}
         assert [entry["event"] for entry in logs].count("tell failed") == 10
 
 
 async def test_tells_to_a_stopped_actor_return_their_credit() -> None:
     async with local_world(2, mailbox_size=2, stop_grace=0.5) as world:
         ref = await world[0].spawn(Echo, on=1)
-        stale = actorch.ActorRef._create(world[0]._node, 1, ref._actor_id, None, "nowhere:Echo")
+        stale = make_ref(world._hosts[0].node.caller, 1, ref._actor_id, None, "nowhere:Echo")
         await ref.stop()
         with structlog.testing.capture_logs() as logs:
             for _ in range(5):
                 stale.tell("echo", 1)
                 await asyncio.sleep(0.01)
-        assert world[0]._node.flow.outstanding == {}
+        assert world._hosts[0].node.flow.outstanding == {}
         assert [entry["event"] for entry in logs].count("tell failed") == 5
 
 
@@ -257,7 +259,7 @@ async def test_a_message_over_max_message_size_is_refused_where_it_is_sent() -> 
 async def test_a_receiver_with_a_smaller_limit_refuses_and_logs_once() -> None:
     async with local_world(2) as world:
         ref = await world[0].spawn(Echo, on=1)
-        world[1]._node.max_message_size = 100
+        world._hosts[1].node.callee.max_message_size = 100
         with (
             structlog.testing.capture_logs() as logs,
             pytest.raises(actorch.MessageTooLargeError, match="refused a message of"),
@@ -271,7 +273,7 @@ async def test_a_receiver_with_a_smaller_limit_refuses_and_logs_once() -> None:
 
 async def test_batches_from_a_lost_node_are_refused_and_logged_once() -> None:
     async with local_world(3) as world:
-        node = world[0]._node
+        node = world._hosts[0].node
         node._on_peer_lost(2, "test")
         with structlog.testing.capture_logs() as logs:
             node._receive(2, ([b"\x90"], {}), None)
@@ -302,7 +304,7 @@ async def test_the_system_actors_are_not_bounded_so_watchers_never_block_a_spawn
                 await ref.stop()
             exits = await asyncio.gather(*watchers)
         assert [exit_.reason for exit_ in exits] == ["stopped"] * 3
-        assert world[0]._node.flow.outstanding == {}
+        assert world._hosts[0].node.flow.outstanding == {}
 
 
 async def test_user_actors_get_ids_after_the_system_ids_on_every_node() -> None:
@@ -314,7 +316,7 @@ async def test_user_actors_get_ids_after_the_system_ids_on_every_node() -> None:
 
 async def test_a_system_id_is_given_once_and_only_below_the_user_ids() -> None:
     async with local_world(1) as world:
-        node = world[0]._node
+        node = world._hosts[0].node
         with pytest.raises(ValueError, match="not a free system id"):
             node.add_actor(object(), {}, name=None, max_concurrency=1, actor_id=1)  # the service has it
         with pytest.raises(ValueError, match="not a free system id"):

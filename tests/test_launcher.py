@@ -14,7 +14,7 @@ import structlog
 
 import actorch
 from actorch._launch.eventloop import LEFTOVER_WAIT, run_bounded
-from actorch._transport.rpc import RpcOptions
+from actorch._transport.rpc_setup import RpcOptions
 
 
 async def answer(system: actorch.ActorSystem) -> int:

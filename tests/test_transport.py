@@ -4,10 +4,12 @@ import os
 import torch
 
 from actorch._transport import rpc as _rpc_transport
-from actorch._transport.base import PORT_HOLD, InProcessHub, Port
+from actorch._transport.base import PORT_HOLD, Port
+from actorch._transport.inprocess import InProcessHub
 from actorch._transport.bridge import Inbox
 from actorch._transport.network import interface_chosen, interface_towards
-from actorch._transport.rpc import RpcOptions, RpcTransport
+from actorch._transport.rpc import RpcTransport
+from actorch._transport.rpc_setup import RpcOptions
 
 
 async def test_port_sends_replies_back_once_every_expected_one_is_in():
@@ -77,7 +79,7 @@ async def test_transport_sends_one_batch_per_destination_per_loop_iteration():
         sender.send(1, bytes([index]))
     await asyncio.sleep(0)
     await asyncio.sleep(0)
-    assert sender.batches_sent == 1
+    assert sender.bundles_sent == 1
     assert sender.messages_sent == 5
     assert received == [(0, [bytes([index]) for index in range(5)])]
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from actorch._engine.batching import Batched, Endpoint
+from actorch._base.config import is_count
+from actorch._engine.batching import Batched
+from actorch._engine.endpoints import Endpoint
 
 if TYPE_CHECKING:
     from actorch._actors.ref import ActorRef
     from actorch._actors.system import ActorSystem
 
-__all__ = ["Actor", "class_path", "endpoints_of", "has_state_hooks"]
+__all__ = ["Actor", "attach", "class_path", "endpoints_of", "has_state_hooks"]
 
 _HOOKS = frozenset({"on_start", "on_stop"})
 
@@ -57,7 +59,7 @@ class Actor:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         concurrency = cls.__dict__.get("max_concurrency", cls.max_concurrency)
-        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        if not is_count(concurrency):
             raise TypeError(f"{cls.__qualname__}.max_concurrency must be an int >= 1, not {concurrency!r}")
         fatal = cls.__dict__.get("fatal_errors", cls.fatal_errors)
         if not isinstance(fatal, tuple) or not all(
@@ -119,3 +121,9 @@ def endpoints_of(cls: type[Actor]) -> dict[str, Endpoint]:
 def class_path(cls: type) -> str:
     """The importable path of a class, ``module:Qualname``."""
     return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def attach(instance: Actor, ref: ActorRef[Any], system: ActorSystem) -> None:
+    """Give a new actor instance its ref and its node's system, before its ``__init__`` runs."""
+    instance._actorch_ref = ref
+    instance._actorch_system = system

@@ -1,162 +1,304 @@
-"""An actor's life on its node: built and started, its hooks run, stopped once.
+"""``ActorHost``: one node's actors through their lives, and the node's part in the system.
 
-These functions are methods of :class:`~actorch._actors.system.ActorSystem` (it binds
-them in its class body), kept here so that the system's public face reads on
-its own.
+The host builds actors and starts them, runs their hooks, restarts those that
+fail (by their ``Restart`` policy, see ``supervisor``) and stops them, each once.
+It also holds what the node keeps of the system: its name cache, its
+membership events, refs to every node's service and to the registry, and how
+the node is told the system ends. ``ActorSystem`` (the user's handle), the
+node service and the launcher all go through its public methods.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import traceback
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from actorch._actors.actor import Actor, class_path, endpoints_of
-from actorch._actors.ref import ActorRef
-from actorch._actors.registry import Registry
+from actorch._actors.actor import Actor, class_path, endpoints_of, has_state_hooks
+from actorch._actors.events import EventHub
+from actorch._actors.ref import SERVICE_ID, ActorRef, make_ref
+from actorch._actors.registry import REGISTRY_ID, NameCache, Registry
 from actorch._actors.restart import ActorExit, Restart
 from actorch._actors.service import NodeService
+from actorch._actors.supervisor import Supervisor
+from actorch._base.config import SystemConfig
+from actorch._base.errors import describe
+from actorch._engine.cell import CANCEL_WAIT, Cell
 from actorch._engine.message import CallContext, current_call
+from actorch._engine.node import SYSTEM_IDS, Node
+from actorch._transport.base import Transport
 
-if TYPE_CHECKING:
-    from actorch._actors.system import ActorSystem
-    from actorch._engine.cell import Cell
-
-__all__ = ["build", "run_hook", "start_instance", "stop_cell", "stop_local_actors"]
+__all__ = ["ActorHost", "Bind"]
 
 A = TypeVar("A", bound=Actor)
 
-
-async def build(
-    self: ActorSystem,
-    cls: type[A],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    name: str | None,
-    restart: Restart | None = None,
-    *,
-    system_id: int | None = None,
-) -> ActorRef[A]:
-    """Build an actor of ``cls`` on this node and start it (again after a failed start, if ``restart`` allows)."""
-    node = self._node
-    unborn = cls.__new__(cls)  # holds the cell's place until an instance has started
-    cell = node.add_actor(unborn, endpoints_of(cls), name=name, max_concurrency=cls.max_concurrency, actor_id=system_id)
-    ref: ActorRef[A] = ActorRef._create(node, node.rank, cell.actor_id, name, class_path(cls))
-    unborn._actorch_ref = ref
-    unborn._actorch_system = self
-    failures = 0
-    try:
-        while True:
-            try:
-                await self._start_instance(cell, cls, args, kwargs, None)
-                break
-            except Exception as exc:
-                failures += 1
-                if restart is None or failures > restart.max_restarts:
-                    raise
-                node.log.error(
-                    "actor failed to start; starting it again", actor=cell.label, error=repr(exc), attempt=failures
-                )
-            await asyncio.sleep(restart.delay(failures))
-    except BaseException:
-        node.remove_actor(cell)
-        raise
-    if restart is not None:
-        self._supervisor.adopt(cell.actor_id, cls, args, kwargs, restart)
-    return ref
+Bind = Callable[[Actor, ActorRef[Any]], None]
+"""Gives a new actor instance its ref and its node's system (``ActorSystem`` provides it)."""
 
 
-async def start_instance(
-    self: ActorSystem,
-    cell: Cell,
-    cls: type[Actor],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    kept: tuple[Any] | None,
-) -> None:
-    """Build, restore (``kept`` holds a snapshot) and start a new instance of ``cls`` in ``cell``.
+class ActorHost:
+    """Builds, starts, restarts and stops this node's actors, and keeps the node's share of the system."""
 
-    The cell keeps its id, ref and name; if anything raises, it keeps its
-    previous instance.
-    """
-    old = cell.instance
-    instance = cls.__new__(cls)
-    instance._actorch_ref = old._actorch_ref  # type: ignore[attr-defined]
-    instance._actorch_system = self
-    instance.__init__(*args, **kwargs)  # type: ignore[misc]
-    cell.instance = instance
-    try:
-        if kept is not None:
-            await self._run_hook(cell, "restore", kept[0], raise_errors=True)
-        await self._run_hook(cell, "on_start", raise_errors=True)
-    except BaseException:
-        cell.instance = old
-        raise
+    def __init__(self, transport: Transport, config: SystemConfig, bind: Bind) -> None:
+        self.node = Node(transport, config, asyncio.get_running_loop())
+        self.rank = self.node.rank
+        self.config = config
+        self.cache = NameCache()
+        self.events = EventHub()
+        self.supervisor = Supervisor(self.rank)
+        caller = self.node.caller
+        self.services: list[ActorRef[NodeService]] = [
+            make_ref(caller, rank, SERVICE_ID, None, class_path(NodeService)) for rank in range(self.node.world_size)
+        ]
+        self.registry: ActorRef[Registry] = make_ref(caller, 0, REGISTRY_ID, None, class_path(Registry))
+        self.exit_code: int | None = None  # a worker's, once rank 0 said the system ends
+        self._bind = bind
+        self._ended = asyncio.Event()  # a worker's system ended (rank 0 said so, or was lost)
+        self._stopping: dict[int, asyncio.Future[None]] = {}
+        self._on_stop_ran: set[int] = set()  # actors whose current instance ran on_stop already
+        self.node.on_peer_lost(self._on_peer_lost)
+        self.node.on_actor_failed(self._on_failure)
 
+    def __repr__(self) -> str:
+        return f"<ActorHost node {self.rank} actors={len(self.node.cells())}>"
 
-async def run_hook(
-    self: ActorSystem, cell: Cell, hook: str, *args: Any, raise_errors: bool = False, limit: float | None = None
-) -> Any:
-    """Run one of the actor's hooks (plain or async) as a message of the actor; its result.
+    async def start_services(self) -> None:
+        """Host this node's service, and on rank 0 the registry."""
+        await self.build(NodeService, (self,), {}, None, system_id=SERVICE_ID)
+        if self.rank == 0:
+            await self.build(Registry, (self.services,), {}, None, system_id=REGISTRY_ID)
 
-    Nothing else starts meanwhile, and calls that come back to the actor from
-    it are re-entrant. After ``limit`` seconds the hook is cancelled.
-    """
-    key = self._node.new_key()
-    context = current_call.get()
-    chain = context.child_chain() if context is not None else ()
-    cell.enter(key)
-    token = current_call.set(CallContext(cell, key, chain, hook))
-    scope = asyncio.timeout(limit)
-    try:
-        result = getattr(cell.instance, hook)(*args)
-        if inspect.isawaitable(result):
-            async with scope:
-                result = await result
-    except Exception as exc:
-        if raise_errors:
+    # ------------------------------------------------------------------ building
+
+    async def build(
+        self,
+        cls: type[A],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        name: str | None,
+        restart: Restart | None = None,
+        *,
+        system_id: int | None = None,
+    ) -> ActorRef[A]:
+        """Build an actor of ``cls`` on this node and start it (again after a failed start, if ``restart`` allows)."""
+        node = self.node
+        unborn = cls.__new__(cls)  # holds the cell's place until an instance has started
+        cell = node.add_actor(
+            unborn, endpoints_of(cls), name=name, max_concurrency=cls.max_concurrency, actor_id=system_id
+        )
+        ref: ActorRef[A] = make_ref(node.caller, self.rank, cell.actor_id, name, class_path(cls))
+        self._bind(unborn, ref)
+        failures = 0
+        try:
+            while True:
+                try:
+                    await self.start_instance(cell, cls, args, kwargs, None)
+                    break
+                except Exception as exc:
+                    failures += 1
+                    if restart is None or failures > restart.max_restarts:
+                        raise
+                    node.log.error(
+                        "actor failed to start; starting it again", actor=cell.label, error=repr(exc), attempt=failures
+                    )
+                await asyncio.sleep(restart.delay(failures))
+        except BaseException:
+            node.remove_actor(cell)
             raise
-        if isinstance(exc, TimeoutError) and scope.expired():
-            self._node.log.error(f"{hook} did not finish in {limit:g} s and was cancelled", actor=cell.label)
+        if restart is not None:
+            self.supervisor.adopt(cell.actor_id, cls, args, kwargs, restart)
+        return ref
+
+    async def start_instance(
+        self, cell: Cell, cls: type[Actor], args: tuple[Any, ...], kwargs: dict[str, Any], kept: tuple[Any] | None
+    ) -> None:
+        """Build, restore (``kept`` holds a snapshot) and start a new instance of ``cls`` in ``cell``.
+
+        The cell keeps its id, ref and name; if anything raises, it keeps its
+        previous instance.
+        """
+        old = cell.instance
+        instance = cls.__new__(cls)
+        self._bind(instance, make_ref(self.node.caller, self.rank, cell.actor_id, cell.name, class_path(cls)))
+        instance.__init__(*args, **kwargs)  # type: ignore[misc]
+        cell.instance = instance
+        try:
+            if kept is not None:
+                await self.run_hook(cell, "restore", kept[0], raise_errors=True)
+            await self.run_hook(cell, "on_start", raise_errors=True)
+        except BaseException:
+            cell.instance = old
+            raise
+
+    async def run_hook(
+        self, cell: Cell, hook: str, *args: Any, raise_errors: bool = False, limit: float | None = None
+    ) -> Any:
+        """Run one of the actor's hooks (plain or async) as a message of the actor; its result.
+
+        Nothing else starts meanwhile, and calls that come back to the actor from
+        it are re-entrant. After ``limit`` seconds the hook is cancelled.
+        """
+        key = self.node.new_key()
+        context = current_call.get()
+        chain = context.child_chain() if context is not None else ()
+        cell.enter(key)
+        token = current_call.set(CallContext(cell.label, key, chain, hook))
+        scope = asyncio.timeout(limit)
+        try:
+            result = getattr(cell.instance, hook)(*args)
+            if inspect.isawaitable(result):
+                async with scope:
+                    result = await result
+        except Exception as exc:
+            if raise_errors:
+                raise
+            if isinstance(exc, TimeoutError) and scope.expired():
+                self.node.log.error(f"{hook} did not finish in {limit:g} s and was cancelled", actor=cell.label)
+            else:
+                self.node.log.exception(f"{hook} failed", actor=cell.label, error=repr(exc))
+            return None
         else:
-            self._node.log.exception(f"{hook} failed", actor=cell.label, error=repr(exc))
-        return None
-    else:
-        return result
-    finally:
-        current_call.reset(token)
-        if hook == "on_stop":
-            cell.stopped_hook = True
-        cell.leave(key)
-        cell.wake()
+            return result
+        finally:
+            current_call.reset(token)
+            if hook == "on_stop":
+                self._on_stop_ran.add(cell.actor_id)
+            cell.leave(key)
+            cell.wake()
 
+    # ------------------------------------------------------------------ stopping
 
-async def stop_cell(self: ActorSystem, cell: Cell, exit_: ActorExit, *, release_name: bool = True) -> None:
-    """Stop a local actor once: drain it, run ``on_stop``, release its name, record how it ended."""
-    running = self._stopping.get(cell.actor_id)
-    if running is not None:
-        await asyncio.shield(running)
-        return
-    done = self._stopping[cell.actor_id] = asyncio.get_running_loop().create_future()
-    try:
+    async def stop(self, cell: Cell, exit_: ActorExit, *, release_name: bool = True) -> None:
+        """Stop a local actor once: drain it, run ``on_stop``, release its name, record how it ended."""
+        running = self._stopping.get(cell.actor_id)
+        if running is not None:
+            await asyncio.shield(running)
+            return
+        done = self._stopping[cell.actor_id] = asyncio.get_running_loop().create_future()
+        try:
+            grace = self.config.stop_grace
+            await cell.drain(grace)
+            if cell.actor_id not in self._on_stop_ran:
+                await self.run_hook(cell, "on_stop", limit=grace)
+            self.node.remove_actor(cell)
+            if release_name and cell.name is not None:
+                await self.release_name(cell.name, exit_.reason)
+            self.supervisor.ended(cell.actor_id, replace(exit_, restarts=cell.restarts))
+        finally:
+            del self._stopping[cell.actor_id]
+            self._on_stop_ran.discard(cell.actor_id)
+            done.set_result(None)
+
+    async def stop_actor(self, actor_id: int, exit_: ActorExit) -> None:
+        """Stop local actor ``actor_id`` if it is still here."""
+        cell = self.node.cell(actor_id)
+        if cell is not None:
+            await self.stop(cell, exit_)
+
+    async def stop_all(self) -> None:
+        """Stop every user actor of this node, the system is ending; whoever waits hears so."""
+        cells = [cell for cell in self.node.cells() if cell.actor_id > SYSTEM_IDS]
+        shutdown = ActorExit("shutdown")
+        await asyncio.gather(*(self.stop(cell, shutdown, release_name=False) for cell in cells))
+        self.supervisor.close()
+        self.events.close()
+
+    async def wait_stopped(self, actor_id: int) -> ActorExit:
+        """How local actor ``actor_id`` ended, once it has."""
+        known = self.supervisor.exit_of(actor_id)
+        if known is not None:
+            return known
+        if self.node.cell(actor_id) is None and actor_id not in self._stopping:
+            return ActorExit("stopped", f"node {self.rank} hosts no actor #{actor_id} any more")
+        return await self.supervisor.wait_ended(actor_id)
+
+    async def release_name(self, name: str, reason: str = "stopped") -> None:
+        """Free ``name`` in the registry; a failure is logged, not raised (what failed before matters more)."""
+        try:
+            await self.registry.call(Registry.release, name, reason)
+        except Exception as exc:  # noqa: BLE001 - what failed before matters more
+            self.node.log.warning("could not release name", name=name, error=repr(exc))
+
+    # ------------------------------------------------------------------ the system around
+
+    def evict_names(self, names: list[str]) -> None:
+        """Drop ``names`` from this node's cache (the registry released them)."""
+        self.cache.evict(names)
+
+    def name_event(self, seq: int, kind: str, name: str, ref: ActorRef[Any] | None, reason: str | None) -> None:
+        """Hand the registry's change number ``seq`` to this node's event subscribers."""
+        self.events.name_event(seq, kind, name, ref, reason)
+
+    async def end(self, *, failed: bool) -> None:
+        """Rank 0 ends the system: stop every user actor here; this worker then exits (code 1 if ``failed``)."""
+        self.exit_code = 1 if failed else 0
+        self.node.departing = True
+        await self.stop_all()
+
+    async def wait_ended(self) -> None:
+        """Wait until this worker's system has ended: rank 0 said so, or was lost."""
+        await self._ended.wait()
+
+    def _on_peer_lost(self, rank: int, why: str) -> None:
+        self.cache.evict_rank(rank)
+        self.events.node_lost(rank, why)
+        if self.rank == 0 and not self.node.closed:
+            cell = self.node.cell(REGISTRY_ID)
+            if cell is not None and isinstance(cell.instance, Registry):
+                cell.instance.drop_rank(rank)
+        if rank == 0 and self.rank != 0:
+            self._ended.set()
+
+    # ------------------------------------------------------------------ failures
+
+    def _on_failure(self, cell: Cell, error: BaseException, cancelled: list[asyncio.Task[Any]]) -> None:
+        cell.track(self.node.loop.create_task(self._recover(cell, error, cancelled)))
+
+    async def _recover(self, cell: Cell, error: BaseException, cancelled: list[asyncio.Task[Any]]) -> None:
+        """Restart a failed actor by its policy, or stop it for good."""
+        log = self.node.log
         grace = self.config.stop_grace
-        await self._node.drain(cell, grace)
-        if not cell.stopped_hook:
-            await self._run_hook(cell, "on_stop", limit=grace)
-        self._node.remove_actor(cell)
-        if release_name and cell.name is not None:
-            await self._release_quietly(cell.name, exit_.reason)
-        self._supervisor.ended(cell.actor_id, replace(exit_, restarts=cell.restarts))
-    finally:
-        del self._stopping[cell.actor_id]
-        done.set_result(None)
+        cause = describe(error)
+        log.error(
+            "actor failed",
+            actor=cell.label,
+            error=cause,
+            restarts=cell.restarts,
+            traceback="".join(traceback.format_exception(error)),
+        )
+        if cancelled:
+            await asyncio.wait(cancelled, timeout=CANCEL_WAIT)
+        spec = self.supervisor.spec(cell.actor_id)
+        kept: tuple[Any] | None = None
+        if spec is not None and has_state_hooks(spec.cls):
+            try:
+                kept = (await self.run_hook(cell, "snapshot", raise_errors=True, limit=grace),)
+            except Exception as exc:  # noqa: BLE001 - the restart goes on from a fresh instance
+                log.warning("snapshot failed; the new instance starts fresh", actor=cell.label, error=describe(exc))
+        await self.run_hook(cell, "on_stop", limit=grace)
+        while True:
+            if spec is None:
+                await self._give_up(cell, cause, "it has no restart policy")
+                return
+            failures = self.supervisor.count_failure(cell.actor_id, spec.restart)
+            if failures > spec.restart.max_restarts:
+                await self._give_up(cell, cause, f"{failures - 1} restarts were used up")
+                return
+            await asyncio.sleep(spec.restart.delay(failures))
+            try:
+                await self.start_instance(cell, spec.cls, spec.args, spec.kwargs, kept)
+            except Exception as exc:  # noqa: BLE001 - a failed restart is one more failure
+                cause = describe(exc)
+                log.error("restart failed", actor=cell.label, error=cause, attempt=failures)
+                continue
+            self._on_stop_ran.discard(cell.actor_id)
+            cell.resume(restarted=True)
+            log.info("actor restarted", actor=cell.label, restarts=cell.restarts, after=failures)
+            return
 
-
-async def stop_local_actors(self: ActorSystem) -> None:
-    """Stop every user actor of this node, the system is ending; whoever waits hears so."""
-    cells = [cell for cell in self._node.cells() if not isinstance(cell.instance, (NodeService, Registry))]
-    shutdown = ActorExit("shutdown")
-    await asyncio.gather(*(self._stop_cell(cell, shutdown, release_name=False) for cell in cells))
-    self._supervisor.close()
-    self._events.close()
+    async def _give_up(self, cell: Cell, cause: str, why: str) -> None:
+        self.node.log.error("actor stopped after failing", actor=cell.label, error=cause, why=why)
+        await self.stop(cell, ActorExit("failed", cause))

@@ -1,12 +1,16 @@
-"""``ActorRef``: the typed, sendable handle to an actor on any node."""
+"""``ActorRef``: the typed, sendable handle to an actor on any node.
+
+A ref knows where its actor lives (rank and id) and sends through its node's
+:class:`~actorch._engine.caller.Caller`. Refs are made by :func:`make_ref` (the
+runtime) and rebuilt from messages by the codec, never by users.
+"""
 
 from __future__ import annotations
 
 import functools
-import importlib
-import inspect
+import pkgutil
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from actorch._actors.actor import Actor, endpoints_of
 from actorch._actors.restart import ActorExit
@@ -14,11 +18,10 @@ from actorch._base.codec import current_context, register_extension
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import EndpointError, NodeLostError, SystemClosedError
 from actorch._engine.batching import Batched
+from actorch._engine.caller import Caller
+from actorch._engine.endpoints import check_call, endpoint_name
 
-if TYPE_CHECKING:
-    from actorch._engine.node import Node
-
-__all__ = ["SERVICE_ID", "ActorRef"]
+__all__ = ["SERVICE_ID", "ActorRef", "make_ref", "resolve_class"]
 
 A = TypeVar("A", bound=Actor)
 P = ParamSpec("P")
@@ -32,12 +35,10 @@ _REF_CODE = 16
 
 
 @functools.lru_cache(maxsize=1024)
-def _resolve_class(path: str) -> type[Actor] | None:
-    module_name, _, qualname = path.partition(":")
+def resolve_class(path: str) -> type[Actor] | None:
+    """The actor class at ``module:Qualname``, or None if it cannot be imported here."""
     try:
-        found: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            found = getattr(found, part)
+        found = pkgutil.resolve_name(path)
     except (ImportError, AttributeError, ValueError):
         return None
     return found if isinstance(found, type) and issubclass(found, Actor) else None
@@ -51,9 +52,9 @@ class ActorRef(Generic[A]):
     on other nodes, where they work the same.
     """
 
-    __slots__ = ("_actor_id", "_class_path", "_label", "_name", "_node", "_rank")
+    __slots__ = ("_actor_id", "_caller", "_class_path", "_label", "_name", "_rank")
 
-    _node: Node
+    _caller: Caller
     _rank: int
     _actor_id: int
     _name: str | None
@@ -62,18 +63,6 @@ class ActorRef(Generic[A]):
 
     def __init__(self) -> None:
         raise TypeError("ActorRef objects are made by the runtime: use spawn() or lookup()")
-
-    @classmethod
-    def _create(cls, node: Node, rank: int, actor_id: int, name: str | None, class_path: str) -> ActorRef[Any]:
-        ref: ActorRef[Any] = object.__new__(cls)
-        ref._node = node
-        ref._rank = rank
-        ref._actor_id = actor_id
-        ref._name = name
-        ref._class_path = class_path
-        short = class_path.rpartition(":")[2] or class_path
-        ref._label = f"actor {name!r} ({short}) on node {rank}" if name else f"actor {short}#{actor_id} on node {rank}"
-        return ref
 
     def __repr__(self) -> str:
         return f"<ActorRef {self._label}>"
@@ -102,7 +91,7 @@ class ActorRef(Generic[A]):
     @property
     def actor_class(self) -> type[Actor] | None:
         """The actor's class, if it can be imported here."""
-        return _resolve_class(self._class_path)
+        return resolve_class(self._class_path)
 
     @overload
     def call(self, method: Batched[A, T, R], item: T, /) -> Coroutine[Any, Any, R]: ...
@@ -136,9 +125,9 @@ class ActorRef(Generic[A]):
             TimeoutError: The caller's deadline passed (also while waiting for room in a
                 full mailbox); the handler is cancelled.
         """
-        endpoint = method if type(method) is str else _endpoint_name(method)
+        endpoint = method if type(method) is str else endpoint_name(method)
         deadline = current_deadline()
-        return self._node.call(self._rank, self._actor_id, endpoint, args, kwargs, self._label, deadline)
+        return self._caller.call(self._rank, self._actor_id, endpoint, args, kwargs, self._label, deadline)
 
     def tell(self, method: Any, /, *args: Any, **kwargs: Any) -> None:
         """Send a message without waiting for its result (fire and forget).
@@ -153,11 +142,11 @@ class ActorRef(Generic[A]):
             MailboxFullError: ``mailbox_size`` messages from this node already wait at the
                 actor; nothing was sent (a call would wait for room).
         """
-        endpoint = method if type(method) is str else _endpoint_name(method)
-        cls = _resolve_class(self._class_path)
+        endpoint = method if type(method) is str else endpoint_name(method)
+        cls = resolve_class(self._class_path)
         if cls is not None:
-            _check_call(cls, endpoint, args, kwargs, self._label)
-        self._node.tell(self._rank, self._actor_id, endpoint, args, kwargs, self._label)
+            check_call(endpoints_of(cls), endpoint, args, kwargs, self._label)
+        self._caller.tell(self._rank, self._actor_id, endpoint, args, kwargs, self._label)
 
     async def wait_stopped(self) -> ActorExit:
         """Wait until the actor has stopped for good, and say how it ended.
@@ -172,7 +161,7 @@ class ActorRef(Generic[A]):
         if self._actor_id == SERVICE_ID:
             raise EndpointError(f"{self._label} is a system service: it stops with its node")
         try:
-            exit_: ActorExit = await self._node.call(
+            exit_: ActorExit = await self._caller.call(
                 self._rank, SERVICE_ID, "wait_stopped", (self._actor_id,), {}, self._label, current_deadline()
             )
         except NodeLostError as exc:
@@ -187,54 +176,37 @@ class ActorRef(Generic[A]):
         """
         if self._actor_id == SERVICE_ID:
             raise EndpointError(f"{self._label} is a system service and cannot be stopped")
-        await self._node.call(
+        await self._caller.call(
             self._rank, SERVICE_ID, "stop_actor", (self._actor_id,), {}, self._label, current_deadline()
         )
 
 
-def _endpoint_name(method: Any) -> str:
-    name = getattr(method, "__name__", None)
-    if not isinstance(name, str):
-        raise EndpointError(f"an endpoint is an actor method or its name, not {method!r}")
-    return name
-
-
-def _check_call(cls: type[Actor], endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any], label: str) -> None:
-    handler = endpoints_of(cls).get(endpoint)
-    if isinstance(handler, Batched):
-        error = handler.check(args, kwargs, label)
-        if error is not None:
-            raise error
-        return
-    if handler is None:
-        if endpoint.startswith("_"):
-            raise EndpointError(f"{endpoint!r} of {label} is private: endpoints are public async methods")
-        known = ", ".join(sorted(endpoints_of(cls))) or "none"
-        raise EndpointError(f"{label} has no endpoint {endpoint!r} (endpoints: {known})")
-    try:
-        _signature(handler).bind(None, *args, **kwargs)
-    except TypeError as exc:
-        raise EndpointError(f"bad arguments for {endpoint!r} of {label}: {exc}") from None
-
-
-@functools.lru_cache(maxsize=1024)
-def _signature(handler: Callable[..., Any]) -> inspect.Signature:
-    return inspect.signature(handler)
+def make_ref(caller: Caller, rank: int, actor_id: int, name: str | None, class_path: str) -> ActorRef[Any]:
+    """A ref to actor ``actor_id`` on ``rank``, sending through ``caller`` (its node's)."""
+    ref: ActorRef[Any] = object.__new__(ActorRef)
+    ref._caller = caller
+    ref._rank = rank
+    ref._actor_id = actor_id
+    ref._name = name
+    ref._class_path = class_path
+    short = class_path.rpartition(":")[2] or class_path
+    ref._label = f"actor {name!r} ({short}) on node {rank}" if name else f"actor {short}#{actor_id} on node {rank}"
+    return ref
 
 
 def _rebuild(rank: int, actor_id: int, name: str | None, class_path: str) -> ActorRef[Any]:
-    node = current_context()
-    if node is None:
+    caller = current_context()
+    if caller is None:
         raise SystemClosedError("an ActorRef can only be unpickled by actorch while it decodes a message")
-    return ActorRef._create(node, rank, actor_id, name, class_path)
+    return make_ref(caller, rank, actor_id, name, class_path)
 
 
 def _encode_ref(ref: ActorRef[Any]) -> list[Any]:
     return [ref._rank, ref._actor_id, ref._name, ref._class_path]
 
 
-def _decode_ref(data: list[Any], node: Any) -> ActorRef[Any]:
-    return ActorRef._create(node, data[0], data[1], data[2], data[3])
+def _decode_ref(data: list[Any], caller: Any) -> ActorRef[Any]:
+    return make_ref(caller, data[0], data[1], data[2], data[3])
 
 
 register_extension(ActorRef, _REF_CODE, _encode_ref, _decode_ref)

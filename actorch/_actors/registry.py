@@ -96,8 +96,8 @@ class Registry(Actor):
         regex = compile_pattern(pattern)
         return [ref for name, ref in sorted(self._refs.items()) if ref is not None and regex.fullmatch(name)]
 
-    def _drop_rank(self, rank: int) -> None:
-        """Forget every name of a lost node, reserved ones too (called by the node, not a message)."""
+    def drop_rank(self, rank: int) -> None:
+        """Forget every name of a lost node, reserved ones too (its host calls this; it is not an endpoint)."""
         self._lost.add(rank)
         self._subscribers.discard(rank)
         for name in [name for name, holder in self._reserved.items() if holder == rank]:

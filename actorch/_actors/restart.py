@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from actorch._base.codec import serializable
+from actorch._base.config import is_count, is_number
 
 __all__ = ["EXIT_REASONS", "ActorExit", "Restart"]
 
@@ -40,14 +40,14 @@ class Restart:
     max_backoff: float = 10.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+        if not is_count(self.max_restarts, 0):
             raise ValueError(f"max_restarts must be an int >= 0, not {self.max_restarts!r}")
-        if self.within is not None and not _number(self.within, minimum=0.0, inclusive=False):
+        if self.within is not None and not is_number(self.within, inclusive=False):
             raise ValueError(f"within must be a positive number of seconds or None, not {self.within!r}")
         for field in ("backoff", "max_backoff"):
-            if not _number(getattr(self, field), minimum=0.0, inclusive=True):
+            if not is_number(getattr(self, field)):
                 raise ValueError(f"{field} must be a finite number of seconds >= 0, not {getattr(self, field)!r}")
-        if not _number(self.factor, minimum=1.0, inclusive=True):
+        if not is_number(self.factor, 1.0):
             raise ValueError(f"factor must be a finite number >= 1, not {self.factor!r}")
 
     def delay(self, failures: int) -> float:
@@ -76,9 +76,3 @@ class ActorExit:
     def failed(self) -> bool:
         """Whether the actor ended by failing (including its node being lost)."""
         return self.reason in ("failed", "node_lost")
-
-
-def _number(value: object, *, minimum: float, inclusive: bool) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return False
-    return value >= minimum if inclusive else value > minimum

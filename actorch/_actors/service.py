@@ -1,17 +1,44 @@
-"""``NodeService``: the system actor every node hosts (id 1), doing what other nodes ask of this one."""
+"""``NodeService``: the system actor every node hosts (id 1), doing what other nodes ask of this one.
+
+It is the node's actor host seen from the network: the host gives itself to the
+service as a :class:`ServiceBackend`, which is all the service knows of it.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from actorch._actors.actor import Actor
-from actorch._actors.ref import ActorRef, _resolve_class
+from actorch._actors.ref import ActorRef, resolve_class
 from actorch._actors.restart import ActorExit, Restart
 
-if TYPE_CHECKING:
-    from actorch._actors.system import ActorSystem
+__all__ = ["NodeService", "ServiceBackend"]
 
-__all__ = ["NodeService"]
+
+class ServiceBackend(Protocol):
+    """What the node service needs of its node's actor host."""
+
+    rank: int
+
+    async def build(
+        self, cls: type[Actor], args: tuple[Any, ...], kwargs: dict[str, Any], name: str | None, restart: Restart | None
+    ) -> ActorRef[Any]:
+        """Build and start an actor here."""
+
+    async def stop_actor(self, actor_id: int, exit_: ActorExit) -> None:
+        """Stop a local actor, if it is still here."""
+
+    async def wait_stopped(self, actor_id: int) -> ActorExit:
+        """How a local actor ended, once it has."""
+
+    def evict_names(self, names: list[str]) -> None:
+        """Drop names from this node's cache."""
+
+    def name_event(self, seq: int, kind: str, name: str, ref: ActorRef[Any] | None, reason: str | None) -> None:
+        """Hand a registry change to this node's event subscribers."""
+
+    async def end(self, *, failed: bool) -> None:
+        """The system ends: stop every user actor of this node."""
 
 
 class NodeService(Actor):
@@ -19,41 +46,37 @@ class NodeService(Actor):
 
     max_concurrency = 1 << 30  # spawns, stops and watches may wait on user code
 
-    def __init__(self, system: ActorSystem) -> None:
-        self._hosted = system
+    def __init__(self, backend: ServiceBackend) -> None:
+        self._backend = backend
 
     async def spawn(
         self, path: str, args: list[Any], kwargs: dict[str, Any], name: str | None, restart: Restart | None = None
     ) -> ActorRef[Any]:
         """Build an actor of the class at ``path`` here and run its ``on_start``."""
-        cls = _resolve_class(path)
+        cls = resolve_class(path)
         if cls is None:
-            raise ImportError(f"cannot import actor class {path!r} on node {self._hosted.rank}")
-        return await self._hosted._build(cls, tuple(args), kwargs, name, restart)
+            raise ImportError(f"cannot import actor class {path!r} on node {self._backend.rank}")
+        return await self._backend.build(cls, tuple(args), kwargs, name, restart)
 
     async def stop_actor(self, actor_id: int) -> None:
         """Stop a local actor: drain it, run ``on_stop``, release its name."""
-        cell = self._hosted._node.cell(actor_id)
-        if cell is not None:
-            await self._hosted._stop_cell(cell, ActorExit("stopped"))
+        await self._backend.stop_actor(actor_id, ActorExit("stopped"))
 
     async def wait_stopped(self, actor_id: int) -> ActorExit:
         """Wait until a local actor has stopped; how it ended."""
-        return await self._hosted._supervisor.wait_stopped(actor_id)
+        return await self._backend.wait_stopped(actor_id)
 
     async def evict(self, names: list[str]) -> None:
         """Drop ``names`` from this node's name cache."""
-        self._hosted._cache.evict(names)
+        self._backend.evict_names(names)
 
     async def name_event(self, seq: int, kind: str, name: str, ref: ActorRef[Any] | None, reason: str | None) -> None:
         """The registry's change number ``seq`` to the names (told to subscribed nodes)."""
-        self._hosted._events.name_event(seq, kind, name, ref, reason)
+        self._backend.name_event(seq, kind, name, ref, reason)
 
     async def shutdown(self, failed: bool = False) -> None:
         """Stop every user actor of this node: the system is ending, rank 0 leaves next.
 
         ``failed`` says that ``main`` raised: this node's process then exits with code 1.
         """
-        self._hosted._exit_code = 1 if failed else 0
-        self._hosted._node.departing = True
-        await self._hosted._stop_local_actors()
+        await self._backend.end(failed=failed)

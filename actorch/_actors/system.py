@@ -1,39 +1,33 @@
-"""``ActorSystem``, the per-node handle users spawn and look up through.
+"""``ActorSystem``: the per-node handle users spawn, look up and watch through, and nothing more.
 
-Every node hosts a ``NodeService`` actor (id 1) that builds actors spawned on it,
-stops and watches them, evicts names from the node's cache and takes part in
-shutdown; rank 0 also hosts the ``Registry`` (id 2). A ``Supervisor`` per node
-restarts its failed actors.
+Each node's :class:`~actorch._actors.host.ActorHost` does the work: it hosts a
+``NodeService`` actor (id 1) that builds actors spawned on the node, stops and
+watches them, evicts names from the node's cache and takes part in shutdown;
+rank 0 also hosts the ``Registry`` (id 2). :func:`open_system` makes a node's
+host and its system together, for the launcher and the test worlds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
+import functools
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from actorch._actors import host as _lifecycle
-from actorch._actors.actor import Actor, class_path
-from actorch._actors.events import EventHub, MembershipEvent, NameRegistered, NodeJoined, Subscription
-from actorch._actors.ref import SERVICE_ID, ActorRef, _resolve_class
-from actorch._actors.registry import REGISTRY_ID, NameCache, Registry
+from actorch._actors.actor import Actor, attach, class_path
+from actorch._actors.events import MembershipEvent, NameRegistered, NodeJoined, Subscription
+from actorch._actors.host import ActorHost
+from actorch._actors.ref import ActorRef, resolve_class
+from actorch._actors.registry import Registry
 from actorch._actors.restart import Restart
 from actorch._actors.service import NodeService
-from actorch._actors.supervisor import Supervisor
-from actorch._base.codec import Codec
+from actorch._base.config import SystemConfig
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import ActorNotFoundError, NodeLostError
 from actorch._base.names import check_name, compile_pattern
-from actorch._engine.flow import DEFAULT_WINDOW
-from actorch._engine.node import DEFAULT_MAX_MESSAGE, Node
 from actorch._transport.base import NodeInfo, Transport
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = ["ActorSystem", "NodeInfo", "SystemConfig"]
+__all__ = ["ActorSystem", "NodeInfo", "open_system"]
 
 A = TypeVar("A", bound=Actor)
 
@@ -41,34 +35,17 @@ STALE_NAME_RETRY = 0.05
 """Seconds a lookup waits before asking again for a name the registry still gives to a lost node."""
 
 
-@dataclass(frozen=True)
-class SystemConfig:
-    """Settings shared by every node of a system.
+def open_system(transport: Transport, config: SystemConfig) -> tuple[ActorSystem, ActorHost]:
+    """The system of the node that ``transport`` connects, on the running event loop, and its host."""
+    system = object.__new__(ActorSystem)
+    host = ActorHost(transport, config, functools.partial(_attach, system=system))
+    system._host = host
+    system.config = config
+    return system, host
 
-    Attributes:
-        strict: Refuse values that would need pickle (``SerializationError``).
-        lookup_timeout: Seconds ``lookup`` waits for a name when no deadline is set.
-        stop_grace: Seconds a stopping actor's queued and running messages may
-            take before they are cancelled, and again its ``on_stop``.
-        mailbox_size: Messages one node may have waiting at one actor (see ``_flow``).
-        max_message_size: Bytes a message between nodes may take.
-    """
 
-    strict: bool = False
-    lookup_timeout: float = 30.0
-    stop_grace: float = 10.0
-    mailbox_size: int = DEFAULT_WINDOW
-    max_message_size: int = DEFAULT_MAX_MESSAGE
-
-    def __post_init__(self) -> None:
-        for field in ("lookup_timeout", "stop_grace"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-                raise ValueError(f"{field} must be a finite number of seconds >= 0, not {value!r}")
-        for field in ("mailbox_size", "max_message_size"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{field} must be an int >= 1, not {value!r}")
+def _attach(instance: Actor, ref: ActorRef[Any], *, system: ActorSystem) -> None:
+    attach(instance, ref, system)
 
 
 class ActorSystem:
@@ -78,57 +55,11 @@ class ActorSystem:
     ``self.system``.
     """
 
-    _node: Node
-    _cache: NameCache
-    _exit: asyncio.Event
-    _services: list[ActorRef[NodeService]]
-    _registry: ActorRef[Registry]
-    _supervisor: Supervisor
-    _events: EventHub
-    _stopping: dict[int, asyncio.Future[None]]
-    _exit_code: int | None  # a worker's, once rank 0 said the system ends
+    _host: ActorHost
     config: SystemConfig
-
-    # an actor's life on this node (``_lifecycle``)
-    _build = _lifecycle.build
-    _start_instance = _lifecycle.start_instance
-    _run_hook = _lifecycle.run_hook
-    _stop_cell = _lifecycle.stop_cell
-    _stop_local_actors = _lifecycle.stop_local_actors
 
     def __init__(self) -> None:
         raise TypeError("ActorSystem objects are made by actorch.run()")
-
-    @classmethod
-    def _create(cls, transport: Transport, config: SystemConfig) -> ActorSystem:
-        """The system of the node that ``transport`` connects, on the running event loop."""
-        node = Node(
-            transport,
-            Codec(strict=config.strict),
-            asyncio.get_running_loop(),
-            mailbox_size=config.mailbox_size,
-            max_message_size=config.max_message_size,
-        )
-        system = object.__new__(cls)
-        system._node = node
-        system.config = config
-        system._cache = NameCache()
-        system._exit = asyncio.Event()
-        system._services = [
-            ActorRef._create(node, rank, SERVICE_ID, None, class_path(NodeService)) for rank in range(node.world_size)
-        ]
-        system._registry = ActorRef._create(node, 0, REGISTRY_ID, None, class_path(Registry))
-        system._supervisor = Supervisor(system)
-        system._events = EventHub()
-        system._stopping = {}
-        system._exit_code = None
-        node.on_peer_lost(system._on_peer_lost)
-        return system
-
-    async def _start_services(self) -> None:
-        await self._build(NodeService, (self,), {}, None, system_id=SERVICE_ID)
-        if self.rank == 0:
-            await self._build(Registry, (self._services,), {}, None, system_id=REGISTRY_ID)
 
     def __repr__(self) -> str:
         return f"<ActorSystem node {self.rank} of {self.world_size}>"
@@ -136,22 +67,22 @@ class ActorSystem:
     @property
     def rank(self) -> int:
         """This node's rank (0 runs ``main``)."""
-        return self._node.rank
+        return self._host.rank
 
     @property
     def world_size(self) -> int:
         """How many nodes the system has."""
-        return self._node.world_size
+        return self._host.node.world_size
 
     @property
     def nodes(self) -> list[NodeInfo]:
         """Every node of the system (rank, worker name, host, pid), by rank."""
-        return self._node.peers()
+        return self._host.node.peers()
 
     @property
     def lost_nodes(self) -> dict[int, str]:
         """Ranks of nodes that were lost, with why."""
-        return dict(self._node.lost)
+        return dict(self._host.node.lost)
 
     async def spawn(
         self,
@@ -185,7 +116,7 @@ class ActorSystem:
         """
         if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls in (NodeService, Registry):
             raise TypeError(f"spawn() takes an actorch.Actor subclass, not {cls!r}")
-        if _resolve_class(class_path(cls)) is not cls:
+        if resolve_class(class_path(cls)) is not cls:
             raise TypeError(
                 f"actor class {cls.__qualname__} cannot be imported as {class_path(cls)!r}: define actor "
                 "classes at module level, so every node can import them"
@@ -195,21 +126,21 @@ class ActorSystem:
         rank = self.rank if on is None else on
         if not isinstance(rank, int) or not 0 <= rank < self.world_size:
             raise ValueError(f"on={on!r} is not a rank of this system (0..{self.world_size - 1})")
-        if rank in self._node.lost:
+        if rank in self._host.node.lost:
             raise NodeLostError(f"cannot spawn {cls.__qualname__} on node {rank}: it was lost")
         if name is not None:
             check_name(name)
-            await self._registry.call(Registry.reserve, name, rank)
+            await self._host.registry.call(Registry.reserve, name, rank)
         try:
-            ref: ActorRef[A] = await self._services[rank].call(
+            ref: ActorRef[A] = await self._host.services[rank].call(
                 NodeService.spawn, class_path(cls), list(args), dict(kwargs or {}), name, restart
             )
         except BaseException:
             if name is not None:
-                await asyncio.shield(self._release_quietly(name))
+                await asyncio.shield(self._host.release_name(name))
             raise
         if name is not None:
-            await self._registry.call(Registry.bind, name, ref)
+            await self._host.registry.call(Registry.bind, name, ref)
         return ref
 
     async def lookup(self, name: str) -> ActorRef[Any]:
@@ -225,7 +156,7 @@ class ActorSystem:
             InvalidNameError: ``name`` breaks the naming rule.
         """
         check_name(name)
-        cached = self._cache.get(name)
+        cached = self._host.cache.get(name)
         if cached is not None:
             return cached
         loop = asyncio.get_running_loop()
@@ -234,9 +165,9 @@ class ActorSystem:
         try:
             async with asyncio.timeout_at(own_limit):
                 while True:
-                    generation = self._cache.generation()
-                    ref = await self._registry.call(Registry.resolve, name, True)
-                    if ref is None or ref.rank not in self._node.lost:
+                    generation = self._host.cache.generation()
+                    ref = await self._host.registry.call(Registry.resolve, name, True)
+                    if ref is None or ref.rank not in self._host.node.lost:
                         break
                     await asyncio.sleep(STALE_NAME_RETRY)  # the registry has yet to hear of that loss
         except TimeoutError:
@@ -252,7 +183,7 @@ class ActorSystem:
             raise
         if ref is None:  # resolve(wait=True) only returns once bound
             raise ActorNotFoundError(f"no actor named {name!r} (lookup from node {self.rank})")
-        self._cache.put(name, ref, generation)
+        self._host.cache.put(name, ref, generation)
         return ref
 
     async def events(self, pattern: str | None = None) -> AsyncIterator[MembershipEvent]:
@@ -268,12 +199,12 @@ class ActorSystem:
         """
         regex = compile_pattern(pattern) if pattern is not None else None
         subscription = Subscription(regex)
-        self._events.subscriptions.add(subscription)
+        self._host.events.subscriptions.add(subscription)
         try:
-            seq, names = await self._registry.call(Registry.subscribe, self.rank)
-            self._events.snapshot_came(subscription, seq)
+            seq, names = await self._host.registry.call(Registry.subscribe, self.rank)
+            self._host.events.snapshot_came(subscription, seq)
             for info in self.nodes:
-                if info.rank not in self._node.lost:
+                if info.rank not in self._host.node.lost:
                     yield NodeJoined(info.rank, info)
             for name, ref in names:
                 if regex is None or regex.fullmatch(name):
@@ -281,7 +212,7 @@ class ActorSystem:
             while (event := await subscription.queue.get()) is not None:
                 yield event
         finally:
-            self._events.subscriptions.discard(subscription)
+            self._host.events.subscriptions.discard(subscription)
 
     async def lookup_all(self, pattern: str) -> list[ActorRef[Any]]:
         """Actors whose names match the glob ``pattern`` (``rl/observers/*``), sorted by name.
@@ -290,7 +221,7 @@ class ActorSystem:
         Does not wait: it lists the names that exist now.
         """
         compile_pattern(pattern)
-        return await self._registry.call(Registry.match, pattern)
+        return await self._host.registry.call(Registry.match, pattern)
 
     def rref(self, value: Any) -> Any:
         """Wrap ``value`` in a ``torch.distributed.rpc.RRef`` owned by this node.
@@ -302,7 +233,7 @@ class ActorSystem:
         Raises:
             UnsupportedError: If the system does not run on torch RPC (in-process worlds).
         """
-        return self._node.transport.make_rref(value)
+        return self._host.node.transport.make_rref(value)
 
     def statistics(self) -> dict[str, Any]:
         """This node's counters, for monitoring.
@@ -311,25 +242,5 @@ class ActorSystem:
         unknown nodes), calls pending and calls waiting for room in a mailbox,
         actors hosted, and transport batches sent.
         """
-        return {**self._node.statistics(), "transport_batches": self._node.transport.batches_sent}
-
-    # ------------------------------------------------------------------ internals
-
-    async def _release_quietly(self, name: str, reason: str = "stopped") -> None:
-        try:
-            await self._registry.call(Registry.release, name, reason)
-        except Exception as exc:  # noqa: BLE001 - what failed before matters more
-            self._node.log.warning("could not release name", name=name, error=repr(exc))
-
-    def _on_peer_lost(self, rank: int, why: str) -> None:
-        self._cache.evict_rank(rank)
-        self._events.node_lost(rank, why)
-        if self.rank == 0 and not self._node.closed:
-            registry = self._node.cell(REGISTRY_ID)
-            if registry is not None:
-                registry.instance._drop_rank(rank)  # type: ignore[attr-defined]
-        if rank == 0 and self.rank != 0:
-            self._exit.set()
-
-    def _service(self, rank: int) -> ActorRef[NodeService]:
-        return self._services[rank]
+        node = self._host.node
+        return {**node.statistics(), "transport_batches": node.transport.bundles_sent}

@@ -26,7 +26,7 @@ across nodes.
 from __future__ import annotations
 
 import builtins
-import importlib
+import pkgutil
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +46,7 @@ __all__ = [
     "SnapshotError",
     "SystemClosedError",
     "UnsupportedError",
+    "describe",
     "remote_error",
 ]
 
@@ -166,26 +167,23 @@ class GroupError(ExceptionGroup[Exception], ActorchError):
 _mixed_classes: dict[type[BaseException], type[RemoteError]] = {}
 
 
+def describe(exc: BaseException) -> str:
+    """An exception in one line for logs and messages: ``Type: message``."""
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _import_exception_class(type_name: str) -> type[BaseException] | None:
-    parts = type_name.split(".")
-    if len(parts) == 1:
+    if "." not in type_name:
         found = getattr(builtins, type_name, None)
-        return found if isinstance(found, type) and issubclass(found, Exception) else None
-    # The module is the longest importable prefix; the rest is the (maybe nested) qualname.
-    for split in range(len(parts) - 1, 0, -1):
+    elif type_name.startswith("actorch.") and type_name.rpartition(".")[2] in __all__:
+        # actorch's own errors, also under the module paths older versions sent
+        found = globals()[type_name.rpartition(".")[2]]
+    else:
         try:
-            owner: object = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
-        except ValueError:
+            found = pkgutil.resolve_name(type_name)
+        except (ImportError, AttributeError, ValueError):
             return None
-        try:
-            for part in parts[split:]:
-                owner = getattr(owner, part)
-        except AttributeError:
-            return None
-        return owner if isinstance(owner, type) and issubclass(owner, Exception) else None
-    return None
+    return found if isinstance(found, type) and issubclass(found, Exception) else None
 
 
 def remote_error(type_name: str, message: str, remote_traceback: str = "") -> RemoteError:
@@ -210,3 +208,9 @@ def remote_error(type_name: str, message: str, remote_traceback: str = "") -> Re
     except Exception:  # noqa: BLE001 - any class's __new__ may refuse (exception groups need theirs)
         return RemoteError(type_name, message, remote_traceback)
     return error
+
+
+for _name in __all__:
+    _public = globals()[_name]
+    if isinstance(_public, type):
+        _public.__module__ = "actorch"  # they print, and travel, as actorch.NodeLostError

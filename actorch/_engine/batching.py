@@ -3,28 +3,24 @@
 A batched endpoint is written for a list: ``async def act(self, states: list[S])
 -> list[A]``. Each caller still sends one item and gets one result back, while
 the mailbox gathers the calls that arrive while a batch is open and runs the
-method once for all of them.
+method once for all of them. A cell with batched endpoints has a :class:`Batcher`,
+which sees the cell only through the :class:`BatchHost` methods.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import inspect
-import math
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Generic, Protocol, TypeVar, overload
 
+from actorch._base.config import is_count, is_number
 from actorch._base.deadline import inherited_deadline
 from actorch._base.errors import ActorStoppedError, EndpointError
-from actorch._engine.message import CallContext, Envelope, current_call
-from actorch._engine.wire import HANDLER, RUNTIME
+from actorch._engine.message import BatchRun, CallContext, Message, Origin, current_call
 
-if TYPE_CHECKING:
-    from actorch._engine.cell import Cell
-
-__all__ = ["Batch", "Batched", "Endpoint", "answer_all", "batched", "close", "join", "leave", "run"]
+__all__ = ["BatchHost", "Batched", "Batcher", "batched"]
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -75,10 +71,6 @@ class Batched(Generic[S, T, R]):
         return EndpointError(f"bad arguments for batched {self.__name__!r} of {label}: one item per call, {got} given")
 
 
-Endpoint = Callable[..., Awaitable[Any]] | Batched[Any, Any, Any]
-"""An endpoint as its class holds it: an ``async def`` function, or a batched one."""
-
-
 def batched(
     *, max_batch: int | Callable[[Any], int] = 64, max_wait: float = 0.005
 ) -> Callable[[BatchMethod[S, T, R]], Batched[S, T, R]]:
@@ -102,9 +94,9 @@ def batched(
     Raises:
         TypeError: The method is not an ``async def`` or an option is invalid.
     """
-    if not callable(max_batch) and (not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1):
+    if not callable(max_batch) and not is_count(max_batch):
         raise TypeError(f"max_batch must be an int >= 1 or a function of the actor, not {max_batch!r}")
-    if isinstance(max_wait, bool) or not isinstance(max_wait, (int, float)) or not 0 <= max_wait < math.inf:
+    if not is_number(max_wait):
         raise TypeError(f"max_wait must be a finite number of seconds >= 0, not {max_wait!r}")
 
     def decorate(method: BatchMethod[S, T, R]) -> Batched[S, T, R]:
@@ -117,211 +109,210 @@ def batched(
     return decorate
 
 
-class Batch:
-    """The calls collected for one run of a batched endpoint."""
+class BatchHost(Protocol):
+    """What a :class:`Batcher` needs of its actor's cell."""
 
-    __slots__ = ("closed", "endpoint", "members", "opened", "runner", "spec", "urgent_at", "wakeup")
+    label: str
+    instance: object
+    loop: asyncio.AbstractEventLoop
 
-    def __init__(self, spec: Batched[Any, Any, Any], endpoint: str, opened: float) -> None:
-        self.spec = spec
-        self.endpoint = endpoint
-        self.opened = opened
-        self.members: dict[Envelope, None] = {}  # calls not answered yet, in arrival order
-        self.closed = False
-        self.urgent_at = math.inf  # a member's deadline closes the window when half its time is spent
-        self.runner: Envelope | None = None
-        self.wakeup: asyncio.Future[None] | None = None
+    def new_key(self) -> int:
+        """A message key, unique in the system."""
+
+    def schedule(self, message: Message) -> None:
+        """Start ``message`` now if the mailbox allows, else queue it (no batching)."""
+
+    def run_now(self, message: Message) -> None:
+        """Start a queued ``message`` at once (it serves a call the actor is handling)."""
+
+    def is_reentrant(self, chain: tuple[int, ...]) -> bool:
+        """Whether a call with this chain comes back to a call the actor is handling."""
+
+    def fail(self, message: Message, exc: BaseException, origin: Origin = Origin.RUNTIME) -> None:
+        """Answer ``message`` with an error."""
+
+    def interrupted(self, endpoint: str, *, by_caller: bool) -> ActorStoppedError:
+        """The error for a call whose handler was cancelled."""
+
+    def check_fatal(self, exc: BaseException) -> None:
+        """Fail the actor if ``exc`` is fatal to its class."""
+
+
+class Batcher:
+    """One cell's batched endpoints: the open batch run of each, and the calls they answered."""
+
+    __slots__ = ("calls", "host", "open", "specs")
+
+    def __init__(self, host: BatchHost, specs: Mapping[str, Batched[Any, Any, Any]]) -> None:
+        self.host = host
+        self.specs = dict(specs)
+        self.open: dict[str, BatchRun] = {}  # the open batch run of each batched endpoint
+        self.calls = 0
 
     def __repr__(self) -> str:
-        return f"<Batch {self.endpoint} calls={len(self.members)} closed={self.closed}>"
+        return f"<Batcher {self.host.label} endpoints={sorted(self.specs)} calls={self.calls}>"
 
-    def add(self, envelope: Envelope, now: float) -> None:
-        """Take a call into the batch."""
-        envelope.batch = self
-        self.members[envelope] = None
-        if envelope.deadline is not None:
-            self.urgent_at = min(self.urgent_at, now + (envelope.deadline - now) / 2)
-        self.poke()
-
-    def discard(self, envelope: Envelope) -> bool:
-        """Take a call out of the batch to answer it; False if it was answered already."""
-        if envelope in self.members:
-            del self.members[envelope]
-            envelope.batch = None
-            return True
-        return False
-
-    def window_end(self) -> float:
-        """When the batch stops waiting for more calls (event-loop time)."""
-        return min(self.opened + self.spec.max_wait, self.urgent_at)
-
-    def poke(self) -> None:
-        """Wake the runner waiting for calls, to look again."""
-        if self.wakeup is not None and not self.wakeup.done():
-            self.wakeup.set_result(None)
-
-    async def collect(self, instance: object, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait until the batch is full, its window ends or it is closed."""
-        while not self.closed and len(self.members) < self.spec.limit(instance):
-            end = self.window_end()
-            if loop.time() >= end:
-                return
-            self.wakeup = loop.create_future()
-            timer = loop.call_at(end, self.poke)
-            try:
-                await self.wakeup
-            finally:
-                timer.cancel()
-                self.wakeup = None
-
-
-# ---------------------------------------------------------------------- the runtime side, per cell
-
-
-def join(cell: Cell, envelope: Envelope) -> None:
-    """Add a call to the open batch of its endpoint, opening one (a mailbox message) if none is."""
-    spec = cell.batched[envelope.endpoint]
-    error = spec.check(envelope.args, envelope.kwargs, cell.label)
-    if error is not None:
-        cell.fail(envelope, error)
-        return
-    now = cell.node.loop.time()
-    if envelope.deadline is not None and envelope.deadline <= now:
-        cell.fail(envelope, TimeoutError(f"deadline passed before {envelope.endpoint!r} of {cell.label} began"))
-        return
-    batch = cell.batches.get(envelope.endpoint)
-    if batch is None:
-        batch = cell.batches[envelope.endpoint] = Batch(spec, envelope.endpoint, now)
-        batch.add(envelope, now)
-        opener = Envelope(envelope.endpoint, (), {}, cell.node.new_key(), envelope.chain, None, None)
-        opener.runs = batch
-        batch.runner = opener
-        if cell.can_start(opener.chain):
-            cell.start(opener)
+    def join(self, message: Message) -> None:
+        """Add a call to the open run of its endpoint, opening one (a mailbox message) if none is."""
+        host = self.host
+        spec = self.specs[message.endpoint]
+        error = spec.check(message.args, message.kwargs, host.label)
+        if error is not None:
+            host.fail(message, error)
+            return
+        now = host.loop.time()
+        if message.deadline is not None and message.deadline <= now:
+            host.fail(message, TimeoutError(f"deadline passed before {message.endpoint!r} of {host.label} began"))
+            return
+        run = self.open.get(message.endpoint)
+        if run is None:
+            run = self.open[message.endpoint] = BatchRun(
+                message.endpoint, lambda: spec.limit(host.instance), spec.max_wait, now
+            )
+            run.add(message, now)
+            turn = Message(message.endpoint, (), {}, host.new_key(), message.chain, None, None)
+            turn.runs = run
+            run.turn = turn
+            host.schedule(turn)
         else:
-            cell.enqueue(opener)
-    else:
-        batch.add(envelope, now)
-        runner = batch.runner
-        if runner is not None and runner.task is None and cell.is_reentrant(envelope.chain):
-            with contextlib.suppress(ValueError):  # a call back into a caller of this batch: run it now
-                cell.queue.remove(runner)
-                cell.start(runner)
-    if len(batch.members) >= spec.limit(cell.instance):
-        close(cell, batch)
+            run.add(message, now)
+            waiting = run.turn
+            if waiting is not None and waiting.task is None and host.is_reentrant(message.chain):
+                host.run_now(waiting)  # a call back into a caller of this batch: run it now
+        if len(run.members) >= run.limit():
+            self.close(run)
 
+    def close(self, run: BatchRun) -> None:
+        """Take no more calls into ``run``; the next call opens a new one."""
+        run.closed = True
+        if self.open.get(run.endpoint) is run:
+            del self.open[run.endpoint]
+        run.poke()
 
-def close(cell: Cell, batch: Batch) -> None:
-    """Take no more calls into ``batch``; the next call opens a new one."""
-    batch.closed = True
-    if cell.batches.get(batch.endpoint) is batch:
-        del cell.batches[batch.endpoint]
-    batch.poke()
+    def leave(self, member: Message) -> None:
+        """A caller gave up: answer its call now, and cancel the run if nobody else waits."""
+        run = member.batch
+        assert run is not None
+        stopped = ActorStoppedError(f"call to {member.endpoint!r} of {self.host.label} was cancelled")
+        self._answer_error(member, stopped, Origin.RUNTIME)
+        turn = run.turn
+        if not run.members and turn is not None and turn.task is not None and not turn.cancelled:
+            turn.cancelled = True  # nobody waits for this batch any more
+            turn.task.cancel()
 
+    def fail_unrun(self, turn: Message, exc: BaseException, origin: Origin) -> None:
+        """A run's turn ends before it ran (the actor stops or failed): each of its calls gets ``exc``."""
+        run, turn.runs = turn.runs, None
+        assert run is not None
+        self.close(run)
+        self.fail_all(list(run.members), exc, origin)
 
-def _answer(cell: Cell, member: Envelope, ok: bool, value: Any) -> None:
-    """Answer one call of a batch, unless it was answered already."""
-    batch = member.batch
-    if batch is None or not batch.discard(member):
-        return  # answered already (its deadline passed, or it was cancelled)
-    if not ok:
-        cell.fail(member, *value)
-    elif member.respond is not None:
-        member.respond(True, value)
+    def fail_open(self, error: Callable[[str], BaseException]) -> None:
+        """Answer the calls of every open run with ``error(endpoint)``."""
+        for run in list(self.open.values()):
+            self.close(run)
+            self.fail_all(list(run.members), error(run.endpoint), Origin.RUNTIME)
 
+    async def run(self, turn: Message, run: BatchRun) -> None:
+        """The mailbox turn of a batch: collect calls, run the method once, answer each caller.
 
-def leave(cell: Cell, member: Envelope) -> None:
-    """A caller gave up: answer its call now, and cancel the run if nobody else waits."""
-    batch = member.batch
-    assert batch is not None
-    stopped = ActorStoppedError(f"call to {member.endpoint!r} of {cell.label} was cancelled")
-    _answer(cell, member, False, (stopped, RUNTIME))
-    runner = batch.runner
-    if not batch.members and runner is not None and runner.task is not None and not runner.cancelled:
-        runner.cancelled = True  # nobody waits for this batch any more
-        runner.task.cancel()
+        Each caller keeps its own deadline: the run is bounded by the latest one,
+        and a caller whose deadline passes first gets its ``TimeoutError`` then.
+        """
+        host = self.host
+        loop = host.loop
+        stopped = host.interrupted(turn.endpoint, by_caller=turn.cancelled)
+        try:
+            await run.collect(loop)
+        except asyncio.CancelledError:
+            self.close(run)
+            self.fail_all(list(run.members), stopped, Origin.RUNTIME)
+            if not turn.cancelled:
+                raise
+            return
+        self.close(run)
+        now = loop.time()
+        self.time_out([m for m in run.members if m.deadline is not None and m.deadline <= now])
+        members = list(run.members)
+        if members:
+            await self._call_method(turn, members, stopped)
 
-
-async def run(cell: Cell, runner: Envelope, batch: Batch) -> None:
-    """The mailbox message of a batch: collect calls, run the method once, answer each caller.
-
-    Each caller keeps its own deadline: the run is bounded by the latest one,
-    and a caller whose deadline passes first gets its ``TimeoutError`` then.
-    """
-    loop = cell.node.loop
-    stopped = cell.interrupted(runner.endpoint, by_caller=runner.cancelled)
-    try:
-        await batch.collect(cell.instance, loop)
-    except asyncio.CancelledError:
-        close(cell, batch)
-        answer_all(cell, list(batch.members), False, (stopped, RUNTIME))
-        if not runner.cancelled:
-            raise
-        return
-    close(cell, batch)
-    now = loop.time()
-    answer_all(cell, [m for m in batch.members if m.deadline is not None and m.deadline <= now], False, None)
-    members = list(batch.members)
-    if not members:
-        return
-    deadlines = [member.deadline for member in members]
-    latest = None if None in deadlines else max(d for d in deadlines if d is not None)
-    timeout = None if latest is None else asyncio.timeout_at(latest)
-    timers = [loop.call_at(m.deadline, answer_all, cell, [m], False, None) for m in members if m.deadline is not None]
-    chain = tuple(dict.fromkeys(key for member in members for key in member.chain))
-    token = current_call.set(CallContext(cell, runner.key, chain, runner.endpoint))
-    deadline_token = inherited_deadline.set(latest)
-    cell.batched_calls += len(members)
-    try:
-        coroutine = batch.spec.__wrapped__(cell.instance, [member.args[0] for member in members])
-        if timeout is None:
-            results = await coroutine
-        else:
-            async with timeout:
+    async def _call_method(self, turn: Message, members: list[Message], stopped: ActorStoppedError) -> None:
+        """Run the batched method once for ``members`` and answer each, within the latest of their deadlines."""
+        host = self.host
+        loop = host.loop
+        deadlines = [member.deadline for member in members]
+        latest = None if None in deadlines else max(d for d in deadlines if d is not None)
+        timeout = None if latest is None else asyncio.timeout_at(latest)
+        timers = [loop.call_at(m.deadline, self.time_out, [m]) for m in members if m.deadline is not None]
+        chain = tuple(dict.fromkeys(key for member in members for key in member.chain))
+        token = current_call.set(CallContext(host.label, turn.key, chain, turn.endpoint))
+        deadline_token = inherited_deadline.set(latest)
+        self.calls += len(members)
+        try:
+            coroutine = self.specs[turn.endpoint].__wrapped__(host.instance, [member.args[0] for member in members])
+            if timeout is None:
                 results = await coroutine
-    except asyncio.CancelledError:
-        answer_all(cell, members, False, (stopped, RUNTIME))
-        if not runner.cancelled:
-            raise
-    except TimeoutError as exc:
-        answer_all(cell, members, False, None if timeout is not None and timeout.expired() else (exc, HANDLER))
-    except Exception as exc:  # noqa: BLE001 - the method's error goes to every caller of the batch
-        answer_all(cell, members, False, (exc, HANDLER))
-        cell.check_fatal(exc)
-    else:
-        _deliver_results(cell, runner.endpoint, members, results)
-    finally:
-        for timer in timers:
-            timer.cancel()
-        current_call.reset(token)
-        inherited_deadline.reset(deadline_token)
-
-
-def answer_all(cell: Cell, members: list[Envelope], ok: bool, value: Any) -> None:
-    """Answer each call not answered yet; an error of None is the call's deadline passing."""
-    for member in members:
-        if value is None and not ok:
-            late = TimeoutError(f"{member.endpoint!r} of {cell.label} ran past its deadline")
-            _answer(cell, member, False, (late, RUNTIME))
+            else:
+                async with timeout:
+                    results = await coroutine
+        except asyncio.CancelledError:
+            self.fail_all(members, stopped, Origin.RUNTIME)
+            if not turn.cancelled:
+                raise
+        except TimeoutError as exc:
+            if timeout is not None and timeout.expired():
+                self.time_out(members)
+            else:
+                self.fail_all(members, exc, Origin.HANDLER)
+        except Exception as exc:  # noqa: BLE001 - the method's error goes to every caller of the batch
+            self.fail_all(members, exc, Origin.HANDLER)
+            host.check_fatal(exc)
         else:
-            _answer(cell, member, ok, value)
+            self._deliver_results(turn.endpoint, members, results)
+        finally:
+            for timer in timers:
+                timer.cancel()
+            current_call.reset(token)
+            inherited_deadline.reset(deadline_token)
 
+    def fail_all(self, members: list[Message], exc: BaseException, origin: Origin) -> None:
+        """Answer each call not answered yet with ``exc``."""
+        for member in members:
+            self._answer_error(member, exc, origin)
 
-def _deliver_results(cell: Cell, endpoint: str, members: list[Envelope], results: Any) -> None:
-    try:
-        count = len(results) if not isinstance(results, (str, bytes, dict)) else -1
-    except TypeError:
-        count = -1
-    if count != len(members):
-        what = f"{count} results" if count >= 0 else f"{type(results).__name__}"
-        wrong = TypeError(
-            f"batched {endpoint!r} of {cell.label} must return one result per call: got {what} for {len(members)} calls"
-        )
-        answer_all(cell, members, False, (wrong, HANDLER))
-        return
-    for index, member in enumerate(members):
-        result = results[index]
-        if isinstance(result, Exception):
-            _answer(cell, member, False, (result, HANDLER))
-        else:
-            _answer(cell, member, True, result)
+    def time_out(self, members: list[Message]) -> None:
+        """Answer each call not answered yet with its deadline passing."""
+        for member in members:
+            late = TimeoutError(f"{member.endpoint!r} of {self.host.label} ran past its deadline")
+            self._answer_error(member, late, Origin.RUNTIME)
+
+    def _answer_error(self, member: Message, exc: BaseException, origin: Origin) -> None:
+        run = member.batch
+        if run is not None and run.discard(member):  # else answered already (a deadline, a cancellation)
+            self.host.fail(member, exc, origin)
+
+    def _answer(self, member: Message, value: Any) -> None:
+        run = member.batch
+        if run is not None and run.discard(member) and member.reply is not None:
+            member.reply.result(value)
+
+    def _deliver_results(self, endpoint: str, members: list[Message], results: Any) -> None:
+        try:
+            count = len(results) if not isinstance(results, (str, bytes, dict)) else -1
+        except TypeError:
+            count = -1
+        if count != len(members):
+            what = f"{count} results" if count >= 0 else f"{type(results).__name__}"
+            wrong = TypeError(
+                f"batched {endpoint!r} of {self.host.label} must return one result per call: "
+                f"got {what} for {len(members)} calls"
+            )
+            self.fail_all(members, wrong, Origin.HANDLER)
+            return
+        for index, member in enumerate(members):
+            result = results[index]
+            if isinstance(result, Exception):
+                self._answer_error(member, result, Origin.HANDLER)
+            else:
+                self._answer(member, result)

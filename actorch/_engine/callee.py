@@ -1,195 +1,198 @@
-"""Calls into a node: received batches decoded, their messages handed to actors, replies sent back.
+"""The called side of a node: calls and tells from other nodes handed to actors, and their replies sent back.
 
-These functions are methods of :class:`~actorch._engine.node.Node` (it binds them in its
-class body), kept here so that each half of the node reads on its own.
-
-Replies go back on the response of the batch that brought their call when they
-are ready within its port's hold (see ``Port``), else as messages of their own.
-A batch from a node that is lost (stale), unknown or this one is refused and
-logged once per node.
+A :class:`Callee` owns the calls this node received and has not answered yet.
+Replies go back on the response of the transport bundle that brought their
+call when they are ready within its port's hold (see ``Port``), else as
+messages of their own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
+from actorch._base.codec import Codec
 from actorch._base.errors import ActorStoppedError, MessageTooLargeError, SerializationError
 from actorch._engine.cell import Cell
-from actorch._engine.message import Envelope
-from actorch._engine.wire import (
-    CALL,
-    CANCEL,
-    CREDIT,
-    GONE,
-    REPLY,
-    RUNTIME,
-    TELL,
-    error_payload,
-    message_size,
-    rebuild_error,
-)
-from actorch._transport.base import Batch, Port
+from actorch._engine.flow import FlowControl
+from actorch._engine.message import Message, Origin, Reply
+from actorch._engine.replies import TellDone
+from actorch._engine.wire import CALL, REPLY, check_size, error_payload, message_size
+from actorch._transport.base import Port, Transport
 
-if TYPE_CHECKING:
-    from actorch._engine.node import Node
-
-__all__ = ["BATCH_REPLY_HOLD", "deliver", "on_call", "on_cancel", "on_reply", "receive", "refuse_batch", "responder"]
+__all__ = ["BATCH_REPLY_HOLD", "CallReply", "Callee", "Received"]
 
 BATCH_REPLY_HOLD = 0.1
-"""Seconds past a batch's ``max_wait`` that a received message batch waits for a batched call's reply."""
+"""Seconds past a batched endpoint's ``max_wait`` that a received bundle waits for the batch's replies."""
 
 
-def deliver(self: Node, cell: Cell, envelope: Envelope) -> None:
-    """Hand a message to its actor's mailbox, or refuse it if the actor is stopping."""
-    if cell.stopping:
-        cell.fail(envelope, ActorStoppedError(f"{cell.label} is stopping; {envelope.endpoint!r} refused"))
-    else:
-        cell.submit(envelope)
+class Received(NamedTuple):
+    """A call this node received and has not answered yet."""
+
+    cell: Cell
+    message: Message
 
 
-def receive(self: Node, src: int, batch: Batch, port: Port | None) -> None:
-    """Take a batch that came from ``src``: refuse it from a lost or unknown node, else dispatch each message."""
-    messages, tensors = batch
-    if src in self.lost or not 0 <= src < self.world_size or src == self.rank:
-        self._refuse_batch(src, len(messages))
-        if port is not None:
-            port.release()
-        return
-    for index, raw in enumerate(messages):
+class CallReply(Reply):
+    """Sends a received call's outcome back to its caller: on the bundle's port if open, else on its own."""
+
+    __slots__ = ("call_id", "callee", "port", "src")
+
+    def __init__(self, callee: Callee, src: int, call_id: int, port: Port | None) -> None:
+        self.callee = callee
+        self.src = src
+        self.call_id = call_id
+        self.port = port
+
+    def result(self, value: Any) -> None:
+        """Encode the handler's result and send it (its own error if it cannot be sent)."""
+        callee = self.callee
+        if not callee.answering(self):
+            return
         try:
-            message = self.codec.decode_plain(raw)
-            kind = message[0]
-            if kind == REPLY:
-                self._on_reply(message, tensors.get(index, []))
-            elif kind in (CALL, TELL):
-                self._on_call(src, message, tensors.get(index, []), port)
-            elif kind == CREDIT:
-                self.flow.credited(src, message[1])
-            elif kind == CANCEL:
-                self._on_cancel(src, message[1])
-        except Exception:
-            self.log.exception("malformed message dropped", src=src)
-    if port is not None:
-        port.release()
-
-
-def refuse_batch(self: Node, src: int, count: int) -> None:
-    """Drop messages from a node that is lost (stale), unknown or ourselves; log once per node."""
-    self.counts["messages_refused"] += count
-    if src not in self._refused_from:
-        self._refused_from.add(src)
-        why = self.lost.get(src) if src in self.lost else "not a node of this system"
-        self.log.warning("messages refused from a lost or unknown node", src=src, count=count, why=why)
-
-
-def on_call(self: Node, src: int, message: list[Any], tensors: list[Any], port: Port | None) -> None:
-    """A call or tell for an actor of this node: decode it, check its size, and deliver it."""
-    kind, call_id, actor_id, endpoint, remaining, chain, body = message
-    is_call = kind == CALL
-    self.counts["calls_received" if is_call else "tells_received"] += 1
-    envelope = Envelope(
-        endpoint,
-        (),
-        {},
-        self.new_key(),
-        tuple(chain),
-        None if remaining is None else self.loop.time() + remaining,
-        None,
-    )
-    cell = self._cells.get(actor_id)
-    label = cell.label if cell is not None else f"actor #{actor_id} on node {self.rank}"
-    if is_call:
-        envelope.respond = self._responder(src, call_id, port)
-        if port is not None:
-            port.expect()
-    else:
-        envelope.respond = self._tell_done(src, actor_id, label, envelope)
-    if cell is None:
-        gone = ActorStoppedError(f"{GONE} #{actor_id}; {endpoint!r} refused (node {self.rank})")
-        if is_call:
-            self.log.info("call refused: actor stopped", src=src, actor=label, endpoint=endpoint)
-        envelope.respond(False, (gone, RUNTIME))
-        return
-    if body is not None:
-        size = message_size(body, tensors)
-        if size > self.max_message_size:
-            refused = MessageTooLargeError(
-                f"{endpoint!r} of {cell.label} refused a message of {size:,} bytes from node {src}: over "
-                f"max_message_size ({self.max_message_size:,})"
+            body, tensors = callee.codec.encode(value, cpu_only=callee.cpu_only) if value is not None else (None, None)
+            check_size(
+                body, tensors, callee.max_message_size, "the result of call {} from node {}", self.call_id, self.src
             )
-            cell.fail(envelope, refused)
+        except SerializationError as error:
+            refused = type(error)(f"result of call {self.call_id} from node {self.src}: {error}")
+            callee.log.warning("result refused", src=self.src, call=self.call_id, error=str(error))
+            callee.send_reply(self, [REPLY, self.call_id, False, error_payload(refused, Origin.RUNTIME)], None)
             return
-        try:
-            envelope.args, envelope.kwargs = self.codec.decode(body, tensors, self)
-        except SerializationError as exc:
-            cell.fail(envelope, SerializationError(f"arguments for {endpoint!r} of {cell.label}: {exc}"))
-            return
-    if is_call:
-        self._incoming[(src, call_id)] = (cell, envelope)
-        spec = cell.batched.get(endpoint) if cell.batched else None
-        if spec is not None and port is not None:
-            port.hold(spec.max_wait + BATCH_REPLY_HOLD)  # the batch's reply rides back on this batch's response
-    self._deliver(cell, envelope)
+        callee.send_reply(self, [REPLY, self.call_id, True, body], tensors)
+
+    def error(self, exc: BaseException, origin: Origin) -> None:
+        """Send the error back."""
+        if self.callee.answering(self):
+            self.callee.send_reply(self, [REPLY, self.call_id, False, error_payload(exc, origin)], None)
 
 
-def responder(self: Node, src: int, call_id: int, port: Port | None) -> Callable[[bool, Any], None]:
-    """How a received call is answered: its reply goes back to ``src`` on the batch's port or on its own."""
+class Callee:
+    """Hands received calls and tells to this node's actors, answers calls, and cancels them for their callers."""
 
-    def respond(ok: bool, value: Any) -> None:
-        self._incoming.pop((src, call_id), None)
-        if src in self.lost or self.closed:
+    __slots__ = (
+        "_context",
+        "_flow",
+        "_lost",
+        "_new_key",
+        "_pack",
+        "_transport",
+        "calls_received",
+        "cells",
+        "closed",
+        "codec",
+        "cpu_only",
+        "incoming",
+        "log",
+        "loop",
+        "max_message_size",
+        "rank",
+        "tells_received",
+    )
+
+    def __init__(
+        self,
+        transport: Transport,
+        codec: Codec,
+        flow: FlowControl,
+        cells: Mapping[int, Cell],
+        lost: Mapping[int, str],
+        *,
+        loop: asyncio.AbstractEventLoop,
+        log: Any,
+        new_key: Callable[[], int],
+        max_message_size: int,
+        decode_context: object,
+    ) -> None:
+        self.rank = transport.rank
+        self.loop = loop
+        self.log = log
+        self.codec = codec
+        self.cpu_only = transport.cpu_tensors_only
+        self.max_message_size = max_message_size
+        self.cells = cells  # the node's actors, by id (the node adds and removes them)
+        self.incoming: dict[tuple[int, int], Received] = {}
+        self.closed = False
+        self.calls_received = 0
+        self.tells_received = 0
+        self._transport = transport
+        self._pack = codec.encode_plain
+        self._flow = flow
+        self._lost = lost  # the node's lost peers, with why (the node records them)
+        self._new_key = new_key
+        self._context = decode_context
+
+    def __repr__(self) -> str:
+        return f"<Callee node {self.rank} incoming={len(self.incoming)}>"
+
+    def on_call(self, src: int, message: list[Any], tensors: list[Any], port: Port | None) -> None:
+        """A call or tell for an actor of this node: decode it, check its size, and deliver it."""
+        kind, call_id, actor_id, endpoint, remaining, chain, body = message
+        is_call = kind == CALL
+        deadline = None if remaining is None else self.loop.time() + remaining
+        received = Message(endpoint, (), {}, self._new_key(), tuple(chain), deadline, None)
+        cell = self.cells.get(actor_id)
+        label = cell.label if cell is not None else f"actor #{actor_id} on node {self.rank}"
+        if is_call:
+            self.calls_received += 1
+            received.reply = CallReply(self, src, call_id, port)
             if port is not None:
-                port.release()
-            return
-        tensors = None
-        if ok:
-            try:
-                body, tensors = self.codec.encode(value, cpu_only=self._cpu_only) if value is not None else (None, None)
-                self._check_size(body, tensors, "the result of call {} from node {}", call_id, src)
-                message = self._pack([REPLY, call_id, True, body])
-            except SerializationError as error:
-                refused = type(error)(f"result of call {call_id} from node {src}: {error}")
-                self.log.warning("result refused", src=src, call=call_id, error=str(error))
-                tensors = None
-                message = self._pack([REPLY, call_id, False, error_payload(refused, RUNTIME)])
+                port.expect()
         else:
-            failure, origin = value
-            message = self._pack([REPLY, call_id, False, error_payload(failure, origin)])
-        self.transport.reply(src, port, message, tensors)
-
-    return respond
-
-
-def on_reply(self: Node, message: list[Any], tensors: list[Any]) -> None:
-    """A reply to one of our calls: settle the caller's future (and give back its mailbox slot)."""
-    _, call_id, ok, payload = message
-    entry = self._pending.pop(call_id, None)
-    if entry is None:
-        return  # the caller gave up (cancelled or timed out)
-    self.flow.release((entry[1], entry[4]))
-    future = entry[0]
-    if future.done():
-        return
-    try:
-        if not ok:
-            error = rebuild_error(payload)
-            if type(error) is ActorStoppedError and payload[2].startswith(GONE):
-                error = ActorStoppedError(f"cannot call {entry[3]!r} of {entry[2]}: the actor has stopped")
-            future.set_exception(error)
+            self.tells_received += 1
+            received.reply = TellDone(self._flow, self.log, src, actor_id, label, received)
+        if cell is None:
+            if is_call:
+                self.log.info("call refused: actor stopped", src=src, actor=label, endpoint=endpoint)
+            gone = ActorStoppedError(f"no longer hosts actor #{actor_id}; {endpoint!r} refused (node {self.rank})")
+            received.reply.error(gone, Origin.GONE)
             return
-        future.set_result(None if payload is None else self.codec.decode(payload, tensors, self))
-    except SerializationError as exc:
-        future.set_exception(exc)
-    except Exception as exc:  # a reply we cannot read must still end the call, never hang it
-        self.log.exception("unreadable reply", call=call_id, actor=entry[2], endpoint=entry[3])
-        future.set_exception(SerializationError(f"the reply of {entry[2]}.{entry[3]} could not be read: {exc!r}"))
+        if body is not None:
+            size = message_size(body, tensors)
+            if size > self.max_message_size:
+                refused = MessageTooLargeError(
+                    f"{endpoint!r} of {cell.label} refused a message of {size:,} bytes from node {src}: over "
+                    f"max_message_size ({self.max_message_size:,})"
+                )
+                cell.fail(received, refused)
+                return
+            try:
+                received.args, received.kwargs = self.codec.decode(body, tensors, self._context)
+            except SerializationError as exc:
+                cell.fail(received, SerializationError(f"arguments for {endpoint!r} of {cell.label}: {exc}"))
+                return
+        if is_call:
+            self.incoming[(src, call_id)] = Received(cell, received)
+            spec = cell.batched.get(endpoint) if cell.batched else None
+            if spec is not None and port is not None:
+                port.hold(spec.max_wait + BATCH_REPLY_HOLD)  # the batch's reply rides back on this bundle's response
+        cell.deliver(received)
 
+    def on_cancel(self, src: int, call_id: int) -> None:
+        """The caller of a received call gave up: drop the message, or cancel its handler."""
+        received = self.incoming.pop((src, call_id), None)
+        if received is not None:
+            received.cell.cancel(received.message)
 
-def on_cancel(self: Node, src: int, call_id: int) -> None:
-    """The caller of a received call gave up: drop the message, or cancel its handler."""
-    entry = self._incoming.pop((src, call_id), None)
-    if entry is None:
-        return
-    cell, envelope = entry
-    cell.cancel(envelope)
+    def cancel_from(self, rank: int) -> None:
+        """Node ``rank`` was lost: nobody waits for the handlers serving its calls any more."""
+        for src, call_id in [key for key in self.incoming if key[0] == rank]:
+            self.on_cancel(src, call_id)
+
+    def close(self) -> None:
+        """This node shuts down: nothing more is answered."""
+        self.closed = True
+
+    def answering(self, reply: CallReply) -> bool:
+        """Forget a received call being answered; False if its caller cannot hear the answer any more."""
+        self.incoming.pop((reply.src, reply.call_id), None)
+        if reply.src in self._lost or self.closed:
+            if reply.port is not None:
+                reply.port.release()
+            return False
+        return True
+
+    def send_reply(self, reply: CallReply, message: list[Any], tensors: list[Any] | None) -> None:
+        """Send a reply's wire message to its caller's node."""
+        self._transport.reply(reply.src, reply.port, self._pack(message), tensors)

@@ -4,43 +4,47 @@ A ``Cell`` runs at most ``max_concurrency`` messages at once, starting them in
 arrival order. A call whose chain of callers contains a call the actor is
 handling right now (A → B → A) is re-entrant: it runs at once instead of
 waiting behind the call it came from, which would never finish. Calls to a
-batched endpoint join the open batch of that endpoint; the batch is one message
-in the mailbox. A cell is paused while its actor is being restarted: messages
-wait in the queue for the new instance.
+batched endpoint join the open run of that endpoint (see ``batching``); the run
+is one message in the mailbox. A cell is paused while its actor is being
+restarted: messages wait in the queue for the new instance.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from actorch._base.deadline import inherited_deadline
-from actorch._base.errors import ActorStoppedError, EndpointError
-from actorch._engine import batching as _batching
-from actorch._engine.batching import Batch, Batched, Endpoint
-from actorch._engine.message import CallContext, Envelope, current_call
-from actorch._engine.wire import HANDLER, RUNTIME, describe, is_refusal, log_tell_failure
+from actorch._base.errors import ActorStoppedError, EndpointError, describe
+from actorch._engine.batching import Batched, Batcher
+from actorch._engine.endpoints import Endpoint, unknown_endpoint
+from actorch._engine.inline import InlineCalls
+from actorch._engine.message import CallContext, Message, Origin, current_call
+from actorch._engine.wire import is_refusal
 
-if TYPE_CHECKING:
-    from actorch._engine.node import Node
+__all__ = ["CANCEL_WAIT", "Cell", "FailureListener"]
 
-__all__ = ["Cell", "Endpoint"]
+CANCEL_WAIT = 1.0
+"""Seconds to wait for cancelled handlers to end before going on without them."""
+
+FailureListener = Callable[["Cell", BaseException, list[asyncio.Task[Any]]], None]
+"""Called with a cell, the fatal error one of its handlers raised, and the handlers that interrupted."""
 
 
 class Cell:
     """A hosted actor: its instance, endpoints, mailbox and counters."""
 
     __slots__ = (
+        "_on_fatal",
         "active",
         "actor_id",
         "batched",
-        "batched_calls",
-        "batches",
+        "batcher",
         "endpoints",
-        "evicted",
         "failure",
         "fatal",
         "handled",
@@ -49,15 +53,16 @@ class Cell:
         "inline",
         "instance",
         "label",
+        "log",
+        "loop",
         "max_concurrency",
         "name",
-        "node",
+        "new_key",
         "paused",
         "queue",
         "queued_peak",
         "restarts",
         "running",
-        "stopped_hook",
         "stopping",
         "tasks",
         "unbegun",
@@ -65,32 +70,34 @@ class Cell:
 
     def __init__(
         self,
-        node: Node,
         actor_id: int,
         instance: object,
         endpoints: Mapping[str, Endpoint],
         *,
+        label: str,
         name: str | None,
         max_concurrency: int,
+        loop: asyncio.AbstractEventLoop,
+        log: Any,
+        new_key: Callable[[], int],
+        on_fatal: FailureListener,
     ) -> None:
-        self.node = node
         self.actor_id = actor_id
-        self.instance = instance
+        self.instance = instance  # the host puts a new instance here when it restarts the actor
         self.endpoints = {name: handler for name, handler in endpoints.items() if not isinstance(handler, Batched)}
         self.batched = {name: handler for name, handler in endpoints.items() if isinstance(handler, Batched)}
-        self.batches: dict[str, Batch] = {}  # the open batch of each batched endpoint
-        self.batched_calls = 0
+        self.batcher = Batcher(self, self.batched) if self.batched else None
         self.name = name
+        self.label = label
         self.max_concurrency = max_concurrency
-        self.label = (
-            f"actor {name!r} ({type(instance).__name__}) on node {node.rank}"
-            if name
-            else f"actor {type(instance).__name__}#{actor_id} on node {node.rank}"
-        )
+        self.loop = loop
+        self.log = log
+        self.new_key = new_key
+        self._on_fatal = on_fatal
         self.running = 0
         self.unbegun = 0  # worker tasks created whose first message has not begun yet
         self.handled = 0
-        self.queue: deque[Envelope] = deque()
+        self.queue: deque[Message] = deque()
         self.queued_peak = 0
         self.active: set[int] = set()
         self.stopping = False
@@ -98,10 +105,8 @@ class Cell:
         self.failure: BaseException | None = None  # the fatal error being recovered from
         self.fatal: tuple[type[BaseException], ...] = getattr(type(instance), "fatal_errors", ())
         self.restarts = 0
-        self.stopped_hook = False  # on_stop ran for the current instance
         self.tasks: set[asyncio.Task[None]] = set()
-        self.inline: dict[asyncio.Task[Any], int] = {}  # callers' tasks running a handler inline, and how deep
-        self.evicted: set[asyncio.Task[Any]] = set()  # inline callers cancelled because the actor stopped
+        self.inline = InlineCalls()
         self.idle: asyncio.Future[None] | None = None
         self.idle_at = 0
 
@@ -117,9 +122,11 @@ class Cell:
             "queued_peak": self.queued_peak,
             "restarts": self.restarts,
         }
-        if self.batched:
-            counts["batched_calls"] = self.batched_calls
+        if self.batcher is not None:
+            counts["batched_calls"] = self.batcher.calls
         return counts
+
+    # ------------------------------------------------------------------ who runs
 
     def is_reentrant(self, chain: tuple[int, ...]) -> bool:
         """Whether a call with this chain comes back to a call this actor is handling."""
@@ -153,15 +160,15 @@ class Cell:
         """Wait until no message waits and at most ``still_running`` run (the caller's own)."""
         if self.running > still_running or self.queue:
             self.idle_at = still_running
-            self.idle = asyncio.get_running_loop().create_future()
+            self.idle = self.loop.create_future()
             await self.idle
 
-    def take_next(self) -> Envelope | None:
+    def take_next(self) -> Message | None:
         """For a worker that finished a message: the next queued one it may run, entered."""
         if self.queue and self.running < self.max_concurrency and not self.unbegun and not self.paused:
-            envelope = self.queue.popleft()
-            self.enter(envelope.key)
-            return envelope
+            message = self.queue.popleft()
+            self.enter(message.key)
+            return message
         return None
 
     def wake(self) -> None:
@@ -170,66 +177,86 @@ class Cell:
         while queue and self.running < self.max_concurrency and not self.paused:
             self.start(queue.popleft())
 
-    def submit(self, envelope: Envelope) -> None:
-        """Start ``envelope`` now if the mailbox allows, else queue it."""
-        if self.batched and envelope.endpoint in self.batched:
-            _batching.join(self, envelope)
-        elif self.can_start(envelope.chain):
-            self.start(envelope)
-        else:
-            self.enqueue(envelope)
+    # ------------------------------------------------------------------ messages in
 
-    def enqueue(self, envelope: Envelope) -> None:
-        """Put ``envelope`` at the back of the queue."""
+    def deliver(self, message: Message) -> None:
+        """Take a message for this actor, or refuse it if the actor is stopping."""
+        if self.stopping:
+            self.fail(message, ActorStoppedError(f"{self.label} is stopping; {message.endpoint!r} refused"))
+        elif self.batcher is not None and message.endpoint in self.batched:
+            self.batcher.join(message)
+        else:
+            self.schedule(message)
+
+    def schedule(self, message: Message) -> None:
+        """Start ``message`` now if the mailbox allows, else queue it."""
+        if self.can_start(message.chain):
+            self.start(message)
+        else:
+            self.enqueue(message)
+
+    def enqueue(self, message: Message) -> None:
+        """Put ``message`` at the back of the queue."""
         queue = self.queue
-        queue.append(envelope)
+        queue.append(message)
         self.queued_peak = max(self.queued_peak, len(queue))
 
-    def start(self, envelope: Envelope) -> None:
-        """Run ``envelope`` in a new worker task, which then drains the queue."""
-        self.enter(envelope.key)
-        self.unbegun += 1
-        task = self.node.loop.create_task(self.work(envelope))
-        envelope.task = task
-        self.tasks.add(task)
-        task.add_done_callback(functools.partial(self._never_began, envelope))
+    def run_now(self, message: Message) -> None:
+        """Start a queued ``message`` at once, ahead of its turn (it serves a call the actor is handling)."""
+        with contextlib.suppress(ValueError):  # not queued: it started already
+            self.queue.remove(message)
+            self.start(message)
 
-    def _never_began(self, envelope: Envelope, task: asyncio.Task[None]) -> None:
+    def start(self, message: Message) -> None:
+        """Run ``message`` in a new worker task, which then drains the queue."""
+        self.enter(message.key)
+        self.unbegun += 1
+        task = self.loop.create_task(self.work(message))
+        message.task = task
+        self.tasks.add(task)
+        task.add_done_callback(functools.partial(self._never_began, message))
+
+    def track(self, task: asyncio.Task[None]) -> None:
+        """Count ``task`` among the actor's handlers, so that a stop or a shutdown cancels it too."""
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _never_began(self, message: Message, task: asyncio.Task[None]) -> None:
         """A worker cancelled before it ran a line (a stop, a failure): answer its message for it."""
         if task not in self.tasks:
             return  # it ran: work() took itself out of the tasks
         self.tasks.discard(task)
         self.unbegun -= 1
-        self.leave(envelope.key)
-        self.fail(envelope, self.interrupted(envelope.endpoint, by_caller=envelope.cancelled))
+        self.leave(message.key)
+        self.fail(message, self.interrupted(message.endpoint, by_caller=message.cancelled))
 
-    def cancel(self, envelope: Envelope) -> None:
-        """Drop ``envelope`` if it is queued, else cancel its handler if it runs."""
-        if envelope.batch is not None:
-            _batching.leave(self, envelope)
+    def cancel(self, message: Message) -> None:
+        """Drop ``message`` if it is queued, else cancel its handler if it runs."""
+        if message.batch is not None:
+            assert self.batcher is not None
+            self.batcher.leave(message)
             return
         try:
-            self.queue.remove(envelope)
+            self.queue.remove(message)
         except ValueError:
-            if envelope.task is not None and not envelope.cancelled:
-                envelope.cancelled = True
-                envelope.task.cancel()
+            if message.task is not None and not message.cancelled:
+                message.cancelled = True
+                message.task.cancel()
+
+    # ------------------------------------------------------------------ handling
 
     def open(self, endpoint: str, args: Any, kwargs: dict[str, Any]) -> Any:
         """Start the handler coroutine, or raise ``EndpointError`` (unknown, private, ill-bound)."""
         handler = self.endpoints.get(endpoint)
         if handler is None:
-            if endpoint.startswith("_"):
-                raise EndpointError(f"{endpoint!r} of {self.label} is private: endpoints are public async methods")
-            known = ", ".join(sorted([*self.endpoints, *self.batched])) or "none"
-            raise EndpointError(f"{self.label} has no endpoint {endpoint!r} (endpoints: {known})")
+            raise EndpointError(unknown_endpoint(endpoint, self.label, [*self.endpoints, *self.batched]))
         try:
             return handler(self.instance, *args, **kwargs)
         except TypeError as exc:
             raise EndpointError(f"bad arguments for {endpoint!r} of {self.label}: {exc}") from None
 
-    async def work(self, envelope: Envelope | None) -> None:
-        """A mailbox worker: handle ``envelope``, then queued messages while the mailbox allows.
+    async def work(self, message: Message | None) -> None:
+        """A mailbox worker: handle ``message``, then queued messages while the mailbox allows.
 
         Consecutive messages run in this one task, so handlers that never suspend
         cost no task creation and no loop iteration each.
@@ -240,60 +267,63 @@ class Cell:
         if not self.unbegun:
             self.wake()  # messages that queued behind the workers started before this one
         try:
-            while envelope is not None:
-                envelope.task = task
+            while message is not None:
+                message.task = task
                 try:
-                    if envelope.runs is None:
-                        await self._handle(envelope)
+                    if message.runs is None:
+                        await self._handle(message)
                     else:
-                        await _batching.run(self, envelope, envelope.runs)
+                        assert self.batcher is not None
+                        await self.batcher.run(message, message.runs)
                 finally:
-                    if envelope.cancelled:
+                    if message.cancelled:
                         task.uncancel()  # that cancellation was the message's, not the worker's
-                    envelope.task = None
-                    self.leave(envelope.key)
-                envelope = self.take_next()
+                    message.task = None
+                    self.leave(message.key)
+                message = self.take_next()
         finally:
             self.tasks.discard(task)
 
-    async def _handle(self, envelope: Envelope) -> None:
-        token = current_call.set(CallContext(self, envelope.key, envelope.chain, envelope.endpoint))
-        deadline_token = inherited_deadline.set(envelope.deadline)
-        timeout = None if envelope.deadline is None else asyncio.timeout_at(envelope.deadline)
+    async def _handle(self, message: Message) -> None:
+        token = current_call.set(CallContext(self.label, message.key, message.chain, message.endpoint))
+        deadline_token = inherited_deadline.set(message.deadline)
+        timeout = None if message.deadline is None else asyncio.timeout_at(message.deadline)
         try:
-            coroutine = self.open(envelope.endpoint, envelope.args, envelope.kwargs)
+            coroutine = self.open(message.endpoint, message.args, message.kwargs)
             if timeout is None:
                 result = await coroutine
             else:
                 async with timeout:
                     result = await coroutine
         except asyncio.CancelledError:
-            self.fail(envelope, self.interrupted(envelope.endpoint, by_caller=envelope.cancelled))
-            if not envelope.cancelled:
+            self.fail(message, self.interrupted(message.endpoint, by_caller=message.cancelled))
+            if not message.cancelled:
                 raise  # the worker itself is cancelled (the actor is stopping)
         except EndpointError as exc:
-            self.fail(envelope, exc)
+            self.fail(message, exc)
         except TimeoutError as exc:
             if timeout is not None and timeout.expired():
-                self.fail(envelope, TimeoutError(f"{envelope.endpoint!r} of {self.label} ran past its deadline"))
+                self.fail(message, TimeoutError(f"{message.endpoint!r} of {self.label} ran past its deadline"))
             else:
-                self.fail(envelope, exc, HANDLER)
+                self.fail(message, exc, Origin.HANDLER)
         except Exception as exc:  # noqa: BLE001 - any handler error goes back to the caller
-            self.fail(envelope, exc, HANDLER)
+            self.fail(message, exc, Origin.HANDLER)
             self.check_fatal(exc)
         else:
-            if envelope.respond is not None:
-                envelope.respond(True, result)
+            if message.reply is not None:
+                message.reply.result(result)
         finally:
             current_call.reset(token)
             inherited_deadline.reset(deadline_token)
+
+    # ------------------------------------------------------------------ failure and stop
 
     def check_fatal(self, exc: BaseException) -> None:
         """If a handler's ``exc`` is one its class declares fatal, the actor has failed.
 
         Its queued and running calls fail at once with ``ActorStoppedError``
         (the handler that raised answers its own caller); messages that arrive
-        from now on wait for the next instance. The node's supervisor takes over.
+        from now on wait for the next instance. The failure listener takes over.
         """
         if self.fatal and isinstance(exc, self.fatal) and self.failure is None and not self.stopping:
             self.failure = exc
@@ -302,7 +332,15 @@ class Cell:
             self.fail_queued(
                 lambda endpoint: ActorStoppedError(f"{self.label} failed ({cause}) before handling {endpoint!r}")
             )
-            self.node.actor_failed(self, exc, self.cancel_running(keep=asyncio.current_task()))
+            self._on_fatal(self, exc, self.cancel_running(keep=asyncio.current_task()))
+
+    def resume(self, *, restarted: bool) -> None:
+        """The actor's instance is in place again: start the messages that waited for it."""
+        self.paused = False
+        self.failure = None
+        if restarted:
+            self.restarts += 1
+        self.wake()
 
     def interrupted(self, endpoint: str, *, by_caller: bool) -> ActorStoppedError:
         """The error for a call whose handler was cancelled: by its caller, or because the actor stopped or failed."""
@@ -313,51 +351,47 @@ class Cell:
             return ActorStoppedError(f"{self.label} failed ({cause}) while handling {endpoint!r}")
         return ActorStoppedError(f"{self.label} stopped while handling {endpoint!r}")
 
-    def enter_inline(self, task: asyncio.Task[Any], key: int) -> None:
-        """A caller's task runs a handler of this actor in place (a same-node call)."""
-        self.enter(key)
-        self.inline[task] = self.inline.get(task, 0) + 1
-
-    def leave_inline(self, task: asyncio.Task[Any], key: int) -> None:
-        """The handler the caller's ``task`` ran in place is done."""
-        depth = self.inline[task] - 1
-        if depth:
-            self.inline[task] = depth
-        else:
-            del self.inline[task]
-            self.evicted.discard(task)
-        self.leave(key)
-
     def cancel_running(self, keep: asyncio.Task[Any] | None = None) -> list[asyncio.Task[Any]]:
         """Cancel every handler running now (workers and inline callers), but ``keep``; return their tasks."""
         tasks: list[asyncio.Task[Any]] = [task for task in self.tasks if task is not keep]
         for task in tasks:
             task.cancel()
-        for task in self.inline:
-            if task is not keep and task not in self.evicted:
-                self.evicted.add(task)
-                task.cancel()
+        self.inline.evict(keep)
         return tasks
 
     def fail_queued(self, error: Callable[[str], BaseException]) -> None:
         """Answer every message waiting in the queue, and every open batch's calls, with ``error(endpoint)``."""
         while self.queue:
-            envelope = self.queue.popleft()
-            self.fail(envelope, error(envelope.endpoint))
-        for batch in list(self.batches.values()):
-            _batching.close(self, batch)
-            _batching.answer_all(self, list(batch.members), False, (error(batch.endpoint), RUNTIME))
+            message = self.queue.popleft()
+            self.fail(message, error(message.endpoint))
+        if self.batcher is not None:
+            self.batcher.fail_open(error)
 
-    def fail(self, envelope: Envelope, exc: BaseException, origin: int = RUNTIME) -> None:
-        """Answer ``envelope`` with an error, or log it if nobody waits (a tell)."""
-        if envelope.runs is not None:  # a batch not run: each of its calls gets the error
-            batch, envelope.runs = envelope.runs, None
-            _batching.close(self, batch)
-            _batching.answer_all(self, list(batch.members), False, (exc, origin))
+    def fail(self, message: Message, exc: BaseException, origin: Origin = Origin.RUNTIME) -> None:
+        """Answer ``message`` with an error (a tell's reply logs it: nobody waits for it)."""
+        if message.runs is not None:  # a batch not run: each of its calls gets the error
+            assert self.batcher is not None
+            self.batcher.fail_unrun(message, exc, origin)
             return
         if is_refusal(exc, origin):
-            self.node.log.warning("message refused", actor=self.label, endpoint=envelope.endpoint, error=describe(exc))
-        if envelope.respond is not None:
-            envelope.respond(False, (exc, origin))
-        elif not is_refusal(exc, origin):
-            log_tell_failure(self.node.log, self.label, envelope, exc, origin)
+            self.log.warning("message refused", actor=self.label, endpoint=message.endpoint, error=describe(exc))
+        if message.reply is not None:
+            message.reply.error(exc, origin)
+
+    async def drain(self, grace: float) -> None:
+        """Refuse new messages, let queued and running ones finish, cancel them after ``grace``.
+
+        An actor that stops itself from a handler keeps that handler running.
+        """
+        self.stopping = True
+        context = current_call.get()
+        own = 1 if context is not None and self.is_reentrant(context.child_chain()) else 0
+        current = asyncio.current_task()
+        if not self.paused and (self.running > own or self.queue):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await self.wait_idle(own)
+        self.fail_queued(lambda endpoint: ActorStoppedError(f"{self.label} stopped before handling {endpoint!r}"))
+        tasks = self.cancel_running(keep=current)
+        if tasks:
+            await asyncio.wait(tasks, timeout=CANCEL_WAIT)

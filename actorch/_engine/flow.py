@@ -7,7 +7,8 @@ such messages at one actor, so an actor's mailbox holds at most ``window``
 messages per node of the system however fast its callers are. A call that finds
 the window full waits for room (within its deadline); a tell cannot wait, so it
 raises ``MailboxFullError`` instead of growing the queue. Actors whose id is at
-most ``exempt`` (the system's own) are not bounded.
+most ``exempt`` (the system's own) are not bounded. The window's size is checked
+where the system's options are (``SystemConfig``).
 """
 
 from __future__ import annotations
@@ -16,10 +17,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 
-__all__ = ["DEFAULT_WINDOW", "FlowControl", "Target"]
-
-DEFAULT_WINDOW = 4096
-"""Messages one node may have waiting at one actor, unless the system says otherwise."""
+__all__ = ["FlowControl", "Target"]
 
 Target = tuple[int, int]
 """An actor as the flow control knows it: ``(rank, actor_id)``."""
@@ -31,14 +29,23 @@ SendCredits = Callable[[int, list[int]], None]
 class FlowControl:
     """One node's send windows to actors, and the credits it owes to tellers."""
 
-    __slots__ = ("_credit_flush", "_loop", "_owed", "_send_credits", "_waiters", "exempt", "outstanding", "window")
+    __slots__ = (
+        "_credit_flush",
+        "_loop",
+        "_owed",
+        "_send_credits",
+        "_waiters",
+        "exempt",
+        "outstanding",
+        "rank",
+        "window",
+    )
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, window: int, send_credits: SendCredits, *, exempt: int = 0
+        self, loop: asyncio.AbstractEventLoop, rank: int, window: int, send_credits: SendCredits, *, exempt: int = 0
     ) -> None:
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"mailbox_size must be an int >= 1, not {window!r}")
         self._loop = loop
+        self.rank = rank
         self.window = window
         self.exempt = exempt
         self.outstanding: dict[Target, int] = {}
@@ -103,6 +110,10 @@ class FlowControl:
                 self.outstanding[target] = left
             else:
                 self.outstanding.pop(target, None)
+
+    def release_local(self, actor_id: int) -> None:
+        """Give back the slot of a message this node sent to its own actor ``actor_id``."""
+        self.release((self.rank, actor_id))
 
     def fail_rank(self, rank: int, error: Callable[[], BaseException]) -> None:
         """Forget every window to actors of ``rank`` and fail the calls waiting for them."""

@@ -1,34 +1,63 @@
-"""The message a mailbox holds, and the context of the call a handler is serving."""
+"""A message as an actor's mailbox holds it, where its outcome goes, and the call a handler serves.
+
+A :class:`Message` is one call or tell on its way through an actor's cell.
+Its :class:`Reply` is where the outcome goes: a local caller's future, a
+remote caller (through the callee), or, for a tell, the mailbox slot it gives
+back. Errors carry an :class:`Origin`: raised by the handler, by the runtime,
+or because the actor is no longer hosted. Calls to a batched endpoint gather in
+a :class:`BatchRun`, which takes its turn in the mailbox as one message.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import enum
+import math
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from actorch._engine.batching import Batch
-    from actorch._engine.cell import Cell
+__all__ = ["BatchRun", "CallContext", "Message", "Origin", "Reply", "current_call"]
 
-__all__ = ["CallContext", "Envelope", "Respond", "current_call"]
 
-Respond = Callable[[bool, Any], None]
+class Origin(enum.IntEnum):
+    """Who raised an error that answers a message; it decides what the caller raises."""
+
+    RUNTIME = 0
+    """The runtime refused or ended the message: the caller gets the same actorch error."""
+    HANDLER = 1
+    """The handler raised: the caller gets a ``RemoteError`` (also an instance of the original class)."""
+    GONE = 2
+    """The actor's node no longer hosts it: the caller gets ``ActorStoppedError`` naming the actor it called."""
+
+
+class Reply:
+    """Where the outcome of a message goes; each kind of sender has its own."""
+
+    __slots__ = ()
+
+    def result(self, value: Any) -> None:
+        """The handler returned ``value``."""
+        raise NotImplementedError
+
+    def error(self, exc: BaseException, origin: Origin) -> None:
+        """The message ended with ``exc``."""
+        raise NotImplementedError
 
 
 class CallContext:
-    """The call a handler is serving: its actor cell, its key and its chain of callers."""
+    """The call a handler is serving: its actor, its key and its chain of callers."""
 
-    __slots__ = ("cell", "chain", "endpoint", "key")
+    __slots__ = ("chain", "endpoint", "key", "label")
 
-    def __init__(self, cell: Cell, key: int, chain: tuple[int, ...], endpoint: str) -> None:
-        self.cell = cell
+    def __init__(self, label: str, key: int, chain: tuple[int, ...], endpoint: str) -> None:
+        self.label = label
         self.key = key
         self.chain = chain
         self.endpoint = endpoint
 
     def __repr__(self) -> str:
-        return f"<CallContext {self.cell.label}.{self.endpoint} key={self.key:#x}>"
+        return f"<CallContext {self.label}.{self.endpoint} key={self.key:#x}>"
 
     def child_chain(self) -> tuple[int, ...]:
         """The chain a call made from this handler carries."""
@@ -38,8 +67,8 @@ class CallContext:
 current_call: ContextVar[CallContext | None] = ContextVar("actorch_call", default=None)
 
 
-class Envelope:
-    """A message waiting for, or being handled by, an actor."""
+class Message:
+    """A call or tell waiting for, or being handled by, an actor."""
 
     __slots__ = (
         "args",
@@ -50,7 +79,7 @@ class Envelope:
         "endpoint",
         "key",
         "kwargs",
-        "respond",
+        "reply",
         "runs",
         "task",
     )
@@ -63,7 +92,7 @@ class Envelope:
         key: int,
         chain: tuple[int, ...],
         deadline: float | None,
-        respond: Respond | None,
+        reply: Reply | None,
     ) -> None:
         self.endpoint = endpoint
         self.args = args
@@ -71,11 +100,70 @@ class Envelope:
         self.key = key
         self.chain = chain
         self.deadline = deadline
-        self.respond = respond
+        self.reply = reply
         self.task: asyncio.Task[None] | None = None
         self.cancelled = False
-        self.batch: Batch | None = None  # the batch this call joined
-        self.runs: Batch | None = None  # the batch this message runs
+        self.batch: BatchRun | None = None  # the batch run this call joined
+        self.runs: BatchRun | None = None  # the batch run this message is the mailbox turn of
 
     def __repr__(self) -> str:
-        return f"<Envelope {self.endpoint} key={self.key:#x}>"
+        return f"<Message {self.endpoint} key={self.key:#x}>"
+
+
+class BatchRun:
+    """The calls collected for one run of a batched endpoint; it takes its mailbox turn as one message."""
+
+    __slots__ = ("closed", "endpoint", "limit", "max_wait", "members", "opened", "turn", "urgent_at", "wakeup")
+
+    def __init__(self, endpoint: str, limit: Callable[[], int], max_wait: float, opened: float) -> None:
+        self.endpoint = endpoint
+        self.limit = limit  # the most calls it takes, read as they arrive
+        self.max_wait = max_wait
+        self.opened = opened
+        self.members: dict[Message, None] = {}  # calls not answered yet, in arrival order
+        self.closed = False
+        self.urgent_at = math.inf  # a member's deadline closes the window when half its time is spent
+        self.turn: Message | None = None  # the message that runs it
+        self.wakeup: asyncio.Future[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<BatchRun {self.endpoint} calls={len(self.members)} closed={self.closed}>"
+
+    def add(self, message: Message, now: float) -> None:
+        """Take a call into the batch."""
+        message.batch = self
+        self.members[message] = None
+        if message.deadline is not None:
+            self.urgent_at = min(self.urgent_at, now + (message.deadline - now) / 2)
+        self.poke()
+
+    def discard(self, message: Message) -> bool:
+        """Take a call out of the batch to answer it; False if it was answered already."""
+        if message in self.members:
+            del self.members[message]
+            message.batch = None
+            return True
+        return False
+
+    def window_end(self) -> float:
+        """When the batch stops waiting for more calls (event-loop time)."""
+        return min(self.opened + self.max_wait, self.urgent_at)
+
+    def poke(self) -> None:
+        """Wake the run waiting for calls, to look again."""
+        if self.wakeup is not None and not self.wakeup.done():
+            self.wakeup.set_result(None)
+
+    async def collect(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait until the batch is full, its window ends or it is closed."""
+        while not self.closed and len(self.members) < self.limit():
+            end = self.window_end()
+            if loop.time() >= end:
+                return
+            self.wakeup = loop.create_future()
+            timer = loop.call_at(end, self.poke)
+            try:
+                await self.wakeup
+            finally:
+                timer.cancel()
+                self.wakeup = None

@@ -16,16 +16,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
+from actorch._actors.host import ActorHost
 from actorch._actors.service import NodeService
-from actorch._actors.system import ActorSystem, SystemConfig
+from actorch._actors.system import ActorSystem, open_system
+from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig, is_number
 from actorch._base.errors import NodeLostError
-from actorch._engine.flow import DEFAULT_WINDOW
-from actorch._engine.node import DEFAULT_MAX_MESSAGE
 from actorch._launch.eventloop import Watchdog, run_bounded
 from actorch._launch.logs import configure_logging
-from actorch._transport.base import InProcessHub, Transport
+from actorch._transport.base import Transport
+from actorch._transport.inprocess import InProcessHub
 from actorch._transport.network import listen_socket
-from actorch._transport.rpc import RpcOptions, RpcTransport
+from actorch._transport.rpc import RpcTransport
+from actorch._transport.rpc_setup import RpcOptions
 
 __all__ = ["run"]
 
@@ -90,7 +92,7 @@ def run(
     Returns:
         What ``main`` returned. If ``main`` raised, the exception propagates after shutdown.
     """
-    if isinstance(liveness_timeout, bool) or not isinstance(liveness_timeout, (int, float)) or liveness_timeout <= 0:
+    if not is_number(liveness_timeout, inclusive=False):
         raise ValueError(f"liveness_timeout must be a positive number of seconds, not {liveness_timeout!r}")
     if configure_logs:
         configure_logging(log_level)
@@ -168,10 +170,11 @@ def _rpc_transport(world: _World, options: RpcOptions) -> RpcTransport:
     return RpcTransport(world.rank, world.world_size, world.host, world.port, options)
 
 
-async def _start(transport: Transport, config: SystemConfig, workers: list[Any] | None = None) -> ActorSystem:
-    system = ActorSystem._create(transport, config)
-    node = system._node
-    await system._start_services()
+async def _start(
+    transport: Transport, config: SystemConfig, workers: list[Any] | None = None
+) -> tuple[ActorSystem, ActorHost]:
+    system, host = open_system(transport, config)
+    await host.start_services()
     starting = asyncio.ensure_future(transport.start())
     while not starting.done():
         await asyncio.wait([starting], timeout=0.1)
@@ -182,8 +185,8 @@ async def _start(transport: Transport, config: SystemConfig, workers: list[Any] 
             raise RuntimeError(f"actor system failed to start: {codes}")
     starting.result()
     if workers:
-        node.on_peer_lost(lambda rank, why: _kill_lost(workers, rank))
-    return system
+        host.node.on_peer_lost(lambda rank, why: _kill_lost(workers, rank))
+    return system, host
 
 
 def _kill_lost(workers: list[Any], rank: int) -> None:
@@ -198,20 +201,20 @@ def _kill_lost(workers: list[Any], rank: int) -> None:
 
 
 async def _lead(main: Main[T], transport: Transport, config: SystemConfig, workers: list[Any] | None = None) -> T:
-    system = await _start(transport, config, workers)
+    system, host = await _start(transport, config, workers)
     failed = True
     try:
         result = await main(system)
         failed = False
         return result
     finally:
-        silent = await asyncio.shield(_shutdown_world(system, failed))
+        silent = await asyncio.shield(_shutdown_world(host, failed))
         if workers:
             for rank in silent:
                 _kill_lost(workers, rank)  # its loop is stuck: do not wait for its watchdog
 
 
-async def _shutdown_world(system: ActorSystem, failed: bool) -> list[int]:
+async def _shutdown_world(host: ActorHost, failed: bool) -> list[int]:
     """Stop every actor everywhere (``on_stop`` runs), then close this node; the workers follow.
 
     Rank 0 leaves first: each worker sees it go and exits, with code 1 if
@@ -223,27 +226,27 @@ async def _shutdown_world(system: ActorSystem, failed: bool) -> list[int]:
     Returns:
         The ranks that did not answer in time (their event loop may be stuck).
     """
-    node = system._node
-    peers = [rank for rank in range(1, system.world_size) if rank not in node.lost]
-    limit = 2 * system.config.stop_grace + SHUTDOWN_TIMEOUT
-    answered = await _call_all(system, peers, NodeService.shutdown, limit, failed)
-    await system._stop_local_actors()
+    node = host.node
+    peers = [rank for rank in range(1, node.world_size) if rank not in node.lost]
+    limit = 2 * host.config.stop_grace + SHUTDOWN_TIMEOUT
+    answered = await _call_all(host, peers, NodeService.shutdown, limit, failed)
+    await host.stop_all()
     node.departing = True
     await node.close()
     return [rank for rank, ok in zip(peers, answered, strict=True) if not ok]
 
 
-async def _call_all(system: ActorSystem, ranks: list[int], endpoint: Any, limit: float, *args: Any) -> list[bool]:
+async def _call_all(host: ActorHost, ranks: list[int], endpoint: Any, limit: float, *args: Any) -> list[bool]:
     """Call ``endpoint`` of every rank's service at once; whether each answered within ``limit`` seconds."""
 
     async def one(rank: int) -> bool:
         try:
             async with asyncio.timeout(limit):
-                await system._service(rank).call(endpoint, *args)
+                await host.services[rank].call(endpoint, *args)
         except NodeLostError:
             return True  # it left already
         except Exception as exc:  # noqa: BLE001 - a node that fails here is reported, not fatal
-            system._node.log.warning("node did not answer shutdown", peer=rank, error=repr(exc))
+            host.node.log.warning("node did not answer shutdown", peer=rank, error=repr(exc))
             return False
         return True
 
@@ -270,14 +273,14 @@ async def _serve_async(world: _World, config: SystemConfig, options: RpcOptions)
             watchdog.arm(f"rank 0 was lost ({why})")
 
     transport.lost_in_thread = on_lost
-    system = await _start(transport, config)
+    _, host = await _start(transport, config)
     try:
-        await system._exit.wait()
-        system._node.departing = True
-        await system._stop_local_actors()
+        await host.wait_ended()
+        host.node.departing = True
+        await host.stop_all()
     finally:
-        await system._node.close()
-    if system._exit_code is None:
-        system._node.log.error("rank 0 was lost; this node shut down", why=system._node.lost.get(0))
+        await host.node.close()
+    if host.exit_code is None:
+        host.node.log.error("rank 0 was lost; this node shut down", why=host.node.lost.get(0))
         return 1
-    return system._exit_code
+    return host.exit_code

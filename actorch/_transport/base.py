@@ -1,19 +1,17 @@
-"""The transport interface, its per-destination batching, and the in-process transport.
+"""The transport interface: moving bundles of opaque messages between ranks.
 
 A transport moves opaque messages (bytes plus the tensors they reference) between
 ranks. Messages sent to one destination during one loop iteration leave as one
-batch, in order; the receiver gets them in that order. Each received batch comes
+bundle, in order; the receiver gets them in that order. Each received bundle comes
 with a ``Port``: replies put there within a short hold travel back on the
-batch's own response, which is much cheaper than a message of their own. Nothing
-above this layer knows which transport runs; only ``_rpc_transport`` touches
-torch RPC.
+bundle's own response, which is much cheaper than a message of their own. Nothing
+above this layer knows which transport runs (``inprocess`` or ``rpc``); only
+``rpc`` touches torch RPC.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,19 +21,19 @@ import torch
 
 from actorch._base.errors import UnsupportedError
 
-__all__ = ["PORT_HOLD", "Batch", "InProcessHub", "InProcessTransport", "NodeInfo", "Port", "Transport"]
+__all__ = ["PORT_HOLD", "Bundle", "NodeInfo", "Port", "Transport"]
 
-Batch = tuple[list[bytes], dict[int, list[torch.Tensor]]]
+Bundle = tuple[list[bytes], dict[int, list[torch.Tensor]]]
 """Messages in send order, and the tensors of those that have any, by index."""
 
 PORT_HOLD = 0.002
-"""Seconds a batch's response waits for replies before it leaves with those ready."""
+"""Seconds a bundle's response waits for replies before it leaves with those ready."""
 
 LostFn = Callable[[int, str], None]
 
 
 class Port:
-    """Collects replies to one received batch, to send them back on the batch's response.
+    """Collects replies to one received bundle, to send them back on the bundle's response.
 
     The port stays open while replies are expected (``expect``/``put``) and at
     most ``PORT_HOLD`` seconds; then ``complete`` gets the replies gathered, and
@@ -44,11 +42,11 @@ class Port:
 
     __slots__ = ("_complete", "_loop", "_timer", "closed", "replies", "waiting")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, complete: Callable[[Batch], None]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, complete: Callable[[Bundle], None]) -> None:
         self._loop = loop
         self._complete = complete
-        self.replies: Batch = ([], {})
-        self.waiting = 1  # held until the whole batch has been dispatched
+        self.replies: Bundle = ([], {})
+        self.waiting = 1  # held until the whole bundle has been dispatched
         self.closed = False
         self._timer = loop.call_later(PORT_HOLD, self.close)
 
@@ -60,7 +58,7 @@ class Port:
         self.waiting += 1
 
     def hold(self, seconds: float) -> None:
-        """Keep the port open up to ``seconds`` from now, for a reply known to take longer (a batch).
+        """Keep the port open up to ``seconds`` from now, for a reply known to take longer (a batched endpoint's).
 
         It still closes as soon as every expected reply is in.
         """
@@ -89,7 +87,7 @@ class Port:
         return True
 
     def close(self) -> None:
-        """Send the replies gathered so far back on the batch's response."""
+        """Send the replies gathered so far back on the bundle's response."""
         if self.closed:
             return
         self.closed = True
@@ -97,7 +95,7 @@ class Port:
         self._complete(self.replies)
 
 
-ReceiveFn = Callable[[int, Batch, Port | None], None]
+ReceiveFn = Callable[[int, Bundle, Port | None], None]
 
 
 @dataclass(frozen=True)
@@ -118,9 +116,9 @@ class NodeInfo:
 
 
 class Transport(ABC):
-    """Moves message batches between ranks; implementations differ in how.
+    """Moves message bundles between ranks; implementations differ in how.
 
-    Subclasses implement :meth:`_send_batch`; everything runs on the node's loop
+    Subclasses implement :meth:`_send_bundle`; everything runs on the node's loop
     except where a method says otherwise.
     """
 
@@ -135,9 +133,9 @@ class Transport(ABC):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._receive: ReceiveFn | None = None
         self._lost: LostFn | None = None
-        self._outgoing: dict[int, Batch] = {}
+        self._outgoing: dict[int, Bundle] = {}
         self._flush_scheduled = False
-        self.batches_sent = 0
+        self.bundles_sent = 0
         self.messages_sent = 0
         self.lost_in_thread: LostFn | None = None
         """Called from the transport's own threads the moment a peer is seen lost, before the loop hears.
@@ -149,7 +147,7 @@ class Transport(ABC):
         return f"<{type(self).__name__} rank={self.rank}/{self.world_size}>"
 
     def attach(self, loop: asyncio.AbstractEventLoop, receive: ReceiveFn, lost: LostFn) -> None:
-        """Route incoming batches to ``receive(src, batch, port)`` and peer loss to ``lost(rank, why)``."""
+        """Route incoming bundles to ``receive(src, bundle, port)`` and peer loss to ``lost(rank, why)``."""
         self._loop = loop
         self._receive = receive
         self._lost = lost
@@ -171,17 +169,17 @@ class Transport(ABC):
         raise UnsupportedError(f"torch RRefs need the torch RPC transport; this node runs on {type(self).__name__}")
 
     @abstractmethod
-    def _send_batch(self, dest: int, batch: Batch) -> None:
-        """Send one batch to ``dest`` (never blocks); report failure through ``lost``."""
+    def _send_bundle(self, dest: int, bundle: Bundle) -> None:
+        """Send one bundle to ``dest`` (never blocks); report failure through ``lost``."""
 
     def send(self, dest: int, message: bytes, tensors: list[torch.Tensor] | None = None) -> None:
         """Queue ``message`` for ``dest``; it leaves with the others of this loop iteration."""
-        batch = self._outgoing.get(dest)
-        if batch is None:
-            batch = self._outgoing[dest] = ([], {})
+        bundle = self._outgoing.get(dest)
+        if bundle is None:
+            bundle = self._outgoing[dest] = ([], {})
         if tensors:
-            batch[1][len(batch[0])] = tensors
-        batch[0].append(message)
+            bundle[1][len(bundle[0])] = tensors
+        bundle[0].append(message)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             assert self._loop is not None, "transport used before attach()"
@@ -190,70 +188,16 @@ class Transport(ABC):
     def _flush(self) -> None:
         self._flush_scheduled = False
         outgoing, self._outgoing = self._outgoing, {}
-        for dest, batch in outgoing.items():
-            self.batches_sent += 1
-            self.messages_sent += len(batch[0])
-            self._send_batch(dest, batch)
+        for dest, bundle in outgoing.items():
+            self.bundles_sent += 1
+            self.messages_sent += len(bundle[0])
+            self._send_bundle(dest, bundle)
 
     def reply(self, dest: int, port: Port | None, message: bytes, tensors: list[torch.Tensor] | None) -> None:
-        """Send a reply to ``dest``: on the batch's response if its port is open, else on its own."""
+        """Send a reply to ``dest``: on the bundle's response if its port is open, else on its own."""
         if port is None or not port.put(message, tensors):
             self.send(dest, message, tensors)
 
     def _report_lost(self, rank: int, why: str) -> None:
         if self._lost is not None:
             self._lost(rank, why)
-
-
-class InProcessHub:
-    """Connects in-process transports that share one event loop (tests, ``world_size=1``)."""
-
-    def __init__(self, world_size: int) -> None:
-        self.world_size = world_size
-        self.transports: dict[int, InProcessTransport] = {}
-
-    def __repr__(self) -> str:
-        return f"<InProcessHub ranks={sorted(self.transports)}>"
-
-    def transport(self, rank: int) -> InProcessTransport:
-        """Create the transport of ``rank`` on this hub."""
-        transport = InProcessTransport(self, rank)
-        self.transports[rank] = transport
-        return transport
-
-    def disconnect(self, rank: int, why: str = "disconnected") -> None:
-        """Cut ``rank`` off, as if its process died: every other rank sees it lost."""
-        self.transports.pop(rank, None)
-        for other in list(self.transports.values()):
-            other._report_lost(rank, why)
-
-
-class InProcessTransport(Transport):
-    """Delivers batches on the same loop, after the current iteration, in order."""
-
-    def __init__(self, hub: InProcessHub, rank: int) -> None:
-        super().__init__(rank, hub.world_size)
-        self._hub = hub
-
-    async def start(self) -> None:
-        """Nothing to join: the hub is the world."""
-
-    async def close(self) -> None:
-        """Leave the hub; the others see this rank lost only if they still run."""
-        if self._hub.transports.get(self.rank) is self:
-            del self._hub.transports[self.rank]
-
-    def peers(self) -> list[NodeInfo]:
-        """Every rank of the hub, all in this process."""
-        return [NodeInfo(rank, f"node{rank}", socket.gethostname(), os.getpid()) for rank in range(self.world_size)]
-
-    def _send_batch(self, dest: int, batch: Batch) -> None:
-        if self._hub.transports.get(self.rank) is not self:
-            self._report_lost(dest, f"rank {dest} counts this node lost (it was cut off)")
-            return
-        target = self._hub.transports.get(dest)
-        if target is None or target._receive is None:
-            self._report_lost(dest, f"rank {dest} is not connected")
-            return
-        assert target._loop is not None
-        target._loop.call_soon(target._receive, self.rank, batch, None)

@@ -1,19 +1,19 @@
 """The torch RPC (TensorPipe) transport: the only module that imports ``torch.distributed.rpc``.
 
-Each batch is one ``rpc_async`` to the peer's :func:`_inbound`, an
+Each bundle is one ``rpc_async`` to the peer's :func:`_inbound`, an
 ``async_execution`` function that queues it for the peer's event loop and
 returns a future at once, so no RPC thread ever blocks. The loop completes that
-future with the replies ready within the port's hold (see ``Port``). Batches
+future with the replies ready within the port's hold (see ``Port``). Bundles
 carry a per-link sequence number because RPC threads may hand them over out of
 order. Every rank keeps one call to :func:`_watch` pending on every peer; it
 fails within milliseconds when the peer's process dies, which is how peer loss
 is noticed even when nothing else is in flight. A process that stops answering
 without closing its connections (stopped, or cut off by the network) is caught
 by heartbeats instead: a thread of every rank pings every peer, and a peer
-heard from by neither ping nor batch for ``liveness_timeout`` seconds is lost.
+heard from by neither ping nor bundle for ``liveness_timeout`` seconds is lost.
 The heartbeat runs outside the event loop, so a loop busy with a long handler
 does not make its node look dead. A node that was lost but comes back (it was
-only stopped, or the partition healed) is stale: its batches and pings are
+only stopped, or the partition healed) is stale: its bundles and pings are
 answered with ``EXPELLED``, which tells it that this node counts it lost, so it
 sees this node lost in turn instead of talking to a world that moved on.
 """
@@ -21,24 +21,21 @@ sees this node lost in turn instead of talking to a world that moved on.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import socket
 import threading
 import time
 import warnings
-from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.distributed import rpc
 
 from actorch._base.codec import register_side_type
-from actorch._transport.base import Batch, NodeInfo, Port, Transport
+from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 from actorch._transport.bridge import Inbox, in_daemon_thread
-from actorch._transport.network import interface_chosen, interface_towards, is_loopback, listen_socket
+from actorch._transport.network import interface_chosen, interface_towards, is_loopback
+from actorch._transport.rpc_setup import RpcOptions, quiet_cpp_logs, rendezvous_store
 
 __all__ = ["RpcOptions", "RpcTransport"]
 
@@ -47,57 +44,10 @@ register_side_type(rpc.PyRRef)  # type: ignore[attr-defined]
 
 _active: RpcTransport | None = None
 _LOST = -1  # inbox item: the peer is gone
-_UNORDERED = -2  # inbox item: replies that came back on a batch's response
-_REFUSED = -3  # inbox item: a batch from a lost or unknown node was refused
+_UNORDERED = -2  # inbox item: replies that came back on a bundle's response
+_REFUSED = -3  # inbox item: a bundle from a lost or unknown node was refused
 EXPELLED = "actorch:expelled"
-"""A batch's or ping's answer from a node that counts the sender lost (or does not know it)."""
-
-
-@dataclass(frozen=True)
-class RpcOptions:
-    """How TensorPipe is set up.
-
-    Attributes:
-        transport: ``"uv"`` (TCP; idles at ~0 % CPU) or ``"shm"`` (shared memory;
-            lower latency but busy-spins a core in every idle process).
-        num_worker_threads: Size of torch's RPC thread pool.
-        init_timeout: Seconds to wait for every rank to join.
-        send_timeout: Seconds a batch may wait for the peer's acknowledgement
-            before the peer is considered lost.
-        heartbeat_interval: Seconds between pings to every peer.
-        liveness_timeout: Seconds without hearing from a peer after which it is
-            lost (a stopped process, a network partition).
-    """
-
-    transport: str = "uv"
-    num_worker_threads: int = 4
-    init_timeout: float = 60.0
-    send_timeout: float = 30.0
-    heartbeat_interval: float = 0.5
-    liveness_timeout: float = 2.5
-
-    def __post_init__(self) -> None:
-        if self.transport not in ("uv", "shm"):
-            raise ValueError(f"transport must be 'uv' or 'shm', not {self.transport!r}")
-        if not 0 < self.heartbeat_interval <= self.liveness_timeout / 2:
-            raise ValueError(
-                f"heartbeat_interval must be > 0 and at most half of liveness_timeout ({self.liveness_timeout}), "
-                f"not {self.heartbeat_interval!r}"
-            )
-
-
-def _quiet_cpp_logs() -> None:
-    # TORCH_CPP_LOG_LEVEL is read only when torch loads; a script that imported
-    # torch before actorch would still see TensorPipe's "[W ...]" lines about
-    # closed pipes. The variable only sets this flag, so set the flag the same way.
-    if os.environ.get("TORCH_CPP_LOG_LEVEL", "").upper() not in ("ERROR", "2"):
-        return  # the user chose a level: leave it
-    try:
-        library = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
-        level = ctypes.c_int.in_dll(library, "FLAGS_caffe2_log_level")
-    except (OSError, ValueError):
-        return  # another build of torch: nothing to adjust
-    level.value = max(level.value, 2)
+"""A bundle's or ping's answer from a node that counts the sender lost (or does not know it)."""
 
 
 def _forget_world() -> None:
@@ -178,7 +128,7 @@ class RpcTransport(Transport):
         self._options = options
         self._next_seq = [0] * world_size
         self._expected = [0] * world_size
-        self._held: list[dict[int, tuple[Batch, torch.futures.Future[Any]]]] = [{} for _ in range(world_size)]
+        self._held: list[dict[int, tuple[Bundle, torch.futures.Future[Any]]]] = [{} for _ in range(world_size)]
         self._watchers: dict[int, torch.futures.Future[Any]] = {}
         self._peers: list[NodeInfo] = []
         self._lost_ranks: set[int] = set()
@@ -266,7 +216,7 @@ class RpcTransport(Transport):
             hook(peer, why)
 
     def _init_rpc(self) -> None:
-        _quiet_cpp_logs()
+        quiet_cpp_logs()
         host, port = self._master
         # TensorPipe and Gloo otherwise listen on what the host name resolves to,
         # which may be another interface (or loopback on a multi-host world).
@@ -303,25 +253,9 @@ class RpcTransport(Transport):
 
     def _rendezvous_store(self) -> Any:
         """The store the ranks meet in; rank 0 serves it on its own socket (loopback by default)."""
-        host, port = self._master
-        timeout = timedelta(seconds=self._options.init_timeout)
-        if self.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-            if self._listener is None:
-                self._listener = listen_socket(host, port)
-            listener, self._listener = self._listener, None
-            self._store = dist.TCPStore(  # type: ignore[attr-defined]
-                host,
-                port,
-                self.world_size,
-                True,
-                timeout,
-                wait_for_workers=False,
-                master_listen_fd=listener.detach(),  # the store owns and closes it
-            )
-        else:
-            self._store = dist.TCPStore(host, port, self.world_size, False, timeout)  # type: ignore[attr-defined]
-        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        return dist.PrefixStore(f"actorch/{restart}", self._store)  # type: ignore[attr-defined]
+        listener, self._listener = self._listener, None
+        self._store, prefixed = rendezvous_store(self._master, self.rank, self.world_size, self._options, listener)
+        return prefixed
 
     def peers(self) -> list[NodeInfo]:
         """Every rank of the world with its host and pid, by rank."""
@@ -347,12 +281,12 @@ class RpcTransport(Transport):
                 self._listener.close()
             _forget_world()
 
-    def _send_batch(self, dest: int, batch: Batch) -> None:
+    def _send_bundle(self, dest: int, bundle: Bundle) -> None:
         if dest in self._lost_ranks:
             return
         seq = self._next_seq[dest]
         self._next_seq[dest] = seq + 1
-        messages, tensors = batch
+        messages, tensors = bundle
         try:
             sent = rpc.rpc_async(
                 worker_name(dest),
@@ -419,8 +353,8 @@ class RpcTransport(Transport):
             return
         held = self._held[src]
         while True:
-            batch, response = payload
-            self._receive(src, batch, Port(self._inbox_loop, response.set_result))
+            bundle, response = payload
+            self._receive(src, bundle, Port(self._inbox_loop, response.set_result))
             seq += 1
             if seq not in held:
                 break

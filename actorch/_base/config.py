@@ -1,0 +1,60 @@
+"""The settings every node of a system shares, declared and validated in one place.
+
+``actorch.run`` and ``actorch.testing.local_world`` take them as keyword
+options and build one :class:`SystemConfig`; the layers above read it and never
+check a value again. The predicates here are also what other options of the
+runtime (``@batched``, ``Restart``, ``max_concurrency``) are checked with.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_MAX_MESSAGE", "DEFAULT_WINDOW", "SystemConfig", "is_count", "is_number"]
+
+DEFAULT_WINDOW = 4096
+"""Messages one node may have waiting at one actor, unless the system says otherwise."""
+
+DEFAULT_MAX_MESSAGE = 1 << 30
+"""Bytes a message between nodes may take (msgpack body and tensors), unless the system says otherwise."""
+
+
+def is_count(value: object, minimum: int = 1) -> bool:
+    """Whether ``value`` is an int (not a bool) of at least ``minimum``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def is_number(value: object, minimum: float = 0.0, *, inclusive: bool = True) -> bool:
+    """Whether ``value`` is a finite number (not a bool) above ``minimum``, or equal to it if ``inclusive``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return value >= minimum if inclusive else value > minimum
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    """Settings shared by every node of a system.
+
+    Attributes:
+        strict: Refuse values that would need pickle (``SerializationError``).
+        lookup_timeout: Seconds ``lookup`` waits for a name when no deadline is set.
+        stop_grace: Seconds a stopping actor's queued and running messages may
+            take before they are cancelled, and again its ``on_stop``.
+        mailbox_size: Messages one node may have waiting at one actor.
+        max_message_size: Bytes a message between nodes may take.
+    """
+
+    strict: bool = False
+    lookup_timeout: float = 30.0
+    stop_grace: float = 10.0
+    mailbox_size: int = DEFAULT_WINDOW
+    max_message_size: int = DEFAULT_MAX_MESSAGE
+
+    def __post_init__(self) -> None:
+        for field in ("lookup_timeout", "stop_grace"):
+            if not is_number(getattr(self, field)):
+                raise ValueError(f"{field} must be a finite number of seconds >= 0, not {getattr(self, field)!r}")
+        for field in ("mailbox_size", "max_message_size"):
+            if not is_count(getattr(self, field)):
+                raise ValueError(f"{field} must be an int >= 1, not {getattr(self, field)!r}")

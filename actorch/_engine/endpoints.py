@@ -1,0 +1,61 @@
+"""What an endpoint is, and the checks a call to one must pass, with their messages, written once.
+
+A cell checks a call when its handler starts; a ref checks a tell before it is
+sent when the actor's class can be imported there, so that a bad tell fails at
+the sender rather than in a log on another node.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from actorch._base.errors import EndpointError
+from actorch._engine.batching import Batched
+
+__all__ = ["Endpoint", "check_call", "endpoint_name", "unknown_endpoint"]
+
+Endpoint = Callable[..., Awaitable[Any]] | Batched[Any, Any, Any]
+"""An endpoint as its class holds it: an ``async def`` function, or a batched one."""
+
+
+def endpoint_name(method: Any) -> str:
+    """The name of an endpoint given as a method (``Counter.add``) or as its name."""
+    if type(method) is str:
+        return method
+    name = getattr(method, "__name__", None)
+    if not isinstance(name, str):
+        raise EndpointError(f"an endpoint is an actor method or its name, not {method!r}")
+    return name
+
+
+def unknown_endpoint(endpoint: str, label: str, known: Iterable[str]) -> str:
+    """The message for a call to an endpoint the actor does not have, or that is private."""
+    if endpoint.startswith("_"):
+        return f"{endpoint!r} of {label} is private: endpoints are public async methods"
+    return f"{label} has no endpoint {endpoint!r} (endpoints: {', '.join(sorted(known)) or 'none'})"
+
+
+def check_call(
+    endpoints: Mapping[str, Endpoint], endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any], label: str
+) -> None:
+    """Raise ``EndpointError`` unless ``endpoint`` is one of ``endpoints`` and takes these arguments."""
+    handler = endpoints.get(endpoint)
+    if isinstance(handler, Batched):
+        error = handler.check(args, kwargs, label)
+        if error is not None:
+            raise error
+        return
+    if handler is None:
+        raise EndpointError(unknown_endpoint(endpoint, label, endpoints))
+    try:
+        _signature(handler).bind(None, *args, **kwargs)
+    except TypeError as exc:
+        raise EndpointError(f"bad arguments for {endpoint!r} of {label}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature(handler: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(handler)

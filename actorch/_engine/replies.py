@@ -1,0 +1,82 @@
+"""Where the outcome of a message goes when its sender is on this node, or did not wait (a tell).
+
+A remote caller's reply is the callee's (:class:`~actorch._engine.callee.CallReply`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from actorch._base.errors import describe
+from actorch._engine.flow import FlowControl
+from actorch._engine.message import Message, Origin, Reply
+from actorch._engine.wire import error_payload, handler_error, is_refusal
+
+__all__ = ["LocalReply", "TellDone", "log_tell_failure"]
+
+
+class LocalReply(Reply):
+    """Settles a caller's future on this node as a remote reply would."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        self.future = future
+
+    def result(self, value: Any) -> None:
+        """Hand the caller the handler's result."""
+        if not self.future.done():
+            self.future.set_result(value)
+
+    def error(self, exc: BaseException, origin: Origin) -> None:
+        """Raise ``exc`` at the caller, as a ``RemoteError`` if the handler raised it."""
+        if not self.future.done():
+            self.future.set_exception(handler_error(exc) if origin == Origin.HANDLER else exc)
+
+
+class TellDone(Reply):
+    """A tell is done with: its mailbox slot goes back (a credit to its node, or ours); a failure is logged.
+
+    ``src`` is the rank the tell came from, or None for a tell from this node.
+    """
+
+    __slots__ = ("actor_id", "flow", "label", "log", "message", "src")
+
+    def __init__(
+        self, flow: FlowControl, log: Any, src: int | None, actor_id: int, label: str, message: Message
+    ) -> None:
+        self.flow = flow
+        self.log = log
+        self.src = src
+        self.actor_id = actor_id
+        self.label = label
+        self.message = message
+
+    def _done(self) -> None:
+        if self.src is None:
+            self.flow.release_local(self.actor_id)
+        else:
+            self.flow.owe(self.src, self.actor_id)
+
+    def result(self, value: Any) -> None:
+        """The handler returned: nobody waits for the value."""
+        self._done()
+
+    def error(self, exc: BaseException, origin: Origin) -> None:
+        """The tell failed: log it, unless the runtime refused it (it logged that already)."""
+        self._done()
+        if not is_refusal(exc, origin):
+            log_tell_failure(self.log, self.label, self.message, exc, origin)
+
+
+def log_tell_failure(log: Any, label: str, message: Message, exc: BaseException, origin: Origin) -> None:
+    """Log a tell that failed: nobody waits for its result, so the log is where it shows."""
+    log.error(
+        "tell failed",
+        actor=label,
+        endpoint=message.endpoint,
+        call=f"{message.key:#x}",
+        error=describe(exc),
+        traceback=error_payload(exc, origin)[3] or None,
+    )
