@@ -17,6 +17,7 @@ from actorch._actors.restart import ActorExit
 from actorch._base.codec import current_context, register_extension
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import EndpointError, NodeLostError, SystemClosedError
+from actorch._base.names import actor_label
 from actorch._engine.batching import Batched
 from actorch._engine.caller import Caller
 from actorch._engine.endpoints import check_call, endpoint_name
@@ -190,7 +191,7 @@ def make_ref(caller: Caller, rank: int, actor_id: int, name: str | None, class_p
     ref._name = name
     ref._class_path = class_path
     short = class_path.rpartition(":")[2] or class_path
-    ref._label = f"actor {name!r} ({short}) on node {rank}" if name else f"actor {short}#{actor_id} on node {rank}"
+    ref._label = actor_label(name, short, actor_id, rank)
     return ref
 
 

@@ -1,4 +1,4 @@
-"""Actor names: the path-shaped naming rule and glob patterns over names."""
+"""Actor names: the path-shaped naming rule, glob patterns over names, and how an actor is named in messages."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from functools import lru_cache
 
 from actorch._base.errors import InvalidNameError
 
-__all__ = ["MAX_NAME_LENGTH", "NAME_RULE", "check_name", "compile_pattern"]
+__all__ = ["MAX_NAME_LENGTH", "NAME_RULE", "actor_label", "check_name", "compile_pattern"]
 
 MAX_NAME_LENGTH = 255
 """Longest name accepted, in characters."""
@@ -79,3 +79,8 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
         return re.compile("".join(out))
     except re.error as exc:
         raise InvalidNameError(f"invalid name pattern {pattern!r}: {exc}") from None
+
+
+def actor_label(name: str | None, class_name: str, actor_id: int, rank: int) -> str:
+    """How errors and logs name an actor: ``actor 'rl/agent' (Agent) on node 0``, or by class and id."""
+    return f"actor {name!r} ({class_name}) on node {rank}" if name else f"actor {class_name}#{actor_id} on node {rank}"

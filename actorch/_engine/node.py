@@ -20,6 +20,7 @@ import structlog
 from actorch._base.codec import Codec
 from actorch._base.config import SystemConfig
 from actorch._base.errors import NodeLostError, SystemClosedError
+from actorch._base.names import actor_label
 from actorch._engine.callee import Callee
 from actorch._engine.caller import Caller
 from actorch._engine.cell import Cell, FailureListener
@@ -112,15 +113,11 @@ class Node:
             actor_id = next(self._actor_ids)
         elif not 0 < actor_id <= SYSTEM_IDS or actor_id in self._cells:
             raise ValueError(f"actor id {actor_id} is not a free system id")
-        kind = type(instance).__name__
-        label = (
-            f"actor {name!r} ({kind}) on node {self.rank}" if name else f"actor {kind}#{actor_id} on node {self.rank}"
-        )
         cell = Cell(
             actor_id,
             instance,
             endpoints,
-            label=label,
+            label=actor_label(name, type(instance).__name__, actor_id, self.rank),
             name=name,
             max_concurrency=max_concurrency,
             loop=self.loop,
