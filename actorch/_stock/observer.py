@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -21,9 +21,6 @@ from actorch._actors.actor import Actor
 from actorch._actors.ref import ActorRef
 from actorch._base.codec import serializable
 from actorch._stock.import_paths import resolve
-
-if TYPE_CHECKING:
-    from actorch._stock.agent import Agent
 
 __all__ = ["Observer", "Rollout"]
 
@@ -68,7 +65,7 @@ class Observer(Actor):
         self.max_steps = max_steps
         self.key = self.name or f"{type(self).__name__}#{self.ref.rank}:{id(self):x}"
 
-    async def run(self, agent: ActorRef[Agent], steps: int | None = None, *, batch: bool = True) -> Rollout:
+    async def run(self, agent: ActorRef[Any], steps: int | None = None, *, batch: bool = True) -> Rollout:
         """Play against ``agent`` and return what was seen.
 
         Args:
@@ -110,8 +107,8 @@ class Observer(Actor):
         return Rollout(self.key, torch.tensor(rewards, dtype=torch.float32), torch.tensor(dones), episodes)
 
     @staticmethod
-    async def _ask(agent: ActorRef[Agent], observation: Observation, batch: bool) -> Any:
-        # By name: agent.py imports this module, so Agent is only known here to the type checker.
+    async def _ask(agent: ActorRef[Any], observation: Observation, batch: bool) -> Any:
+        # By name: agent.py imports this module, so this one cannot name Agent (no cycles, even for types).
         if batch:
             return await agent.call("select_action_batch", observation)
         return await agent.call("select_action", observation)
