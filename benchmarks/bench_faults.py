@@ -66,7 +66,7 @@ def node_lost(mode: str) -> Callable[[Path], tuple[float, int]]:
 def partition(which: str) -> Callable[[Path], tuple[float, int]]:
     def measure(tmp: Path) -> tuple[float, int]:
         import netns  # noqa: PLC0415 - only where namespaces can be made
-        from test_partition import run_partitioned  # noqa: PLC0415
+        from test_network_partition import run_partitioned  # noqa: PLC0415
 
         with netns.host_pair() as pair:
             run = run_partitioned(pair, tmp, "cut")

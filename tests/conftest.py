@@ -1,12 +1,24 @@
-"""Shared fixtures: a three-node in-process world and the rank a test's actor lives on."""
+"""Shared fixtures: a three-node in-process world and the rank a test's actor lives on.
+
+The test actors live in ``tests/mp_scripts/actors.py``, imported as ``actors``:
+the multi-process scripts import it so (their folder comes first on their
+``sys.path``), and so do the tests here, from the same folder put on
+``sys.path`` below. One module under one name in every process means one
+import path per class, ``actors:Counter``, which every node can resolve.
+"""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 
 import pytest
+from _mp import SCRIPTS
 
 from actorch.testing import LocalWorld, local_world
+
+if str(SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(SCRIPTS))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Crossing threads: ``Inbox`` and the torch/asyncio future bridges."""
+"""Crossing threads: ``Inbox`` and ``in_daemon_thread``."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import threading
 from collections.abc import Callable
 
 import pytest
-import torch
 
-from actorch._transport.bridge import Inbox, to_asyncio, to_torch
+from actorch._transport.bridge import Inbox, in_daemon_thread
 
 
 async def poll_until(condition: Callable[[], bool], seconds: float = 10) -> None:
@@ -75,79 +74,29 @@ def test_inbox_post_to_a_closed_loop_is_dropped_quietly() -> None:
     assert received == []
 
 
-async def test_to_asyncio_gives_the_result_set_from_another_thread() -> None:
-    future: torch.futures.Future[int] = torch.futures.Future()
-    bridged = to_asyncio(future, asyncio.get_running_loop())
-    threading.Timer(0.01, future.set_result, args=(42,)).start()
+async def test_in_daemon_thread_runs_the_function_in_a_daemon_thread_of_its_own() -> None:
+    ran_in: list[threading.Thread] = []
     async with asyncio.timeout(5):
-        assert await bridged == 42
+        await in_daemon_thread(lambda: ran_in.append(threading.current_thread()))
+    assert len(ran_in) == 1
+    assert ran_in[0] is not threading.current_thread()
+    assert ran_in[0].daemon
 
 
-async def test_to_asyncio_raises_the_exception_set_from_another_thread() -> None:
-    future: torch.futures.Future[int] = torch.futures.Future()
-    bridged = to_asyncio(future, asyncio.get_running_loop())
-    threading.Timer(0.01, future.set_exception, args=(KeyError("gone"),)).start()
+async def test_in_daemon_thread_raises_what_the_function_raised() -> None:
+    def refuse() -> None:
+        raise ConnectionError("no rendezvous")
+
     async with asyncio.timeout(5):
-        with pytest.raises(KeyError, match="gone"):
-            await bridged
+        with pytest.raises(ConnectionError, match="no rendezvous"):
+            await in_daemon_thread(refuse)
 
 
-async def test_to_asyncio_settles_from_an_already_completed_future() -> None:
-    future: torch.futures.Future[str] = torch.futures.Future()
-    future.set_result("ready")
+async def test_in_daemon_thread_leaves_the_loop_free_while_the_function_blocks() -> None:
+    release = threading.Event()
+    waiting = asyncio.ensure_future(in_daemon_thread(lambda: release.wait(5)))
+    await asyncio.sleep(0.02)
+    assert not waiting.done()  # the loop ran this coroutine while the thread was blocked
+    release.set()
     async with asyncio.timeout(5):
-        assert await to_asyncio(future, asyncio.get_running_loop()) == "ready"
-
-
-async def test_to_asyncio_ignores_a_result_after_the_asyncio_side_was_cancelled() -> None:
-    future: torch.futures.Future[int] = torch.futures.Future()
-    bridged = to_asyncio(future, asyncio.get_running_loop())
-    bridged.cancel()
-    future.set_result(1)
-    await asyncio.sleep(0.01)
-    assert bridged.cancelled()
-
-
-async def settled(future: torch.futures.Future[object]) -> None:
-    await poll_until(future.done, seconds=2)
-
-
-async def test_to_torch_gives_the_result_of_the_asyncio_future() -> None:
-    source: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-    bridged = to_torch(source)
-    assert not bridged.done()
-    source.set_result({"a": 1})
-    await settled(bridged)
-    assert bridged.value() == {"a": 1}
-
-
-async def test_to_torch_gives_the_exception_of_the_asyncio_future() -> None:
-    source: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-    bridged = to_torch(source)
-    source.set_exception(ValueError("bad"))
-    await settled(bridged)
-    with pytest.raises(ValueError, match="bad"):
-        bridged.value()
-
-
-async def test_to_torch_completes_with_an_error_when_the_asyncio_future_is_cancelled() -> None:
-    source: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-    bridged = to_torch(source)
-    source.cancel()
-    await settled(bridged)
-    # torch futures only carry Exception instances, so any error naming the cancellation will do.
-    with pytest.raises(BaseException) as info:  # noqa: PT011
-        bridged.value()
-    assert "cancel" in f"{type(info.value).__name__} {info.value}".lower()
-
-
-async def test_to_torch_result_can_be_awaited_from_another_thread() -> None:
-    source: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-    bridged = to_torch(source)
-    seen: list[object] = []
-    waiter = threading.Thread(target=lambda: seen.append(bridged.wait()))
-    waiter.start()
-    source.set_result(7)
-    await wait_for_count(seen, 1)
-    waiter.join()
-    assert seen == [7]
+        await waiting

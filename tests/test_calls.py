@@ -9,30 +9,11 @@ from typing import Any
 import anyio
 import pytest
 import torch
+from actors import Counter, Recorder, Store
 
 import actorch
 from actorch._base.deadline import current_deadline
 from actorch.testing import LocalWorld
-
-
-class Counter(actorch.Actor):
-    def __init__(self, start: int = 0) -> None:
-        self.value = start
-
-    async def add(self, k: int = 1) -> int:
-        self.value += k
-        return self.value
-
-
-class Recorder(actorch.Actor):
-    def __init__(self) -> None:
-        self.items: list[Any] = []
-
-    async def record(self, item: Any) -> None:
-        self.items.append(item)
-
-    async def recorded(self) -> list[Any]:
-        return self.items
 
 
 class Gate(actorch.Actor):
@@ -124,20 +105,6 @@ class Forwarder(actorch.Actor):
         return await slow.call(Slow.time_left)
 
 
-class TensorKeeper(actorch.Actor):
-    def __init__(self) -> None:
-        self.kept: list[torch.Tensor] = []
-
-    async def keep(self, tensor: torch.Tensor) -> None:
-        self.kept.append(tensor)
-
-    async def first_kept(self) -> torch.Tensor:
-        return self.kept[0]
-
-    async def double(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {key: value * 2 for key, value in batch.items()}
-
-
 async def wait_until_counts(ref: actorch.ActorRef[Slow], **expected: int) -> None:
     async with asyncio.timeout(2):
         while True:
@@ -172,10 +139,10 @@ async def test_call_between_two_nodes_that_are_not_the_spawner_works(world: Loca
 async def test_tells_are_applied_in_order(world: LocalWorld, on: int) -> None:
     recorder = await world[0].spawn(Recorder, on=on)
     for i in range(100):
-        recorder.tell(Recorder.record, i)
-    recorder.tell("record", "last")
+        recorder.tell(Recorder.append, "main", i)
+    recorder.tell("append", "by name", 100)
     async with asyncio.timeout(5):
-        assert await recorder.call(Recorder.recorded) == [*range(100), "last"]
+        assert await recorder.call(Recorder.entries) == [*(["main", i] for i in range(100)), ["by name", 100]]
 
 
 async def test_calls_from_one_caller_start_in_the_order_they_were_sent(world: LocalWorld, on: int) -> None:
@@ -311,10 +278,10 @@ async def test_ref_returned_from_a_call_equals_the_original_and_works(world: Loc
 
 
 async def test_tensors_round_trip_through_a_call(world: LocalWorld, on: int) -> None:
-    keeper = await world[0].spawn(TensorKeeper, on=on)
+    store = await world[0].spawn(Store, on=on)
     batch = {"x": torch.arange(6.0).reshape(2, 3), "y": torch.ones(4, dtype=torch.int64)}
     async with asyncio.timeout(5):
-        doubled = await keeper.call(TensorKeeper.double, batch)
+        doubled = await store.call(Store.double, batch)
     assert set(doubled) == {"x", "y"}
     assert torch.equal(doubled["x"], batch["x"] * 2)
     assert torch.equal(doubled["y"], batch["y"] * 2)
@@ -322,12 +289,12 @@ async def test_tensors_round_trip_through_a_call(world: LocalWorld, on: int) -> 
 
 
 async def test_tell_with_a_tensor_sends_its_values_at_the_time_of_the_tell(world: LocalWorld, on: int) -> None:
-    keeper = await world[0].spawn(TensorKeeper, on=on)
+    store = await world[0].spawn(Store, on=on)
     tensor = torch.zeros(8)
-    keeper.tell(TensorKeeper.keep, tensor)
+    store.tell(Store.keep, tensor)
     tensor.add_(1)
     async with asyncio.timeout(5):
-        kept = await keeper.call(TensorKeeper.first_kept)
+        kept = await store.call(Store.first_kept)
     assert torch.equal(kept, torch.zeros(8))
 
 

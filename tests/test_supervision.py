@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import structlog
+from actors import Counter
 
 import actorch
 from actorch.testing import LocalWorld, local_world
@@ -17,20 +18,11 @@ class Corrupted(Exception):
     """The actor's state cannot be trusted any more."""
 
 
-class Counter(actorch.Actor):
+class FragileCounter(Counter):
+    """A counter that can be corrupted (a fatal error) and notes each stop; four handlers run at once."""
+
     fatal_errors = (Corrupted,)
     max_concurrency = 4
-
-    def __init__(self, start: int = 0) -> None:
-        self.value = start
-        self.stopped = 0
-
-    async def add(self, k: int = 1) -> int:
-        self.value += k
-        return self.value
-
-    async def get(self) -> int:
-        return self.value
 
     async def corrupt(self) -> None:
         raise Corrupted("the counter is corrupt")
@@ -52,7 +44,7 @@ class Counter(actorch.Actor):
 STOPS: list[int] = []
 
 
-class Keeper(Counter):
+class Keeper(FragileCounter):
     """Keeps its value across restarts."""
 
     async def snapshot(self) -> int:
@@ -62,7 +54,7 @@ class Keeper(Counter):
         self.value = state
 
 
-class Flaky(Counter):
+class Flaky(FragileCounter):
     """Its on_start fails the first ``failures`` times after the first start."""
 
     starts = 0
@@ -128,24 +120,24 @@ def cell_of(world: LocalWorld, ref: actorch.ActorRef[Any]) -> Any:
 
 
 async def test_a_fatal_error_without_a_policy_stops_the_actor_for_good(world: LocalWorld, on: int) -> None:
-    ref = await world[0].spawn(Counter, args=(5,), name="counters/fatal", on=on)
+    ref = await world[0].spawn(FragileCounter, args=(5,), name="counters/fatal", on=on)
     with pytest.raises(Corrupted, match="corrupt") as caught:
-        await ref.call(Counter.corrupt)
+        await ref.call(FragileCounter.corrupt)
     assert isinstance(caught.value, actorch.RemoteError)  # the failing call gets its own error
     exit_ = await ref.wait_stopped()
     assert exit_ == actorch.ActorExit("failed", "Corrupted: the counter is corrupt", 0)
     assert exit_.failed
     with pytest.raises(actorch.ActorStoppedError):
-        await ref.call(Counter.get)
+        await ref.call(FragileCounter.get)
     assert await world[0].lookup_all("counters/*") == []
     assert STOPS == [5]  # on_stop ran once
 
 
 async def test_an_ordinary_error_does_not_fail_the_actor(world: LocalWorld, on: int) -> None:
-    ref = await world[0].spawn(Counter, on=on, restart=FAST)
+    ref = await world[0].spawn(FragileCounter, on=on, restart=FAST)
     with pytest.raises(ValueError, match="ordinary"):
-        await ref.call(Counter.mistake)
-    assert await ref.call(Counter.add, 2) == 2
+        await ref.call(FragileCounter.mistake)
+    assert await ref.call(FragileCounter.add, 2) == 2
     assert cell_of(world, ref).restarts == 0
 
 
@@ -153,13 +145,13 @@ async def test_an_ordinary_error_does_not_fail_the_actor(world: LocalWorld, on: 
 
 
 async def test_a_failed_actor_restarts_under_the_same_ref_and_name(world: LocalWorld, on: int) -> None:
-    ref = await world[0].spawn(Counter, args=(10,), name="counters/r", on=on, restart=FAST)
-    assert await ref.call(Counter.add, 5) == 15
+    ref = await world[0].spawn(FragileCounter, args=(10,), name="counters/r", on=on, restart=FAST)
+    assert await ref.call(FragileCounter.add, 5) == 15
     with structlog.testing.capture_logs() as logs:
         with pytest.raises(Corrupted):
-            await ref.call(Counter.corrupt)
+            await ref.call(FragileCounter.corrupt)
         await wait_for(lambda: cell_of(world, ref).restarts == 1 and not cell_of(world, ref).paused)
-    assert await ref.call(Counter.get) == 10  # a new instance, built from the spawn's arguments
+    assert await ref.call(FragileCounter.get) == 10  # a new instance, built from the spawn's arguments
     assert await world[1].lookup("counters/r") == ref
     assert STOPS == [15]
     events = [entry["event"] for entry in logs]
@@ -171,11 +163,11 @@ async def test_a_failed_actor_restarts_under_the_same_ref_and_name(world: LocalW
 
 
 async def test_calls_in_flight_at_the_failure_get_actor_stopped(world: LocalWorld, on: int) -> None:
-    ref = await world[0].spawn(Counter, on=on, restart=actorch.Restart(backoff=0.2))
-    hanging = [asyncio.ensure_future(ref.call(Counter.hang)) for _ in range(3)]
-    failing = asyncio.ensure_future(ref.call(Counter.corrupt_later, 0.1))
+    ref = await world[0].spawn(FragileCounter, on=on, restart=actorch.Restart(backoff=0.2))
+    hanging = [asyncio.ensure_future(ref.call(FragileCounter.hang)) for _ in range(3)]
+    failing = asyncio.ensure_future(ref.call(FragileCounter.corrupt_later, 0.1))
     await asyncio.sleep(0.02)
-    queued = asyncio.ensure_future(ref.call(Counter.add, 1))  # 4 run at most: this one waits
+    queued = asyncio.ensure_future(ref.call(FragileCounter.add, 1))  # 4 run at most: this one waits
     with pytest.raises(Corrupted):
         await failing
     for call in [*hanging, queued]:
@@ -184,14 +176,14 @@ async def test_calls_in_flight_at_the_failure_get_actor_stopped(world: LocalWorl
 
 
 async def test_calls_made_while_the_actor_restarts_reach_the_new_instance(world: LocalWorld, on: int) -> None:
-    ref = await world[0].spawn(Counter, args=(100,), on=on, restart=actorch.Restart(backoff=0.2))
+    ref = await world[0].spawn(FragileCounter, args=(100,), on=on, restart=actorch.Restart(backoff=0.2))
     with pytest.raises(Corrupted):
-        await ref.call(Counter.corrupt)
+        await ref.call(FragileCounter.corrupt)
     started = time.monotonic()
-    assert await asyncio.gather(*(ref.call(Counter.add, 1) for _ in range(5))) == [101, 102, 103, 104, 105]
+    assert await asyncio.gather(*(ref.call(FragileCounter.add, 1) for _ in range(5))) == [101, 102, 103, 104, 105]
     assert time.monotonic() - started >= 0.15  # they waited out the backoff
-    ref.tell(Counter.add, 10)
-    assert await ref.call(Counter.get) == 115
+    ref.tell(FragileCounter.add, 10)
+    assert await ref.call(FragileCounter.get) == 115
 
 
 async def test_snapshot_and_restore_keep_state_across_a_restart(world: LocalWorld, on: int) -> None:
@@ -222,29 +214,29 @@ async def test_a_failing_snapshot_lets_the_actor_restart_fresh(world: LocalWorld
 
 
 async def test_restarts_beyond_the_policy_stop_the_actor(world: LocalWorld, on: int) -> None:
-    ref = await world[0].spawn(Counter, on=on, restart=actorch.Restart(max_restarts=2, backoff=0.0))
+    ref = await world[0].spawn(FragileCounter, on=on, restart=actorch.Restart(max_restarts=2, backoff=0.0))
     for expected in (1, 2):
         with pytest.raises(Corrupted):
-            await ref.call(Counter.corrupt)
+            await ref.call(FragileCounter.corrupt)
         await wait_for(
             lambda expected=expected: cell_of(world, ref) is None or cell_of(world, ref).restarts == expected
         )
     with pytest.raises(Corrupted):
-        await ref.call(Counter.corrupt)
+        await ref.call(FragileCounter.corrupt)
     exit_ = await ref.wait_stopped()
     assert (exit_.reason, exit_.restarts) == ("failed", 2)
     with pytest.raises(actorch.ActorStoppedError):
-        await ref.call(Counter.get)
+        await ref.call(FragileCounter.get)
 
 
 async def test_failures_older_than_the_window_do_not_count(world: LocalWorld) -> None:
-    ref = await world[0].spawn(Counter, on=1, restart=actorch.Restart(max_restarts=1, within=0.1, backoff=0.0))
+    ref = await world[0].spawn(FragileCounter, on=1, restart=actorch.Restart(max_restarts=1, within=0.1, backoff=0.0))
     for restarts in (1, 2, 3):
         with pytest.raises(Corrupted):
-            await ref.call(Counter.corrupt)
+            await ref.call(FragileCounter.corrupt)
         await wait_for(lambda restarts=restarts: cell_of(world, ref).restarts == restarts)
         await asyncio.sleep(0.15)
-    assert await ref.call(Counter.add) == 1
+    assert await ref.call(FragileCounter.add) == 1
 
 
 async def test_backoff_grows_with_each_failure_counted() -> None:
@@ -300,10 +292,10 @@ async def test_a_batched_endpoint_that_raises_a_fatal_error_fails_the_actor(worl
 
 
 async def test_stopping_an_actor_while_it_restarts_stops_it(world: LocalWorld, on: int) -> None:
-    ref = await world[0].spawn(Counter, on=on, restart=actorch.Restart(backoff=5.0))
+    ref = await world[0].spawn(FragileCounter, on=on, restart=actorch.Restart(backoff=5.0))
     with pytest.raises(Corrupted):
-        await ref.call(Counter.corrupt)
-    waiting = asyncio.ensure_future(ref.call(Counter.get))
+        await ref.call(FragileCounter.corrupt)
+    waiting = asyncio.ensure_future(ref.call(FragileCounter.get))
     await asyncio.sleep(0.02)
     started = time.monotonic()
     await ref.stop()
@@ -318,21 +310,21 @@ async def test_stopping_an_actor_while_it_restarts_stops_it(world: LocalWorld, o
 
 
 async def test_wait_stopped_returns_when_the_actor_is_stopped(world: LocalWorld, on: int) -> None:
-    ref = await world[0].spawn(Counter, on=on, name="watched")
+    ref = await world[0].spawn(FragileCounter, on=on, name="watched")
     watcher = asyncio.ensure_future(ref.wait_stopped())
     await asyncio.sleep(0.02)
     assert not watcher.done()
     await ref.stop()
     assert await watcher == actorch.ActorExit("stopped")
     assert await ref.wait_stopped() == actorch.ActorExit("stopped")  # late watchers hear it too
-    await world[0].spawn(Counter, on=on, name="watched")  # the name was free when the watcher woke
+    await world[0].spawn(FragileCounter, on=on, name="watched")  # the name was free when the watcher woke
 
 
 async def test_wait_stopped_waits_through_restarts(world: LocalWorld) -> None:
-    ref = await world[0].spawn(Counter, on=2, restart=FAST)
+    ref = await world[0].spawn(FragileCounter, on=2, restart=FAST)
     watcher = asyncio.ensure_future(ref.wait_stopped())
     with pytest.raises(Corrupted):
-        await ref.call(Counter.corrupt)
+        await ref.call(FragileCounter.corrupt)
     await wait_for(lambda: cell_of(world, ref).restarts == 1)
     assert not watcher.done()
     await ref.stop()
@@ -340,7 +332,7 @@ async def test_wait_stopped_waits_through_restarts(world: LocalWorld) -> None:
 
 
 async def test_wait_stopped_reports_a_lost_node(world: LocalWorld) -> None:
-    ref = await world[0].spawn(Counter, on=2)
+    ref = await world[0].spawn(FragileCounter, on=2)
     watcher = asyncio.ensure_future(ref.wait_stopped())
     await asyncio.sleep(0.02)
     world.kill(2)
@@ -352,7 +344,7 @@ async def test_wait_stopped_reports_a_lost_node(world: LocalWorld) -> None:
 
 async def test_wait_stopped_reports_shutdown() -> None:
     async with local_world(2) as world:
-        ref = await world[0].spawn(Counter, on=1)
+        ref = await world[0].spawn(FragileCounter, on=1)
         watcher = asyncio.ensure_future(ref.wait_stopped())
         await asyncio.sleep(0.02)
         await world[1]._stop_local_actors()
@@ -360,11 +352,11 @@ async def test_wait_stopped_reports_shutdown() -> None:
 
 
 async def test_wait_stopped_respects_the_callers_deadline(world: LocalWorld, on: int) -> None:
-    ref = await world[0].spawn(Counter, on=on)
+    ref = await world[0].spawn(FragileCounter, on=on)
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.05):
             await ref.wait_stopped()
-    assert await ref.call(Counter.add) == 1
+    assert await ref.call(FragileCounter.add) == 1
 
 
 async def test_wait_stopped_on_a_node_service_is_refused(world: LocalWorld) -> None:
@@ -376,8 +368,8 @@ async def test_wait_stopped_on_a_node_service_is_refused(world: LocalWorld) -> N
 
 
 async def test_a_same_node_call_running_when_its_actor_stops_gets_actor_stopped(world: LocalWorld) -> None:
-    ref = await world[0].spawn(Counter, on=0)
-    hanging = asyncio.ensure_future(ref.call(Counter.hang))  # runs inline, in this caller's task
+    ref = await world[0].spawn(FragileCounter, on=0)
+    hanging = asyncio.ensure_future(ref.call(FragileCounter.hang))  # runs inline, in this caller's task
     await asyncio.sleep(0.02)
     started = time.monotonic()
     await ref.stop()
@@ -409,7 +401,7 @@ def test_restart_refuses_bad_settings(kwargs: dict[str, Any]) -> None:
 
 async def test_spawn_refuses_a_restart_that_is_not_a_policy(world: LocalWorld) -> None:
     with pytest.raises(TypeError, match="restart must be"):
-        await world[0].spawn(Counter, restart=3)  # type: ignore[arg-type]
+        await world[0].spawn(FragileCounter, restart=3)  # type: ignore[arg-type]
 
 
 def test_fatal_errors_must_be_a_tuple_of_exception_classes() -> None:

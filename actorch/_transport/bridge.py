@@ -1,22 +1,20 @@
 """Crossing between torch RPC threads and the node's asyncio loop, never blocking a thread.
 
 ``Inbox`` hands items from any thread to one loop callback, waking the loop once
-per burst rather than once per item. ``to_asyncio`` bridges a torch ``Future``
-into an asyncio future with a done-callback; ``to_torch`` goes the other way.
+per burst rather than once per item. ``in_daemon_thread`` runs a blocking call
+(torch RPC's set-up and shutdown) in a daemon thread of its own and lets a
+coroutine await it without blocking the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
-import torch
-
-__all__ = ["Inbox", "in_daemon_thread", "to_asyncio", "to_torch"]
+__all__ = ["Inbox", "in_daemon_thread"]
 
 T = TypeVar("T")
 
@@ -51,49 +49,6 @@ class Inbox(Generic[T]):
         items = self._items
         while items:
             self._handler(items.popleft())
-
-
-def to_asyncio(future: torch.futures.Future[Any], loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
-    """Return an asyncio future that settles like the torch ``future``, from any thread."""
-    result: asyncio.Future[Any] = loop.create_future()
-
-    def settle(done: torch.futures.Future[Any]) -> None:
-        try:
-            value = done.value()
-        except Exception as exc:  # noqa: BLE001 - carried over to the loop as is
-            loop.call_soon_threadsafe(_set_exception, result, exc)
-        else:
-            loop.call_soon_threadsafe(_set_result, result, value)
-
-    future.add_done_callback(settle)
-    return result
-
-
-def to_torch(future: asyncio.Future[Any]) -> torch.futures.Future[Any]:
-    """Return a torch future completed with ``future``'s outcome (call on the loop)."""
-    result: torch.futures.Future[Any] = torch.futures.Future()
-
-    def settle(done: asyncio.Future[Any]) -> None:
-        if done.cancelled():
-            # torch futures take only Exception subclasses, and asyncio's is a BaseException.
-            result.set_exception(concurrent.futures.CancelledError("the asyncio future was cancelled"))
-        elif (exc := done.exception()) is not None:
-            result.set_exception(exc)
-        else:
-            result.set_result(done.result())
-
-    future.add_done_callback(settle)
-    return result
-
-
-def _set_result(future: asyncio.Future[Any], value: Any) -> None:
-    if not future.done():
-        future.set_result(value)
-
-
-def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
 
 
 async def in_daemon_thread(fn: Callable[[], None]) -> None:

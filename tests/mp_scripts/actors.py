@@ -1,8 +1,11 @@
-"""Actors shared by the multi-process test scripts (importable on every rank as ``actors``).
+"""Test actors shared by the in-process tests and the multi-process scripts, and the scripts' helpers.
 
-The scripts in this folder run as ``python tests/mp_scripts/<script>.py``, so
-this folder is first on ``sys.path`` in rank 0 and in the spawned workers, which
-import actor classes by ``module:Qualname``.
+Every process imports this module as ``actors``. The scripts in this folder run
+as ``python tests/mp_scripts/<script>.py``, so this folder is first on
+``sys.path`` in rank 0 and in the workers it spawns (and in every rank that
+torchrun starts); ``tests/conftest.py`` puts it on the test process's path.
+Actor classes travel by ``module:Qualname``, so one module under one name means
+every node resolves ``actors:Counter`` to this very class.
 """
 
 from __future__ import annotations
@@ -92,6 +95,8 @@ class CustomError(Exception):
 
 
 class Counter(actorch.Actor):
+    """The counter of DESIGN.md, with endpoints to locate it, to fail in chosen ways and to echo values."""
+
     def __init__(self, start: int = 0) -> None:
         self.value = start
 
@@ -128,7 +133,7 @@ class Counter(actorch.Actor):
 
 
 class Recorder(actorch.Actor):
-    """Appends what it is sent, to check ordering."""
+    """Appends what it is sent, with who sent it, to check ordering."""
 
     def __init__(self) -> None:
         self.log: list[Any] = []
@@ -241,7 +246,7 @@ class Slow(actorch.Actor):
 
 
 class Store(actorch.Actor):
-    """Keeps tensors it is sent."""
+    """Keeps tensors it is sent, and sends tensors back."""
 
     def __init__(self) -> None:
         self.kept: list[torch.Tensor] = []
@@ -249,11 +254,17 @@ class Store(actorch.Actor):
     async def keep(self, tensor: torch.Tensor) -> None:
         self.kept.append(tensor)
 
+    async def first_kept(self) -> torch.Tensor:
+        return self.kept[0]
+
     async def kept_sums(self) -> list[float]:
         return [float(t.sum()) for t in self.kept]
 
     async def echo(self, value: Any) -> Any:
         return value
+
+    async def double(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {key: value * 2 for key, value in batch.items()}
 
 
 class Stopper(actorch.Actor):
