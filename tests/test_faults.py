@@ -1,7 +1,7 @@
 """Injected faults, each with the bound it was promised: stuck handlers, hung ``on_stop``, stuck loops, dead rank 0.
 
 SIGKILL and SIGSTOP of a worker mid-call are in ``test_multiprocess``; a network
-partition between two namespaces is in ``test_partition``. Every test here also
+partition between two namespaces is in ``test_network_partition``. Every test here also
 checks that no process is left behind.
 """
 

@@ -113,7 +113,7 @@ async def wait_for(predicate: Any, seconds: float = 2.0) -> None:
 
 
 def cell_of(world: LocalWorld, ref: actorch.ActorRef[Any]) -> Any:
-    return world[ref.rank]._node.cell(ref._actor_id)
+    return world._hosts[ref.rank].node.cell(ref._actor_id)
 
 
 # ---------------------------------------------------------------------- without a policy
@@ -347,7 +347,7 @@ async def test_wait_stopped_reports_shutdown() -> None:
         ref = await world[0].spawn(FragileCounter, on=1)
         watcher = asyncio.ensure_future(ref.wait_stopped())
         await asyncio.sleep(0.02)
-        await world[1]._stop_local_actors()
+        await world._hosts[1].stop_all()
         assert await watcher == actorch.ActorExit("shutdown")
 
 
@@ -361,7 +361,7 @@ async def test_wait_stopped_respects_the_callers_deadline(world: LocalWorld, on:
 
 async def test_wait_stopped_on_a_node_service_is_refused(world: LocalWorld) -> None:
     with pytest.raises(actorch.EndpointError, match="system service"):
-        await world[0]._service(1).wait_stopped()
+        await world._hosts[0].services[1].wait_stopped()
 
 
 # ---------------------------------------------------------------------- stopping with inline calls
