@@ -5,8 +5,8 @@ import torch
 
 from actorch._transport import rpc as _rpc_transport
 from actorch._transport.base import PORT_HOLD, Port
-from actorch._transport.inprocess import InProcessHub
 from actorch._transport.bridge import Inbox
+from actorch._transport.inprocess import InProcessHub
 from actorch._transport.network import interface_chosen, interface_towards
 from actorch._transport.rpc import RpcTransport
 from actorch._transport.rpc_setup import RpcOptions
