@@ -189,17 +189,13 @@ class Cell:
             self.schedule(message)
 
     def schedule(self, message: Message) -> None:
-        """Start ``message`` now if the mailbox allows, else queue it."""
+        """Start ``message`` now if the mailbox allows, else put it at the back of the queue."""
         if self.can_start(message.chain):
             self.start(message)
         else:
-            self.enqueue(message)
-
-    def enqueue(self, message: Message) -> None:
-        """Put ``message`` at the back of the queue."""
-        queue = self.queue
-        queue.append(message)
-        self.queued_peak = max(self.queued_peak, len(queue))
+            queue = self.queue
+            queue.append(message)
+            self.queued_peak = max(self.queued_peak, len(queue))
 
     def run_now(self, message: Message) -> None:
         """Start a queued ``message`` at once, ahead of its turn (it serves a call the actor is handling)."""
@@ -378,12 +374,16 @@ class Cell:
         if message.reply is not None:
             message.reply.error(exc, origin)
 
+    def refuse_all(self) -> None:
+        """Refuse every message from now on: the actor is stopping or gone."""
+        self.stopping = True
+
     async def drain(self, grace: float) -> None:
         """Refuse new messages, let queued and running ones finish, cancel them after ``grace``.
 
         An actor that stops itself from a handler keeps that handler running.
         """
-        self.stopping = True
+        self.refuse_all()
         context = current_call.get()
         own = 1 if context is not None and self.is_reentrant(context.child_chain()) else 0
         current = asyncio.current_task()

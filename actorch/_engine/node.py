@@ -138,7 +138,7 @@ class Node:
 
     def remove_actor(self, cell: Cell) -> None:
         """Stop hosting ``cell``: later calls to it fail with ``ActorStoppedError``."""
-        cell.stopping = True
+        cell.refuse_all()
         self._cells.pop(cell.actor_id, None)
 
     def on_actor_failed(self, listener: FailureListener) -> None:
