@@ -8,18 +8,15 @@ messages of their own.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from actorch._base.codec import Codec
 from actorch._base.errors import ActorStoppedError, MessageTooLargeError, SerializationError
 from actorch._engine.cell import Cell
-from actorch._engine.flow import FlowControl
 from actorch._engine.message import Message, Origin, Reply
 from actorch._engine.replies import TellDone
+from actorch._engine.side import NodeSide, SideParts
 from actorch._engine.wire import CALL, REPLY, check_size, error_payload, message_size
-from actorch._transport.base import Port, Transport
+from actorch._transport.base import Port
 
 __all__ = ["BATCH_REPLY_HOLD", "CallReply", "Callee", "Received"]
 
@@ -68,60 +65,17 @@ class CallReply(Reply):
             self.callee.send_reply(self, [REPLY, self.call_id, False, error_payload(exc, origin)], None)
 
 
-class Callee:
+class Callee(NodeSide):
     """Hands received calls and tells to this node's actors, answers calls, and cancels them for their callers."""
 
-    __slots__ = (
-        "_context",
-        "_flow",
-        "_lost",
-        "_new_key",
-        "_pack",
-        "_transport",
-        "calls_received",
-        "cells",
-        "closed",
-        "codec",
-        "cpu_only",
-        "incoming",
-        "log",
-        "loop",
-        "max_message_size",
-        "rank",
-        "tells_received",
-    )
+    __slots__ = ("_context", "calls_received", "incoming", "tells_received")
 
-    def __init__(
-        self,
-        transport: Transport,
-        codec: Codec,
-        flow: FlowControl,
-        cells: Mapping[int, Cell],
-        lost: Mapping[int, str],
-        *,
-        loop: asyncio.AbstractEventLoop,
-        log: Any,
-        new_key: Callable[[], int],
-        max_message_size: int,
-        decode_context: object,
-    ) -> None:
-        self.rank = transport.rank
-        self.loop = loop
-        self.log = log
-        self.codec = codec
-        self.cpu_only = transport.cpu_tensors_only
-        self.max_message_size = max_message_size
-        self.cells = cells  # the node's actors, by id (the node adds and removes them)
+    def __init__(self, parts: SideParts, decode_context: object) -> None:
+        super().__init__(parts)
         self.incoming: dict[tuple[int, int], Received] = {}
-        self.closed = False
         self.calls_received = 0
         self.tells_received = 0
-        self._transport = transport
-        self._pack = codec.encode_plain
-        self._flow = flow
-        self._lost = lost  # the node's lost peers, with why (the node records them)
-        self._new_key = new_key
-        self._context = decode_context
+        self._context = decode_context  # what decoded refs send through: the node's caller
 
     def __repr__(self) -> str:
         return f"<Callee node {self.rank} incoming={len(self.incoming)}>"
@@ -131,7 +85,7 @@ class Callee:
         kind, call_id, actor_id, endpoint, remaining, chain, body = message
         is_call = kind == CALL
         deadline = None if remaining is None else self.loop.time() + remaining
-        received = Message(endpoint, (), {}, self._new_key(), tuple(chain), deadline, None)
+        received = Message(endpoint, (), {}, self.new_key(), tuple(chain), deadline, None)
         cell = self.cells.get(actor_id)
         label = cell.label if cell is not None else f"actor #{actor_id} on node {self.rank}"
         if is_call:
@@ -141,7 +95,7 @@ class Callee:
                 port.expect()
         else:
             self.tells_received += 1
-            received.reply = TellDone(self._flow, self.log, src, actor_id, label, received)
+            received.reply = TellDone(self.flow, self.log, src, actor_id, label, received)
         if cell is None:
             if is_call:
                 self.log.info("call refused: actor stopped", src=src, actor=label, endpoint=endpoint)
@@ -187,7 +141,7 @@ class Callee:
     def answering(self, reply: CallReply) -> bool:
         """Forget a received call being answered; False if its caller cannot hear the answer any more."""
         self.incoming.pop((reply.src, reply.call_id), None)
-        if reply.src in self._lost or self.closed:
+        if reply.src in self.lost or self.closed:
             if reply.port is not None:
                 reply.port.release()
             return False
@@ -195,4 +149,4 @@ class Callee:
 
     def send_reply(self, reply: CallReply, message: list[Any], tensors: list[Any] | None) -> None:
         """Send a reply's wire message to its caller's node."""
-        self._transport.reply(reply.src, reply.port, self._pack(message), tensors)
+        self.transport.reply(reply.src, reply.port, self.pack(message), tensors)

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Mapping
 from typing import Any
 
-from actorch._base.codec import Codec
 from actorch._base.deadline import inherited_deadline
 from actorch._base.errors import (
     ActorStoppedError,
@@ -24,12 +22,11 @@ from actorch._base.errors import (
     SerializationError,
     SystemClosedError,
 )
-from actorch._engine.cell import Cell
-from actorch._engine.flow import FlowControl, Target
+from actorch._engine.flow import Target
 from actorch._engine.message import CallContext, Message, Origin, current_call
 from actorch._engine.replies import LocalReply, TellDone
+from actorch._engine.side import NodeSide, SideParts
 from actorch._engine.wire import CALL, CANCEL, TELL, check_size, handler_error, rebuild_error
-from actorch._transport.base import Transport
 
 __all__ = ["Caller", "PendingCall"]
 
@@ -49,58 +46,16 @@ class PendingCall:
         return f"<PendingCall {self.endpoint!r} of {self.label}>"
 
 
-class Caller:
+class Caller(NodeSide):
     """Sends this node's calls and tells, and settles each call when its reply comes."""
 
-    __slots__ = (
-        "_call_ids",
-        "_cells",
-        "_codec",
-        "_cpu_only",
-        "_flow",
-        "_lost",
-        "_new_key",
-        "_pack",
-        "_transport",
-        "calls_sent",
-        "closed",
-        "log",
-        "loop",
-        "max_message_size",
-        "pending",
-        "rank",
-        "tells_sent",
-    )
+    __slots__ = ("_call_ids", "calls_sent", "pending", "tells_sent")
 
-    def __init__(
-        self,
-        transport: Transport,
-        codec: Codec,
-        flow: FlowControl,
-        cells: Mapping[int, Cell],
-        lost: Mapping[int, str],
-        *,
-        loop: asyncio.AbstractEventLoop,
-        log: Any,
-        new_key: Callable[[], int],
-        max_message_size: int,
-    ) -> None:
-        self.rank = transport.rank
-        self.loop = loop
-        self.log = log
-        self.max_message_size = max_message_size
+    def __init__(self, parts: SideParts) -> None:
+        super().__init__(parts)
         self.pending: dict[int, PendingCall] = {}
-        self.closed = False
         self.calls_sent = 0
         self.tells_sent = 0
-        self._transport = transport
-        self._codec = codec
-        self._pack = codec.encode_plain
-        self._cpu_only = transport.cpu_tensors_only
-        self._flow = flow
-        self._cells = cells  # the node's actors, by id (the node adds and removes them)
-        self._lost = lost  # the node's lost peers, with why (the node records them)
-        self._new_key = new_key
         self._call_ids = itertools.count(1)
 
     def __repr__(self) -> str:
@@ -127,12 +82,12 @@ class Caller:
             return await self._call_local(actor_id, endpoint, args, kwargs, chain, label, deadline)
         self._check_reachable(rank, endpoint, label)
         if args or kwargs:
-            body, tensors = self._codec.encode([args, kwargs], cpu_only=self._cpu_only)
+            body, tensors = self.codec.encode([args, kwargs], cpu_only=self.cpu_only)
             check_size(body, tensors, self.max_message_size, "call to {!r} of {}", endpoint, label)
         else:
             body, tensors = None, None
         target = (rank, actor_id)
-        flow = self._flow
+        flow = self.flow
         if not flow.try_take(target):
             await self._wait_room(target, deadline, endpoint, label)
             self._check_reachable(rank, endpoint, label)
@@ -145,14 +100,14 @@ class Caller:
         call_id = next(self._call_ids)
         future = self.loop.create_future()
         self.pending[call_id] = PendingCall(future, target, label, endpoint)
-        self._transport.send(rank, self._pack([CALL, call_id, actor_id, endpoint, remaining, chain, body]), tensors)
+        self.transport.send(rank, self.pack([CALL, call_id, actor_id, endpoint, remaining, chain, body]), tensors)
         self.calls_sent += 1
         try:
             return await future
         except asyncio.CancelledError:
-            if self.pending.pop(call_id, None) is not None and rank not in self._lost:
+            if self.pending.pop(call_id, None) is not None and rank not in self.lost:
                 flow.release(target)
-                self._transport.send(rank, self._pack([CANCEL, call_id]))
+                self.transport.send(rank, self.pack([CANCEL, call_id]))
             raise
 
     def tell(
@@ -161,33 +116,33 @@ class Caller:
         """Send ``endpoint`` a message without waiting; tensors are copied at once."""
         local = rank == self.rank
         if args or kwargs:
-            body, tensors = self._codec.encode([args, kwargs], copy_tensors=True, cpu_only=self._cpu_only and not local)
+            body, tensors = self.codec.encode([args, kwargs], copy_tensors=True, cpu_only=self.cpu_only and not local)
             if not local:
                 check_size(body, tensors, self.max_message_size, "tell of {!r} to {}", endpoint, label)
         else:
             body, tensors = None, None
         target = (rank, actor_id)
         if local:
-            cell = self._cells.get(actor_id)
+            cell = self.cells.get(actor_id)
             if cell is None or cell.stopping:
                 self.log.warning("tell dropped: actor stopped", actor=label, endpoint=endpoint)
                 return
-            if not self._flow.try_take(target):
+            if not self.flow.try_take(target):
                 raise self._mailbox_full(endpoint, label)
             if body is not None:
-                args, kwargs = self._codec.decode(body, tensors or [], self)
-            message = Message(endpoint, args, kwargs, self._new_key(), (), None, None)
-            message.reply = TellDone(self._flow, self.log, None, actor_id, label, message)
+                args, kwargs = self.codec.decode(body, tensors or [], self)
+            message = Message(endpoint, args, kwargs, self.new_key(), (), None, None)
+            message.reply = TellDone(self.flow, self.log, None, actor_id, label, message)
             self.tells_sent += 1
             cell.deliver(message)
             return
-        if rank in self._lost or self.closed:
-            self.log.warning("tell dropped: node lost", actor=label, endpoint=endpoint, why=self._lost.get(rank))
+        if rank in self.lost or self.closed:
+            self.log.warning("tell dropped: node lost", actor=label, endpoint=endpoint, why=self.lost.get(rank))
             return
-        if not self._flow.try_take(target):
+        if not self.flow.try_take(target):
             raise self._mailbox_full(endpoint, label)
         self.tells_sent += 1
-        self._transport.send(rank, self._pack([TELL, 0, actor_id, endpoint, None, (), body]), tensors)
+        self.transport.send(rank, self.pack([TELL, 0, actor_id, endpoint, None, (), body]), tensors)
 
     def on_reply(self, message: list[Any], tensors: list[Any]) -> None:
         """A reply to one of our calls: settle the caller's future (and give back its mailbox slot)."""
@@ -195,7 +150,7 @@ class Caller:
         pending = self.pending.pop(call_id, None)
         if pending is None:
             return  # the caller gave up (cancelled or timed out)
-        self._flow.release(pending.target)
+        self.flow.release(pending.target)
         future = pending.future
         if future.done():
             return
@@ -209,7 +164,7 @@ class Caller:
                     error = rebuild_error(payload)
                 future.set_exception(error)
                 return
-            future.set_result(None if payload is None else self._codec.decode(payload, tensors, self))
+            future.set_result(None if payload is None else self.codec.decode(payload, tensors, self))
         except SerializationError as exc:
             future.set_exception(exc)
         except Exception as exc:  # a reply we cannot read must still end the call, never hang it
@@ -245,28 +200,28 @@ class Caller:
     # ------------------------------------------------------------------ internals
 
     def _check_reachable(self, rank: int, endpoint: str, label: str) -> None:
-        if rank in self._lost:
-            raise NodeLostError(f"cannot call {endpoint!r} of {label}: node {rank} was lost ({self._lost[rank]})")
+        if rank in self.lost:
+            raise NodeLostError(f"cannot call {endpoint!r} of {label}: node {rank} was lost ({self.lost[rank]})")
         if self.closed:
             raise SystemClosedError(f"cannot call {endpoint!r} of {label}: node {self.rank} is shut down")
 
     async def _wait_room(self, target: Target, deadline: float | None, endpoint: str, label: str) -> None:
         """Wait for room in ``target``'s mailbox (backpressure), until the caller's deadline."""
         if deadline is None:
-            await self._flow.take(target)
+            await self.flow.take(target)
             return
         try:
             async with asyncio.timeout_at(deadline):
-                await self._flow.take(target)
+                await self.flow.take(target)
         except TimeoutError:
             raise TimeoutError(
                 f"deadline passed while waiting for room in the mailbox of {label} to call {endpoint!r} "
-                f"({self._flow.window} messages from node {self.rank} are waiting there)"
+                f"({self.flow.window} messages from node {self.rank} are waiting there)"
             ) from None
 
     def _mailbox_full(self, endpoint: str, label: str) -> MailboxFullError:
         return MailboxFullError(
-            f"cannot tell {endpoint!r} to {label}: {self._flow.window} messages from node {self.rank} are already "
+            f"cannot tell {endpoint!r} to {label}: {self.flow.window} messages from node {self.rank} are already "
             "waiting there (mailbox_size); a call would wait for room, a tell cannot"
         )
 
@@ -281,10 +236,10 @@ class Caller:
         deadline: float | None,
     ) -> Any:
         """Call an actor of this node: in the caller's task when the mailbox allows, else through the queue."""
-        cell = self._cells.get(actor_id)
+        cell = self.cells.get(actor_id)
         if cell is None or cell.stopping:
             raise ActorStoppedError(f"cannot call {endpoint!r}: {label} is stopped")
-        key = self._new_key()
+        key = self.new_key()
         if endpoint in cell.batched or not cell.can_start(chain):
             return await self._call_queued(actor_id, endpoint, args, kwargs, chain, label, deadline, key)
         task = asyncio.current_task()
@@ -329,10 +284,10 @@ class Caller:
     ) -> Any:
         """Call an actor of this node through its mailbox, bounded like a remote call."""
         target = (self.rank, actor_id)
-        if not self._flow.try_take(target):
+        if not self.flow.try_take(target):
             await self._wait_room(target, deadline, endpoint, label)
         try:
-            cell = self._cells.get(actor_id)
+            cell = self.cells.get(actor_id)
             if cell is None or cell.stopping:
                 raise ActorStoppedError(f"cannot call {endpoint!r}: {label} is stopped")
             future: asyncio.Future[Any] = self.loop.create_future()
@@ -344,4 +299,4 @@ class Caller:
                 cell.cancel(message)
                 raise
         finally:
-            self._flow.release(target)
+            self.flow.release(target)

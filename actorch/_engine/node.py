@@ -26,6 +26,7 @@ from actorch._engine.caller import Caller
 from actorch._engine.cell import Cell, FailureListener
 from actorch._engine.endpoints import Endpoint
 from actorch._engine.flow import FlowControl
+from actorch._engine.side import SideParts
 from actorch._engine.wire import CALL, CANCEL, CREDIT, REPLY, TELL
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 
@@ -67,29 +68,11 @@ class Node:
         self._decode_plain = codec.decode_plain
         self._pack = codec.encode_plain
         self.flow = FlowControl(loop, self.rank, config.mailbox_size, self._send_credits, exempt=SYSTEM_IDS)
-        self.caller = Caller(
-            transport,
-            codec,
-            self.flow,
-            self._cells,
-            self.lost,
-            loop=loop,
-            log=self.log,
-            new_key=self.new_key,
-            max_message_size=config.max_message_size,
+        parts = SideParts(
+            transport, codec, self.flow, self._cells, self.lost, loop, self.log, self.new_key, config.max_message_size
         )
-        self.callee = Callee(
-            transport,
-            codec,
-            self.flow,
-            self._cells,
-            self.lost,
-            loop=loop,
-            log=self.log,
-            new_key=self.new_key,
-            max_message_size=config.max_message_size,
-            decode_context=self.caller,
-        )
+        self.caller = Caller(parts)
+        self.callee = Callee(parts, decode_context=self.caller)
         transport.attach(loop, self._receive, self._on_peer_lost)
 
     def __repr__(self) -> str:
