@@ -63,6 +63,7 @@ from actorch._stock.partitioners import Partitioner, batch_partitioner, dim_part
 from actorch._stock.prioritized_replay import PrioritizedReplayBuffer
 from actorch._stock.replay import ReplayBuffer, Sample
 from actorch._stock.sharded_replay import ShardedReplayBuffer
+from actorch._transport.autograd import in_autograd_context
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -110,6 +111,7 @@ __all__ = [
     "batch_partitioner",
     "batched",
     "dim_partitioner",
+    "in_autograd_context",
     "load_tensors",
     "mean_reducer",
     "run",

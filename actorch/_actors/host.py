@@ -11,6 +11,7 @@ node service and the launcher all go through its public methods.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import traceback
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from actorch._actors.restart import ActorExit, Restart
 from actorch._actors.service import NodeService
 from actorch._actors.supervisor import Supervisor
 from actorch._base.config import SystemConfig
-from actorch._base.errors import describe
+from actorch._base.errors import ActorStoppedError, describe
 from actorch._engine.cell import CANCEL_WAIT, Cell
 from actorch._engine.message import CallContext, current_call
 from actorch._engine.node import SYSTEM_IDS, Node
@@ -180,7 +181,7 @@ class ActorHost:
         done = self._stopping[cell.actor_id] = asyncio.get_running_loop().create_future()
         try:
             grace = self.config.stop_grace
-            await cell.drain(grace)
+            await self._drain(cell, grace)
             if cell.actor_id not in self._on_stop_ran:
                 await self.run_hook(cell, "on_stop", limit=grace)
             self.node.remove_actor(cell)
@@ -191,6 +192,24 @@ class ActorHost:
             del self._stopping[cell.actor_id]
             self._on_stop_ran.discard(cell.actor_id)
             done.set_result(None)
+
+    @staticmethod
+    async def _drain(cell: Cell, grace: float) -> None:
+        """Refuse new messages, let queued and running ones finish, cancel them after ``grace``.
+
+        An actor that stops itself from a handler keeps that handler running.
+        """
+        cell.refuse_all()
+        context = current_call.get()
+        own = 1 if context is not None and cell.is_reentrant(context.child_chain()) else 0
+        if not cell.paused and (cell.running > own or cell.queue):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await cell.wait_idle(own)
+        cell.fail_queued(lambda endpoint: ActorStoppedError(f"{cell.label} stopped before handling {endpoint!r}"))
+        tasks = cell.cancel_running(keep=asyncio.current_task())
+        if tasks:
+            await asyncio.wait(tasks, timeout=CANCEL_WAIT)
 
     async def stop_actor(self, actor_id: int, exit_: ActorExit) -> None:
         """Stop local actor ``actor_id`` if it is still here."""

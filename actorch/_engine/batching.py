@@ -19,6 +19,7 @@ from actorch._base.config import is_count, is_number
 from actorch._base.deadline import inherited_deadline
 from actorch._base.errors import ActorStoppedError, EndpointError
 from actorch._engine.message import BatchRun, CallContext, Message, Origin, current_call
+from actorch._transport.autograd import NO_CONTEXT, bound
 
 __all__ = ["BatchHost", "Batched", "Batcher", "batched"]
 
@@ -251,6 +252,9 @@ class Batcher:
         self.calls += len(members)
         try:
             coroutine = self.specs[turn.endpoint].__wrapped__(host.instance, [member.args[0] for member in members])
+            context = next((member.autograd for member in members if member.autograd != NO_CONTEXT), NO_CONTEXT)
+            if context != NO_CONTEXT:  # the run is recorded in its first caller's distributed autograd context
+                coroutine = bound(coroutine, context)
             if timeout is None:
                 results = await coroutine
             else:

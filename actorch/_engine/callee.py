@@ -88,6 +88,8 @@ class Callee(NodeSide):
         received = Message(endpoint, (), {}, self.new_key(), tuple(chain), deadline, None)
         cell = self.cells.get(actor_id)
         label = cell.label if cell is not None else f"actor #{actor_id} on node {self.rank}"
+        if port is not None:
+            received.autograd = port.autograd
         if is_call:
             self.calls_received += 1
             received.reply = CallReply(self, src, call_id, port)

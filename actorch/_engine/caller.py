@@ -27,6 +27,7 @@ from actorch._engine.message import CallContext, Message, Origin, current_call
 from actorch._engine.replies import LocalReply, TellDone
 from actorch._engine.side import NodeSide, SideParts
 from actorch._engine.wire import CALL, CANCEL, TELL, check_size, handler_error, rebuild_error
+from actorch._transport.autograd import NO_CONTEXT, current_context_id
 
 __all__ = ["Caller", "PendingCall"]
 
@@ -100,7 +101,11 @@ class Caller(NodeSide):
         call_id = next(self._call_ids)
         future = self.loop.create_future()
         self.pending[call_id] = PendingCall(future, target, label, endpoint)
-        self.transport.send(rank, self.pack([CALL, call_id, actor_id, endpoint, remaining, chain, body]), tensors)
+        wire = self.pack([CALL, call_id, actor_id, endpoint, remaining, chain, body])
+        if current_context_id() == NO_CONTEXT:
+            self.transport.send(rank, wire, tensors)
+        else:  # its reply keeps its autograd link only on its own bundle's response
+            self.transport.send_alone(rank, wire, tensors)
         self.calls_sent += 1
         try:
             return await future
@@ -142,7 +147,11 @@ class Caller(NodeSide):
         if not self.flow.try_take(target):
             raise self._mailbox_full(endpoint, label)
         self.tells_sent += 1
-        self.transport.send(rank, self.pack([TELL, 0, actor_id, endpoint, None, (), body]), tensors)
+        wire = self.pack([TELL, 0, actor_id, endpoint, None, (), body])
+        if current_context_id() == NO_CONTEXT:
+            self.transport.send(rank, wire, tensors)
+        else:
+            self.transport.send_alone(rank, wire, tensors)
 
     def on_reply(self, message: list[Any], tensors: list[Any]) -> None:
         """A reply to one of our calls: settle the caller's future (and give back its mailbox slot)."""
@@ -292,6 +301,7 @@ class Caller(NodeSide):
                 raise ActorStoppedError(f"cannot call {endpoint!r}: {label} is stopped")
             future: asyncio.Future[Any] = self.loop.create_future()
             message = Message(endpoint, args, kwargs, key, chain, deadline, LocalReply(future))
+            message.autograd = current_context_id()  # its handler runs in another task: it takes the context along
             cell.deliver(message)
             try:
                 return await future

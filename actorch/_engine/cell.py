@@ -25,11 +25,16 @@ from actorch._engine.endpoints import Endpoint, unknown_endpoint
 from actorch._engine.inline import InlineCalls
 from actorch._engine.message import CallContext, Message, Origin, current_call
 from actorch._engine.wire import is_refusal
+from actorch._transport.autograd import NO_CONTEXT, bound
+from actorch._transport.base import PORT_HOLD
 
-__all__ = ["CANCEL_WAIT", "Cell", "FailureListener"]
+__all__ = ["CANCEL_WAIT", "WORK_SLICE", "Cell", "FailureListener"]
 
 CANCEL_WAIT = 1.0
 """Seconds to wait for cancelled handlers to end before going on without them."""
+
+WORK_SLICE = PORT_HOLD
+"""Seconds a worker runs queued messages back to back before it lets the loop run (replies leave, others start)."""
 
 FailureListener = Callable[["Cell", BaseException, list[asyncio.Task[Any]]], None]
 """Called with a cell, the fatal error one of its handlers raised, and the handlers that interrupted."""
@@ -241,21 +246,23 @@ class Cell:
 
     # ------------------------------------------------------------------ handling
 
-    def open(self, endpoint: str, args: Any, kwargs: dict[str, Any]) -> Any:
-        """Start the handler coroutine, or raise ``EndpointError`` (unknown, private, ill-bound)."""
+    def open(self, endpoint: str, args: Any, kwargs: dict[str, Any], autograd: int = NO_CONTEXT) -> Any:
+        """Start the handler (in its call's autograd context), or raise ``EndpointError`` (unknown, private, bad)."""
         handler = self.endpoints.get(endpoint)
         if handler is None:
             raise EndpointError(unknown_endpoint(endpoint, self.label, [*self.endpoints, *self.batched]))
         try:
-            return handler(self.instance, *args, **kwargs)
+            coroutine = handler(self.instance, *args, **kwargs)
         except TypeError as exc:
             raise EndpointError(f"bad arguments for {endpoint!r} of {self.label}: {exc}") from None
+        return coroutine if autograd == NO_CONTEXT else bound(coroutine, autograd)
 
     async def work(self, message: Message | None) -> None:
         """A mailbox worker: handle ``message``, then queued messages while the mailbox allows.
 
         Consecutive messages run in this one task, so handlers that never suspend
-        cost no task creation and no loop iteration each.
+        cost no task creation and no loop iteration each; after ``WORK_SLICE``
+        of them it lets the loop run once, so replies leave as they are ready.
         """
         task = asyncio.current_task()
         assert task is not None
@@ -263,6 +270,7 @@ class Cell:
         if not self.unbegun:
             self.wake()  # messages that queued behind the workers started before this one
         try:
+            slice_end = self.loop.time() + WORK_SLICE
             while message is not None:
                 message.task = task
                 try:
@@ -276,6 +284,9 @@ class Cell:
                         task.uncancel()  # that cancellation was the message's, not the worker's
                     message.task = None
                     self.leave(message.key)
+                if self.queue and self.loop.time() >= slice_end:
+                    await asyncio.sleep(0)  # the loop sends the replies ready so far before the next message
+                    slice_end = self.loop.time() + WORK_SLICE
                 message = self.take_next()
         finally:
             self.tasks.discard(task)
@@ -285,7 +296,7 @@ class Cell:
         deadline_token = inherited_deadline.set(message.deadline)
         timeout = None if message.deadline is None else asyncio.timeout_at(message.deadline)
         try:
-            coroutine = self.open(message.endpoint, message.args, message.kwargs)
+            coroutine = self.open(message.endpoint, message.args, message.kwargs, message.autograd)
             if timeout is None:
                 result = await coroutine
             else:
@@ -377,21 +388,3 @@ class Cell:
     def refuse_all(self) -> None:
         """Refuse every message from now on: the actor is stopping or gone."""
         self.stopping = True
-
-    async def drain(self, grace: float) -> None:
-        """Refuse new messages, let queued and running ones finish, cancel them after ``grace``.
-
-        An actor that stops itself from a handler keeps that handler running.
-        """
-        self.refuse_all()
-        context = current_call.get()
-        own = 1 if context is not None and self.is_reentrant(context.child_chain()) else 0
-        current = asyncio.current_task()
-        if not self.paused and (self.running > own or self.queue):
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(grace):
-                    await self.wait_idle(own)
-        self.fail_queued(lambda endpoint: ActorStoppedError(f"{self.label} stopped before handling {endpoint!r}"))
-        tasks = self.cancel_running(keep=current)
-        if tasks:
-            await asyncio.wait(tasks, timeout=CANCEL_WAIT)

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
+from actorch._transport.autograd import NO_CONTEXT
+
 __all__ = ["BatchRun", "CallContext", "Message", "Origin", "Reply", "current_call"]
 
 
@@ -72,6 +74,7 @@ class Message:
 
     __slots__ = (
         "args",
+        "autograd",
         "batch",
         "cancelled",
         "chain",
@@ -103,6 +106,7 @@ class Message:
         self.reply = reply
         self.task: asyncio.Task[None] | None = None
         self.cancelled = False
+        self.autograd = NO_CONTEXT  # the distributed autograd context its handler runs in, if any
         self.batch: BatchRun | None = None  # the batch run this call joined
         self.runs: BatchRun | None = None  # the batch run this message is the mailbox turn of
 

@@ -9,6 +9,7 @@ comes from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import multiprocessing
 import os
 import signal
@@ -41,6 +42,19 @@ SHUTDOWN_TIMEOUT = 5.0
 JOIN_TIMEOUT = 10.0
 
 
+Setup = Callable[[int], object]
+"""A function run on every node with its rank before the node serves (may return an awaitable)."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What every node of a launch is started with."""
+
+    config: SystemConfig
+    options: RpcOptions
+    setup: Setup | None
+
+
 @dataclass(frozen=True)
 class _World:
     rank: int
@@ -61,6 +75,9 @@ def run(
     liveness_timeout: float = 2.5,
     mailbox_size: int = DEFAULT_WINDOW,
     max_message_size: int = DEFAULT_MAX_MESSAGE,
+    rpc_timeout: float = 60.0,
+    rpc_threads: int = 16,
+    setup: Setup | None = None,
     log_level: str | None = None,
     configure_logs: bool = True,
 ) -> T:
@@ -86,6 +103,19 @@ def run(
         max_message_size: Bytes a call, tell or result between nodes may take
             (its encoded body and its tensors); a larger one raises
             ``MessageTooLargeError`` where it is sent.
+        rpc_timeout: Seconds torch waits for raw torch RPC made by your code or
+            torch's own tools (``rref.to_here()``, ``DistributedOptimizer``,
+            distributed autograd's backward) before failing it; 0 waits
+            forever. actorch's own calls never time out this way: a handler may
+            run as long as it takes, and only heartbeats decide that a node is lost.
+        rpc_threads: Threads in torch's RPC pool on every node. actorch's own
+            messages need few; raw torch RPC that blocks inside a remote
+            function needs one per such call in flight.
+        setup: A function called once on every node, with its rank, before the
+            node serves (seed the random generators, set torch's threads,
+            import plugins); it may be ``async``. It must be importable (a
+            module-level function), as local workers are new processes. If it
+            raises, the system does not start.
         log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
         configure_logs: Configure structlog here (unless the program already did).
 
@@ -104,8 +134,15 @@ def run(
         max_message_size=max_message_size,
     )
     options = RpcOptions(
-        transport=transport, heartbeat_interval=liveness_timeout / 5, liveness_timeout=liveness_timeout
+        transport=transport,
+        num_worker_threads=rpc_threads,
+        rpc_timeout=rpc_timeout,
+        heartbeat_interval=liveness_timeout / 5,
+        liveness_timeout=liveness_timeout,
     )
+    if setup is not None and not callable(setup):
+        raise TypeError(f"setup must be a function of the node's rank, not {setup!r}")
+    plan = _Plan(config, options, setup)
     if all(var in os.environ for var in _TORCHRUN_VARS):
         world = _World(
             int(os.environ["RANK"]),
@@ -116,17 +153,17 @@ def run(
         if world_size is not None and world_size != world.world_size:
             raise ValueError(f"run(world_size={world_size}) but torchrun started {world.world_size} processes")
         if world.rank != 0:
-            _serve(world, config, options)
-        return run_bounded(_lead(main, _rpc_transport(world, options), config))
+            _serve(world, plan)
+        return run_bounded(_lead(main, _rpc_transport(world, options), plan))
     if world_size is None or world_size == 1:
         hub = InProcessHub(1)
-        return run_bounded(_lead(main, hub.transport(0), config))
+        return run_bounded(_lead(main, hub.transport(0), plan))
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
-    return _launch_local(main, world_size, host, config, options)
+    return _launch_local(main, world_size, host, plan)
 
 
-def _launch_local(main: Main[T], world_size: int, host: str, config: SystemConfig, options: RpcOptions) -> T:
+def _launch_local(main: Main[T], world_size: int, host: str, plan: _Plan) -> T:
     listener = listen_socket(host)
     port = listener.getsockname()[1]
     context = multiprocessing.get_context("spawn")
@@ -136,7 +173,7 @@ def _launch_local(main: Main[T], world_size: int, host: str, config: SystemConfi
         workers = [
             context.Process(
                 target=_serve,
-                args=(_World(rank, world_size, host, port), config, options),
+                args=(_World(rank, world_size, host, port), plan),
                 name=f"actorch-node{rank}",
                 daemon=True,
             )
@@ -151,8 +188,8 @@ def _launch_local(main: Main[T], world_size: int, host: str, config: SystemConfi
             else:
                 os.environ[key] = value
     try:
-        transport = RpcTransport(0, world_size, host, port, options, listener)
-        return run_bounded(_lead(main, transport, config, workers))
+        transport = RpcTransport(0, world_size, host, port, plan.options, listener)
+        return run_bounded(_lead(main, transport, plan, workers))
     finally:
         _reap(workers)
 
@@ -170,10 +207,12 @@ def _rpc_transport(world: _World, options: RpcOptions) -> RpcTransport:
     return RpcTransport(world.rank, world.world_size, world.host, world.port, options)
 
 
-async def _start(
-    transport: Transport, config: SystemConfig, workers: list[Any] | None = None
-) -> tuple[ActorSystem, ActorHost]:
-    system, host = open_system(transport, config)
+async def _start(transport: Transport, plan: _Plan, workers: list[Any] | None = None) -> tuple[ActorSystem, ActorHost]:
+    if plan.setup is not None:
+        done = plan.setup(transport.rank)
+        if inspect.isawaitable(done):
+            await done
+    system, host = open_system(transport, plan.config)
     await host.start_services()
     starting = asyncio.ensure_future(transport.start())
     while not starting.done():
@@ -200,8 +239,8 @@ def _kill_lost(workers: list[Any], rank: int) -> None:
         worker.kill()
 
 
-async def _lead(main: Main[T], transport: Transport, config: SystemConfig, workers: list[Any] | None = None) -> T:
-    system, host = await _start(transport, config, workers)
+async def _lead(main: Main[T], transport: Transport, plan: _Plan, workers: list[Any] | None = None) -> T:
+    system, host = await _start(transport, plan, workers)
     failed = True
     try:
         result = await main(system)
@@ -253,7 +292,7 @@ async def _call_all(host: ActorHost, ranks: list[int], endpoint: Any, limit: flo
     return list(await asyncio.gather(*(one(rank) for rank in ranks)))
 
 
-def _serve(world: _World, config: SystemConfig, options: RpcOptions) -> NoReturn:
+def _serve(world: _World, plan: _Plan) -> NoReturn:
     """Entry point of a worker rank: serve actors until rank 0 ends the system, then exit.
 
     The exit code is 0 when rank 0 ended the system after ``main`` returned,
@@ -261,19 +300,19 @@ def _serve(world: _World, config: SystemConfig, options: RpcOptions) -> NoReturn
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # rank 0 leads the shutdown on Ctrl-C
     configure_logging()
-    raise SystemExit(run_bounded(_serve_async(world, config, options)))
+    raise SystemExit(run_bounded(_serve_async(world, plan)))
 
 
-async def _serve_async(world: _World, config: SystemConfig, options: RpcOptions) -> int:
-    transport = _rpc_transport(world, options)
-    watchdog = Watchdog(2 * config.stop_grace + SHUTDOWN_TIMEOUT)
+async def _serve_async(world: _World, plan: _Plan) -> int:
+    transport = _rpc_transport(world, plan.options)
+    watchdog = Watchdog(2 * plan.config.stop_grace + SHUTDOWN_TIMEOUT)
 
     def on_lost(rank: int, why: str) -> None:  # on a torch thread: works while the loop is stuck too
         if rank == 0:
             watchdog.arm(f"rank 0 was lost ({why})")
 
     transport.lost_in_thread = on_lost
-    _, host = await _start(transport, config)
+    _, host = await _start(transport, plan)
     try:
         await host.wait_ended()
         host.node.departing = True

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from actorch._base.errors import UnsupportedError
+from actorch._transport.autograd import NO_CONTEXT
 
 __all__ = ["PORT_HOLD", "Bundle", "NodeInfo", "Port", "Transport"]
 
@@ -37,18 +38,26 @@ class Port:
 
     The port stays open while replies are expected (``expect``/``put``) and at
     most ``PORT_HOLD`` seconds; then ``complete`` gets the replies gathered, and
-    later replies go as messages of their own.
+    later replies go as messages of their own. A reply that finds the hold
+    passed (the loop was busy and the timer could not run) closes the port and
+    leaves with it at once, so replies are never held behind a long queue. A
+    bundle sent inside a distributed autograd context (``autograd`` is its
+    context id) holds one call, and its port waits for that reply without a
+    time limit: only a reply on the bundle's own response keeps its autograd link.
     """
 
-    __slots__ = ("_complete", "_loop", "_timer", "closed", "replies", "waiting")
+    __slots__ = ("_complete", "_loop", "_timer", "autograd", "closed", "replies", "waiting")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, complete: Callable[[Bundle], None]) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, complete: Callable[[Bundle], None], autograd: int = NO_CONTEXT
+    ) -> None:
         self._loop = loop
         self._complete = complete
+        self.autograd = autograd
         self.replies: Bundle = ([], {})
         self.waiting = 1  # held until the whole bundle has been dispatched
         self.closed = False
-        self._timer = loop.call_later(PORT_HOLD, self.close)
+        self._timer = None if autograd != NO_CONTEXT else loop.call_later(PORT_HOLD, self.close)
 
     def __repr__(self) -> str:
         return f"<Port waiting={self.waiting} replies={len(self.replies[0])} closed={self.closed}>"
@@ -62,11 +71,12 @@ class Port:
 
         It still closes as soon as every expected reply is in.
         """
-        if self.closed:
+        timer = self._timer
+        if self.closed or timer is None:
             return
         deadline = self._loop.time() + seconds
-        if deadline > self._timer.when():
-            self._timer.cancel()
+        if deadline > timer.when():
+            timer.cancel()
             self._timer = self._loop.call_at(deadline, self.close)
 
     def release(self) -> None:
@@ -83,7 +93,11 @@ class Port:
         if tensors:
             by_index[len(messages)] = tensors
         messages.append(message)
-        self.release()
+        timer = self._timer
+        if timer is not None and self._loop.time() >= timer.when():
+            self.close()  # the hold is over: this reply leaves now, with those gathered
+        else:
+            self.release()
         return True
 
     def close(self) -> None:
@@ -91,7 +105,8 @@ class Port:
         if self.closed:
             return
         self.closed = True
-        self._timer.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
         self._complete(self.replies)
 
 
@@ -184,6 +199,14 @@ class Transport(ABC):
             self._flush_scheduled = True
             assert self._loop is not None, "transport used before attach()"
             self._loop.call_soon(self._flush)
+
+    def send_alone(self, dest: int, message: bytes, tensors: list[torch.Tensor] | None = None) -> None:
+        """Send ``message`` to ``dest`` now, in a bundle of its own, after what is queued for ``dest``.
+
+        For a call inside a distributed autograd context: its reply must ride
+        its own bundle's response. Transports without torch RPC just queue it.
+        """
+        self.send(dest, message, tensors)
 
     def _flush(self) -> None:
         self._flush_scheduled = False

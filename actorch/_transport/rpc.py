@@ -32,6 +32,7 @@ import torch
 from torch.distributed import rpc
 
 from actorch._base.codec import register_side_type
+from actorch._transport.autograd import NO_CONTEXT, current_context_id, force_context_id
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 from actorch._transport.bridge import Inbox, in_daemon_thread
 from actorch._transport.network import interface_chosen, interface_towards, is_loopback
@@ -75,7 +76,8 @@ def _inbound(src: int, seq: int, messages: list[bytes], tensors: dict[int, Any])
         transport._inbox.post((src, _REFUSED, (messages, tensors)))
     else:
         transport._heard[src] = time.monotonic()
-        transport._inbox.post((src, seq, ((messages, tensors), response)))
+        # torch makes a bundle's distributed autograd context current while this runs
+        transport._inbox.post((src, seq, ((messages, tensors), response, current_context_id())))
     return response
 
 
@@ -128,7 +130,7 @@ class RpcTransport(Transport):
         self._options = options
         self._next_seq = [0] * world_size
         self._expected = [0] * world_size
-        self._held: list[dict[int, tuple[Bundle, torch.futures.Future[Any]]]] = [{} for _ in range(world_size)]
+        self._held: list[dict[int, tuple[Bundle, torch.futures.Future[Any], int]]] = [{} for _ in range(world_size)]
         self._watchers: dict[int, torch.futures.Future[Any]] = {}
         self._peers: list[NodeInfo] = []
         self._lost_ranks: set[int] = set()
@@ -224,7 +226,7 @@ class RpcTransport(Transport):
         store = self._rendezvous_store()
         options = rpc.TensorPipeRpcBackendOptions(
             num_worker_threads=self._options.num_worker_threads,
-            rpc_timeout=self._options.init_timeout,
+            rpc_timeout=self._options.rpc_timeout,
             _transports=[self._options.transport],
         )
         with interface_chosen(interface), warnings.catch_warnings():
@@ -282,18 +284,33 @@ class RpcTransport(Transport):
             _forget_world()
 
     def _send_bundle(self, dest: int, bundle: Bundle) -> None:
+        # A bundle mixes messages of any context: none may record it, whatever the thread holds.
+        previous = force_context_id(NO_CONTEXT)
+        try:
+            self._rpc_bundle(dest, bundle)
+        finally:
+            force_context_id(previous)
+
+    def send_alone(self, dest: int, message: bytes, tensors: list[torch.Tensor] | None = None) -> None:
+        """Send ``message`` now in a bundle of its own (after what is queued for ``dest``), in the thread's context."""
+        queued = self._outgoing.pop(dest, None)
+        if queued is not None:
+            self.bundles_sent += 1
+            self.messages_sent += len(queued[0])
+            self._send_bundle(dest, queued)
+        self.bundles_sent += 1
+        self.messages_sent += 1
+        self._rpc_bundle(dest, ([message], {0: tensors} if tensors else {}))
+
+    def _rpc_bundle(self, dest: int, bundle: Bundle) -> None:
         if dest in self._lost_ranks:
             return
         seq = self._next_seq[dest]
         self._next_seq[dest] = seq + 1
         messages, tensors = bundle
         try:
-            sent = rpc.rpc_async(
-                worker_name(dest),
-                _inbound,
-                args=(self.rank, seq, messages, tensors),
-                timeout=self._options.send_timeout,
-            )
+            # No timeout: a bundle may wait for a long handler's reply. Liveness is the heartbeats' to judge.
+            sent = rpc.rpc_async(worker_name(dest), _inbound, args=(self.rank, seq, messages, tensors), timeout=0)
         except Exception as exc:  # noqa: BLE001 - any failure to send means the link is gone
             self._peer_lost(dest, f"send failed: {exc}")
             return
@@ -341,7 +358,7 @@ class RpcTransport(Transport):
             return
         if src in self._lost_ranks:
             if seq != _UNORDERED:
-                payload, response = payload
+                payload, response, _ = payload
                 response.set_result(EXPELLED)
             self._receive(src, payload, None)
             return
@@ -353,8 +370,8 @@ class RpcTransport(Transport):
             return
         held = self._held[src]
         while True:
-            bundle, response = payload
-            self._receive(src, bundle, Port(self._inbox_loop, response.set_result))
+            bundle, response, context_id = payload
+            self._receive(src, bundle, Port(self._inbox_loop, response.set_result, context_id))
             seq += 1
             if seq not in held:
                 break
@@ -365,7 +382,7 @@ class RpcTransport(Transport):
         if self._closing or rank in self._lost_ranks:
             return
         self._lost_ranks.add(rank)
-        for _, response in self._held[rank].values():
+        for _, response, _ in self._held[rank].values():
             response.set_result(EXPELLED)
         self._held[rank].clear()
         watcher = self._watchers.pop(rank, None)

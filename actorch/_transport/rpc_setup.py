@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from actorch._base.config import is_count, is_number
 from actorch._transport.network import listen_socket
 
 __all__ = ["RpcOptions", "quiet_cpp_logs", "rendezvous_store"]
@@ -24,28 +25,39 @@ __all__ = ["RpcOptions", "quiet_cpp_logs", "rendezvous_store"]
 class RpcOptions:
     """How TensorPipe is set up.
 
+    actorch's own messages wait for no RPC timeout: a handler may compute for as
+    long as it takes, and a node is lost only when the heartbeats say so.
+
     Attributes:
         transport: ``"uv"`` (TCP; idles at ~0 % CPU) or ``"shm"`` (shared memory;
             lower latency but busy-spins a core in every idle process).
-        num_worker_threads: Size of torch's RPC thread pool.
+        num_worker_threads: Size of torch's RPC thread pool (torch's default, 16).
+            actorch's own messages need few, but raw torch RPC that blocks in
+            them (``rref.to_here()`` inside a remote forward) needs one per
+            nested call in flight.
+        rpc_timeout: Seconds torch waits for raw torch RPC made by user code or
+            torch's own tools (RRefs, ``DistributedOptimizer``, distributed
+            autograd's backward) before failing it; 0 waits forever.
         init_timeout: Seconds to wait for every rank to join.
-        send_timeout: Seconds a bundle may wait for the peer's acknowledgement
-            before the peer is considered lost.
         heartbeat_interval: Seconds between pings to every peer.
         liveness_timeout: Seconds without hearing from a peer after which it is
             lost (a stopped process, a network partition).
     """
 
     transport: str = "uv"
-    num_worker_threads: int = 4
+    num_worker_threads: int = 16
+    rpc_timeout: float = 60.0
     init_timeout: float = 60.0
-    send_timeout: float = 30.0
     heartbeat_interval: float = 0.5
     liveness_timeout: float = 2.5
 
     def __post_init__(self) -> None:
         if self.transport not in ("uv", "shm"):
             raise ValueError(f"transport must be 'uv' or 'shm', not {self.transport!r}")
+        if not is_count(self.num_worker_threads):
+            raise ValueError(f"rpc_threads must be an int >= 1, not {self.num_worker_threads!r}")
+        if not is_number(self.rpc_timeout):
+            raise ValueError(f"rpc_timeout must be a finite number of seconds >= 0 (0: none), not {self.rpc_timeout!r}")
         if not 0 < self.heartbeat_interval <= self.liveness_timeout / 2:
             raise ValueError(
                 f"heartbeat_interval must be > 0 and at most half of liveness_timeout ({self.liveness_timeout}), "
