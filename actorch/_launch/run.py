@@ -76,7 +76,7 @@ def run(
     mailbox_size: int = DEFAULT_WINDOW,
     max_message_size: int = DEFAULT_MAX_MESSAGE,
     rpc_timeout: float = 60.0,
-    rpc_threads: int = 16,
+    rpc_threads: int = 4,
     setup: Setup | None = None,
     log_level: str | None = None,
     configure_logs: bool = True,

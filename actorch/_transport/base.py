@@ -183,6 +183,12 @@ class Transport(ABC):
         """A torch RRef owned by this rank holding ``value``; only torch RPC has them."""
         raise UnsupportedError(f"torch RRefs need the torch RPC transport; this node runs on {type(self).__name__}")
 
+    def shared_store(self) -> Any:
+        """The ``torch.distributed`` store every rank of the world reaches (for process groups); torch RPC only."""
+        raise UnsupportedError(
+            f"a store shared by the nodes needs the torch RPC transport; this node runs on {type(self).__name__}"
+        )
+
     @abstractmethod
     def _send_bundle(self, dest: int, bundle: Bundle) -> None:
         """Send one bundle to ``dest`` (never blocks); report failure through ``lost``."""

@@ -32,6 +32,7 @@ import torch
 from torch.distributed import rpc
 
 from actorch._base.codec import register_side_type
+from actorch._base.errors import UnsupportedError
 from actorch._transport.autograd import NO_CONTEXT, current_context_id, force_context_id
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 from actorch._transport.bridge import Inbox, in_daemon_thread
@@ -113,6 +114,12 @@ class RpcTransport(Transport):
     def make_rref(self, value: Any) -> Any:
         """A torch RRef owned by this rank holding ``value``."""
         return rpc.RRef(value)
+
+    def shared_store(self) -> Any:
+        """The TCPStore the ranks met in (rank 0 serves it, or torchrun's agent does)."""
+        if self._store is None:
+            raise UnsupportedError("the world has not started, or has closed: its store is gone")
+        return self._store
 
     def __init__(
         self,

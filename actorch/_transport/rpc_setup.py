@@ -31,7 +31,7 @@ class RpcOptions:
     Attributes:
         transport: ``"uv"`` (TCP; idles at ~0 % CPU) or ``"shm"`` (shared memory;
             lower latency but busy-spins a core in every idle process).
-        num_worker_threads: Size of torch's RPC thread pool (torch's default, 16).
+        num_worker_threads: Size of torch's RPC thread pool.
             actorch's own messages need few, but raw torch RPC that blocks in
             them (``rref.to_here()`` inside a remote forward) needs one per
             nested call in flight.
@@ -45,7 +45,7 @@ class RpcOptions:
     """
 
     transport: str = "uv"
-    num_worker_threads: int = 16
+    num_worker_threads: int = 4
     rpc_timeout: float = 60.0
     init_timeout: float = 60.0
     heartbeat_interval: float = 0.5
