@@ -350,3 +350,27 @@ async def test_deadline_of_a_call_is_read_where_it_is_made(world: LocalWorld, on
         pending = slow.call(Slow.time_left)
     assert (await pending) is not None
     assert await slow.call(Slow.time_left) is None
+
+
+class Grinder(actorch.Actor):
+    """Handlers that compute without awaiting, and note what ran between them."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    async def grind(self, tag: str, seconds: float) -> None:
+        time.sleep(seconds)
+        self.log.append(tag)
+        if tag == "first":
+            asyncio.get_running_loop().call_soon(self.log.append, "loop ran")
+
+    async def history(self) -> list[str]:
+        return self.log
+
+
+async def test_worker_lets_the_loop_run_between_long_queued_messages(world: LocalWorld) -> None:
+    ref = await world[0].spawn(Grinder)
+    for tag in ("first", "second", "third"):
+        ref.tell(Grinder.grind, tag, 0.01)  # each longer than a work slice
+    await asyncio.sleep(0.2)
+    assert await ref.call(Grinder.history) == ["first", "loop ran", "second", "third"]

@@ -1,5 +1,6 @@
 import asyncio
 import os
+import time
 
 import torch
 
@@ -66,6 +67,44 @@ async def test_port_of_a_batch_without_calls_completes_at_once():
     port = Port(asyncio.get_running_loop(), done.append)
     port.release()
     assert done == [([], {})]
+
+
+async def test_port_whose_hold_passed_sends_at_once_with_the_reply_that_finds_it_so():
+    done = []
+    port = Port(asyncio.get_running_loop(), done.append)
+    port.expect()
+    port.expect()
+    port.release()  # dispatch done: two replies expected
+    time.sleep(PORT_HOLD * 2)  # a busy loop: the port's timer could not run
+    assert port.put(b"first", None)
+    assert done == [([b"first"], {})]  # it left with the first reply, not held for the second
+    assert not port.put(b"second", None)  # the second goes on its own
+
+
+async def test_port_of_an_autograd_bundle_waits_for_its_reply_without_a_time_limit():
+    done = []
+    port = Port(asyncio.get_running_loop(), done.append, autograd=7)
+    port.expect()
+    port.release()
+    port.hold(0.001)  # a batched endpoint's hold does not put a limit on it either
+    await asyncio.sleep(PORT_HOLD * 5)
+    assert done == []
+    assert port.put(b"reply", None)
+    assert done == [([b"reply"], {})]
+
+
+async def test_send_alone_leaves_after_what_is_queued_for_that_rank():
+    hub = InProcessHub(2)
+    sender, receiver = hub.transport(0), hub.transport(1)
+    received = []
+    loop = asyncio.get_running_loop()
+    sender.attach(loop, lambda *_: None, lambda *_: None)
+    receiver.attach(loop, lambda src, bundle, port: received.extend(bundle[0]), lambda *_: None)
+    sender.send(1, b"first")
+    sender.send_alone(1, b"second")
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert received == [b"first", b"second"]
 
 
 async def test_transport_sends_one_batch_per_destination_per_loop_iteration():

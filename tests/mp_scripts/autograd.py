@@ -4,20 +4,27 @@ Usage: ``python autograd.py``; three processes, a stage actor on ranks 1 and 2.
 Each check runs a forward pass through actors inside a distributed autograd
 context, a backward from rank 0, and reports the gradient each remote stage
 received in that context (zero or missing means the autograd link was lost).
+The last check kills rank 2 between the forward pass and the backward.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import time
 from typing import Any
 
 # isort: off
 import actorch
 import torch
 import torch.distributed.autograd as dist_autograd
-from actors import emit, run_checks
+from actors import run_checks
 
 # isort: on
+
+RPC_TIMEOUT = 10.0
 
 
 class Stage(actorch.Actor):
@@ -125,6 +132,20 @@ async def two_contexts(system: actorch.ActorSystem) -> dict[str, Any]:
     return {"contexts": [first["context"], second["context"]], "norms": [first["norms"], second["norms"]]}
 
 
+async def lost_node(system: actorch.ActorSystem) -> dict[str, Any]:
+    """A backward whose gradients must go to a node that died fails, within torch's RPC timeout at worst."""
+    stages = [await system.lookup("stage/1"), await system.lookup("stage/2")]
+    with dist_autograd.context() as context_id:
+        out = await relayed(system, stages, torch.ones(2, 4, requires_grad=True))
+        os.kill(system.nodes[2].pid, signal.SIGKILL)
+        started = time.monotonic()
+        try:
+            await backward(context_id, out.sum())
+        except RuntimeError as exc:
+            return {"raised": type(exc).__name__, "after": time.monotonic() - started, "message": str(exc)[:200]}
+    return {"raised": None}
+
+
 async def main(system: actorch.ActorSystem) -> dict[str, Any]:
     for rank in (1, 2):
         await system.spawn(Stage, args=(rank,), name=f"stage/{rank}", on=rank)
@@ -137,9 +158,10 @@ async def main(system: actorch.ActorSystem) -> dict[str, Any]:
         check("batched", batched),
         check("rrefs", through_rrefs, used=(0, 1)),
         ("two_contexts", two_contexts),
+        ("lost_node", lost_node),  # last: it kills rank 2
     ]
     return await run_checks(system, checks)
 
 
 if __name__ == "__main__":
-    emit("returned", value=actorch.run(main, world_size=3))
+    print("RETURNED " + json.dumps(actorch.run(main, world_size=3, rpc_timeout=RPC_TIMEOUT)), flush=True)

@@ -1,0 +1,106 @@
+"""run()'s options for long work: long handlers, the RPC timeout, the per-node set-up, replies as they are ready.
+
+Usage:
+    python launch_options.py long SECONDS [RPC_TIMEOUT]   a handler computing SECONDS without awaiting
+    python launch_options.py setup                        set-up on every node, then read back from actors
+    python launch_options.py setup-fails                  set-up raising on rank 1: the system does not start
+    python launch_options.py replies                      three slow calls sent at once: when each reply arrives
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any
+
+# isort: off
+import actorch
+import torch
+from actors import describe
+
+# isort: on
+
+
+class Busy(actorch.Actor):
+    """Computes without awaiting (a long forward pass, an epoch), and says what its node was set up with."""
+
+    async def compute(self, seconds: float) -> str:
+        time.sleep(seconds)  # blocks the event loop, as a long synchronous computation does
+        return "done"
+
+    async def timed(self, seconds: float) -> list[float]:
+        started = time.monotonic()
+        time.sleep(seconds)
+        return [started, time.monotonic()]
+
+    async def prepared(self) -> dict[str, Any]:
+        return {"rank": self.ref.rank, "marker": os.environ.get("ACTORCH_TEST_SETUP"), "draw": torch.rand(1).item()}
+
+
+def setup(rank: int) -> None:
+    os.environ["ACTORCH_TEST_SETUP"] = f"set up on {rank}"
+    torch.manual_seed(1000 + rank)
+
+
+async def async_setup(rank: int) -> None:
+    await asyncio.sleep(0)
+    setup(rank)
+
+
+def failing_setup(rank: int) -> None:
+    if rank == 1:
+        raise RuntimeError("this node cannot be set up")
+
+
+async def long(system: actorch.ActorSystem) -> dict[str, Any]:
+    busy = await system.spawn(Busy, on=1)
+    started = time.monotonic()
+    result = await busy.call(Busy.compute, float(sys.argv[2]))
+    return {"result": result, "seconds": time.monotonic() - started, "lost": sorted(system.lost_nodes)}
+
+
+async def prepared(system: actorch.ActorSystem) -> dict[str, Any]:
+    refs = [await system.spawn(Busy, on=rank) for rank in range(system.world_size)]
+    return {"nodes": [await ref.call(Busy.prepared) for ref in refs]}
+
+
+async def replies(system: actorch.ActorSystem) -> dict[str, Any]:
+    busy = await system.spawn(Busy, on=1)
+    arrived: list[float] = []
+
+    async def one() -> list[float]:
+        span = await busy.call(Busy.timed, 0.3)
+        arrived.append(time.monotonic())
+        return span
+
+    spans = await asyncio.gather(one(), one(), one())  # sent together, in one bundle
+    return {"spans": spans, "arrived": arrived}
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    if mode == "long":
+        timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
+        value = actorch.run(long, world_size=2, rpc_timeout=timeout)
+    elif mode == "setup":
+        value = {
+            "sync": actorch.run(prepared, world_size=3, setup=setup),
+            "async": actorch.run(prepared, world_size=2, setup=async_setup),
+        }
+    elif mode == "setup-fails":
+        try:
+            actorch.run(prepared, world_size=2, setup=failing_setup)
+        except Exception as exc:
+            value = {"failed": describe(exc)}
+        else:
+            value = {"failed": None}
+    else:
+        value = actorch.run(replies, world_size=2)
+    print("RETURNED " + json.dumps(value), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""run()'s options for long work, over real torch RPC: long handlers, rpc_timeout, setup, replies as they are ready."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _mp import run_script
+
+pytestmark = [pytest.mark.multiprocess]
+
+
+@pytest.mark.timeout(120)
+def test_handler_computing_past_the_rpc_timeout_answers_and_loses_no_node() -> None:
+    run = run_script("launch_options.py", "long", "6", "2", timeout=90.0)
+    run.assert_clean_exit(0)
+    assert run.returned() == {"result": "done", "seconds": pytest.approx(6.0, abs=5.0), "lost": []}, run.report()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_handler_computing_40_seconds_without_awaiting_answers_with_the_default_options() -> None:
+    run = run_script("launch_options.py", "long", "40", timeout=150.0)
+    run.assert_clean_exit(0)
+    returned = run.returned()
+    assert returned["result"] == "done", run.report()
+    assert returned["lost"] == [], run.report()
+
+
+@pytest.mark.timeout(120)
+def test_setup_runs_on_every_node_before_its_actors_are_built() -> None:
+    run = run_script("launch_options.py", "setup", timeout=90.0)
+    run.assert_clean_exit(0)
+    returned = run.returned()
+    for flavour, world_size in (("sync", 3), ("async", 2)):
+        nodes = returned[flavour]["nodes"]
+        assert [node["marker"] for node in nodes] == [f"set up on {rank}" for rank in range(world_size)]
+        for node in nodes:
+            torch.manual_seed(1000 + node["rank"])
+            assert node["draw"] == pytest.approx(torch.rand(1).item()), (flavour, node)
+
+
+@pytest.mark.timeout(120)
+def test_setup_that_raises_on_a_worker_stops_the_system_from_starting() -> None:
+    run = run_script("launch_options.py", "setup-fails", timeout=90.0)
+    run.assert_clean_exit(0)
+    failed = run.returned()["failed"]
+    assert failed["type"] == "RuntimeError"
+    assert failed["message"] == "actor system failed to start: actorch-node1 exited with code 1"
+
+
+@pytest.mark.timeout(120)
+def test_replies_to_calls_sent_together_leave_as_each_is_ready() -> None:
+    run = run_script("launch_options.py", "replies", timeout=90.0)
+    run.assert_clean_exit(0)
+    returned = run.returned()
+    spans, arrived = returned["spans"], returned["arrived"]
+    # the clock is the machine's: each reply reached the caller before the handler after next began
+    assert arrived[0] < spans[2][0], returned
+    assert arrived == sorted(arrived)

@@ -1,0 +1,48 @@
+"""run()'s options for torch RPC and node set-up: checked before anything starts, and run in one process too."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+import actorch
+
+
+async def rank_and_marker(system: actorch.ActorSystem) -> tuple[int, str | None]:
+    return system.rank, os.environ.get("ACTORCH_RUN_OPTIONS_TEST")
+
+
+def mark(rank: int) -> None:
+    os.environ["ACTORCH_RUN_OPTIONS_TEST"] = f"node {rank}"
+
+
+@pytest.mark.parametrize("value", [-1.0, float("inf"), True, "60"])
+def test_run_refuses_an_rpc_timeout_that_is_not_a_number_of_seconds(value: Any) -> None:
+    with pytest.raises(ValueError, match="rpc_timeout must be a finite number of seconds >= 0"):
+        actorch.run(rank_and_marker, world_size=2, rpc_timeout=value, configure_logs=False)
+
+
+@pytest.mark.parametrize("value", [0, -2, 1.5, False])
+def test_run_refuses_rpc_threads_that_are_not_a_positive_int(value: Any) -> None:
+    with pytest.raises(ValueError, match="rpc_threads must be an int >= 1"):
+        actorch.run(rank_and_marker, world_size=2, rpc_threads=value, configure_logs=False)
+
+
+def test_run_refuses_a_setup_that_is_not_a_function() -> None:
+    with pytest.raises(TypeError, match="setup must be a function of the node's rank"):
+        actorch.run(rank_and_marker, world_size=2, setup="seed", configure_logs=False)  # type: ignore[arg-type]
+
+
+def test_run_in_one_process_runs_setup_before_main(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ACTORCH_RUN_OPTIONS_TEST", raising=False)
+    assert actorch.run(rank_and_marker, setup=mark, configure_logs=False) == (0, "node 0")
+
+
+def test_run_in_one_process_raises_what_setup_raised() -> None:
+    def broken(rank: int) -> None:
+        raise OSError(f"no GPU on node {rank}")
+
+    with pytest.raises(OSError, match="no GPU on node 0"):
+        actorch.run(rank_and_marker, setup=broken, configure_logs=False)
