@@ -359,7 +359,7 @@ class Grinder(actorch.Actor):
         self.log: list[str] = []
 
     async def grind(self, tag: str, seconds: float) -> None:
-        time.sleep(seconds)
+        time.sleep(seconds)  # noqa: ASYNC251 - computing without awaiting is the point
         self.log.append(tag)
         if tag == "first":
             asyncio.get_running_loop().call_soon(self.log.append, "loop ran")

@@ -75,7 +75,7 @@ async def test_port_whose_hold_passed_sends_at_once_with_the_reply_that_finds_it
     port.expect()
     port.expect()
     port.release()  # dispatch done: two replies expected
-    time.sleep(PORT_HOLD * 2)  # a busy loop: the port's timer could not run
+    time.sleep(PORT_HOLD * 2)  # noqa: ASYNC251 - a busy loop: the port's timer could not run
     assert port.put(b"first", None)
     assert done == [([b"first"], {})]  # it left with the first reply, not held for the second
     assert not port.put(b"second", None)  # the second goes on its own

@@ -28,12 +28,12 @@ class Busy(actorch.Actor):
     """Computes without awaiting (a long forward pass, an epoch), and says what its node was set up with."""
 
     async def compute(self, seconds: float) -> str:
-        time.sleep(seconds)  # blocks the event loop, as a long synchronous computation does
+        time.sleep(seconds)  # noqa: ASYNC251 - blocks the loop, as a long synchronous computation does
         return "done"
 
     async def timed(self, seconds: float) -> list[float]:
         started = time.monotonic()
-        time.sleep(seconds)
+        time.sleep(seconds)  # noqa: ASYNC251 - the work of one micro-batch, without awaiting
         return [started, time.monotonic()]
 
     async def prepared(self) -> dict[str, Any]:
