@@ -11,7 +11,8 @@ Define ``Actor`` subclasses with ``async`` methods, start a system with
 #
 #   _base/       errors, names, deadlines, the codec (msgpack's one home), tensor files, options
 #   _transport/  moving message bundles between ranks: the interface, in-process,
-#                torch RPC (torch.distributed.rpc's one home), the thread bridge, interfaces
+#                torch RPC (torch.distributed.rpc's one home), distributed autograd contexts,
+#                the thread bridge, interfaces
 #   _engine/     one node's message engine: wire format, flow control, cells (mailboxes),
 #                batched endpoints, the caller and callee sides, and the Node composing them
 #   _actors/     Actor, ActorRef, the ActorHost of a node's actors, supervision, the
