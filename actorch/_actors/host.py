@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from actorch._actors.actor import Actor, class_path, endpoints_of, has_state_hooks
 from actorch._actors.events import EventHub
+from actorch._actors.process_groups import ProcessGroups
 from actorch._actors.ref import SERVICE_ID, ActorRef, make_ref
 from actorch._actors.registry import REGISTRY_ID, NameCache, Registry
 from actorch._actors.restart import ActorExit, Restart
@@ -50,6 +51,7 @@ class ActorHost:
         self.cache = NameCache()
         self.events = EventHub()
         self.supervisor = Supervisor(self.rank)
+        self.process_groups = ProcessGroups(self.node)
         caller = self.node.caller
         self.services: list[ActorRef[NodeService]] = [
             make_ref(caller, rank, SERVICE_ID, None, class_path(NodeService)) for rank in range(self.node.world_size)
@@ -222,6 +224,7 @@ class ActorHost:
         cells = [cell for cell in self.node.cells() if cell.actor_id > SYSTEM_IDS]
         shutdown = ActorExit("shutdown")
         await asyncio.gather(*(self.stop(cell, shutdown, release_name=False) for cell in cells))
+        await self.process_groups.close()
         self.supervisor.close()
         self.events.close()
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, attach, class_path
 from actorch._actors.events import MembershipEvent, NameRegistered, NodeJoined, Subscription
@@ -26,6 +26,9 @@ from actorch._base.deadline import current_deadline
 from actorch._base.errors import ActorNotFoundError, NodeLostError
 from actorch._base.names import check_name, compile_pattern
 from actorch._transport.base import NodeInfo, Transport
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 __all__ = ["ActorSystem", "NodeInfo", "open_system"]
 
@@ -234,6 +237,43 @@ class ActorSystem:
             UnsupportedError: If the system does not run on torch RPC (in-process worlds).
         """
         return self._host.node.transport.make_rref(value)
+
+    async def process_group(self, ranks: Iterable[int] | None = None, *, backend: str = "gloo") -> dist.ProcessGroup:
+        """A ``torch.distributed`` process group over the nodes ``ranks``, for DDP and collectives beside actors.
+
+        Call it on every member node (from an actor's handler, or ``main`` on
+        rank 0) with the same arguments, at the same time: for instance through
+        ``asyncio.gather`` over the member actors' endpoints. The members meet
+        in the store the world already shares, so no port is needed, also
+        under torchrun. Each call makes a new group; groups over different
+        ranks may coexist. Pass the group as ``process_group=`` to
+        ``DistributedDataParallel`` or as ``group=`` to the collectives; the
+        group's global ranks are actorch's node ranks, and group rank ``i`` is
+        the ``i``-th smallest member (``group.rank()``, ``group.size()``). The
+        node destroys the group when it shuts down.
+
+        Waits for the other members until the enclosing deadline
+        (``asyncio.timeout``, ``anyio.fail_after``) or, without one, the
+        system's ``lookup_timeout``.
+
+        Args:
+            ranks: The member nodes' ranks; this node must be one of them.
+                None: every node not lost.
+            backend: The ``torch.distributed`` backend; ``"gloo"`` (CPU tensors) only.
+
+        Returns:
+            The process group, entered in ``torch.distributed``'s table of groups
+            (torch's default group is left alone).
+
+        Raises:
+            TimeoutError: Some members did not call it in time; the message names them.
+            NodeLostError: A member node was lost.
+            ValueError: ``ranks`` holds a rank twice, a rank outside the
+                system, or not this node's rank.
+            UnsupportedError: ``backend`` is not ``"gloo"``, or the system does
+                not run on torch RPC (in-process worlds).
+        """
+        return await self._host.process_groups.make(ranks, backend, self.config.lookup_timeout)
 
     def statistics(self) -> dict[str, Any]:
         """This node's counters, for monitoring.
