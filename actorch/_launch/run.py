@@ -13,6 +13,7 @@ import inspect
 import multiprocessing
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
@@ -22,7 +23,7 @@ from actorch._actors.service import NodeService
 from actorch._actors.system import ActorSystem, open_system
 from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig, is_number
 from actorch._base.errors import NodeLostError
-from actorch._launch.eventloop import Watchdog, run_bounded
+from actorch._launch.eventloop import InterruptPolicy, Watchdog, run_bounded
 from actorch._launch.logs import configure_logging
 from actorch._transport.base import Transport
 from actorch._transport.inprocess import InProcessHub
@@ -154,10 +155,10 @@ def run(
             raise ValueError(f"run(world_size={world_size}) but torchrun started {world.world_size} processes")
         if world.rank != 0:
             _serve(world, plan)
-        return run_bounded(_lead(main, _rpc_transport(world, options), plan))
+        return run_bounded(_lead(main, _rpc_transport(world, options), plan), interrupts=_interrupts(plan))
     if world_size is None or world_size == 1:
         hub = InProcessHub(1)
-        return run_bounded(_lead(main, hub.transport(0), plan))
+        return run_bounded(_lead(main, hub.transport(0), plan), interrupts=_interrupts(plan))
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
     return _launch_local(main, world_size, host, plan)
@@ -189,9 +190,36 @@ def _launch_local(main: Main[T], world_size: int, host: str, plan: _Plan) -> T:
                 os.environ[key] = value
     try:
         transport = RpcTransport(0, world_size, host, port, plan.options, listener)
-        return run_bounded(_lead(main, transport, plan, workers))
+        return run_bounded(_lead(main, transport, plan, workers), interrupts=_interrupts(plan, workers))
     finally:
         _reap(workers)
+
+
+def _interrupts(plan: _Plan, workers: list[Any] | None = None) -> InterruptPolicy:
+    """Ctrl-C's bounds on rank 0, from ``stop_grace``; a forced end kills the local workers.
+
+    ``main`` gets ``stop_grace + 1`` seconds to take the interrupt, as a
+    stopping actor's handlers get ``stop_grace`` (the second keeps
+    ``stop_grace=0`` from racing the signal handler), and the orderly shutdown
+    then gets the bound that ``run`` keeps after ``main`` ends.
+    """
+    grace = plan.config.stop_grace
+    return InterruptPolicy(
+        respond_within=grace + 1.0,
+        finish_within=4 * grace + 12.0,
+        on_force=(lambda: _kill_workers(workers)) if workers else None,
+    )
+
+
+def _kill_workers(workers: list[Any]) -> str:
+    """Kill the local workers that are still alive and reap them (for 1 s at most); say how many."""
+    alive = [worker for worker in workers if worker.is_alive()]
+    for worker in alive:
+        worker.kill()
+    deadline = time.monotonic() + 1.0
+    for worker in alive:
+        worker.join(max(0.0, deadline - time.monotonic()))
+    return f"killed {len(alive)} local worker{'' if len(alive) == 1 else 's'}"
 
 
 def _reap(workers: list[Any]) -> None:
