@@ -62,7 +62,14 @@ class _GaveUpError(Exception):
 
 @dataclass
 class _Meeting:
-    """One member's side of one meeting; the waiting thread and the caller's task share it."""
+    """One member's side of one meeting; the waiting thread and the caller's task share it.
+
+    Its thread may outlive its last use by a moment, and hold the meeting then.
+    A torch object whose last reference a daemon thread drops while the
+    interpreter exits aborts the process (its destructor releases the GIL, and
+    the thread is ended in the middle of it), so the thread lets go of the
+    store before it ends and the caller takes the group out with :meth:`take`.
+    """
 
     store: Any
     base: str
@@ -86,9 +93,20 @@ class _Meeting:
             group, self.group = self.group, None
             return group
 
+    def take(self) -> tuple[dist.ProcessGroup, Any]:
+        """The group and its store; the meeting keeps neither."""
+        with self._lock:
+            group, self.group = self.group, None
+            store, self.group_store = self.group_store, None
+        assert group is not None, "the meeting ended without a group or an error"
+        return group, store
+
     def run(self) -> None:
         """Meet the other members in the store, then build the group (blocking; runs in a thread)."""
-        store = self.store
+        store, self.store = self.store, None  # this frame's reference ends with the call, before the thread does
+        self._meet(store)
+
+    def _meet(self, store: Any) -> None:
         round_key = f"{self.base}/round"
         current = int(store.add(round_key, 0))
         here = f"{self.base}/{current}"
@@ -109,14 +127,14 @@ class _Meeting:
         store.compare_set(round_key, str(current), str(current + 1))
         self.connecting = True
         self.name = f"{here}/group"
-        self.group_store = dist.PrefixStore(f"{self.name}/", store)  # type: ignore[attr-defined]
+        group_store = dist.PrefixStore(f"{self.name}/", store)  # type: ignore[attr-defined]
         connect = max(self.deadline - time.monotonic(), CONNECT_MINIMUM)
-        group = _build(self.group_store, self.members.index(self.rank), len(keys), connect)
+        group = _build(group_store, self.members.index(self.rank), len(keys), connect)
         with self._lock:
             if self._abandoned:
                 group.shutdown()
                 raise _GaveUpError
-            self.group = group
+            self.group, self.group_store = group, group_store
 
 
 def _build(store: Any, group_rank: int, size: int, connect: float) -> dist.ProcessGroup:
@@ -225,14 +243,13 @@ class ProcessGroups:
                 if meeting.connecting or meeting.lost():  # Gloo could not connect every member
                     self._raise_for(meeting, seconds, exc)
                 raise  # the store failed
-        group = meeting.group
-        assert group is not None, "the meeting ended without a group or an error"
+        group, group_store = meeting.take()
         if self._closed:
             group.shutdown()
             raise SystemClosedError(
                 f"node {self._node.rank} shut down while making a process group over {list(members)}"
             )
-        _register(group, meeting, members)
+        _register(group, group_store, meeting.name, meeting.backend, members)
         self._groups.append(group)
         self._made += 1
         return group
@@ -273,7 +290,9 @@ class ProcessGroups:
             return
 
         def destroy() -> None:
-            for group in groups:
+            # Pop each group, so that this thread holds none once it ends (see _Meeting).
+            while groups:
+                group = groups.pop()
                 try:
                     dist.destroy_process_group(group)
                 except ValueError:  # the user destroyed it already, or it was never entered in torch's table
@@ -286,15 +305,14 @@ class ProcessGroups:
             self._node.log.warning("process groups were not destroyed cleanly", error=repr(exc))
 
 
-def _register(group: dist.ProcessGroup, meeting: _Meeting, members: tuple[int, ...]) -> None:
+def _register(group: dist.ProcessGroup, store: Any, name: str, backend: str, members: tuple[int, ...]) -> None:
     """Enter ``group`` in torch's table of groups, with actorch ranks as its global ranks, as ``new_group`` does.
 
     ``DistributedDataParallel`` and ``all_reduce`` work without it; ``broadcast(src=...)``,
     ``get_process_group_ranks`` and the functional collectives look groups up there.
     """
-    name = meeting.name
     group._set_group_name(c10d.GroupName(name))
     register = getattr(c10d, "_register_pg_in_world", None)
     if register is not None:  # torch 2.13's helper; without it the group still works for DDP and collectives
         ranks = {rank: index for index, rank in enumerate(members)}
-        register(group, meeting.backend, meeting.group_store, name, f"cpu:{meeting.backend}", rank_mapping=ranks)
+        register(group, backend, store, name, f"cpu:{backend}", rank_mapping=ranks)
