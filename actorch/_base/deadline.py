@@ -8,14 +8,25 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable, Sized
 from contextvars import ContextVar
+from typing import Any
 
 import anyio
 
-__all__ = ["current_deadline", "inherited_deadline"]
+__all__ = ["current_deadline", "deadline_of", "inherited_deadline", "outer_deadline"]
 
 inherited_deadline: ContextVar[float | None] = ContextVar("actorch_deadline", default=None)
 """Deadline (event-loop time) that a handler inherited from its caller, if any."""
+
+try:  # anyio's own answer for asyncio, without its per-call detection of the running library
+    from anyio._backends._asyncio import AsyncIOBackend, _task_states
+
+    _anyio_deadline: Callable[[], float] = AsyncIOBackend.current_effective_deadline
+    _anyio_tasks: Sized = _task_states  # empty while no task has entered an anyio scope
+except (ImportError, AttributeError):  # pragma: no cover - another anyio layout: the public call
+    _anyio_deadline = anyio.current_effective_deadline
+    _anyio_tasks = (None,)
 
 
 def _asyncio_timeout_deadline(loop: asyncio.AbstractEventLoop, task: asyncio.Task[object]) -> float:
@@ -24,11 +35,34 @@ def _asyncio_timeout_deadline(loop: asyncio.AbstractEventLoop, task: asyncio.Tas
     earliest = math.inf
     scheduled = getattr(loop, "_scheduled", ())
     for handle in scheduled:
-        callback = getattr(handle, "_callback", None)
-        owner = getattr(callback, "__self__", None)
-        if isinstance(owner, asyncio.Timeout) and getattr(owner, "_task", None) is task and not handle.cancelled():
+        if handle.cancelled():
+            continue
+        owner = getattr(getattr(handle, "_callback", None), "__self__", None)
+        if isinstance(owner, asyncio.Timeout) and getattr(owner, "_task", None) is task:
             earliest = min(earliest, handle.when())
     return earliest
+
+
+def outer_deadline() -> float:
+    """The part of the current task's deadline that another task cannot read later: anyio scopes, inheritance.
+
+    Cheap, so that a call reads it where it is made; :func:`deadline_of` adds the
+    ``asyncio.timeout`` scopes, which can be found from any task while they last.
+    """
+    earliest = math.inf
+    if _anyio_tasks:
+        try:  # a try block costs nothing on the way through; this runs once per call made
+            earliest = _anyio_deadline()
+        except Exception:  # noqa: BLE001 - anyio raises different errors outside its scopes
+            earliest = math.inf
+    inherited = inherited_deadline.get()
+    return earliest if inherited is None else min(earliest, inherited)
+
+
+def deadline_of(task: asyncio.Task[Any] | None, outer: float) -> float | None:
+    """The deadline (event-loop time) of a call made in ``task`` with ``outer`` read there, or None."""
+    earliest = outer if task is None else min(outer, _asyncio_timeout_deadline(task.get_loop(), task))
+    return None if math.isinf(earliest) else earliest
 
 
 def current_deadline() -> float | None:
@@ -37,17 +71,4 @@ def current_deadline() -> float | None:
     Considers ``asyncio.timeout``/``timeout_at`` scopes, anyio cancel scopes
     (``fail_after``, ``move_on_after``) and a deadline inherited from a remote caller.
     """
-    task = asyncio.current_task()
-    if task is None:
-        return inherited_deadline.get()
-    loop = task.get_loop()
-    earliest = _asyncio_timeout_deadline(loop, task)
-    try:  # a try block costs nothing on the way through; this runs once per call made
-        scoped = anyio.current_effective_deadline()
-    except Exception:  # noqa: BLE001 - anyio raises different errors outside its scopes
-        scoped = math.inf
-    earliest = min(earliest, scoped)
-    inherited = inherited_deadline.get()
-    if inherited is not None:
-        earliest = min(earliest, inherited)
-    return None if math.isinf(earliest) else earliest
+    return deadline_of(asyncio.current_task(), outer_deadline())
