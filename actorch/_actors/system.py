@@ -166,13 +166,16 @@ class ActorSystem:
         own_limit = loop.time() + self.config.lookup_timeout
         enclosing = current_deadline()
         try:
-            async with asyncio.timeout_at(own_limit):
-                while True:
-                    generation = self._host.cache.generation()
-                    ref = await self._host.registry.call(Registry.resolve, name, True)
-                    if ref is None or ref.rank not in self._host.node.lost:
-                        break
-                    await asyncio.sleep(STALE_NAME_RETRY)  # the registry has yet to hear of that loss
+            generation = self._host.cache.generation()
+            ref = await self._host.registry.call(Registry.resolve, name, False)  # a name that exists: no timer
+            if ref is None or ref.rank in self._host.node.lost:
+                async with asyncio.timeout_at(own_limit):
+                    while True:
+                        generation = self._host.cache.generation()
+                        ref = await self._host.registry.call(Registry.resolve, name, True)
+                        if ref is None or ref.rank not in self._host.node.lost:
+                            break
+                        await asyncio.sleep(STALE_NAME_RETRY)  # the registry has yet to hear of that loss
         except TimeoutError:
             raise ActorNotFoundError(
                 f"no actor named {name!r} appeared within {self.config.lookup_timeout:g} s "
