@@ -12,6 +12,7 @@ that a subscriber can tell the changes its snapshot already holds.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 from actorch._actors.actor import Actor
@@ -40,6 +41,8 @@ class Registry(Actor):
         self._lost: set[int] = set()
         self._subscribers: set[int] = set()
         self._seq = 0
+        self._evicting: tuple[list[str], asyncio.Future[None]] | None = None  # names released this loop turn
+        self._evictions: set[asyncio.Task[None]] = set()
 
     async def reserve(self, name: str, rank: int) -> None:
         """Hold ``name`` for an actor being built on ``rank``."""
@@ -68,7 +71,26 @@ class Registry(Actor):
         if self._refs.pop(name, None) is None:
             return
         self._publish("removed", name, None, reason)
-        await self._evict_everywhere([name])
+        await asyncio.shield(self._evict(name))
+
+    def _evict(self, name: str) -> asyncio.Future[None]:
+        """Evict ``name`` with every other name released in this loop turn: one call per node for them all."""
+        if self._evicting is None:
+            loop = asyncio.get_running_loop()
+            self._evicting = ([], loop.create_future())
+            loop.call_soon(self._send_evictions)
+        names, evicted = self._evicting
+        names.append(name)
+        return evicted
+
+    def _send_evictions(self) -> None:
+        assert self._evicting is not None
+        names, evicted = self._evicting
+        self._evicting = None
+        task = asyncio.ensure_future(self._evict_everywhere(names))
+        self._evictions.add(task)
+        task.add_done_callback(self._evictions.discard)
+        task.add_done_callback(functools.partial(_settle, evicted))
 
     async def subscribe(self, rank: int) -> tuple[int, list[tuple[str, ActorRef[Any]]]]:
         """Tell node ``rank``'s service every later name change; the changes so far and every bound name."""
@@ -120,6 +142,11 @@ class Registry(Actor):
             if service.rank not in self._lost
         ]
         await asyncio.gather(*calls, return_exceptions=True)
+
+
+def _settle(future: asyncio.Future[None], _: object) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class NameCache:
