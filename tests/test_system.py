@@ -243,6 +243,24 @@ async def test_stopped_actor_name_is_gone_from_every_node(world: LocalWorld, on:
         assert await names(system, "gone/*") == []
 
 
+async def test_names_of_actors_stopped_together_are_gone_from_every_node_as_each_stop_returns(
+    world: LocalWorld,
+) -> None:
+    refs = [await world[0].spawn(Counter, name=f"together/{i}", on=i % 3) for i in range(12)]
+    async with asyncio.timeout(5):
+        for system in world.systems:
+            for i in range(12):
+                await system.lookup(f"together/{i}")  # every node has every name cached
+
+        async def stop_then_look(index: int) -> list[bool]:
+            await refs[index].stop()
+            return [host.cache.get(f"together/{index}") is None for host in world._hosts]
+
+        evicted = await asyncio.gather(*(stop_then_look(i) for i in range(12)))
+    assert evicted == [[True, True, True]] * 12
+    assert await names(world[1], "together/*") == []
+
+
 async def test_name_can_be_reused_after_stop(world: LocalWorld, on: int) -> None:
     first = await world[0].spawn(Counter, name="reuse/x", on=on)
     async with asyncio.timeout(5):
