@@ -101,11 +101,7 @@ class Caller(NodeSide):
         call_id = next(self._call_ids)
         future = self.loop.create_future()
         self.pending[call_id] = PendingCall(future, target, label, endpoint)
-        wire = self.pack([CALL, call_id, actor_id, endpoint, remaining, chain, body])
-        if current_context_id() == NO_CONTEXT:
-            self.transport.send(rank, wire, tensors)
-        else:  # its reply keeps its autograd link only on its own bundle's response
-            self.transport.send_alone(rank, wire, tensors)
+        self._send(rank, self.pack([CALL, call_id, actor_id, endpoint, remaining, chain, body]), tensors)
         self.calls_sent += 1
         try:
             return await future
@@ -147,11 +143,7 @@ class Caller(NodeSide):
         if not self.flow.try_take(target):
             raise self._mailbox_full(endpoint, label)
         self.tells_sent += 1
-        wire = self.pack([TELL, 0, actor_id, endpoint, None, (), body])
-        if current_context_id() == NO_CONTEXT:
-            self.transport.send(rank, wire, tensors)
-        else:
-            self.transport.send_alone(rank, wire, tensors)
+        self._send(rank, self.pack([TELL, 0, actor_id, endpoint, None, (), body]), tensors)
 
     def on_reply(self, message: list[Any], tensors: list[Any]) -> None:
         """A reply to one of our calls: settle the caller's future (and give back its mailbox slot)."""
@@ -207,6 +199,13 @@ class Caller(NodeSide):
         self.pending.clear()
 
     # ------------------------------------------------------------------ internals
+
+    def _send(self, rank: int, wire: bytes, tensors: list[Any] | None) -> None:
+        """Send a call or tell; one made in a distributed autograd context leaves alone, to keep its reply's link."""
+        if current_context_id() == NO_CONTEXT:
+            self.transport.send(rank, wire, tensors)
+        else:
+            self.transport.send_alone(rank, wire, tensors)
 
     def _check_reachable(self, rank: int, endpoint: str, label: str) -> None:
         if rank in self.lost:

@@ -190,8 +190,12 @@ class Transport(ABC):
         )
 
     @abstractmethod
-    def _send_bundle(self, dest: int, bundle: Bundle) -> None:
-        """Send one bundle to ``dest`` (never blocks); report failure through ``lost``."""
+    def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
+        """Send one bundle to ``dest`` (never blocks); report failure through ``lost``.
+
+        ``in_context``: it leaves in the thread's distributed autograd context
+        (one call made in it); any other bundle mixes messages of any context.
+        """
 
     def send(self, dest: int, message: bytes, tensors: list[torch.Tensor] | None = None) -> None:
         """Queue ``message`` for ``dest``; it leaves with the others of this loop iteration."""
@@ -210,17 +214,23 @@ class Transport(ABC):
         """Send ``message`` to ``dest`` now, in a bundle of its own, after what is queued for ``dest``.
 
         For a call inside a distributed autograd context: its reply must ride
-        its own bundle's response. Transports without torch RPC just queue it.
+        its own bundle's response, and the bundle leaves in the thread's context.
         """
-        self.send(dest, message, tensors)
+        queued = self._outgoing.pop(dest, None)
+        if queued is not None:
+            self._dispatch(dest, queued)
+        self._dispatch(dest, ([message], {0: tensors} if tensors else {}), in_context=True)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
         outgoing, self._outgoing = self._outgoing, {}
         for dest, bundle in outgoing.items():
-            self.bundles_sent += 1
-            self.messages_sent += len(bundle[0])
-            self._send_bundle(dest, bundle)
+            self._dispatch(dest, bundle)
+
+    def _dispatch(self, dest: int, bundle: Bundle, *, in_context: bool = False) -> None:
+        self.bundles_sent += 1
+        self.messages_sent += len(bundle[0])
+        self._send_bundle(dest, bundle, in_context)
 
     def reply(self, dest: int, port: Port | None, message: bytes, tensors: list[torch.Tensor] | None) -> None:
         """Send a reply to ``dest``: on the bundle's response if its port is open, else on its own."""

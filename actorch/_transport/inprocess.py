@@ -57,7 +57,7 @@ class InProcessTransport(Transport):
         """Every rank of the hub, all in this process."""
         return [NodeInfo(rank, f"node{rank}", socket.gethostname(), os.getpid()) for rank in range(self.world_size)]
 
-    def _send_bundle(self, dest: int, bundle: Bundle) -> None:
+    def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
         if self._hub.transports.get(self.rank) is not self:
             self._report_lost(dest, f"rank {dest} counts this node lost (it was cut off)")
             return

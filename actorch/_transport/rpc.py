@@ -290,24 +290,16 @@ class RpcTransport(Transport):
                 self._listener.close()
             _forget_world()
 
-    def _send_bundle(self, dest: int, bundle: Bundle) -> None:
+    def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
+        if in_context or current_context_id() == NO_CONTEXT:
+            self._rpc_bundle(dest, bundle)
+            return
         # A bundle mixes messages of any context: none may record it, whatever the thread holds.
         previous = force_context_id(NO_CONTEXT)
         try:
             self._rpc_bundle(dest, bundle)
         finally:
             force_context_id(previous)
-
-    def send_alone(self, dest: int, message: bytes, tensors: list[torch.Tensor] | None = None) -> None:
-        """Send ``message`` now in a bundle of its own (after what is queued for ``dest``), in the thread's context."""
-        queued = self._outgoing.pop(dest, None)
-        if queued is not None:
-            self.bundles_sent += 1
-            self.messages_sent += len(queued[0])
-            self._send_bundle(dest, queued)
-        self.bundles_sent += 1
-        self.messages_sent += 1
-        self._rpc_bundle(dest, ([message], {0: tensors} if tensors else {}))
 
     def _rpc_bundle(self, dest: int, bundle: Bundle) -> None:
         if dest in self._lost_ranks:
