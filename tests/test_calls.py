@@ -374,3 +374,73 @@ async def test_worker_lets_the_loop_run_between_long_queued_messages(world: Loca
         ref.tell(Grinder.grind, tag, 0.01)  # each longer than a work slice
     await asyncio.sleep(0.2)
     assert await ref.call(Grinder.history) == ["first", "loop ran", "second", "third"]
+
+
+# ---------------------------------------------------------------------- a call to another node is a future
+
+
+async def test_a_call_to_another_node_leaves_before_it_is_awaited(world: LocalWorld) -> None:
+    slow = await world[0].spawn(Slow, on=1)
+    pending = slow.call(Slow.sleep, 0)
+    await wait_until_counts(slow, started=1)
+    assert await pending == "slept"
+
+
+async def test_a_call_to_another_node_runs_as_a_task_in_a_task_group_and_under_anyio(world: LocalWorld) -> None:
+    slow = await world[0].spawn(Slow, on=1)
+    assert await asyncio.create_task(slow.call(Slow.sleep, 0)) == "slept"
+    async with asyncio.TaskGroup() as group:
+        task = group.create_task(slow.call(Slow.sleep, 0))
+    assert task.result() == "slept"
+    results: list[str] = []
+
+    async def keep(call: Any) -> None:
+        results.append(await call)
+
+    async with anyio.create_task_group() as anyio_group:
+        anyio_group.start_soon(slow.call, Slow.sleep, 0)
+        anyio_group.start_soon(keep, slow.call(Slow.sleep, 0))
+    assert results == ["slept"]
+    await wait_until_counts(slow, started=4)
+
+
+async def test_errors_of_a_call_to_another_node_are_raised_where_it_is_awaited(world: LocalWorld) -> None:
+    counter = await world[0].spawn(Counter, on=2)
+    world.kill(2)
+    pending = counter.call(Counter.add, 1)  # no error here
+    with pytest.raises(actorch.NodeLostError, match="node 2"):
+        await pending
+    assert world._hosts[0].node.caller.pending == {}
+
+
+async def test_cancelling_a_call_to_another_node_cancels_its_handler_and_frees_its_slot(world: LocalWorld) -> None:
+    slow = await world[0].spawn(Slow, on=1)
+    pending = slow.call(Slow.sleep, 10)
+    await wait_until_counts(slow, started=1)
+    assert pending.cancel()  # type: ignore[attr-defined]
+    with pytest.raises(asyncio.CancelledError):
+        await pending
+    await wait_until_counts(slow, started=1, cancelled=1)
+    assert world._hosts[0].node.caller.pending == {}
+    assert world._hosts[0].node.flow.outstanding == {}
+
+
+async def test_a_task_cancelled_before_it_awaits_its_call_cancels_the_call(world: LocalWorld) -> None:
+    slow = await world[0].spawn(Slow, on=1)
+    task = asyncio.create_task(slow.call(Slow.sleep, 10))
+    task.cancel()  # before the task's first step: the cancellation is thrown into the call
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert world._hosts[0].node.caller.pending == {}
+    counts = await slow.call(Slow.counts)
+    assert counts["started"] == counts["cancelled"]  # it never ran, or it was cancelled
+
+
+async def test_closing_an_unawaited_call_to_another_node_cancels_it(world: LocalWorld) -> None:
+    slow = await world[0].spawn(Slow, on=1)
+    pending = slow.call(Slow.sleep, 10)
+    await wait_until_counts(slow, started=1)
+    pending.close()
+    await wait_until_counts(slow, started=1, cancelled=1)
+    assert pending.cancelled()  # type: ignore[attr-defined]
+    assert world._hosts[0].node.caller.pending == {}

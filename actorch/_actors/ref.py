@@ -106,7 +106,14 @@ class ActorRef(Generic[A]):
     def call(self, method: str, /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]: ...
 
     def call(self, method: Any, /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
-        """Call an endpoint and return its result (await the returned coroutine).
+        """Call an endpoint and return its result (await what ``call`` returns).
+
+        A call to an actor on another node is sent before ``call`` returns, as
+        ``rpc_async`` would send it, and what it returns is both a future and a
+        coroutine: ``asyncio.gather`` takes thousands of them without a task
+        each, and ``create_task`` or a task group takes them too. Cancelling it
+        cancels the handler. A call to an actor on the caller's own node runs
+        when it is awaited. Either way, errors are raised where it is awaited.
 
         The deadline is read where ``call`` is called, so calls made inside a
         deadline scope and awaited elsewhere (``asyncio.gather``, a task group)

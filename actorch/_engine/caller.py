@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Coroutine
 from typing import Any
 
 from actorch._base.deadline import inherited_deadline
@@ -22,6 +23,7 @@ from actorch._base.errors import (
     SerializationError,
     SystemClosedError,
 )
+from actorch._engine.calls import RemoteCall
 from actorch._engine.flow import Target
 from actorch._engine.message import CallContext, Message, Origin, current_call
 from actorch._engine.replies import LocalReply, TellDone
@@ -29,22 +31,7 @@ from actorch._engine.side import NodeSide, SideParts
 from actorch._engine.wire import CALL, CANCEL, TELL, check_size, handler_error, rebuild_error
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
 
-__all__ = ["Caller", "PendingCall"]
-
-
-class PendingCall:
-    """A call sent to another node, waiting for its reply."""
-
-    __slots__ = ("endpoint", "future", "label", "target")
-
-    def __init__(self, future: asyncio.Future[Any], target: Target, label: str, endpoint: str) -> None:
-        self.future = future
-        self.target = target
-        self.label = label
-        self.endpoint = endpoint
-
-    def __repr__(self) -> str:
-        return f"<PendingCall {self.endpoint!r} of {self.label}>"
+__all__ = ["Caller"]
 
 
 class Caller(NodeSide):
@@ -54,7 +41,7 @@ class Caller(NodeSide):
 
     def __init__(self, parts: SideParts) -> None:
         super().__init__(parts)
-        self.pending: dict[int, PendingCall] = {}
+        self.pending: dict[int, RemoteCall[Any]] = {}
         self.calls_sent = 0
         self.tells_sent = 0
         self._call_ids = itertools.count(1)
@@ -62,7 +49,7 @@ class Caller(NodeSide):
     def __repr__(self) -> str:
         return f"<Caller node {self.rank} pending={len(self.pending)}>"
 
-    async def call(
+    def call(
         self,
         rank: int,
         actor_id: int,
@@ -71,45 +58,77 @@ class Caller(NodeSide):
         kwargs: dict[str, Any],
         label: str,
         deadline: float | None,
-    ) -> Any:
-        """Call ``endpoint`` of actor ``actor_id`` on ``rank`` and return its result.
+    ) -> Coroutine[Any, Any, Any]:
+        """Call ``endpoint`` of actor ``actor_id`` on ``rank``; await what this returns for the result.
 
-        ``deadline`` is the caller's, read where the call was made: this
-        coroutine may run in another task (``asyncio.gather``).
+        A call to another node is sent before this returns (or, if its mailbox
+        is full, as soon as there is room); its errors are raised where it is
+        awaited. A call to this node's own actor runs when awaited: in the
+        caller's task if the mailbox allows. ``deadline`` is the caller's.
         """
         context = current_call.get()
         chain = context.child_chain() if context is not None else ()
         if rank == self.rank:
-            return await self._call_local(actor_id, endpoint, args, kwargs, chain, label, deadline)
-        self._check_reachable(rank, endpoint, label)
-        if args or kwargs:
-            body, tensors = self.codec.encode([args, kwargs], cpu_only=self.cpu_only)
-            check_size(body, tensors, self.max_message_size, "call to {!r} of {}", endpoint, label)
-        else:
-            body, tensors = None, None
+            return self._call_local(actor_id, endpoint, args, kwargs, chain, label, deadline)
         target = (rank, actor_id)
-        flow = self.flow
-        if not flow.try_take(target):
-            await self._wait_room(target, deadline, endpoint, label)
+        call: RemoteCall[Any] = RemoteCall(self.loop, target, endpoint, label, self._abandon)
+        try:
             self._check_reachable(rank, endpoint, label)
+            if args or kwargs:
+                body, tensors = self.codec.encode([args, kwargs], cpu_only=self.cpu_only)
+                check_size(body, tensors, self.max_message_size, "call to {!r} of {}", endpoint, label)
+            else:
+                body, tensors = None, None
+            if self.flow.try_take(target):
+                self._launch(call, body, tensors, chain, deadline)
+            else:
+                call.waiting = self.loop.create_task(self._launch_when_room(call, body, tensors, chain, deadline))
+        except Exception as exc:  # noqa: BLE001 - raised where the call is awaited, like a coroutine's error
+            call.settled()
+            call.set_exception(exc)
+        return call
+
+    def _launch(
+        self, call: RemoteCall[Any], body: Any, tensors: Any, chain: tuple[int, ...], deadline: float | None
+    ) -> None:
+        """Send ``call``, which holds a slot of its target's window, unless its deadline has passed."""
+        rank, actor_id = call.target
         remaining = None
         if deadline is not None:
             remaining = deadline - self.loop.time()
             if remaining <= 0:
-                flow.release(target)
-                raise TimeoutError(f"deadline passed before calling {endpoint!r} of {label}")
-        call_id = next(self._call_ids)
-        future = self.loop.create_future()
-        self.pending[call_id] = PendingCall(future, target, label, endpoint)
-        self._send(rank, self.pack([CALL, call_id, actor_id, endpoint, remaining, chain, body]), tensors)
+                self.flow.release(call.target)
+                raise TimeoutError(f"deadline passed before calling {call.endpoint!r} of {call.label}")
+        call.call_id = call_id = next(self._call_ids)
+        self.pending[call_id] = call
+        self._send(rank, self.pack([CALL, call_id, actor_id, call.endpoint, remaining, chain, body]), tensors)
         self.calls_sent += 1
+
+    async def _launch_when_room(
+        self, call: RemoteCall[Any], body: Any, tensors: Any, chain: tuple[int, ...], deadline: float | None
+    ) -> None:
+        """Wait for room in the call's mailbox (within its deadline), then send it."""
         try:
-            return await future
+            await self._wait_room(call.target, deadline, call.endpoint, call.label)
+            self._check_reachable(call.target[0], call.endpoint, call.label)
+            self._launch(call, body, tensors, chain, deadline)
         except asyncio.CancelledError:
-            if self.pending.pop(call_id, None) is not None and rank not in self.lost:
-                flow.release(target)
-                self.transport.send(rank, self.pack([CANCEL, call_id]))
-            raise
+            raise  # the call was cancelled: it has its outcome
+        except Exception as exc:  # noqa: BLE001 - the call's own error, raised where it is awaited
+            if not call.done():
+                call.settled()
+                call.set_exception(exc)
+        finally:
+            call.waiting = None
+
+    def _abandon(self, call: RemoteCall[Any]) -> None:
+        """``call`` was cancelled: it leaves the mailbox line, or the callee is told to cancel it."""
+        if call.waiting is not None:
+            call.waiting.cancel()
+            return
+        if self.pending.pop(call.call_id, None) is not None and call.target[0] not in self.lost:
+            self.flow.release(call.target)
+            self.transport.send(call.target[0], self.pack([CANCEL, call.call_id]))
 
     def tell(
         self, rank: int, actor_id: int, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any], label: str
@@ -152,7 +171,8 @@ class Caller(NodeSide):
         if pending is None:
             return  # the caller gave up (cancelled or timed out)
         self.flow.release(pending.target)
-        future = pending.future
+        pending.settled()
+        future = pending
         if future.done():
             return
         try:
@@ -179,8 +199,9 @@ class Caller(NodeSide):
         for call_id, pending in list(self.pending.items()):
             if pending.target[0] == rank:
                 del self.pending[call_id]
-                if not pending.future.done():
-                    pending.future.set_exception(
+                pending.settled()
+                if not pending.done():
+                    pending.set_exception(
                         NodeLostError(
                             f"node {rank} was lost while calling {pending.endpoint!r} of {pending.label}: {why}"
                         )
@@ -190,8 +211,9 @@ class Caller(NodeSide):
         """This node shuts down: every pending call fails with ``SystemClosedError``."""
         self.closed = True
         for pending in self.pending.values():
-            if not pending.future.done():
-                pending.future.set_exception(
+            pending.settled()
+            if not pending.done():
+                pending.set_exception(
                     SystemClosedError(
                         f"node {self.rank} shut down while calling {pending.endpoint!r} of {pending.label}"
                     )

@@ -9,6 +9,7 @@ comes from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT).
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import multiprocessing
 import os
@@ -54,6 +55,7 @@ class _Plan:
     config: SystemConfig
     options: RpcOptions
     setup: Setup | None
+    gc_freeze: bool = True
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ def run(
     rpc_timeout: float = 60.0,
     rpc_threads: int = 4,
     setup: Setup | None = None,
+    gc_freeze: bool = True,
     log_level: str | None = None,
     configure_logs: bool = True,
 ) -> T:
@@ -117,6 +120,13 @@ def run(
             import plugins); it may be ``async``. It must be importable (a
             module-level function), as local workers are new processes. If it
             raises, the system does not start.
+        gc_freeze: Once a node has started (imports, ``setup``, torch RPC),
+            move every object then alive out of reach of Python's cyclic
+            garbage collector (``gc.freeze()``). Those ~170,000 objects, mostly
+            torch's, live for the whole run; without this, each full
+            collection walks them all, which costs half the message
+            throughput. Frozen objects are never freed: set False if ``setup``
+            leaves cyclic garbage it expects collected.
         log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
         configure_logs: Configure structlog here (unless the program already did).
 
@@ -143,7 +153,7 @@ def run(
     )
     if setup is not None and not callable(setup):
         raise TypeError(f"setup must be a function of the node's rank, not {setup!r}")
-    plan = _Plan(config, options, setup)
+    plan = _Plan(config, options, setup, gc_freeze=gc_freeze)
     if all(var in os.environ for var in _TORCHRUN_VARS):
         world = _World(
             int(os.environ["RANK"]),
@@ -251,6 +261,8 @@ async def _start(transport: Transport, plan: _Plan, workers: list[Any] | None = 
             codes = ", ".join(f"{worker.name} exited with code {worker.exitcode}" for worker in dead)
             raise RuntimeError(f"actor system failed to start: {codes}")
     starting.result()
+    if plan.gc_freeze:
+        gc.freeze()  # what lives now lives all run: full collections need not walk it (see run's docs)
     if workers:
         host.node.on_peer_lost(lambda rank, why: _kill_lost(workers, rank))
     return system, host
