@@ -10,6 +10,7 @@ Usage:
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import sys
@@ -37,7 +38,12 @@ class Busy(actorch.Actor):
         return [started, time.monotonic()]
 
     async def prepared(self) -> dict[str, Any]:
-        return {"rank": self.ref.rank, "marker": os.environ.get("ACTORCH_TEST_SETUP"), "draw": torch.rand(1).item()}
+        return {
+            "rank": self.ref.rank,
+            "marker": os.environ.get("ACTORCH_TEST_SETUP"),
+            "draw": torch.rand(1).item(),
+            "frozen": gc.get_freeze_count(),
+        }
 
 
 def setup(rank: int) -> None:
@@ -88,7 +94,7 @@ def main() -> None:
     elif mode == "setup":
         value = {
             "sync": actorch.run(prepared, world_size=3, setup=setup),
-            "async": actorch.run(prepared, world_size=2, setup=async_setup),
+            "async": actorch.run(prepared, world_size=2, setup=async_setup, gc_freeze=False),
         }
     elif mode == "setup-fails":
         try:
