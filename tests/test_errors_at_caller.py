@@ -8,6 +8,8 @@ import time
 import pytest
 
 import actorch
+from actorch._actors.actor import endpoints_of
+from actorch._engine.endpoints import check_call
 from actorch.testing import LocalWorld, local_world
 
 
@@ -294,3 +296,40 @@ async def test_handler_exception_whose_class_needs_arguments_still_reaches_the_c
             await faulty.call(endpoint)
     assert info.value.type_name.endswith(("GroupError", "NeedyError"))
     assert await faulty.call(Faulty.echo, 1) == 1
+
+
+class Shapes(actorch.Actor):
+    async def pair(self, x: int, y: int = 1) -> None: ...
+
+    async def many(self, *xs: int) -> None: ...
+
+    async def keyed(self, x: int, *, k: int) -> None: ...
+
+    async def keyed_default(self, x: int, *, k: int = 3) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "args", "kwargs", "fits"),
+    [
+        ("pair", (), {}, False),
+        ("pair", (1,), {}, True),
+        ("pair", (1, 2), {}, True),
+        ("pair", (1, 2, 3), {}, False),
+        ("pair", (), {"x": 1}, True),
+        ("many", (), {}, True),
+        ("many", tuple(range(50)), {}, True),
+        ("keyed", (1,), {}, False),
+        ("keyed", (1,), {"k": 2}, True),
+        ("keyed_default", (1,), {}, True),
+        ("keyed_default", (1, 2), {}, False),
+    ],
+)
+def test_tell_checks_the_arguments_against_the_signature(
+    endpoint: str, args: tuple[object, ...], kwargs: dict[str, object], fits: bool
+) -> None:
+    endpoints = endpoints_of(Shapes)
+    if fits:
+        check_call(endpoints, endpoint, args, kwargs, "Shapes")
+    else:
+        with pytest.raises(actorch.EndpointError, match="bad arguments"):
+            check_call(endpoints, endpoint, args, kwargs, "Shapes")

@@ -37,9 +37,11 @@ def test_setup_runs_on_every_node_before_its_actors_are_built() -> None:
         for node in nodes:
             torch.manual_seed(1000 + node["rank"])
             assert node["draw"] == pytest.approx(torch.rand(1).item()), (flavour, node)
-    # gc_freeze (on for "sync"): what lived once each node had started is out of the collector's reach
-    assert all(node["frozen"] > 10_000 for node in returned["sync"]["nodes"]), returned["sync"]
+    # tune_gc (on for "sync"): what lived once each node had started is out of the collector's reach,
+    # and the young generation is collected less often; off, a fresh worker keeps Python's defaults
+    assert all(node["frozen"] > 10_000 and node["young"] == 10_000 for node in returned["sync"]["nodes"]), returned
     assert returned["async"]["nodes"][1]["frozen"] == 0, returned["async"]  # rank 0 ran the first world too
+    assert returned["async"]["nodes"][1]["young"] == 700, returned["async"]
 
 
 @pytest.mark.timeout(120)

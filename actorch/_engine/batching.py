@@ -299,7 +299,7 @@ class Batcher:
     def _answer(self, member: Message, value: Any) -> None:
         run = member.batch
         if run is not None and run.discard(member) and member.reply is not None:
-            member.reply.result(value)
+            member.reply.result(member, value)
 
     def _deliver_results(self, endpoint: str, members: list[Message], results: Any) -> None:
         try:

@@ -42,7 +42,7 @@ class CallReply(Reply):
         self.call_id = call_id
         self.port = port
 
-    def result(self, value: Any) -> None:
+    def result(self, message: Message, value: Any) -> None:
         """Encode the handler's result and send it (its own error if it cannot be sent)."""
         callee = self.callee
         if not callee.answering(self):
@@ -59,7 +59,7 @@ class CallReply(Reply):
             return
         callee.send_reply(self, [REPLY, self.call_id, True, body], tensors)
 
-    def error(self, exc: BaseException, origin: Origin) -> None:
+    def error(self, message: Message, exc: BaseException, origin: Origin) -> None:
         """Send the error back."""
         if self.callee.answering(self):
             self.callee.send_reply(self, [REPLY, self.call_id, False, error_payload(exc, origin)], None)
@@ -97,12 +97,12 @@ class Callee(NodeSide):
                 port.expect()
         else:
             self.tells_received += 1
-            received.reply = TellDone(self.flow, self.log, src, actor_id, label, received)
+            received.reply = self._tell_done(cell, src, actor_id, label)
         if cell is None:
             if is_call:
                 self.log.info("call refused: actor stopped", src=src, actor=label, endpoint=endpoint)
             gone = ActorStoppedError(f"no longer hosts actor #{actor_id}; {endpoint!r} refused (node {self.rank})")
-            received.reply.error(gone, Origin.GONE)
+            received.reply.error(received, gone, Origin.GONE)
             return
         if body is not None:
             size = message_size(body, tensors)
@@ -135,6 +135,15 @@ class Callee(NodeSide):
         """Node ``rank`` was lost: nobody waits for the handlers serving its calls any more."""
         for src, call_id in [key for key in self.incoming if key[0] == rank]:
             self.on_cancel(src, call_id)
+
+    def _tell_done(self, cell: Cell | None, src: int, actor_id: int, label: str) -> Reply:
+        """What ends the tells from ``src`` to an actor: one shared by all of them, kept with the actor."""
+        if cell is None:
+            return TellDone(self.flow, self.log, src, actor_id, label)
+        reply = cell.tell_replies.get(src)
+        if reply is None:
+            reply = cell.tell_replies[src] = TellDone(self.flow, self.log, src, actor_id, label)
+        return reply
 
     def close(self) -> None:
         """This node shuts down: nothing more is answered."""

@@ -151,8 +151,10 @@ class Caller(NodeSide):
                 raise self._mailbox_full(endpoint, label)
             if body is not None:
                 args, kwargs = self.codec.decode(body, tensors or [], self)
-            message = Message(endpoint, args, kwargs, self.new_key(), (), None, None)
-            message.reply = TellDone(self.flow, self.log, None, actor_id, label, message)
+            reply = cell.tell_replies.get(None)
+            if reply is None:
+                reply = cell.tell_replies[None] = TellDone(self.flow, self.log, None, actor_id, label)
+            message = Message(endpoint, args, kwargs, self.new_key(), (), None, reply)
             self.tells_sent += 1
             cell.deliver(message)
             return

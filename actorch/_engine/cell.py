@@ -23,7 +23,7 @@ from actorch._base.errors import ActorStoppedError, EndpointError, describe
 from actorch._engine.batching import Batched, Batcher
 from actorch._engine.endpoints import Endpoint, unknown_endpoint
 from actorch._engine.inline import InlineCalls
-from actorch._engine.message import CallContext, Message, Origin, current_call
+from actorch._engine.message import CallContext, Message, Origin, Reply, current_call
 from actorch._engine.wire import is_refusal
 from actorch._transport.autograd import NO_CONTEXT, bound
 from actorch._transport.base import PORT_HOLD
@@ -70,6 +70,7 @@ class Cell:
         "running",
         "stopping",
         "tasks",
+        "tell_replies",
         "unbegun",
     )
 
@@ -114,6 +115,7 @@ class Cell:
         self.inline = InlineCalls()
         self.idle: asyncio.Future[None] | None = None
         self.idle_at = 0
+        self.tell_replies: dict[int | None, Reply] = {}  # one per node that tells this actor (None: its own)
 
     def __repr__(self) -> str:
         return f"<Cell {self.label} running={self.running} queued={len(self.queue)}>"
@@ -318,7 +320,7 @@ class Cell:
             self.check_fatal(exc)
         else:
             if message.reply is not None:
-                message.reply.result(result)
+                message.reply.result(message, result)
         finally:
             current_call.reset(token)
             inherited_deadline.reset(deadline_token)
@@ -383,7 +385,7 @@ class Cell:
         if is_refusal(exc, origin):
             self.log.warning("message refused", actor=self.label, endpoint=message.endpoint, error=describe(exc))
         if message.reply is not None:
-            message.reply.error(exc, origin)
+            message.reply.error(message, exc, origin)
 
     def refuse_all(self) -> None:
         """Refuse every message from now on: the actor is stopping or gone."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -50,6 +51,10 @@ def check_call(
         return
     if handler is None:
         raise EndpointError(unknown_endpoint(endpoint, label, endpoints))
+    if not kwargs:
+        least, most = _positional_range(handler)
+        if least <= len(args) <= most:
+            return  # the common case, without binding a signature
     try:
         _signature(handler).bind(None, *args, **kwargs)
     except TypeError as exc:
@@ -59,3 +64,22 @@ def check_call(
 @functools.lru_cache(maxsize=1024)
 def _signature(handler: Callable[..., Any]) -> inspect.Signature:
     return inspect.signature(handler)
+
+
+@functools.lru_cache(maxsize=1024)
+def _positional_range(handler: Callable[..., Any]) -> tuple[float, float]:
+    """How many positional arguments ``handler`` takes after ``self`` when given no keyword: (least, most).
+
+    ``(1, 0)``, which nothing fits, when a keyword-only parameter is required.
+    """
+    least, most = 0, 0.0
+    for parameter in list(_signature(handler).parameters.values())[1:]:
+        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            most += 1
+            if parameter.default is parameter.empty:
+                least = int(most)
+        elif parameter.kind is parameter.VAR_POSITIONAL:
+            most = math.inf
+        elif parameter.kind is parameter.KEYWORD_ONLY and parameter.default is parameter.empty:
+            return 1, 0
+    return least, most

@@ -38,12 +38,12 @@ class Reply:
 
     __slots__ = ()
 
-    def result(self, value: Any) -> None:
-        """The handler returned ``value``."""
+    def result(self, message: Message, value: Any) -> None:
+        """The handler of ``message`` returned ``value``."""
         raise NotImplementedError
 
-    def error(self, exc: BaseException, origin: Origin) -> None:
-        """The message ended with ``exc``."""
+    def error(self, message: Message, exc: BaseException, origin: Origin) -> None:
+        """``message`` ended with ``exc``."""
         raise NotImplementedError
 
 

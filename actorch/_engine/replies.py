@@ -24,34 +24,32 @@ class LocalReply(Reply):
     def __init__(self, future: asyncio.Future[Any]) -> None:
         self.future = future
 
-    def result(self, value: Any) -> None:
+    def result(self, message: Message, value: Any) -> None:
         """Hand the caller the handler's result."""
         if not self.future.done():
             self.future.set_result(value)
 
-    def error(self, exc: BaseException, origin: Origin) -> None:
+    def error(self, message: Message, exc: BaseException, origin: Origin) -> None:
         """Raise ``exc`` at the caller, as a ``RemoteError`` if the handler raised it."""
         if not self.future.done():
             self.future.set_exception(handler_error(exc) if origin == Origin.HANDLER else exc)
 
 
 class TellDone(Reply):
-    """A tell is done with: its mailbox slot goes back (a credit to its node, or ours); a failure is logged.
+    """Tells from one node to one actor are done with: each one's mailbox slot goes back, a failure is logged.
 
-    ``src`` is the rank the tell came from, or None for a tell from this node.
+    ``src`` is the rank the tells came from, or None for tells from this node.
+    One is shared by all such tells: it holds nothing of a single message.
     """
 
-    __slots__ = ("actor_id", "flow", "label", "log", "message", "src")
+    __slots__ = ("actor_id", "flow", "label", "log", "src")
 
-    def __init__(
-        self, flow: FlowControl, log: Any, src: int | None, actor_id: int, label: str, message: Message
-    ) -> None:
+    def __init__(self, flow: FlowControl, log: Any, src: int | None, actor_id: int, label: str) -> None:
         self.flow = flow
         self.log = log
         self.src = src
         self.actor_id = actor_id
         self.label = label
-        self.message = message
 
     def _done(self) -> None:
         if self.src is None:
@@ -59,15 +57,15 @@ class TellDone(Reply):
         else:
             self.flow.owe(self.src, self.actor_id)
 
-    def result(self, value: Any) -> None:
+    def result(self, message: Message, value: Any) -> None:
         """The handler returned: nobody waits for the value."""
         self._done()
 
-    def error(self, exc: BaseException, origin: Origin) -> None:
+    def error(self, message: Message, exc: BaseException, origin: Origin) -> None:
         """The tell failed: log it, unless the runtime refused it (it logged that already)."""
         self._done()
         if not is_refusal(exc, origin):
-            log_tell_failure(self.log, self.label, self.message, exc, origin)
+            log_tell_failure(self.log, self.label, message, exc, origin)
 
 
 def log_tell_failure(log: Any, label: str, message: Message, exc: BaseException, origin: Origin) -> None:

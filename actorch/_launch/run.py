@@ -42,6 +42,8 @@ _QUIET_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR"}
 SHUTDOWN_TIMEOUT = 5.0
 """Seconds past the actors' own bounds (``2 * stop_grace``) that a node's shutdown may take."""
 JOIN_TIMEOUT = 10.0
+YOUNG_GC_THRESHOLD = 10_000
+"""Allocations between two collections of the young generation when ``run`` tunes the collector (Python: 700)."""
 
 
 Setup = Callable[[int], object]
@@ -55,7 +57,7 @@ class _Plan:
     config: SystemConfig
     options: RpcOptions
     setup: Setup | None
-    gc_freeze: bool = True
+    tune_gc: bool = True
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def run(
     rpc_timeout: float = 60.0,
     rpc_threads: int = 4,
     setup: Setup | None = None,
-    gc_freeze: bool = True,
+    tune_gc: bool = True,
     log_level: str | None = None,
     configure_logs: bool = True,
 ) -> T:
@@ -120,13 +122,15 @@ def run(
             import plugins); it may be ``async``. It must be importable (a
             module-level function), as local workers are new processes. If it
             raises, the system does not start.
-        gc_freeze: Once a node has started (imports, ``setup``, torch RPC),
-            move every object then alive out of reach of Python's cyclic
-            garbage collector (``gc.freeze()``). Those ~170,000 objects, mostly
-            torch's, live for the whole run; without this, each full
-            collection walks them all, which costs half the message
-            throughput. Frozen objects are never freed: set False if ``setup``
-            leaves cyclic garbage it expects collected.
+        tune_gc: Tune Python's cyclic garbage collector once a node has
+            started (imports, ``setup``, torch RPC): move every object then
+            alive out of its reach (``gc.freeze()``: ~170,000 objects, mostly
+            torch's, that each full collection would walk), and collect the
+            youngest generation every ``YOUNG_GC_THRESHOLD`` allocations
+            rather than Python's 700. Measured: twice the sustained message
+            throughput, and stopping 10,000 actors in half the time. Frozen
+            objects are never freed: set False if ``setup`` leaves cyclic
+            garbage it expects collected, or to keep Python's defaults.
         log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
         configure_logs: Configure structlog here (unless the program already did).
 
@@ -153,7 +157,7 @@ def run(
     )
     if setup is not None and not callable(setup):
         raise TypeError(f"setup must be a function of the node's rank, not {setup!r}")
-    plan = _Plan(config, options, setup, gc_freeze=gc_freeze)
+    plan = _Plan(config, options, setup, tune_gc=tune_gc)
     if all(var in os.environ for var in _TORCHRUN_VARS):
         world = _World(
             int(os.environ["RANK"]),
@@ -241,6 +245,13 @@ def _reap(workers: list[Any]) -> None:
             worker.join(1.0)
 
 
+def tune_gc() -> None:
+    """Freeze what lives now (it lives all run) and collect the young generation less often (see ``run``)."""
+    gc.freeze()
+    young, older, oldest = gc.get_threshold()
+    gc.set_threshold(max(young, YOUNG_GC_THRESHOLD), older, oldest)
+
+
 def _rpc_transport(world: _World, options: RpcOptions) -> RpcTransport:
     return RpcTransport(world.rank, world.world_size, world.host, world.port, options)
 
@@ -261,8 +272,8 @@ async def _start(transport: Transport, plan: _Plan, workers: list[Any] | None = 
             codes = ", ".join(f"{worker.name} exited with code {worker.exitcode}" for worker in dead)
             raise RuntimeError(f"actor system failed to start: {codes}")
     starting.result()
-    if plan.gc_freeze:
-        gc.freeze()  # what lives now lives all run: full collections need not walk it (see run's docs)
+    if plan.tune_gc:
+        tune_gc()
     if workers:
         host.node.on_peer_lost(lambda rank, why: _kill_lost(workers, rank))
     return system, host

@@ -43,6 +43,7 @@ class Busy(actorch.Actor):
             "marker": os.environ.get("ACTORCH_TEST_SETUP"),
             "draw": torch.rand(1).item(),
             "frozen": gc.get_freeze_count(),
+            "young": gc.get_threshold()[0],
         }
 
 
@@ -94,7 +95,7 @@ def main() -> None:
     elif mode == "setup":
         value = {
             "sync": actorch.run(prepared, world_size=3, setup=setup),
-            "async": actorch.run(prepared, world_size=2, setup=async_setup, gc_freeze=False),
+            "async": actorch.run(prepared, world_size=2, setup=async_setup, tune_gc=False),
         }
     elif mode == "setup-fails":
         try:
