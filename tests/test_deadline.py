@@ -9,7 +9,7 @@ import asyncio
 import anyio
 import pytest
 
-from actorch._base.deadline import current_deadline, inherited_deadline
+from actorch._base.deadline import PastDeadlineError, current_deadline, inherited_deadline, within
 
 
 def remaining() -> float:
@@ -127,3 +127,34 @@ async def test_current_deadline_outside_a_task_is_the_inherited_one() -> None:
         inherited_deadline.reset(token)
     async with asyncio.timeout(5):
         assert await seen == 123.0
+
+
+async def test_within_cancels_a_handler_past_its_deadline_and_says_so() -> None:
+    loop = asyncio.get_running_loop()
+    cancelled = asyncio.Event()
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    with pytest.raises(PastDeadlineError):
+        await within(slow(), loop.time() + 0.01)
+    assert cancelled.is_set()
+
+
+async def test_within_passes_a_handlers_own_timeout_error_and_result_through() -> None:
+    loop = asyncio.get_running_loop()
+
+    async def own_timeout() -> None:
+        raise TimeoutError("mine")
+
+    async def answer() -> int:
+        return 42
+
+    with pytest.raises(TimeoutError, match="mine") as info:
+        await within(own_timeout(), loop.time() + 5)
+    assert not isinstance(info.value, PastDeadlineError)
+    assert await within(answer(), loop.time() + 5) == 42

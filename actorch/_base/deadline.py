@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Sized
+import sys
+from collections.abc import Awaitable, Callable, Sized
 from contextvars import ContextVar
 from typing import Any
 
 import anyio
 
-__all__ = ["current_deadline", "deadline_of", "inherited_deadline", "outer_deadline"]
+__all__ = ["PastDeadlineError", "current_deadline", "deadline_of", "inherited_deadline", "outer_deadline", "within"]
+
+_running_loop = asyncio.events._get_running_loop
+if sys.version_info < (3, 12):  # asyncio.current_task() reads this dict (later versions keep tasks elsewhere)
+    _current_task: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None] = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]
+else:  # pragma: no cover - newer Pythons
+    _current_task = asyncio.current_task
 
 inherited_deadline: ContextVar[float | None] = ContextVar("actorch_deadline", default=None)
 """Deadline (event-loop time) that a handler inherited from its caller, if any."""
@@ -70,5 +77,28 @@ def current_deadline() -> float | None:
 
     Considers ``asyncio.timeout``/``timeout_at`` scopes, anyio cancel scopes
     (``fail_after``, ``move_on_after``) and a deadline inherited from a remote caller.
+    Every call reads it, so it is :func:`deadline_of` with the current task spelled out.
     """
-    return deadline_of(asyncio.current_task(), outer_deadline())
+    earliest = outer_deadline()
+    loop = _running_loop()
+    if loop is not None:
+        task = _current_task(loop)
+        if task is not None and getattr(loop, "_scheduled", None):
+            earliest = min(earliest, _asyncio_timeout_deadline(loop, task))
+    return None if earliest == math.inf else earliest
+
+
+class PastDeadlineError(TimeoutError):
+    """A handler ran past the deadline it was run :func:`within` (not a ``TimeoutError`` of its own)."""
+
+
+async def within(handler: Awaitable[Any], deadline: float) -> Any:
+    """Await ``handler`` until ``deadline`` (event-loop time); past it, cancel it and raise ``PastDeadlineError``."""
+    timeout = asyncio.timeout_at(deadline)
+    try:
+        async with timeout:
+            return await handler
+    except TimeoutError:
+        if timeout.expired():
+            raise PastDeadlineError from None
+        raise

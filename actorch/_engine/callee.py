@@ -8,7 +8,7 @@ messages of their own.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from actorch._base.errors import ActorStoppedError, MessageTooLargeError, SerializationError
 from actorch._engine.cell import Cell
@@ -24,11 +24,8 @@ BATCH_REPLY_HOLD = 0.1
 """Seconds past a batched endpoint's ``max_wait`` that a received bundle waits for the batch's replies."""
 
 
-class Received(NamedTuple):
-    """A call this node received and has not answered yet."""
-
-    cell: Cell
-    message: Message
+Received = tuple[Cell, Message]
+"""A call this node received and has not answered yet: the actor's cell, and the message."""
 
 
 class CallReply(Reply):
@@ -47,8 +44,11 @@ class CallReply(Reply):
         callee = self.callee
         if not callee.answering(self):
             return
+        if value is None:
+            callee.send_reply(self, [REPLY, self.call_id, True, None], None)
+            return
         try:
-            body, tensors = callee.codec.encode(value, cpu_only=callee.cpu_only) if value is not None else (None, None)
+            body, tensors = callee.codec.encode(value, cpu_only=callee.cpu_only)
             check_size(
                 body, tensors, callee.max_message_size, "the result of call {} from node {}", self.call_id, self.src
             )
@@ -119,7 +119,7 @@ class Callee(NodeSide):
                 cell.fail(received, SerializationError(f"arguments for {endpoint!r} of {cell.label}: {exc}"))
                 return
         if is_call:
-            self.incoming[(src, call_id)] = Received(cell, received)
+            self.incoming[(src, call_id)] = (cell, received)
             spec = cell.batched.get(endpoint) if cell.batched else None
             if spec is not None and port is not None:
                 port.hold(spec.max_wait + BATCH_REPLY_HOLD)  # the batch's reply rides back on this bundle's response
@@ -129,7 +129,7 @@ class Callee(NodeSide):
         """The caller of a received call gave up: drop the message, or cancel its handler."""
         received = self.incoming.pop((src, call_id), None)
         if received is not None:
-            received.cell.cancel(received.message)
+            received[0].cancel(received[1])
 
     def cancel_from(self, rank: int) -> None:
         """Node ``rank`` was lost: nobody waits for the handlers serving its calls any more."""

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from actorch._base.deadline import inherited_deadline
+from actorch._base.deadline import PastDeadlineError, inherited_deadline, within
 from actorch._base.errors import ActorStoppedError, EndpointError, describe
 from actorch._engine.batching import Batched, Batcher
 from actorch._engine.endpoints import Endpoint, unknown_endpoint
@@ -122,13 +122,8 @@ class Cell:
 
     def statistics(self) -> dict[str, int]:
         """Messages handled, running, queued (now and at most), restarts; calls answered in batches."""
-        counts = {
-            "handled": self.handled,
-            "running": self.running,
-            "queued": len(self.queue),
-            "queued_peak": self.queued_peak,
-            "restarts": self.restarts,
-        }
+        counts = {"handled": self.handled, "running": self.running, "queued": len(self.queue)}
+        counts.update(queued_peak=self.queued_peak, restarts=self.restarts)
         if self.batcher is not None:
             counts["batched_calls"] = self.batcher.calls
         return counts
@@ -248,8 +243,10 @@ class Cell:
 
     # ------------------------------------------------------------------ handling
 
-    def open(self, endpoint: str, args: Any, kwargs: dict[str, Any], autograd: int = NO_CONTEXT) -> Any:
-        """Start the handler (in its call's autograd context), or raise ``EndpointError`` (unknown, private, bad)."""
+    def open(
+        self, endpoint: str, args: Any, kwargs: Any, autograd: int = NO_CONTEXT, deadline: float | None = None
+    ) -> Any:
+        """Start the handler (in its call's autograd context, within its deadline), or raise ``EndpointError``."""
         handler = self.endpoints.get(endpoint)
         if handler is None:
             raise EndpointError(unknown_endpoint(endpoint, self.label, [*self.endpoints, *self.batched]))
@@ -257,7 +254,9 @@ class Cell:
             coroutine = handler(self.instance, *args, **kwargs)
         except TypeError as exc:
             raise EndpointError(f"bad arguments for {endpoint!r} of {self.label}: {exc}") from None
-        return coroutine if autograd == NO_CONTEXT else bound(coroutine, autograd)
+        if autograd != NO_CONTEXT:
+            coroutine = bound(coroutine, autograd)
+        return coroutine if deadline is None else within(coroutine, deadline)
 
     async def work(self, message: Message | None) -> None:
         """A mailbox worker: handle ``message``, then queued messages while the mailbox allows.
@@ -276,11 +275,24 @@ class Cell:
             while message is not None:
                 message.task = task
                 try:
-                    if message.runs is None:
-                        await self._handle(message)
-                    else:
+                    if message.runs is not None:
                         assert self.batcher is not None
                         await self.batcher.run(message, message.runs)
+                    else:  # in this frame: no coroutine of its own per message
+                        token = current_call.set(CallContext(self.label, message.key, message.chain, message.endpoint))
+                        deadline_token = inherited_deadline.set(message.deadline)
+                        try:
+                            result = await self.open(
+                                message.endpoint, message.args, message.kwargs, message.autograd, message.deadline
+                            )
+                        except BaseException as exc:  # noqa: BLE001 - sorted out (and re-raised if need be) there
+                            self._handler_failed(message, exc)
+                        else:
+                            if message.reply is not None:
+                                message.reply.result(message, result)
+                        finally:
+                            current_call.reset(token)
+                            inherited_deadline.reset(deadline_token)
                 finally:
                     if message.cancelled:
                         task.uncancel()  # that cancellation was the message's, not the worker's
@@ -293,37 +305,21 @@ class Cell:
         finally:
             self.tasks.discard(task)
 
-    async def _handle(self, message: Message) -> None:
-        token = current_call.set(CallContext(self.label, message.key, message.chain, message.endpoint))
-        deadline_token = inherited_deadline.set(message.deadline)
-        timeout = None if message.deadline is None else asyncio.timeout_at(message.deadline)
-        try:
-            coroutine = self.open(message.endpoint, message.args, message.kwargs, message.autograd)
-            if timeout is None:
-                result = await coroutine
-            else:
-                async with timeout:
-                    result = await coroutine
-        except asyncio.CancelledError:
+    def _handler_failed(self, message: Message, exc: BaseException) -> None:
+        """Answer ``message``, whose handler raised ``exc``; re-raise what is the worker's own to end."""
+        if isinstance(exc, asyncio.CancelledError):
             self.fail(message, self.interrupted(message.endpoint, by_caller=message.cancelled))
             if not message.cancelled:
-                raise  # the worker itself is cancelled (the actor is stopping)
-        except EndpointError as exc:
+                raise exc  # the worker itself is cancelled (the actor is stopping)
+        elif isinstance(exc, EndpointError):
             self.fail(message, exc)
-        except TimeoutError as exc:
-            if timeout is not None and timeout.expired():
-                self.fail(message, TimeoutError(f"{message.endpoint!r} of {self.label} ran past its deadline"))
-            else:
-                self.fail(message, exc, Origin.HANDLER)
-        except Exception as exc:  # noqa: BLE001 - any handler error goes back to the caller
+        elif isinstance(exc, PastDeadlineError):
+            self.fail(message, TimeoutError(f"{message.endpoint!r} of {self.label} ran past its deadline"))
+        elif isinstance(exc, Exception):  # any handler error goes back to the caller
             self.fail(message, exc, Origin.HANDLER)
             self.check_fatal(exc)
         else:
-            if message.reply is not None:
-                message.reply.result(message, result)
-        finally:
-            current_call.reset(token)
-            inherited_deadline.reset(deadline_token)
+            raise exc  # KeyboardInterrupt, SystemExit: not the caller's to hear
 
     # ------------------------------------------------------------------ failure and stop
 
