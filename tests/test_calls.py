@@ -444,3 +444,15 @@ async def test_closing_an_unawaited_call_to_another_node_cancels_it(world: Local
     await wait_until_counts(slow, started=1, cancelled=1)
     assert pending.cancelled()  # type: ignore[attr-defined]
     assert world._hosts[0].node.caller.pending == {}
+
+
+async def test_a_call_made_in_another_thread_runs_on_the_nodes_loop(world: LocalWorld, on: int) -> None:
+    slow = await world[0].spawn(Slow, on=on)
+    loop = asyncio.get_running_loop()
+
+    def from_a_thread() -> tuple[bool, str]:
+        made = slow.call(Slow.sleep, 0)  # nothing of the loop's is touched from this thread
+        return isinstance(made, asyncio.Future), asyncio.run_coroutine_threadsafe(made, loop).result(5)
+
+    assert await asyncio.to_thread(from_a_thread) == (False, "slept")
+    assert world._hosts[0].node.caller.pending == {}

@@ -112,8 +112,9 @@ class ActorRef(Generic[A]):
         ``rpc_async`` would send it, and what it returns is both a future and a
         coroutine: ``asyncio.gather`` takes thousands of them without a task
         each, and ``create_task`` or a task group takes them too. Cancelling it
-        cancels the handler. A call to an actor on the caller's own node runs
-        when it is awaited. Either way, errors are raised where it is awaited.
+        cancels the handler. A call to an actor on the caller's own node, or one
+        made off the node's event loop (another thread), runs when it is
+        awaited there. Either way, errors are raised where it is awaited.
 
         The deadline is read where ``call`` is called, so calls made inside a
         deadline scope and awaited elsewhere (``asyncio.gather``, a task group)

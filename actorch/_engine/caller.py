@@ -66,6 +66,8 @@ class Caller(NodeSide):
         awaited. A call to this node's own actor runs when awaited: in the
         caller's task if the mailbox allows. ``deadline`` is the caller's.
         """
+        if asyncio.events._get_running_loop() is not self.loop:  # another thread: send once it runs on the loop
+            return self._call_on_loop(rank, actor_id, endpoint, args, kwargs, label, deadline)
         context = current_call.get()
         chain = context.child_chain() if context is not None else ()
         if rank == self.rank:
@@ -87,6 +89,19 @@ class Caller(NodeSide):
             call.settled()
             call.set_exception(exc)
         return call
+
+    async def _call_on_loop(
+        self,
+        rank: int,
+        actor_id: int,
+        endpoint: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        label: str,
+        deadline: float | None,
+    ) -> Any:
+        """A call made off the node's loop (``asyncio.run_coroutine_threadsafe``): made when this runs there."""
+        return await self.call(rank, actor_id, endpoint, args, kwargs, label, deadline)
 
     def _launch(
         self, call: RemoteCall[Any], body: Any, tensors: Any, chain: tuple[int, ...], deadline: float | None
