@@ -97,7 +97,11 @@ class Callee(NodeSide):
                 port.expect()
         else:
             self.tells_received += 1
-            received.reply = self._tell_done(cell, src, actor_id, label)
+            received.reply = (
+                TellDone(self.flow, self.log, src, actor_id, label)
+                if cell is None
+                else cell.tell_reply(src, self.flow, self.log)
+            )
         if cell is None:
             if is_call:
                 self.log.info("call refused: actor stopped", src=src, actor=label, endpoint=endpoint)
@@ -135,15 +139,6 @@ class Callee(NodeSide):
         """Node ``rank`` was lost: nobody waits for the handlers serving its calls any more."""
         for src, call_id in [key for key in self.incoming if key[0] == rank]:
             self.on_cancel(src, call_id)
-
-    def _tell_done(self, cell: Cell | None, src: int, actor_id: int, label: str) -> Reply:
-        """What ends the tells from ``src`` to an actor: one shared by all of them, kept with the actor."""
-        if cell is None:
-            return TellDone(self.flow, self.log, src, actor_id, label)
-        reply = cell.tell_replies.get(src)
-        if reply is None:
-            reply = cell.tell_replies[src] = TellDone(self.flow, self.log, src, actor_id, label)
-        return reply
 
     def close(self) -> None:
         """This node shuts down: nothing more is answered."""

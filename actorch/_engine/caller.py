@@ -26,7 +26,7 @@ from actorch._base.errors import (
 from actorch._engine.calls import RemoteCall
 from actorch._engine.flow import Target
 from actorch._engine.message import CallContext, Message, Origin, current_call
-from actorch._engine.replies import LocalReply, TellDone
+from actorch._engine.replies import LocalReply
 from actorch._engine.side import NodeSide, SideParts
 from actorch._engine.wire import CALL, CANCEL, TELL, check_size, handler_error, rebuild_error
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
@@ -37,7 +37,7 @@ __all__ = ["Caller"]
 class Caller(NodeSide):
     """Sends this node's calls and tells, and settles each call when its reply comes."""
 
-    __slots__ = ("_call_ids", "calls_sent", "pending", "tells_sent")
+    __slots__ = ("_abandon_call", "_call_ids", "calls_sent", "pending", "tells_sent")
 
     def __init__(self, parts: SideParts) -> None:
         super().__init__(parts)
@@ -45,6 +45,7 @@ class Caller(NodeSide):
         self.calls_sent = 0
         self.tells_sent = 0
         self._call_ids = itertools.count(1)
+        self._abandon_call = self._abandon  # bound once: every remote call holds it
 
     def __repr__(self) -> str:
         return f"<Caller node {self.rank} pending={len(self.pending)}>"
@@ -73,7 +74,7 @@ class Caller(NodeSide):
         if rank == self.rank:
             return self._call_local(actor_id, endpoint, args, kwargs, chain, label, deadline)
         target = (rank, actor_id)
-        call: RemoteCall[Any] = RemoteCall(self.loop, target, endpoint, label, self._abandon)
+        call: RemoteCall[Any] = RemoteCall(self.loop, target, endpoint, label, self._abandon_call)
         try:
             self._check_reachable(rank, endpoint, label)
             if args or kwargs:
@@ -166,9 +167,7 @@ class Caller(NodeSide):
                 raise self._mailbox_full(endpoint, label)
             if body is not None:
                 args, kwargs = self.codec.decode(body, tensors or [], self)
-            reply = cell.tell_replies.get(None)
-            if reply is None:
-                reply = cell.tell_replies[None] = TellDone(self.flow, self.log, None, actor_id, label)
+            reply = cell.tell_reply(None, self.flow, self.log)
             message = Message(endpoint, args, kwargs, self.new_key(), (), None, reply)
             self.tells_sent += 1
             cell.deliver(message)
@@ -189,8 +188,7 @@ class Caller(NodeSide):
             return  # the caller gave up (cancelled or timed out)
         self.flow.release(pending.target)
         pending.settled()
-        future = pending
-        if future.done():
+        if pending.done():
             return
         try:
             if not ok:
@@ -200,14 +198,14 @@ class Caller(NodeSide):
                     )
                 else:
                     error = rebuild_error(payload)
-                future.set_exception(error)
+                pending.set_exception(error)
                 return
-            future.set_result(None if payload is None else self.codec.decode(payload, tensors, self))
+            pending.set_result(None if payload is None else self.codec.decode(payload, tensors, self))
         except SerializationError as exc:
-            future.set_exception(exc)
+            pending.set_exception(exc)
         except Exception as exc:  # a reply we cannot read must still end the call, never hang it
             self.log.exception("unreadable reply", call=call_id, actor=pending.label, endpoint=pending.endpoint)
-            future.set_exception(
+            pending.set_exception(
                 SerializationError(f"the reply of {pending.label}.{pending.endpoint} could not be read: {exc!r}")
             )
 

@@ -22,8 +22,10 @@ from actorch._base.deadline import PastDeadlineError, inherited_deadline, within
 from actorch._base.errors import ActorStoppedError, EndpointError, describe
 from actorch._engine.batching import Batched, Batcher
 from actorch._engine.endpoints import Endpoint, unknown_endpoint
+from actorch._engine.flow import FlowControl
 from actorch._engine.inline import InlineCalls
 from actorch._engine.message import CallContext, Message, Origin, Reply, current_call
+from actorch._engine.replies import TellDone
 from actorch._engine.wire import is_refusal
 from actorch._transport.autograd import NO_CONTEXT, bound
 from actorch._transport.base import PORT_HOLD
@@ -122,8 +124,13 @@ class Cell:
 
     def statistics(self) -> dict[str, int]:
         """Messages handled, running, queued (now and at most), restarts; calls answered in batches."""
-        counts = {"handled": self.handled, "running": self.running, "queued": len(self.queue)}
-        counts.update(queued_peak=self.queued_peak, restarts=self.restarts)
+        counts = {
+            "handled": self.handled,
+            "running": self.running,
+            "queued": len(self.queue),
+            "queued_peak": self.queued_peak,
+            "restarts": self.restarts,
+        }
         if self.batcher is not None:
             counts["batched_calls"] = self.batcher.calls
         return counts
@@ -180,6 +187,13 @@ class Cell:
             self.start(queue.popleft())
 
     # ------------------------------------------------------------------ messages in
+
+    def tell_reply(self, src: int | None, flow: FlowControl, log: Any) -> Reply:
+        """What ends the tells from node ``src`` (None: this one) to this actor: one shared by all of them."""
+        reply = self.tell_replies.get(src)
+        if reply is None:
+            reply = self.tell_replies[src] = TellDone(flow, log, src, self.actor_id, self.label)
+        return reply
 
     def deliver(self, message: Message) -> None:
         """Take a message for this actor, or refuse it if the actor is stopping."""

@@ -57,7 +57,7 @@ class _Plan:
     config: SystemConfig
     options: RpcOptions
     setup: Setup | None
-    tune_gc: bool = True
+    tune_gc: bool
 
 
 @dataclass(frozen=True)
