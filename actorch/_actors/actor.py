@@ -10,7 +10,10 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import torch
+
 from actorch._base.config import is_count
+from actorch._base.devices import parse_device
 from actorch._engine.batching import Batched
 from actorch._engine.endpoints import Endpoint
 
@@ -18,7 +21,7 @@ if TYPE_CHECKING:
     from actorch._actors.ref import ActorRef
     from actorch._actors.system import ActorSystem
 
-__all__ = ["Actor", "attach", "class_path", "endpoints_of", "has_state_hooks"]
+__all__ = ["Actor", "attach", "class_path", "endpoints_of", "has_state_hooks", "place"]
 
 _HOOKS = frozenset({"on_start", "on_stop"})
 
@@ -31,6 +34,11 @@ class Actor:
     as the actor's first message. By default the actor handles one message at a
     time; set the class attribute ``max_concurrency`` to let handlers interleave
     at ``await`` points.
+
+    An actor has a :attr:`device`: the CPU unless the class says otherwise
+    (``device = "cuda:0"``) or it was spawned with ``device=`` or ``gpus=``.
+    Its hooks and handlers run with that device current, and tensors staged
+    through host memory on their way to it arrive on it.
 
     A handler that raises one of the class's ``fatal_errors`` fails the actor:
     it is restarted if it was spawned with a ``Restart`` policy, else stopped.
@@ -52,6 +60,9 @@ class Actor:
     fatal_errors: ClassVar[tuple[type[BaseException], ...]] = ()
     """Exceptions that, raised by a handler, mean the actor's state cannot be trusted: it fails."""
 
+    device: torch.device = torch.device("cpu")
+    """The actor's device (set it on the class as ``"cuda:0"``, or per actor with ``spawn(device=...)``)."""
+
     _actorch_endpoints: ClassVar[dict[str, Endpoint]] = {}
     _actorch_ref: ActorRef[Any]
     _actorch_system: ActorSystem
@@ -61,6 +72,11 @@ class Actor:
         concurrency = cls.__dict__.get("max_concurrency", cls.max_concurrency)
         if not is_count(concurrency):
             raise TypeError(f"{cls.__qualname__}.max_concurrency must be an int >= 1, not {concurrency!r}")
+        if "device" in cls.__dict__:
+            try:
+                cls.device = parse_device(cls.__dict__["device"], f"{cls.__qualname__}.device")
+            except ValueError as exc:
+                raise TypeError(str(exc)) from None
         fatal = cls.__dict__.get("fatal_errors", cls.fatal_errors)
         if not isinstance(fatal, tuple) or not all(
             isinstance(kind, type) and issubclass(kind, BaseException) for kind in fatal
@@ -127,3 +143,9 @@ def attach(instance: Actor, ref: ActorRef[Any], system: ActorSystem) -> None:
     """Give a new actor instance its ref and its node's system, before its ``__init__`` runs."""
     instance._actorch_ref = ref
     instance._actorch_system = system
+
+
+def place(instance: Actor, device: torch.device | None) -> None:
+    """Give a new actor instance the device it was spawned on (None: its class's), before its ``__init__`` runs."""
+    if device is not None:
+        instance.device = device

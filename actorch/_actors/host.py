@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from actorch._actors.actor import Actor, class_path, endpoints_of, has_state_hooks
+import torch
+
+from actorch._actors.actor import Actor, class_path, endpoints_of, has_state_hooks, place
 from actorch._actors.events import EventHub
 from actorch._actors.process_groups import ProcessGroups
 from actorch._actors.ref import SERVICE_ID, ActorRef, make_ref
@@ -27,6 +29,7 @@ from actorch._actors.restart import ActorExit, Restart
 from actorch._actors.service import NodeService
 from actorch._actors.supervisor import Supervisor
 from actorch._base.config import SystemConfig
+from actorch._base.devices import accelerator, on_device, parse_device
 from actorch._base.errors import ActorStoppedError, describe
 from actorch._engine.cell import CANCEL_WAIT, Cell
 from actorch._engine.message import CallContext, current_call
@@ -85,12 +88,22 @@ class ActorHost:
         restart: Restart | None = None,
         *,
         system_id: int | None = None,
+        device: str | None = None,
     ) -> ActorRef[A]:
-        """Build an actor of ``cls`` on this node and start it (again after a failed start, if ``restart`` allows)."""
+        """Build an actor of ``cls`` on this node and start it (again after a failed start, if ``restart`` allows).
+
+        ``device`` overrides the class's device; it must be one this node has.
+        """
         node = self.node
+        placed = self.check_device(cls, cls.device if device is None else parse_device(device))
         unborn = cls.__new__(cls)  # holds the cell's place until an instance has started
         cell = node.add_actor(
-            unborn, endpoints_of(cls), name=name, max_concurrency=cls.max_concurrency, actor_id=system_id
+            unborn,
+            endpoints_of(cls),
+            name=name,
+            max_concurrency=cls.max_concurrency,
+            actor_id=system_id,
+            device=placed,
         )
         ref: ActorRef[A] = make_ref(node.caller, self.rank, cell.actor_id, name, class_path(cls))
         self._bind(unborn, ref)
@@ -115,6 +128,18 @@ class ActorHost:
             self.supervisor.adopt(cell.actor_id, cls, args, kwargs, restart)
         return ref
 
+    def check_device(self, cls: type[Actor], device: torch.device) -> torch.device:
+        """``device`` if this node has it (the CPU always); else ``ValueError`` naming what it has."""
+        if device.type == "cpu":
+            return device
+        have = self.node.transport.peers()[self.rank].devices
+        if str(device) not in have:
+            raise ValueError(
+                f"cannot place {cls.__qualname__} on {device}: node {self.rank} has "
+                f"{', '.join(have) if have else 'no GPU'}"
+            )
+        return device
+
     async def start_instance(
         self, cell: Cell, cls: type[Actor], args: tuple[Any, ...], kwargs: dict[str, Any], kept: tuple[Any] | None
     ) -> None:
@@ -126,6 +151,7 @@ class ActorHost:
         old = cell.instance
         instance = cls.__new__(cls)
         self._bind(instance, make_ref(self.node.caller, self.rank, cell.actor_id, cell.name, class_path(cls)))
+        place(instance, cell.device)
         instance.__init__(*args, **kwargs)  # type: ignore[misc]
         cell.instance = instance
         try:
@@ -148,16 +174,18 @@ class ActorHost:
         context = current_call.get()
         chain = context.child_chain() if context is not None else ()
         cell.enter(key)
-        token = current_call.set(CallContext(cell.label, key, chain, hook))
+        token = current_call.set(CallContext(cell.label, key, chain, hook, cell.device))
         # Actor's own no-op hooks return at once: no timer for them, as every armed
         # timer is one more that each call made meanwhile looks through for deadlines.
         own = getattr(type(cell.instance), hook, None) is not getattr(Actor, hook, None)
         scope = asyncio.timeout(limit if own else None)
         try:
+            if cell.device is not None:
+                accelerator().make_current(cell.device)
             result = getattr(cell.instance, hook)(*args)
             if inspect.isawaitable(result):
                 async with scope:
-                    result = await result
+                    result = await on_device(result, cell.device)
         except Exception as exc:
             if raise_errors:
                 raise

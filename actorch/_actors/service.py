@@ -21,9 +21,16 @@ class ServiceBackend(Protocol):
     rank: int
 
     async def build(
-        self, cls: type[Actor], args: tuple[Any, ...], kwargs: dict[str, Any], name: str | None, restart: Restart | None
+        self,
+        cls: type[Actor],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        name: str | None,
+        restart: Restart | None,
+        *,
+        device: str | None = None,
     ) -> ActorRef[Any]:
-        """Build and start an actor here."""
+        """Build and start an actor here (on ``device``, if given)."""
 
     async def stop_actor(self, actor_id: int, exit_: ActorExit) -> None:
         """Stop a local actor, if it is still here."""
@@ -50,13 +57,19 @@ class NodeService(Actor):
         self._backend = backend
 
     async def spawn(
-        self, path: str, args: list[Any], kwargs: dict[str, Any], name: str | None, restart: Restart | None = None
+        self,
+        path: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        name: str | None,
+        restart: Restart | None = None,
+        device: str | None = None,
     ) -> ActorRef[Any]:
-        """Build an actor of the class at ``path`` here and run its ``on_start``."""
+        """Build an actor of the class at ``path`` here (on ``device``, if given) and run its ``on_start``."""
         cls = resolve_class(path)
         if cls is None:
             raise ImportError(f"cannot import actor class {path!r} on node {self._backend.rank}")
-        return await self._backend.build(cls, tuple(args), kwargs, name, restart)
+        return await self._backend.build(cls, tuple(args), kwargs, name, restart, device=device)
 
     async def stop_actor(self, actor_id: int) -> None:
         """Stop a local actor: drain it, run ``on_stop``, release its name."""

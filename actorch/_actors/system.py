@@ -23,11 +23,13 @@ from actorch._actors.restart import Restart
 from actorch._actors.service import NodeService
 from actorch._base.config import SystemConfig
 from actorch._base.deadline import current_deadline
+from actorch._base.devices import parse_device
 from actorch._base.errors import ActorNotFoundError, NodeLostError
 from actorch._base.names import check_name, compile_pattern
 from actorch._transport.base import NodeInfo, Transport
 
 if TYPE_CHECKING:
+    import torch
     import torch.distributed as dist
 
 __all__ = ["ActorSystem", "NodeInfo", "open_system"]
@@ -96,6 +98,7 @@ class ActorSystem:
         name: str | None = None,
         on: int | None = None,
         restart: Restart | None = None,
+        device: str | torch.device | None = None,
     ) -> ActorRef[A]:
         """Build an actor of class ``cls`` on node ``on`` (default: this node) and start it.
 
@@ -110,12 +113,16 @@ class ActorSystem:
                 stops it instead. With a policy, a first start that raises is
                 tried again the same way, and ``spawn`` returns once the actor
                 has started, or raises the last error when the policy is used up.
+            device: The actor's device (``"cuda:1"``), instead of its class's
+                ``device``; node ``on`` must have it. The actor's hooks and
+                handlers run with it current, as ``self.device``.
 
         Raises:
             NameTakenError: ``name`` belongs to a live actor.
             InvalidNameError: ``name`` breaks the naming rule.
             NodeLostError: Node ``on`` was lost.
             RemoteError: ``__init__`` or ``on_start`` raised.
+            ValueError: ``device`` is not a device, or node ``on`` does not have it.
         """
         if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls in (NodeService, Registry):
             raise TypeError(f"spawn() takes an actorch.Actor subclass, not {cls!r}")
@@ -126,6 +133,7 @@ class ActorSystem:
             )
         if restart is not None and not isinstance(restart, Restart):
             raise TypeError(f"restart must be an actorch.Restart or None, not {restart!r}")
+        placed = None if device is None else str(parse_device(device))
         rank = self.rank if on is None else on
         if not isinstance(rank, int) or not 0 <= rank < self.world_size:
             raise ValueError(f"on={on!r} is not a rank of this system (0..{self.world_size - 1})")
@@ -136,7 +144,7 @@ class ActorSystem:
             await self._host.registry.call(Registry.reserve, name, rank)
         try:
             ref: ActorRef[A] = await self._host.services[rank].call(
-                NodeService.spawn, class_path(cls), list(args), dict(kwargs or {}), name, restart
+                NodeService.spawn, class_path(cls), list(args), dict(kwargs or {}), name, restart, placed
             )
         except BaseException:
             if name is not None:

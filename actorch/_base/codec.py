@@ -6,7 +6,9 @@ from storage. Objects only the transport can carry (torch RRefs) ride in the sam
 side list. Tuples, and classes registered with :func:`register_extension` (actor
 refs) or :func:`serializable` (dataclasses), are native; anything else msgpack
 cannot carry is pickled, unless the codec is strict, which refuses it with
-``SerializationError``.
+``SerializationError``. A tensor on an accelerator that its message's
+:class:`~actorch._base.devices.TensorRoute` does not carry directly is staged
+through host memory and marked so, for the receiver to move it to its device.
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ from typing import Any, TypeVar
 import msgpack
 import torch
 
+from actorch._base.devices import TensorRoute, accelerator
 from actorch._base.errors import SerializationError
 
-__all__ = ["Codec", "current_context", "register_extension", "register_side_type", "serializable"]
+__all__ = ["Codec", "current_context", "register_extension", "register_side_type", "serializable", "tensor_path"]
 
 _TENSOR = 0
 _TUPLE = 1
 _PICKLE = 2
 _SIDE = 3
+_STAGED = 4  # a tensor staged through host memory: the receiver moves it to its device
 _FIRST_USER_CODE = 16
 
 T = TypeVar("T")
@@ -131,15 +135,21 @@ class Codec:
     def __repr__(self) -> str:
         return f"<Codec strict={self.strict}>"
 
-    def encode(self, value: Any, *, copy_tensors: bool = False, cpu_only: bool = False) -> tuple[bytes, list[Any]]:
+    def encode(
+        self, value: Any, *, copy_tensors: bool = False, route: TensorRoute | None = None, arguments: bool = False
+    ) -> tuple[bytes, list[Any]]:
         """Encode ``value``; return its bytes and the tensors it references, in order.
 
         Args:
             value: Any value msgpack, the registered extensions or pickle can carry.
             copy_tensors: Send private copies of the tensors, so the sender may
                 mutate its own at once (used by fire-and-forget sends).
-            cpu_only: Refuse tensors that are not on the CPU (the transport
-                cannot carry them).
+            route: How tensors reach the destination node: accelerator tensors
+                it does not carry directly are staged through host memory (or
+                refused, if it is strict). None leaves every tensor as it is
+                (the destination shares this process).
+            arguments: ``value`` is ``[args, kwargs]``: a refused tensor's path
+                is named ``args[0]...`` rather than ``value[0][0]...``.
 
         Raises:
             SerializationError: If a part of ``value`` cannot be encoded.
@@ -147,14 +157,13 @@ class Codec:
         tensors: list[Any] = []
         strict = self.strict
         side_types = _side_types
+        staged_on: set[torch.device] = set()
 
         def default(obj: Any) -> Any:
             if isinstance(obj, torch.Tensor):
-                if cpu_only and obj.device.type != "cpu":
-                    raise SerializationError(
-                        f"a tensor on device {obj.device} cannot be sent to another node: move it to "
-                        "the CPU first (tensor.cpu()); device maps are not configured"
-                    )
+                if route is not None and obj.device.type != "cpu" and str(obj.device) not in route.direct:
+                    tensors.append(stage(obj))
+                    return msgpack.ExtType(_STAGED, (len(tensors) - 1).to_bytes(4, "little"))
                 tensors.append(obj.detach().clone() if copy_tensors else obj)
                 return msgpack.ExtType(_TENSOR, (len(tensors) - 1).to_bytes(4, "little"))
             if type(obj) is tuple:
@@ -176,16 +185,31 @@ class Codec:
             except Exception as exc:
                 raise SerializationError(f"cannot serialize {type(obj).__qualname__} value: {exc}") from exc
 
+        def stage(tensor: torch.Tensor) -> torch.Tensor:
+            assert route is not None
+            where = tensor_path(value, tensor, arguments=arguments)
+            if route.strict:
+                raise SerializationError(f"{where}: {route.refusal(tensor)}")
+            try:
+                host = accelerator().to_host(tensor.detach())
+            except (RuntimeError, NotImplementedError) as exc:
+                raise SerializationError(f"{where}: a tensor on {tensor.device} cannot be staged: {exc}") from exc
+            staged_on.add(tensor.device)
+            return host
+
         def nested(inner: Any) -> bytes:
             # A packer's buffer is not reentrant: nested values need their own.
             return msgpack.packb(inner, default=default, use_bin_type=True, strict_types=True)
 
         try:
-            return nested(value), tensors
+            data = nested(value)
         except SerializationError:
             raise
         except (TypeError, ValueError, OverflowError) as exc:
             raise SerializationError(f"cannot serialize value: {exc}") from exc
+        for device in staged_on:  # one wait per device, after every copy of the message was queued
+            accelerator().synchronize(device)
+        return data, tensors
 
     def encode_plain(self, value: Any) -> bytes:
         """Encode msgpack-native ``value`` (no tuples, tensors or extensions) quickly."""
@@ -196,13 +220,15 @@ class Codec:
         """Decode bytes made by :meth:`encode_plain` (tuples come back as lists)."""
         return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
 
-    def decode(self, data: bytes, tensors: list[Any], context: Any = None) -> Any:
+    def decode(self, data: bytes, tensors: list[Any], context: Any = None, device: torch.device | None = None) -> Any:
         """Decode bytes made by :meth:`encode`, taking tensors from ``tensors``.
 
         Args:
             data: The encoded bytes.
             tensors: The side list (tensors, transport objects) that travelled with them.
             context: Passed to extension decoders (the receiving node, for refs).
+            device: Where tensors staged through host memory go (the receiving
+                actor's device); None or the CPU leaves them on the host.
 
         Raises:
             SerializationError: If the bytes are malformed, or strict mode meets pickle.
@@ -212,6 +238,9 @@ class Codec:
         def ext_hook(code: int, payload: bytes) -> Any:
             if code in (_TENSOR, _SIDE):
                 return tensors[int.from_bytes(payload, "little")]
+            if code == _STAGED:
+                tensor = tensors[int.from_bytes(payload, "little")]
+                return tensor if device is None or device.type == "cpu" else accelerator().to_device(tensor, device)
             if code == _TUPLE:
                 return tuple(unpack(payload))
             if code == _PICKLE:
@@ -235,3 +264,32 @@ class Codec:
             raise SerializationError(f"cannot decode message: {exc!r}") from exc
         finally:
             _decoding_context.reset(token)
+
+
+def tensor_path(value: Any, target: torch.Tensor, *, arguments: bool = False) -> str:
+    """Where ``target`` sits inside ``value``, as ``args[0]['obs']`` (``arguments``) or ``value[1].field``."""
+    found = _find(value, target, [])
+    if found is None:
+        return "a tensor"
+    if arguments and found and found[0] in ("[0]", "[1]"):
+        head = "args" if found[0] == "[0]" else "kwargs"
+        return head + "".join(found[1:])
+    return "value" + "".join(found)
+
+
+def _find(value: Any, target: torch.Tensor, path: list[str]) -> list[str] | None:
+    if value is target:
+        return path
+    if isinstance(value, (list, tuple)):
+        items: Any = ((f"[{index}]", item) for index, item in enumerate(value))
+    elif isinstance(value, dict):
+        items = ((f"[{key!r}]", item) for key, item in value.items())
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = ((f".{field.name}", getattr(value, field.name)) for field in dataclasses.fields(value))
+    else:
+        return None
+    for step, item in items:
+        found = _find(item, target, [*path, step])
+        if found is not None:
+            return found
+    return None

@@ -13,13 +13,17 @@ import asyncio
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Generic, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 from actorch._base.config import is_count, is_number
 from actorch._base.deadline import inherited_deadline
+from actorch._base.devices import on_device
 from actorch._base.errors import ActorStoppedError, EndpointError
 from actorch._engine.message import BatchRun, CallContext, Message, Origin, current_call
 from actorch._transport.autograd import NO_CONTEXT, bound
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["BatchHost", "Batched", "Batcher", "batched"]
 
@@ -116,6 +120,7 @@ class BatchHost(Protocol):
     label: str
     instance: object
     loop: asyncio.AbstractEventLoop
+    device: torch.device | None
 
     def new_key(self) -> int:
         """A message key, unique in the system."""
@@ -247,11 +252,14 @@ class Batcher:
         timeout = None if latest is None else asyncio.timeout_at(latest)
         timers = [loop.call_at(m.deadline, self.time_out, [m]) for m in members if m.deadline is not None]
         chain = tuple(dict.fromkeys(key for member in members for key in member.chain))
-        token = current_call.set(CallContext(host.label, turn.key, chain, turn.endpoint))
+        token = current_call.set(CallContext(host.label, turn.key, chain, turn.endpoint, host.device))
         deadline_token = inherited_deadline.set(latest)
         self.calls += len(members)
         try:
-            coroutine = self.specs[turn.endpoint].__wrapped__(host.instance, [member.args[0] for member in members])
+            coroutine = on_device(
+                self.specs[turn.endpoint].__wrapped__(host.instance, [member.args[0] for member in members]),
+                host.device,
+            )
             context = next((member.autograd for member in members if member.autograd != NO_CONTEXT), NO_CONTEXT)
             if context != NO_CONTEXT:  # the run is recorded in its first caller's distributed autograd context
                 coroutine = bound(coroutine, context)

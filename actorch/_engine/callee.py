@@ -48,7 +48,7 @@ class CallReply(Reply):
             callee.send_reply(self, [REPLY, self.call_id, True, None], None)
             return
         try:
-            body, tensors = callee.codec.encode(value, cpu_only=callee.cpu_only)
+            body, tensors = callee.codec.encode(value, route=callee.transport.route(self.src))
             check_size(
                 body, tensors, callee.max_message_size, "the result of call {} from node {}", self.call_id, self.src
             )
@@ -118,7 +118,7 @@ class Callee(NodeSide):
                 cell.fail(received, refused)
                 return
             try:
-                received.args, received.kwargs = self.codec.decode(body, tensors, self._context)
+                received.args, received.kwargs = self.codec.decode(body, tensors, self._context, cell.device)
             except SerializationError as exc:
                 cell.fail(received, SerializationError(f"arguments for {endpoint!r} of {cell.label}: {exc}"))
                 return

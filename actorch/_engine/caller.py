@@ -75,10 +75,12 @@ class Caller(NodeSide):
             return self._call_local(actor_id, endpoint, args, kwargs, chain, label, deadline)
         target = (rank, actor_id)
         call: RemoteCall[Any] = RemoteCall(self.loop, target, endpoint, label, self._abandon_call)
+        if context is not None:
+            call.device = context.device
         try:
             self._check_reachable(rank, endpoint, label)
             if args or kwargs:
-                body, tensors = self.codec.encode([args, kwargs], cpu_only=self.cpu_only)
+                body, tensors = self.codec.encode([args, kwargs], route=self.transport.route(rank), arguments=True)
                 check_size(body, tensors, self.max_message_size, "call to {!r} of {}", endpoint, label)
             else:
                 body, tensors = None, None
@@ -152,7 +154,8 @@ class Caller(NodeSide):
         """Send ``endpoint`` a message without waiting; tensors are copied at once."""
         local = rank == self.rank
         if args or kwargs:
-            body, tensors = self.codec.encode([args, kwargs], copy_tensors=True, cpu_only=self.cpu_only and not local)
+            route = None if local else self.transport.route(rank)
+            body, tensors = self.codec.encode([args, kwargs], copy_tensors=True, route=route, arguments=True)
             if not local:
                 check_size(body, tensors, self.max_message_size, "tell of {!r} to {}", endpoint, label)
         else:
@@ -200,7 +203,7 @@ class Caller(NodeSide):
                     error = rebuild_error(payload)
                 pending.set_exception(error)
                 return
-            pending.set_result(None if payload is None else self.codec.decode(payload, tensors, self))
+            pending.set_result(None if payload is None else self.codec.decode(payload, tensors, self, pending.device))
         except SerializationError as exc:
             pending.set_exception(exc)
         except Exception as exc:  # a reply we cannot read must still end the call, never hang it
@@ -291,7 +294,7 @@ class Caller(NodeSide):
         assert task is not None
         cell.enter(key)
         cell.inline.enter(task)
-        token = current_call.set(CallContext(cell.label, key, chain, endpoint))
+        token = current_call.set(CallContext(cell.label, key, chain, endpoint, cell.device))
         deadline_token = inherited_deadline.set(deadline)  # for a caller that is another task
         try:
             try:

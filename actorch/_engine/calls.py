@@ -13,9 +13,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Generator
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._engine.flow import Target
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["RemoteCall"]
 
@@ -25,7 +28,7 @@ T = TypeVar("T")
 class RemoteCall(asyncio.Future[T], Coroutine[Any, Any, T]):
     """The result of a call sent to another node, to be awaited (or gathered, or made a task)."""
 
-    __slots__ = ("_abandon", "_steps", "call_id", "endpoint", "label", "target", "waiting")
+    __slots__ = ("_abandon", "_steps", "call_id", "device", "endpoint", "label", "target", "waiting")
 
     def __init__(
         self,
@@ -39,6 +42,7 @@ class RemoteCall(asyncio.Future[T], Coroutine[Any, Any, T]):
         self.target = target
         self.endpoint = endpoint
         self.label = label
+        self.device: torch.device | None = None  # where staged tensors of the result go: the calling actor's device
         self.call_id = 0  # 0 until sent
         self.waiting: asyncio.Task[None] | None = None  # sends it once the mailbox has room
         self._abandon: Callable[[RemoteCall[Any]], None] | None = abandon

@@ -16,9 +16,10 @@ import contextlib
 import functools
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actorch._base.deadline import PastDeadlineError, inherited_deadline, within
+from actorch._base.devices import on_device
 from actorch._base.errors import ActorStoppedError, EndpointError, describe
 from actorch._engine.batching import Batched, Batcher
 from actorch._engine.endpoints import Endpoint, unknown_endpoint
@@ -29,6 +30,9 @@ from actorch._engine.replies import TellDone
 from actorch._engine.wire import is_refusal
 from actorch._transport.autograd import NO_CONTEXT, bound
 from actorch._transport.base import PORT_HOLD
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["CANCEL_WAIT", "WORK_SLICE", "Cell", "FailureListener"]
 
@@ -51,6 +55,7 @@ class Cell:
         "actor_id",
         "batched",
         "batcher",
+        "device",
         "endpoints",
         "failure",
         "fatal",
@@ -89,8 +94,10 @@ class Cell:
         log: Any,
         new_key: Callable[[], int],
         on_fatal: FailureListener,
+        device: torch.device | None = None,
     ) -> None:
         self.actor_id = actor_id
+        self.device = device  # the actor's accelerator device (handlers run with it current); None: the CPU
         self.instance = instance  # the host puts a new instance here when it restarts the actor
         self.endpoints = {name: handler for name, handler in endpoints.items() if not isinstance(handler, Batched)}
         self.batched = {name: handler for name, handler in endpoints.items() if isinstance(handler, Batched)}
@@ -268,6 +275,8 @@ class Cell:
             coroutine = handler(self.instance, *args, **kwargs)
         except TypeError as exc:
             raise EndpointError(f"bad arguments for {endpoint!r} of {self.label}: {exc}") from None
+        if self.device is not None:
+            coroutine = on_device(coroutine, self.device)
         if autograd != NO_CONTEXT:
             coroutine = bound(coroutine, autograd)
         return coroutine if deadline is None else within(coroutine, deadline)
@@ -293,7 +302,9 @@ class Cell:
                         assert self.batcher is not None
                         await self.batcher.run(message, message.runs)
                     else:  # in this frame: no coroutine of its own per message
-                        token = current_call.set(CallContext(self.label, message.key, message.chain, message.endpoint))
+                        token = current_call.set(
+                            CallContext(self.label, message.key, message.chain, message.endpoint, self.device)
+                        )
                         deadline_token = inherited_deadline.set(message.deadline)
                         try:
                             result = await self.open(

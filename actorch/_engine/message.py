@@ -15,9 +15,12 @@ import enum
 import math
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actorch._transport.autograd import NO_CONTEXT
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["BatchRun", "CallContext", "Message", "Origin", "Reply", "current_call"]
 
@@ -48,15 +51,18 @@ class Reply:
 
 
 class CallContext:
-    """The call a handler is serving: its actor, its key and its chain of callers."""
+    """The call a handler is serving: its actor, its key, its chain of callers and the actor's device."""
 
-    __slots__ = ("chain", "endpoint", "key", "label")
+    __slots__ = ("chain", "device", "endpoint", "key", "label")
 
-    def __init__(self, label: str, key: int, chain: tuple[int, ...], endpoint: str) -> None:
+    def __init__(
+        self, label: str, key: int, chain: tuple[int, ...], endpoint: str, device: torch.device | None = None
+    ) -> None:
         self.label = label
         self.key = key
         self.chain = chain
         self.endpoint = endpoint
+        self.device = device  # the actor's accelerator device, if it has one: staged tensors it receives go there
 
     def __repr__(self) -> str:
         return f"<CallContext {self.label}.{self.endpoint} key={self.key:#x}>"

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
+import torch
 
 from actorch._base.codec import Codec
 from actorch._base.config import SystemConfig
@@ -88,8 +89,12 @@ class Node:
         name: str | None,
         max_concurrency: int,
         actor_id: int | None = None,
+        device: torch.device | None = None,
     ) -> Cell:
-        """Host ``instance`` and return its cell; its id is ``actor_id`` (a system actor's) or the next free one."""
+        """Host ``instance`` and return its cell; its id is ``actor_id`` (a system actor's) or the next free one.
+
+        ``device`` is the actor's accelerator device (None: the CPU).
+        """
         if self.closed:
             raise SystemClosedError(f"node {self.rank} is shut down")
         if actor_id is None:
@@ -107,6 +112,7 @@ class Node:
             log=self.log,
             new_key=self.new_key,
             on_fatal=self._actor_failed,
+            device=None if device is None or device.type == "cpu" else device,
         )
         self._cells[actor_id] = cell
         return cell

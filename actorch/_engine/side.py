@@ -39,7 +39,6 @@ class NodeSide:
         "cells",
         "closed",
         "codec",
-        "cpu_only",
         "flow",
         "log",
         "loop",
@@ -54,7 +53,6 @@ class NodeSide:
     def __init__(self, parts: SideParts) -> None:
         self.transport = parts.transport
         self.rank = parts.transport.rank
-        self.cpu_only = parts.transport.cpu_tensors_only
         self.codec = parts.codec
         self.pack = parts.codec.encode_plain
         self.flow = parts.flow

@@ -30,7 +30,7 @@ from actorch._transport.base import Transport
 from actorch._transport.inprocess import InProcessHub
 from actorch._transport.network import listen_socket
 from actorch._transport.rpc import RpcTransport
-from actorch._transport.rpc_setup import RpcOptions
+from actorch._transport.rpc_setup import DeviceMapSpec, RpcOptions
 
 __all__ = ["run"]
 
@@ -82,6 +82,8 @@ def run(
     max_message_size: int = DEFAULT_MAX_MESSAGE,
     rpc_timeout: float = 60.0,
     rpc_threads: int = 4,
+    device_maps: DeviceMapSpec = "auto",
+    devices: str = "stage",
     setup: Setup | None = None,
     tune_gc: bool = True,
     log_level: str | None = None,
@@ -117,6 +119,17 @@ def run(
         rpc_threads: Threads in torch's RPC pool on every node. actorch's own
             messages need few; raw torch RPC that blocks inside a remote
             function needs one per such call in flight.
+        device_maps: Which CUDA devices travel directly between nodes, on
+            TensorPipe's CUDA channels (torch's ``set_device_map`` semantics).
+            ``"auto"``: on a local launch where every process sees a GPU,
+            ``cuda:i`` maps to ``cuda:i`` between every pair of nodes;
+            otherwise nothing. None: no maps. One map for every pair
+            (``{"cuda:0": "cuda:1"}``), or maps per source and destination
+            rank (``{0: {1: {"cuda:0": "cuda:1"}}}``). See docs/guides/gpus.md.
+        devices: What happens to a tensor on a GPU that no map carries to its
+            destination: ``"stage"`` copies it through pinned host memory, and
+            it arrives on the receiving actor's device (else the CPU);
+            ``"strict"`` refuses it with ``SerializationError``.
         setup: A function called once on every node, with its rank, before the
             node serves (seed the random generators, set torch's threads,
             import plugins); it may be ``async``. It must be importable (a
@@ -149,7 +162,11 @@ def run(
         mailbox_size=mailbox_size,
         max_message_size=max_message_size,
     )
+    if devices not in ("stage", "strict"):
+        raise ValueError(f"devices must be 'stage' or 'strict', not {devices!r}")
     options = RpcOptions(
+        device_maps=device_maps,
+        strict_devices=devices == "strict",
         transport=transport,
         num_worker_threads=rpc_threads,
         rpc_timeout=rpc_timeout,

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from actorch._base.devices import TensorRoute
 from actorch._base.errors import UnsupportedError
 from actorch._transport.autograd import NO_CONTEXT
 
@@ -122,12 +123,14 @@ class NodeInfo:
         name: Its worker name (``node<rank>``).
         host: The host name of its machine.
         pid: Its process id.
+        devices: Its accelerator devices (``("cuda:0", "cuda:1")``), empty without a GPU.
     """
 
     rank: int
     name: str
     host: str
     pid: int
+    devices: tuple[str, ...] = ()
 
 
 class Transport(ABC):
@@ -139,8 +142,6 @@ class Transport(ABC):
 
     rank: int
     world_size: int
-    cpu_tensors_only = False
-    """Whether only CPU tensors can travel (the codec refuses others before sending)."""
 
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank = rank
@@ -178,6 +179,10 @@ class Transport(ABC):
     @abstractmethod
     def peers(self) -> list[NodeInfo]:
         """Every rank of the world, this one included, by rank."""
+
+    def route(self, dest: int) -> TensorRoute | None:
+        """How tensors reach ``dest`` (which accelerator devices go directly); None: they stay in this process."""
+        return None
 
     def make_rref(self, value: Any) -> Any:
         """A torch RRef owned by this rank holding ``value``; only torch RPC has them."""
@@ -233,7 +238,14 @@ class Transport(ABC):
         self._send_bundle(dest, bundle, in_context)
 
     def reply(self, dest: int, port: Port | None, message: bytes, tensors: list[torch.Tensor] | None) -> None:
-        """Send a reply to ``dest``: on the bundle's response if its port is open, else on its own."""
+        """Send a reply to ``dest``: on the bundle's response if its port is open, else on its own.
+
+        A reply with accelerator tensors always goes on its own: a response
+        carries CPU tensors only (device maps are for requests).
+        """
+        if port is not None and tensors and any(tensor.device.type != "cpu" for tensor in tensors):
+            port.release()
+            port = None
         if port is None or not port.put(message, tensors):
             self.send(dest, message, tensors)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 
+from actorch._base.devices import accelerator
 from actorch._transport.base import Bundle, NodeInfo, Transport
 
 __all__ = ["InProcessHub", "InProcessTransport"]
@@ -55,7 +56,10 @@ class InProcessTransport(Transport):
 
     def peers(self) -> list[NodeInfo]:
         """Every rank of the hub, all in this process."""
-        return [NodeInfo(rank, f"node{rank}", socket.gethostname(), os.getpid()) for rank in range(self.world_size)]
+        devices = accelerator().inventory()
+        return [
+            NodeInfo(rank, f"node{rank}", socket.gethostname(), os.getpid(), devices) for rank in range(self.world_size)
+        ]
 
     def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
         if self._hub.transports.get(self.rank) is not self:

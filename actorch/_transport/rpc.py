@@ -21,7 +21,6 @@ sees this node lost in turn instead of talking to a world that moved on.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import threading
 import time
@@ -32,12 +31,19 @@ import torch
 from torch.distributed import rpc
 
 from actorch._base.codec import register_side_type
+from actorch._base.devices import TensorRoute, accelerator
 from actorch._base.errors import UnsupportedError
 from actorch._transport.autograd import NO_CONTEXT, current_context_id, force_context_id
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 from actorch._transport.bridge import Inbox, in_daemon_thread
 from actorch._transport.network import interface_chosen, interface_towards, is_loopback
-from actorch._transport.rpc_setup import RpcOptions, quiet_cpp_logs, rendezvous_store
+from actorch._transport.rpc_setup import (
+    RpcOptions,
+    exchange_node_facts,
+    quiet_cpp_logs,
+    rendezvous_store,
+    resolve_device_maps,
+)
 
 __all__ = ["RpcOptions", "RpcTransport"]
 
@@ -77,6 +83,8 @@ def _inbound(src: int, seq: int, messages: list[bytes], tensors: dict[int, Any])
         transport._inbox.post((src, _REFUSED, (messages, tensors)))
     else:
         transport._heard[src] = time.monotonic()
+        if transport._routes_direct:
+            accelerator().wait_landed(tensor for group in tensors.values() for tensor in group)
         # torch makes a bundle's distributed autograd context current while this runs
         transport._inbox.post((src, seq, ((messages, tensors), response, current_context_id())))
     return response
@@ -109,7 +117,9 @@ def _watch(src: int) -> torch.futures.Future[Any]:
 class RpcTransport(Transport):
     """Talks torch RPC to the other ranks of a static world."""
 
-    cpu_tensors_only = True  # TensorPipe refuses other devices without device maps
+    def route(self, dest: int) -> TensorRoute:
+        """How tensors reach ``dest``: the CUDA devices this rank's device map carries there directly."""
+        return self._routes[dest]
 
     def make_rref(self, value: Any) -> Any:
         """A torch RRef owned by this rank holding ``value``."""
@@ -145,6 +155,8 @@ class RpcTransport(Transport):
         self._stop_heartbeat = threading.Event()
         self._closing = False
         self._inbox: Inbox[tuple[int, int, Any]]
+        self._routes = [TensorRoute(dest, strict=options.strict_devices) for dest in range(world_size)]
+        self._routes_direct = False  # whether any device map is set (received CUDA tensors are waited for)
 
     def __repr__(self) -> str:
         host, port = self._master
@@ -231,11 +243,18 @@ class RpcTransport(Transport):
         # which may be another interface (or loopback on a multi-host world).
         interface = "lo" if is_loopback(host) else interface_towards(host, port)
         store = self._rendezvous_store()
+        facts = exchange_node_facts(store, self.rank, self.world_size, accelerator().inventory())
+        hosts, inventories = [host for host, _, _ in facts], [inventory for _, _, inventory in facts]
+        device_maps = resolve_device_maps(self._options.device_maps, self.rank, inventories, hosts)
         options = rpc.TensorPipeRpcBackendOptions(
             num_worker_threads=self._options.num_worker_threads,
             rpc_timeout=self._options.rpc_timeout,
             _transports=[self._options.transport],
         )
+        for dest, pairs in device_maps.items():
+            options.set_device_map(worker_name(dest), dict(pairs.items()))
+            self._routes[dest] = TensorRoute(dest, frozenset(pairs), strict=self._options.strict_devices)
+        self._routes_direct = bool(device_maps)
         with interface_chosen(interface), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*ProcessGroup.*", category=UserWarning)
             warnings.filterwarnings("ignore", category=FutureWarning)
@@ -252,13 +271,9 @@ class RpcTransport(Transport):
                 self.world_size,
                 options,
             )
-        store.set(f"actorch/peer/{self.rank}", f"{socket.gethostname()}:{os.getpid()}")
-        keys = [f"actorch/peer/{rank}" for rank in range(self.world_size)]
-        store.wait(keys)
-        self._peers = []
-        for rank, raw in enumerate(store.multi_get(keys)):
-            host_name, _, pid = bytes(raw).decode().rpartition(":")
-            self._peers.append(NodeInfo(rank, worker_name(rank), host_name, int(pid)))
+        self._peers = [
+            NodeInfo(rank, worker_name(rank), host, pid, inventory) for rank, (host, pid, inventory) in enumerate(facts)
+        ]
 
     def _rendezvous_store(self) -> Any:
         """The store the ranks meet in; rank 0 serves it on its own socket (loopback by default)."""

@@ -1,4 +1,4 @@
-"""How the torch RPC transport is set up: its options, its rendezvous store, and torch's C++ log level.
+"""How the torch RPC transport is set up: its options, device maps, rendezvous store, and torch's C++ log level.
 
 Nothing here touches ``torch.distributed.rpc`` itself; the transport (``rpc``) does.
 """
@@ -8,7 +8,8 @@ from __future__ import annotations
 import ctypes
 import os
 import socket
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -16,9 +17,120 @@ import torch
 import torch.distributed as dist
 
 from actorch._base.config import is_count, is_number
+from actorch._base.devices import parse_device
 from actorch._transport.network import listen_socket
 
-__all__ = ["RpcOptions", "quiet_cpp_logs", "rendezvous_store"]
+__all__ = [
+    "DeviceMapSpec",
+    "DeviceMaps",
+    "RpcOptions",
+    "exchange_node_facts",
+    "normalize_device_maps",
+    "quiet_cpp_logs",
+    "rendezvous_store",
+    "resolve_device_maps",
+]
+
+DeviceMaps = dict[int, dict[int, dict[str, str]]]
+"""Device maps of a world: for each source rank, for each destination rank, local device to remote device."""
+
+AUTO = "auto"
+
+DeviceMapSpec = str | Mapping[Any, Any] | None
+"""What ``run(device_maps=...)`` takes: ``"auto"``, None, one map, or maps per source and destination."""
+
+
+def normalize_device_maps(spec: object) -> str | DeviceMaps | None:
+    """Check ``run(device_maps=...)`` and put it in one form: ``"auto"``, None, or per source and destination.
+
+    Accepted: ``"auto"``; None or ``{}`` (no maps); one map for every pair of
+    nodes (``{"cuda:0": "cuda:0"}``); or maps per source and destination rank
+    (``{0: {1: {"cuda:0": "cuda:1"}}}``). Devices are as torch's
+    ``set_device_map`` takes them (``"cuda:1"``, ``1``, ``torch.device``).
+    Returns ``{-1: {-1: map}}`` for one map for every pair.
+
+    Raises:
+        ValueError: The maps are malformed, name a device that is not a CUDA
+            device, or are not one-to-one.
+    """
+    if spec is None:
+        return None
+    if spec == AUTO:
+        return AUTO
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"device_maps must be 'auto', None or a mapping, not {spec!r}")
+    if not spec:
+        return None
+    if all(isinstance(value, Mapping) for value in spec.values()):
+        maps: DeviceMaps = {}
+        for src, per_dest in spec.items():
+            if not is_count(src, 0):
+                raise ValueError(f"device_maps: source ranks must be ints >= 0, not {src!r}")
+            maps[src] = {}
+            for dest, pairs in per_dest.items():
+                if not is_count(dest, 0) or dest == src:
+                    raise ValueError(f"device_maps[{src}]: destination ranks must be other ranks (ints), not {dest!r}")
+                if not isinstance(pairs, Mapping):
+                    raise ValueError(f"device_maps[{src}][{dest}] must map devices to devices, not {pairs!r}")
+                maps[src][dest] = _one_map(pairs, f"device_maps[{src}][{dest}]")
+        return maps
+    return {-1: {-1: _one_map(spec, "device_maps")}}
+
+
+def _one_map(pairs: Mapping[object, object], what: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for local, remote in pairs.items():
+        devices = [parse_device(local, f"{what} key"), parse_device(remote, f"{what}[{local!r}]")]
+        if any(device.type != "cuda" for device in devices):
+            raise ValueError(f"{what}: device maps map CUDA devices to CUDA devices, not {local!r} to {remote!r}")
+        found[str(devices[0])] = str(devices[1])
+    if len(set(found.values())) != len(found):
+        raise ValueError(f"{what} must be one-to-one (torch inverts it for responses), not {dict(pairs)!r}")
+    return found
+
+
+def resolve_device_maps(
+    spec: str | DeviceMaps | None, rank: int, inventories: Sequence[Sequence[str]], hosts: Sequence[str]
+) -> dict[int, dict[str, str]]:
+    """The device maps from ``rank`` to each other rank, given every rank's devices and host.
+
+    ``"auto"`` maps ``cuda:i`` to ``cuda:i`` between every pair (for the
+    devices every rank has) when all ranks run on one host and each sees at
+    least one GPU; otherwise it maps nothing, and accelerator tensors are staged.
+
+    Raises:
+        ValueError: A map names a device its rank does not have.
+    """
+    world_size = len(inventories)
+    if spec is None:
+        return {}
+    if spec == AUTO:
+        shared = min(len(devices) for devices in inventories)
+        if shared == 0 or len(set(hosts)) != 1:
+            return {}
+        identity = {f"cuda:{index}": f"cuda:{index}" for index in range(shared)}
+        return {dest: dict(identity) for dest in range(world_size) if dest != rank}
+    assert isinstance(spec, dict)
+    everywhere = spec.get(-1, {}).get(-1)
+    found: dict[int, dict[str, str]] = {}
+    for dest in range(world_size):
+        pairs = everywhere if everywhere is not None else spec.get(rank, {}).get(dest)
+        if dest == rank or not pairs:
+            continue
+        for local, remote in pairs.items():
+            for who, device in ((rank, local), (dest, remote)):
+                if device not in inventories[who]:
+                    have = ", ".join(inventories[who]) or "no GPU"
+                    raise ValueError(
+                        f"device_maps maps node {rank}'s {local} to node {dest}'s {remote}, but node {who} has "
+                        f"no {device} (it has {have})"
+                    )
+        found[dest] = dict(pairs)
+    for src in spec:
+        for dest in spec[src]:
+            if src != -1 and (src >= world_size or dest >= world_size):
+                raise ValueError(f"device_maps names ranks {src} -> {dest}, outside a world of {world_size}")
+    return found
 
 
 @dataclass(frozen=True)
@@ -42,6 +154,10 @@ class RpcOptions:
         heartbeat_interval: Seconds between pings to every peer.
         liveness_timeout: Seconds without hearing from a peer after which it is
             lost (a stopped process, a network partition).
+        device_maps: Which CUDA devices travel directly to which node (see
+            :func:`normalize_device_maps`); ``"auto"`` by default.
+        strict_devices: Refuse accelerator tensors no device map covers,
+            rather than stage them through host memory.
     """
 
     transport: str = "uv"
@@ -50,8 +166,11 @@ class RpcOptions:
     init_timeout: float = 60.0
     heartbeat_interval: float = 0.5
     liveness_timeout: float = 2.5
+    device_maps: Any = field(default=AUTO)
+    strict_devices: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "device_maps", normalize_device_maps(self.device_maps))
         if self.transport not in ("uv", "shm"):
             raise ValueError(f"transport must be 'uv' or 'shm', not {self.transport!r}")
         if not is_count(self.num_worker_threads):
@@ -106,3 +225,18 @@ def rendezvous_store(
         store = dist.TCPStore(host, port, world_size, False, timeout)  # type: ignore[attr-defined]
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     return store, dist.PrefixStore(f"actorch/{restart}", store)  # type: ignore[attr-defined]
+
+
+def exchange_node_facts(
+    store: Any, rank: int, world_size: int, devices: Sequence[str]
+) -> list[tuple[str, int, tuple[str, ...]]]:
+    """Every rank's host name, pid and accelerator devices, shared through the store before torch RPC starts."""
+    store.set(f"actorch/peer/{rank}", f"{socket.gethostname()}:{os.getpid()}:{','.join(devices)}")
+    keys = [f"actorch/peer/{peer}" for peer in range(world_size)]
+    store.wait(keys)
+    facts = []
+    for raw in store.multi_get(keys):
+        rest, _, found = bytes(raw).decode().rpartition(":")
+        host, _, pid = rest.rpartition(":")
+        facts.append((host, int(pid), tuple(filter(None, found.split(",")))))
+    return facts

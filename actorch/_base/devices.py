@@ -1,0 +1,186 @@
+"""Devices: naming them, making one current for an actor, and staging tensors through host memory.
+
+A tensor on an accelerator crosses nodes one of two ways. Where a device map
+covers its device for the destination, torch RPC carries it directly (TensorPipe's
+CUDA channels). Elsewhere it is *staged*: copied to pinned host memory (without
+blocking, then synchronised once per message) and sent as a CPU tensor marked
+as staged, which the receiver moves to the receiving actor's device, if it has
+one. A :class:`TensorRoute` says which devices go directly to one destination,
+and whether the system refuses to stage (``devices="strict"``).
+
+The device work itself goes through an :class:`Accelerator`; tests of the
+staging logic on machines without a GPU install another with
+:func:`use_accelerator`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Generator, Iterable
+from typing import Any, TypeVar
+
+import torch
+
+__all__ = [
+    "Accelerator",
+    "TensorRoute",
+    "accelerator",
+    "device_of",
+    "on_device",
+    "parse_device",
+    "use_accelerator",
+]
+
+T = TypeVar("T")
+
+DeviceLike = str | int | torch.device
+
+
+def parse_device(value: object, what: str = "device") -> torch.device:
+    """``value`` (``"cuda:1"``, ``1``, a ``torch.device``) as a ``torch.device`` with an index for CUDA.
+
+    Raises:
+        ValueError: ``value`` names no device, or one other than the CPU or a CUDA device.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int, torch.device)):
+        raise ValueError(f"{what} must be a device such as 'cpu' or 'cuda:0', not {value!r}")
+    try:
+        device = torch.device("cuda", value) if isinstance(value, int) else torch.device(value)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"{what} must be a device such as 'cpu' or 'cuda:0', not {value!r}: {exc}") from None
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if device.type != "cuda":
+        raise ValueError(f"{what} must be the CPU or a CUDA device, not {device}")
+    return torch.device("cuda", 0 if device.index is None else device.index)
+
+
+def device_of(tensor: torch.Tensor) -> str:
+    """The device a tensor is on, as ``"cpu"`` or ``"cuda:1"``."""
+    return str(tensor.device)
+
+
+class Accelerator:
+    """The device work the runtime does: listing devices, making one current, copying to and from the host.
+
+    This one drives CUDA through torch; it is the only one the runtime installs.
+    """
+
+    def inventory(self) -> tuple[str, ...]:
+        """This process's accelerator devices (``("cuda:0", "cuda:1")``), empty without CUDA."""
+        if not torch.cuda.is_available():
+            return ()
+        return tuple(f"cuda:{index}" for index in range(torch.cuda.device_count()))
+
+    def make_current(self, device: torch.device) -> None:
+        """Make ``device`` the thread's current device."""
+        torch.cuda.set_device(device)
+
+    def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Start copying ``tensor`` into pinned host memory; valid after :meth:`synchronize` of its device."""
+        host = torch.empty_like(tensor, device="cpu", pin_memory=torch.cuda.is_available())
+        host.copy_(tensor, non_blocking=True)
+        return host
+
+    def synchronize(self, device: torch.device) -> None:
+        """Wait until what was queued on ``device``'s current stream (copies to the host) has finished."""
+        torch.cuda.current_stream(device).synchronize()
+
+    def wait_landed(self, received: Iterable[Any]) -> None:
+        """Wait until the CUDA tensors among ``received`` have landed on the current streams of this thread.
+
+        torch RPC receives tensors through a device map on streams of its own,
+        current while its thread runs; the event loop's thread would read them
+        on its own streams, unordered with those copies.
+        """
+        devices = {item.device for item in received if isinstance(item, torch.Tensor) and item.device.type == "cuda"}
+        for device in devices:
+            torch.cuda.current_stream(device).synchronize()
+
+    def to_device(self, tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """``tensor`` (on the host) copied to ``device``."""
+        return tensor.to(device)
+
+
+_accelerator = Accelerator()
+
+
+def accelerator() -> Accelerator:
+    """The accelerator the runtime uses."""
+    return _accelerator
+
+
+def use_accelerator(replacement: Accelerator) -> Accelerator:
+    """Install ``replacement`` as the runtime's accelerator (tests of the staging logic); return the previous one."""
+    global _accelerator
+    previous, _accelerator = _accelerator, replacement
+    return previous
+
+
+class TensorRoute:
+    """How tensors leave for one destination node: which devices go directly, and whether to refuse staging.
+
+    Attributes:
+        dest: The destination's rank.
+        direct: Devices (``"cuda:0"``) a device map carries directly to ``dest``.
+        strict: Refuse a tensor no map covers (``SerializationError``) rather than stage it.
+    """
+
+    __slots__ = ("dest", "direct", "strict")
+
+    def __init__(self, dest: int, direct: frozenset[str] = frozenset(), *, strict: bool = False) -> None:
+        self.dest = dest
+        self.direct = direct
+        self.strict = strict
+
+    def __repr__(self) -> str:
+        return f"<TensorRoute to node {self.dest} direct={sorted(self.direct)} strict={self.strict}>"
+
+    def refusal(self, tensor: torch.Tensor) -> str:
+        """Why ``tensor`` cannot go to ``dest`` under ``devices="strict"``."""
+        device = device_of(tensor)
+        mapped = ", ".join(sorted(self.direct)) or "none"
+        return (
+            f"a tensor on {device} cannot go to node {self.dest}: no device map covers {device} for that node "
+            f"(devices mapped there: {mapped}), and devices='strict' refuses to stage it through host memory; "
+            "add it to device_maps, or move it to the CPU first"
+        )
+
+
+class _OnDevice:
+    """Runs a coroutine's steps with a device current on the thread (other actors may change it meanwhile)."""
+
+    __slots__ = ("_coroutine", "_device")
+
+    def __init__(self, coroutine: Any, device: torch.device) -> None:
+        self._coroutine = coroutine
+        self._device = device
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return self
+
+    def __iter__(self) -> _OnDevice:
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+    def send(self, value: Any) -> Any:
+        """Make the device current, then run the coroutine's next step."""
+        _accelerator.make_current(self._device)
+        return self._coroutine.send(value)
+
+    def throw(self, *exc: Any) -> Any:
+        """Make the device current, then throw into the coroutine."""
+        _accelerator.make_current(self._device)
+        return self._coroutine.throw(*exc)
+
+    def close(self) -> None:
+        """Close the coroutine."""
+        self._coroutine.close()
+
+
+def on_device(awaitable: Awaitable[T], device: torch.device | None) -> Awaitable[T]:
+    """``awaitable`` with ``device`` current during each of its steps; unchanged for the CPU or None."""
+    if device is None or device.type == "cpu":
+        return awaitable
+    return _OnDevice(awaitable.__await__() if not hasattr(awaitable, "send") else awaitable, device)
