@@ -13,12 +13,23 @@ import sys
 from collections.abc import AsyncIterator
 
 import pytest
+import torch
 from _mp import SCRIPTS
 
 from actorch.testing import LocalWorld, local_world
 
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``cuda`` skip, with the reason, where this machine has no CUDA GPU."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU: torch.cuda.is_available() is False on this machine")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture
