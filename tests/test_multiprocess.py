@@ -421,14 +421,32 @@ def test_rank_zero_listens_on_loopback_only_by_default() -> None:
 
 
 @pytest.mark.timeout(90)
-def test_a_tensor_off_the_cpu_is_refused_and_the_node_keeps_serving() -> None:
-    run = run_script("devices.py", timeout=75)
+def test_a_tensor_off_the_cpu_is_refused_under_strict_devices_and_the_node_keeps_serving() -> None:
+    run = run_script("devices.py", "strict", timeout=75)
     run.assert_clean_exit(0)
-    r = run.result("devices")
-    for outcome in (r["argument"], r["result"]):
-        error = assert_raised(outcome, "SerializationError", "ActorchError")
-        assert "cannot be sent to another node" in error["message"]
-    assert "cannot be sent to another node" in r["tell"]
+    r = run.result("strict")
+    argument = assert_raised(r["argument"], "SerializationError", "ActorchError")
+    assert argument["message"].startswith("args[0]['obs'][0]: a tensor on meta cannot go to node 1")
+    assert "devices='strict'" in argument["message"]
+    result = assert_raised(r["result"], "SerializationError", "ActorchError")
+    assert "value: a tensor on meta cannot go to node 0" in result["message"]
+    assert assert_raised(r["tell"], "SerializationError")["message"].startswith("args[0]: a tensor on meta")
+    missing = assert_raised(r["on_missing_gpu"], "ValueError")
+    assert "cannot place Holder on cuda:0: node 1 has no GPU" in missing["message"]
+    assert r["devices"] == [[], []]
     assert r["still_serving"] == "pong"
     assert r["cpu_ok"] == [1.0, 1.0]
     assert r["lost"] == {}
+
+
+@pytest.mark.timeout(90)
+def test_a_tensor_no_map_covers_is_staged_between_processes_to_the_receiving_actors_device() -> None:
+    run = run_script("devices.py", "staged", timeout=75)
+    run.assert_clean_exit(0)
+    r = run.result("staged")
+    assert r["devices"] == [["cuda:0", "cuda:1"], ["cuda:0", "cuda:1"]]
+    assert r["to_gpu_actor"] == [[107.0, 107.0], [1.0]]  # staged, then moved; a CPU tensor is left alone
+    assert r["to_cpu_actor"] == [7.0, 7.0]  # staged; a CPU actor keeps it on the host
+    assert r["result_to_main"] == [7.0, 7.0]  # main is no actor: the host
+    assert r["result_to_gpu_actor"] == [107.0, 107.0]  # the calling actor's device
+    assert r["where"] == "cuda:1"

@@ -45,7 +45,7 @@ from actorch._transport.rpc_setup import (
     resolve_device_maps,
 )
 
-__all__ = ["RpcOptions", "RpcTransport"]
+__all__ = ["RpcOptions", "RpcTransport", "tensorpipe_options"]
 
 # torch's RPC pickler carries RRefs (with their reference counting) in the side list.
 register_side_type(rpc.PyRRef)  # type: ignore[attr-defined]
@@ -112,6 +112,18 @@ def _watch(src: int) -> torch.futures.Future[Any]:
     else:
         transport._watchers[src] = future
     return future
+
+
+def tensorpipe_options(options: RpcOptions, device_maps: dict[int, dict[str, str]]) -> Any:
+    """The TensorPipe options for ``options``, with this rank's device map to each destination rank."""
+    backend = rpc.TensorPipeRpcBackendOptions(
+        num_worker_threads=options.num_worker_threads,
+        rpc_timeout=options.rpc_timeout,
+        _transports=[options.transport],
+    )
+    for dest, pairs in device_maps.items():
+        backend.set_device_map(worker_name(dest), dict(pairs.items()))
+    return backend
 
 
 class RpcTransport(Transport):
@@ -246,13 +258,8 @@ class RpcTransport(Transport):
         facts = exchange_node_facts(store, self.rank, self.world_size, accelerator().inventory())
         hosts, inventories = [host for host, _, _ in facts], [inventory for _, _, inventory in facts]
         device_maps = resolve_device_maps(self._options.device_maps, self.rank, inventories, hosts)
-        options = rpc.TensorPipeRpcBackendOptions(
-            num_worker_threads=self._options.num_worker_threads,
-            rpc_timeout=self._options.rpc_timeout,
-            _transports=[self._options.transport],
-        )
+        options = tensorpipe_options(self._options, device_maps)
         for dest, pairs in device_maps.items():
-            options.set_device_map(worker_name(dest), dict(pairs.items()))
             self._routes[dest] = TensorRoute(dest, frozenset(pairs), strict=self._options.strict_devices)
         self._routes_direct = bool(device_maps)
         with interface_chosen(interface), warnings.catch_warnings():

@@ -231,12 +231,11 @@ def exchange_node_facts(
     store: Any, rank: int, world_size: int, devices: Sequence[str]
 ) -> list[tuple[str, int, tuple[str, ...]]]:
     """Every rank's host name, pid and accelerator devices, shared through the store before torch RPC starts."""
-    store.set(f"actorch/peer/{rank}", f"{socket.gethostname()}:{os.getpid()}:{','.join(devices)}")
+    store.set(f"actorch/peer/{rank}", f"{socket.gethostname()}|{os.getpid()}|{','.join(devices)}")
     keys = [f"actorch/peer/{peer}" for peer in range(world_size)]
     store.wait(keys)
     facts = []
     for raw in store.multi_get(keys):
-        rest, _, found = bytes(raw).decode().rpartition(":")
-        host, _, pid = rest.rpartition(":")
+        host, pid, found = bytes(raw).decode().split("|")
         facts.append((host, int(pid), tuple(filter(None, found.split(",")))))
     return facts

@@ -1,18 +1,52 @@
-"""Tensors that torch RPC cannot carry (not on the CPU) are refused; the link stays up.
+"""Tensors off the CPU between real processes: refused under ``devices="strict"``, staged otherwise.
 
-Usage: ``python devices.py``. A ``meta`` tensor stands for a GPU tensor: TensorPipe
-refuses both without device maps.
+Usage: ``python devices.py strict|staged``. A ``meta`` tensor stands for a GPU
+tensor: it is off the CPU and no device map covers it.
+
+- ``strict``: the real accelerator (no GPU here); every send of a meta tensor
+  is refused where it is made, naming its path, and the link stays up.
+- ``staged``: every node installs a fake accelerator in ``setup`` (two pretend
+  GPUs; host copies full of 7s; a move to a device adds 100), so the whole
+  staging path runs between processes: the sender stages, the receiver moves
+  the tensor to the receiving actor's device.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 import torch
-from actors import attempt, emit
+from actors import attempt, attempt_now, emit
 
 import actorch
+from actorch._base.devices import Accelerator, use_accelerator
+
+MODE = sys.argv[1]
+
+
+class PretendGpus(Accelerator):
+    """Two pretend GPUs (see the module's docstring)."""
+
+    def inventory(self) -> tuple[str, ...]:
+        return ("cuda:0", "cuda:1")
+
+    def make_current(self, device: torch.device) -> None:
+        pass
+
+    def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
+        return torch.full(tensor.shape, 7.0)
+
+    def synchronize(self, device: torch.device) -> None:
+        pass
+
+    def to_device(self, tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+        return tensor + 100
+
+
+def pretend_gpus(rank: int) -> None:
+    use_accelerator(PretendGpus())
 
 
 class Holder(actorch.Actor):
@@ -22,34 +56,64 @@ class Holder(actorch.Actor):
     async def off_cpu(self) -> torch.Tensor:
         return torch.empty(2, device="meta")
 
+    async def where(self) -> str:
+        return str(self.device)
+
     async def ping(self) -> str:
         return "pong"
 
 
-async def main(system: actorch.ActorSystem) -> None:
+class Asker(actorch.Actor):
+    async def ask(self, holder: actorch.ActorRef[Holder]) -> Any:
+        return await holder.call(Holder.off_cpu)
+
+
+async def strict(system: actorch.ActorSystem) -> None:
     holder = await system.spawn(Holder, on=1)
     off_cpu = torch.empty(3, device="meta")
     async with asyncio.timeout(20):
-        argument = await attempt(holder.call(Holder.echo, off_cpu))
+        argument = await attempt(holder.call(Holder.echo, {"obs": [off_cpu]}))
         result = await attempt(holder.call(Holder.off_cpu))
-        try:
-            holder.tell(Holder.echo, off_cpu)
-        except actorch.SerializationError as exc:
-            tell = str(exc)
-        else:
-            tell = "no error"
+        tell = attempt_now(lambda: holder.tell(Holder.echo, off_cpu))
+        on_missing_gpu = await attempt(system.spawn(Holder, on=1, device="cuda:0"))
         still = await holder.call(Holder.ping)
         cpu_echo = await holder.call(Holder.echo, torch.ones(2))
     emit(
-        "devices",
+        "strict",
         argument=argument,
         result=result,
         tell=tell,
+        on_missing_gpu=on_missing_gpu,
+        devices=[list(node.devices) for node in system.nodes],
         still_serving=still,
         cpu_ok=cpu_echo.tolist(),
         lost=system.lost_nodes,
     )
 
 
+async def staged(system: actorch.ActorSystem) -> None:
+    on_gpu = await system.spawn(Holder, on=1, device="cuda:1")
+    on_cpu = await system.spawn(Holder, on=1)
+    asker = await system.spawn(Asker, device="cuda:0")
+    async with asyncio.timeout(20):
+        to_gpu_actor = await on_gpu.call(Holder.echo, [torch.empty(2, device="meta"), torch.ones(1)])
+        to_cpu_actor = await on_cpu.call(Holder.echo, torch.empty(2, device="meta"))
+        result_to_main = await on_gpu.call(Holder.off_cpu)
+        result_to_gpu_actor = await asker.call(Asker.ask, on_gpu)
+        where = await on_gpu.call(Holder.where)
+    emit(
+        "staged",
+        to_gpu_actor=[tensor.tolist() for tensor in to_gpu_actor],
+        to_cpu_actor=to_cpu_actor.tolist(),
+        result_to_main=result_to_main.tolist(),
+        result_to_gpu_actor=result_to_gpu_actor.tolist(),
+        where=where,
+        devices=[list(node.devices) for node in system.nodes],
+    )
+
+
 if __name__ == "__main__":
-    actorch.run(main, world_size=2)
+    if MODE == "strict":
+        actorch.run(strict, world_size=2, devices="strict")
+    else:
+        actorch.run(staged, world_size=2, setup=pretend_gpus, device_maps=None)
