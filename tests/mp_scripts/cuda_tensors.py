@@ -1,0 +1,67 @@
+"""CUDA tensors between two processes that share ``cuda:0``: through a device map, or staged through the host.
+
+Usage: ``python cuda_tensors.py mapped|staged``. ``mapped`` runs with
+``device_maps="auto"`` (``cuda:0`` to ``cuda:0``: both processes see the GPU),
+``staged`` with ``device_maps=None``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import torch
+from actors import emit
+
+import actorch
+
+MODE = sys.argv[1]
+
+
+class Keeper(actorch.Actor):
+    def __init__(self) -> None:
+        self.told: list[torch.Tensor] = []
+
+    async def echo(self, value: Any) -> Any:
+        return value
+
+    async def where(self, value: torch.Tensor) -> str:
+        return str(value.device)
+
+    async def keep(self, value: torch.Tensor) -> None:
+        self.told.append(value)
+
+    async def kept(self) -> list[list[float]]:
+        return [tensor.cpu().tolist() for tensor in self.told]
+
+    async def made_here(self) -> torch.Tensor:
+        return torch.arange(3.0, device="cuda:0")
+
+
+async def main(system: actorch.ActorSystem) -> None:
+    on_cpu = await system.spawn(Keeper, on=1)
+    on_gpu = await system.spawn(Keeper, on=1, device="cuda:0")
+    tensor = torch.arange(4.0, device="cuda:0")
+    async with asyncio.timeout(60):
+        arrived_cpu_actor = await on_cpu.call(Keeper.where, tensor)
+        arrived_gpu_actor = await on_gpu.call(Keeper.where, tensor)
+        nested = await on_cpu.call(Keeper.echo, {"x": [tensor, torch.ones(1)]})
+        result = await on_gpu.call(Keeper.made_here)
+        for _ in range(20):  # each told tensor is mutated at once: what arrives is what was told
+            on_cpu.tell(Keeper.keep, tensor)
+            tensor.add_(1)
+        kept = await on_cpu.call(Keeper.kept)
+    emit(
+        MODE,
+        devices=[list(node.devices) for node in system.nodes],
+        arrived_cpu_actor=arrived_cpu_actor,
+        arrived_gpu_actor=arrived_gpu_actor,
+        nested=[str(nested["x"][0].device), nested["x"][0].cpu().tolist(), str(nested["x"][1].device)],
+        result=[str(result.device), result.cpu().tolist()],
+        kept=kept,
+    )
+
+
+if __name__ == "__main__":
+    actorch.run(main, world_size=2, device_maps="auto" if MODE == "mapped" else None)

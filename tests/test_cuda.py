@@ -1,0 +1,39 @@
+"""CUDA tensors between real processes (marked ``cuda``: they skip, saying so, on a machine without a GPU).
+
+Two processes share ``cuda:0``, which is what a device map from ``cuda:0`` to
+``cuda:0`` covers on a one-GPU machine.
+"""
+
+from __future__ import annotations
+
+import pytest
+from _mp import run_script
+
+pytestmark = [pytest.mark.cuda, pytest.mark.multiprocess]
+
+TOLD = [[float(k + i) for i in range(4)] for k in range(20)]
+
+
+@pytest.mark.timeout(120)
+def test_cuda_tensors_travel_through_a_device_map_and_come_back_on_the_gpu() -> None:
+    run = run_script("cuda_tensors.py", "mapped", timeout=100)
+    run.assert_clean_exit(0)
+    r = run.result("mapped")
+    assert r["devices"][0] == r["devices"][1]
+    assert r["arrived_cpu_actor"] == "cuda:0"  # a map says where it lands, whatever the actor's device
+    assert r["arrived_gpu_actor"] == "cuda:0"
+    assert r["nested"] == ["cuda:0", [0.0, 1.0, 2.0, 3.0], "cpu"]
+    assert r["result"] == ["cuda:0", [0.0, 1.0, 2.0]]
+    assert r["kept"] == TOLD  # tell's copy is ordered before the mutation on the stream
+
+
+@pytest.mark.timeout(120)
+def test_cuda_tensors_without_a_map_are_staged_to_the_receiving_actors_device() -> None:
+    run = run_script("cuda_tensors.py", "staged", timeout=100)
+    run.assert_clean_exit(0)
+    r = run.result("staged")
+    assert r["arrived_cpu_actor"] == "cpu"  # CUDA to the host: a CPU actor keeps it there
+    assert r["arrived_gpu_actor"] == "cuda:0"  # the host to CUDA: the actor's device
+    assert r["nested"] == ["cpu", [0.0, 1.0, 2.0, 3.0], "cpu"]
+    assert r["result"] == ["cpu", [0.0, 1.0, 2.0]]  # main is no actor: results land on the host
+    assert r["kept"] == TOLD
