@@ -6,8 +6,10 @@ Two processes share ``cuda:0``, which is what a device map from ``cuda:0`` to
 
 from __future__ import annotations
 
+import sys
+
 import pytest
-from _mp import run_script
+from _mp import REPO, run_argv, run_script
 
 pytestmark = [pytest.mark.cuda, pytest.mark.multiprocess]
 
@@ -37,3 +39,13 @@ def test_cuda_tensors_without_a_map_are_staged_to_the_receiving_actors_device() 
     assert r["nested"] == ["cpu", [0.0, 1.0, 2.0, 3.0], "cpu"]
     assert r["result"] == ["cpu", [0.0, 1.0, 2.0]]  # main is no actor: results land on the host
     assert r["kept"] == TOLD
+
+
+@pytest.mark.timeout(300)
+def test_bench_gpu_measures_both_paths_side_by_side() -> None:
+    finished = run_argv(
+        [sys.executable, str(REPO / "benchmarks" / "bench_gpu.py"), "--sizes-mb", "1", "--rounds", "1"], timeout=240.0
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert "device map cuda:0 -> cuda:0" in finished.stdout
+    assert "staged through host memory" in finished.stdout
