@@ -13,7 +13,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 
 from actorch._actors.host import ActorHost
@@ -63,6 +63,7 @@ async def local_world(
     stop_grace: float = 2.0,
     mailbox_size: int = DEFAULT_WINDOW,
     max_message_size: int = DEFAULT_MAX_MESSAGE,
+    devices: Mapping[int, Iterable[str]] | None = None,
 ) -> AsyncIterator[LocalWorld]:
     """Run an actor system of ``world_size`` nodes in this event loop; shut it down on exit.
 
@@ -73,6 +74,11 @@ async def local_world(
         stop_grace: Seconds stopping actors get before their handlers are cancelled.
         mailbox_size: Messages one node may have waiting at one actor.
         max_message_size: Bytes a message between nodes may take.
+        devices: The GPUs some nodes report instead of this process's, by
+            rank (``{1: ("cuda:0", "cuda:1")}``), to test placement with
+            ``spawn(..., gpus=)`` on a machine without them. Actors placed on
+            them run with their device made current by the runtime's
+            accelerator, so such a test installs one that does not touch CUDA.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, not {world_size}")
@@ -83,7 +89,7 @@ async def local_world(
         mailbox_size=mailbox_size,
         max_message_size=max_message_size,
     )
-    hub = InProcessHub(world_size)
+    hub = InProcessHub(world_size, devices=devices)
     opened = [open_system(hub.transport(rank), config) for rank in range(world_size)]
     hosts = [host for _, host in opened]
     for host in hosts:

@@ -22,6 +22,7 @@ import torch
 
 from actorch._actors.actor import Actor, class_path, endpoints_of, has_state_hooks, place
 from actorch._actors.events import EventHub
+from actorch._actors.placement import GpuPool, GpuShare
 from actorch._actors.process_groups import ProcessGroups
 from actorch._actors.ref import SERVICE_ID, ActorRef, make_ref
 from actorch._actors.registry import REGISTRY_ID, NameCache, Registry
@@ -55,6 +56,7 @@ class ActorHost:
         self.events = EventHub()
         self.supervisor = Supervisor(self.rank)
         self.process_groups = ProcessGroups(self.node)
+        self.gpus = GpuPool(self.rank, lambda: self.node.transport.peers()[self.rank].devices)
         caller = self.node.caller
         self.services: list[ActorRef[NodeService]] = [
             make_ref(caller, rank, SERVICE_ID, None, class_path(NodeService)) for rank in range(self.node.world_size)
@@ -89,13 +91,18 @@ class ActorHost:
         *,
         system_id: int | None = None,
         device: str | None = None,
+        gpus: int = 0,
     ) -> ActorRef[A]:
         """Build an actor of ``cls`` on this node and start it (again after a failed start, if ``restart`` allows).
 
         ``device`` overrides the class's device; it must be one this node has.
+        ``gpus`` lends the actor that many free GPUs of this node until it
+        stops, the first as its device; ``PlacementError`` if they are not free.
         """
         node = self.node
-        placed = self.check_device(cls, cls.device if device is None else parse_device(device))
+        lent = self.gpus.pick(gpus, f"spawn({cls.__qualname__}, gpus={gpus})") if gpus else ()
+        chosen = torch.device(lent[0]) if lent else cls.device if device is None else parse_device(device)
+        placed = self.check_device(cls, chosen)
         unborn = cls.__new__(cls)  # holds the cell's place until an instance has started
         cell = node.add_actor(
             unborn,
@@ -105,6 +112,8 @@ class ActorHost:
             actor_id=system_id,
             device=placed,
         )
+        # No await since pick: no other spawn can have taken these GPUs meanwhile.
+        self.gpus.hold(lent, cell.actor_id, name or f"{cls.__qualname__}#{cell.actor_id}")
         ref: ActorRef[A] = make_ref(node.caller, self.rank, cell.actor_id, name, class_path(cls))
         self._bind(unborn, ref)
         failures = 0
@@ -122,11 +131,20 @@ class ActorHost:
                     )
                 await asyncio.sleep(restart.delay(failures))
         except BaseException:
-            node.remove_actor(cell)
+            self._remove(cell)
             raise
         if restart is not None:
             self.supervisor.adopt(cell.actor_id, cls, args, kwargs, restart)
         return ref
+
+    def _remove(self, cell: Cell) -> None:
+        """Stop hosting ``cell``'s actor and take back the GPUs it held."""
+        self.node.remove_actor(cell)
+        self.gpus.release(cell.actor_id)
+
+    def gpu_share(self) -> GpuShare:
+        """This node's GPUs and the actors holding them."""
+        return self.gpus.share()
 
     def check_device(self, cls: type[Actor], device: torch.device) -> torch.device:
         """``device`` if this node has it (the CPU always); else ``ValueError`` naming what it has."""
@@ -217,7 +235,7 @@ class ActorHost:
             await self._drain(cell, grace)
             if cell.actor_id not in self._on_stop_ran:
                 await self.run_hook(cell, "on_stop", limit=grace)
-            self.node.remove_actor(cell)
+            self._remove(cell)
             if release_name and cell.name is not None:
                 await self.release_name(cell.name, exit_.reason)
             self.supervisor.ended(cell.actor_id, replace(exit_, restarts=cell.restarts))

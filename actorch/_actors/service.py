@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from actorch._actors.actor import Actor
+from actorch._actors.placement import GpuShare
 from actorch._actors.ref import ActorRef, resolve_class
 from actorch._actors.restart import ActorExit, Restart
 
@@ -29,8 +30,12 @@ class ServiceBackend(Protocol):
         restart: Restart | None,
         *,
         device: str | None = None,
+        gpus: int = 0,
     ) -> ActorRef[Any]:
-        """Build and start an actor here (on ``device``, if given)."""
+        """Build and start an actor here (on ``device``, if given, or holding ``gpus`` free GPUs)."""
+
+    def gpu_share(self) -> GpuShare:
+        """This node's GPUs and the actors holding them."""
 
     async def stop_actor(self, actor_id: int, exit_: ActorExit) -> None:
         """Stop a local actor, if it is still here."""
@@ -64,12 +69,23 @@ class NodeService(Actor):
         name: str | None,
         restart: Restart | None = None,
         device: str | None = None,
+        gpus: int = 0,
     ) -> ActorRef[Any]:
-        """Build an actor of the class at ``path`` here (on ``device``, if given) and run its ``on_start``."""
+        """Build an actor of the class at ``path`` here and run its ``on_start``.
+
+        It runs on ``device`` if given; with ``gpus``, it holds that many free
+        GPUs of this node (``PlacementError`` if they are not free) and runs on
+        the first.
+        """
         cls = resolve_class(path)
         if cls is None:
             raise ImportError(f"cannot import actor class {path!r} on node {self._backend.rank}")
-        return await self._backend.build(cls, tuple(args), kwargs, name, restart, device=device)
+        return await self._backend.build(cls, tuple(args), kwargs, name, restart, device=device, gpus=gpus)
+
+    async def gpus(self) -> tuple[tuple[str, ...], dict[str, str]]:
+        """This node's GPUs, and those actors hold with the actor holding each."""
+        share = self._backend.gpu_share()
+        return share.devices, dict(share.holders)
 
     async def stop_actor(self, actor_id: int) -> None:
         """Stop a local actor: drain it, run ``on_stop``, release its name."""

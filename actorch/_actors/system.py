@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from actorch._actors.actor import Actor, attach, class_path
 from actorch._actors.events import MembershipEvent, NameRegistered, NodeJoined, Subscription
 from actorch._actors.host import ActorHost
+from actorch._actors.placement import GpuShare, candidate_ranks, place_on_gpus
 from actorch._actors.ref import ActorRef, resolve_class
 from actorch._actors.registry import Registry
 from actorch._actors.restart import Restart
 from actorch._actors.service import NodeService
-from actorch._base.config import SystemConfig
+from actorch._base.config import SystemConfig, is_count
 from actorch._base.deadline import current_deadline
 from actorch._base.devices import parse_device
 from actorch._base.errors import ActorNotFoundError, NodeLostError
@@ -81,7 +82,7 @@ class ActorSystem:
 
     @property
     def nodes(self) -> list[NodeInfo]:
-        """Every node of the system (rank, worker name, host, pid), by rank."""
+        """Every node of the system (rank, worker name, host, pid, GPUs), by rank."""
         return self._host.node.peers()
 
     @property
@@ -99,6 +100,7 @@ class ActorSystem:
         on: int | None = None,
         restart: Restart | None = None,
         device: str | torch.device | None = None,
+        gpus: int = 0,
     ) -> ActorRef[A]:
         """Build an actor of class ``cls`` on node ``on`` (default: this node) and start it.
 
@@ -115,14 +117,24 @@ class ActorSystem:
                 has started, or raises the last error when the policy is used up.
             device: The actor's device (``"cuda:1"``), instead of its class's
                 ``device``; node ``on`` must have it. The actor's hooks and
-                handlers run with it current, as ``self.device``.
+                handlers run with it current, as ``self.device``. It holds the
+                device for no one: other actors may run there too, and ``gpus=``
+                spawns may still be lent it.
+            gpus: Lend the actor this many GPUs of one node, none of them lent
+                to another actor, until it stops (restarts keep them); its
+                device is the first. Without ``on``, the node is this one if it
+                has enough free, else the lowest rank that has (lost nodes
+                skipped). Not with ``device``.
 
         Raises:
             NameTakenError: ``name`` belongs to a live actor.
             InvalidNameError: ``name`` breaks the naming rule.
             NodeLostError: Node ``on`` was lost.
+            PlacementError: No node (or not node ``on``) has ``gpus`` free
+                GPUs; the message says what each node has and who holds it.
             RemoteError: ``__init__`` or ``on_start`` raised.
-            ValueError: ``device`` is not a device, or node ``on`` does not have it.
+            ValueError: ``device`` is not a device, or node ``on`` does not have
+                it; ``gpus`` is not an int >= 0, or comes with ``device``.
         """
         if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls in (NodeService, Registry):
             raise TypeError(f"spawn() takes an actorch.Actor subclass, not {cls!r}")
@@ -133,18 +145,56 @@ class ActorSystem:
             )
         if restart is not None and not isinstance(restart, Restart):
             raise TypeError(f"restart must be an actorch.Restart or None, not {restart!r}")
+        if not is_count(gpus, 0):
+            raise ValueError(f"gpus must be an int >= 0, not {gpus!r}")
+        if gpus and device is not None:
+            raise ValueError(
+                f"spawn({cls.__qualname__}): give device= or gpus=, not both (gpus= places the actor on "
+                "the first GPU it is lent)"
+            )
+        if name is not None:
+            check_name(name)
         placed = None if device is None else str(parse_device(device))
         rank = self.rank if on is None else on
         if not isinstance(rank, int) or not 0 <= rank < self.world_size:
             raise ValueError(f"on={on!r} is not a rank of this system (0..{self.world_size - 1})")
         if rank in self._host.node.lost:
             raise NodeLostError(f"cannot spawn {cls.__qualname__} on node {rank}: it was lost")
+        if not gpus:
+            return await self._spawn_on(rank, cls, args, kwargs, name, restart, placed, 0)
+
+        async def spawn_there(rank: int) -> ActorRef[A]:
+            return await self._spawn_on(rank, cls, args, kwargs, name, restart, None, gpus)
+
+        what = f"spawn({cls.__qualname__}, gpus={gpus}{'' if on is None else f', on={on}'})"
+        ranks = candidate_ranks(self.rank, self.world_size, on)
+        return await place_on_gpus(what, gpus, ranks, self._gpu_share, spawn_there)
+
+    async def _gpu_share(self, rank: int) -> GpuShare | None:
+        """Node ``rank``'s GPUs and who holds them; None if the node is lost."""
+        try:
+            devices, holders = await self._host.services[rank].call(NodeService.gpus)
+        except NodeLostError:
+            return None
+        return GpuShare(rank, tuple(devices), holders)
+
+    async def _spawn_on(
+        self,
+        rank: int,
+        cls: type[A],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any] | None,
+        name: str | None,
+        restart: Restart | None,
+        device: str | None,
+        gpus: int,
+    ) -> ActorRef[A]:
+        """Reserve ``name`` for node ``rank``, have the node build the actor there, bind the name."""
         if name is not None:
-            check_name(name)
             await self._host.registry.call(Registry.reserve, name, rank)
         try:
             ref: ActorRef[A] = await self._host.services[rank].call(
-                NodeService.spawn, class_path(cls), list(args), dict(kwargs or {}), name, restart, placed
+                NodeService.spawn, class_path(cls), list(args), dict(kwargs or {}), name, restart, device, gpus
             )
         except BaseException:
             if name is not None:

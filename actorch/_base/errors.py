@@ -7,6 +7,7 @@ The tree::
     ├── EndpointError           unknown, private or ill-bound endpoint call (also TypeError)
     ├── ActorNotFoundError      no actor answers to that name or id (also LookupError)
     ├── NameTakenError          the name is already bound to a live actor
+    ├── PlacementError          no node can give the actor what spawn asked for (gpus=)
     ├── InvalidNameError        the name breaks the naming rule (also ValueError)
     ├── SerializationError      a value cannot cross the wire (also TypeError)
     │   └── MessageTooLargeError    a message is over the system's max_message_size
@@ -41,6 +42,7 @@ __all__ = [
     "MessageTooLargeError",
     "NameTakenError",
     "NodeLostError",
+    "PlacementError",
     "RemoteError",
     "SerializationError",
     "SnapshotError",
@@ -94,6 +96,10 @@ class ActorNotFoundError(ActorchError, LookupError):
 
 class NameTakenError(ActorchError):
     """Raised when spawning under a name that a live actor already holds."""
+
+
+class PlacementError(ActorchError):
+    """Raised when ``spawn(..., gpus=k)`` finds no node (or not node ``on``) with ``k`` free GPUs."""
 
 
 class InvalidNameError(ActorchError, ValueError):

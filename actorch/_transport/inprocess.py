@@ -9,19 +9,39 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterable, Mapping
 
-from actorch._base.devices import accelerator
+from actorch._base.devices import accelerator, parse_device
 from actorch._transport.base import Bundle, NodeInfo, Transport
 
 __all__ = ["InProcessHub", "InProcessTransport"]
 
 
 class InProcessHub:
-    """Connects in-process transports that share one event loop (tests, ``world_size=1``)."""
+    """Connects in-process transports that share one event loop (tests, ``world_size=1``).
 
-    def __init__(self, world_size: int) -> None:
+    Every rank reports this process's accelerator devices, unless ``devices``
+    gives it others: tests of GPU placement give ranks made-up inventories, and
+    install an accelerator that does not touch CUDA to make them current.
+    """
+
+    def __init__(self, world_size: int, *, devices: Mapping[int, Iterable[str]] | None = None) -> None:
+        """Connect ``world_size`` ranks; ``devices`` maps ranks to the devices they report (``("cuda:0",)``).
+
+        Raises:
+            ValueError: A key of ``devices`` is not a rank of the hub, or a value
+                holds something other than CUDA devices.
+        """
         self.world_size = world_size
         self.transports: dict[int, InProcessTransport] = {}
+        self.devices: dict[int, tuple[str, ...]] = {}
+        for rank, inventory in (devices or {}).items():
+            if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+                raise ValueError(f"devices: {rank!r} is not a rank of this world (0..{world_size - 1})")
+            parsed = [parse_device(device, f"devices[{rank}]") for device in inventory]
+            if any(device.type != "cuda" for device in parsed):
+                raise ValueError(f"devices[{rank}] must list CUDA devices, not {inventory!r}")
+            self.devices[rank] = tuple(str(device) for device in parsed)
 
     def __repr__(self) -> str:
         return f"<InProcessHub ranks={sorted(self.transports)}>"
@@ -55,10 +75,12 @@ class InProcessTransport(Transport):
             del self._hub.transports[self.rank]
 
     def peers(self) -> list[NodeInfo]:
-        """Every rank of the hub, all in this process."""
-        devices = accelerator().inventory()
+        """Every rank of the hub, all in this process, with the devices the hub gives it."""
+        hub = self._hub
+        own = accelerator().inventory()
         return [
-            NodeInfo(rank, f"node{rank}", socket.gethostname(), os.getpid(), devices) for rank in range(self.world_size)
+            NodeInfo(rank, f"node{rank}", socket.gethostname(), os.getpid(), hub.devices.get(rank, own))
+            for rank in range(self.world_size)
         ]
 
     def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
