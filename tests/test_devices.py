@@ -1,9 +1,8 @@
 """Devices without a GPU: naming them, device maps, staging through an injected accelerator, actors' devices.
 
-``meta`` tensors stand for GPU tensors: they are off the CPU, so routes treat
-them as a GPU's, and a fake accelerator stages them (it makes host copies full
-of 7s, and "moves" a host tensor to a device by adding 100, so a test sees
-which path a tensor took).
+``meta`` tensors stand for GPU tensors, and the fake accelerator of
+``mp_scripts/fake_gpus.py`` stages them (host copies full of 7s; a move to a
+device adds 100).
 """
 
 from __future__ import annotations
@@ -16,10 +15,11 @@ from typing import Any
 import pytest
 import torch
 from actors import Counter
+from fake_gpus import FakeAccelerator, installed
 
 import actorch
 from actorch._base.codec import Codec, serializable, tensor_path
-from actorch._base.devices import Accelerator, TensorRoute, on_device, parse_device, use_accelerator
+from actorch._base.devices import TensorRoute, on_device, parse_device
 from actorch._transport.autograd import NO_CONTEXT
 from actorch._transport.base import Port
 from actorch._transport.inprocess import InProcessHub
@@ -28,40 +28,10 @@ from actorch._transport.rpc_setup import RpcOptions, normalize_device_maps, reso
 from actorch.testing import LocalWorld, local_world
 
 
-class FakeAccelerator(Accelerator):
-    """Two pretend GPUs; records what the runtime asked of it."""
-
-    def __init__(self, devices: tuple[str, ...] = ("cuda:0", "cuda:1")) -> None:
-        self.devices = devices
-        self.current: list[str] = []
-        self.synced: list[str] = []
-        self.staged = 0
-
-    def inventory(self) -> tuple[str, ...]:
-        return self.devices
-
-    def make_current(self, device: torch.device) -> None:
-        self.current.append(str(device))
-
-    def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
-        self.staged += 1
-        return torch.full(tensor.shape, 7.0)
-
-    def synchronize(self, device: torch.device) -> None:
-        self.synced.append(str(device))
-
-    def to_device(self, tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-        return tensor + 100
-
-
 @pytest.fixture
 def fake() -> Iterator[FakeAccelerator]:
-    accelerator = FakeAccelerator()
-    previous = use_accelerator(accelerator)
-    try:
+    with installed(FakeAccelerator()) as accelerator:
         yield accelerator
-    finally:
-        use_accelerator(previous)
 
 
 def meta(*shape: int) -> torch.Tensor:
@@ -263,7 +233,7 @@ def test_on_device_makes_the_device_current_for_every_step(fake: FakeAccelerator
 
     async def scenario() -> None:
         assert await on_device(two_steps(), torch.device("cuda", 1)) == "done"
-        assert fake.current == ["cuda:1", "cuda:1"]
+        assert fake.made_current == ["cuda:1", "cuda:1"]
         coroutine = two_steps()
         assert on_device(coroutine, torch.device("cpu")) is coroutine
         await coroutine
@@ -307,10 +277,10 @@ async def test_an_actor_spawned_on_a_gpu_sees_it_from_init_and_runs_with_it_curr
     async with local_world(2, stop_grace=0.5) as world:
         assert world[0].nodes[1].devices == ("cuda:0", "cuda:1")
         placed = await world[0].spawn(Placed, on=1, device="cuda:1")
-        fake.current.clear()
+        fake.made_current.clear()
         assert await placed.call(Placed.where) == ("cuda:1", "cuda:1")
-        assert fake.current == ["cuda:1", "cuda:1"]  # both steps of the handler
+        assert fake.made_current == ["cuda:1", "cuda:1"]  # both steps of the handler
         plain = await world[0].spawn(Placed, on=1)
-        fake.current.clear()
+        fake.made_current.clear()
         assert await plain.call(Placed.where) == ("cpu", "cpu")
-        assert fake.current == []
+        assert fake.made_current == []

@@ -15,29 +15,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import torch
 from _mp import run_script
+from fake_gpus import FakeAccelerator, installed
 
 import actorch
 from actorch._actors.service import NodeService
-from actorch._base.devices import Accelerator, use_accelerator
 from actorch._transport.inprocess import InProcessHub
 from actorch.testing import LocalWorld, local_world
 
 _births = itertools.count()
-
-
-class FakeAccelerator(Accelerator):
-    """Lists no device of its own and records the devices made current, without CUDA."""
-
-    def __init__(self) -> None:
-        self.made_current: list[str] = []
-
-    def inventory(self) -> tuple[str, ...]:
-        return ()
-
-    def make_current(self, device: torch.device) -> None:
-        self.made_current.append(str(device))
 
 
 class Learner(actorch.Actor):
@@ -70,12 +56,8 @@ class RefusedHelper(actorch.Actor):
 @pytest.fixture
 def fake() -> Iterator[FakeAccelerator]:
     """The fake accelerator, installed for the test and removed after it."""
-    replacement = FakeAccelerator()
-    previous = use_accelerator(replacement)
-    try:
+    with installed(FakeAccelerator(devices=())) as replacement:
         yield replacement
-    finally:
-        use_accelerator(previous)
 
 
 async def gpus_of(world: LocalWorld, rank: int) -> tuple[tuple[str, ...], dict[str, str]]:

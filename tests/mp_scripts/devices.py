@@ -5,8 +5,9 @@ tensor: it is off the CPU and no device map covers it.
 
 - ``strict``: the real accelerator (no GPU here); every send of a meta tensor
   is refused where it is made, naming its path, and the link stays up.
-- ``staged``: every node installs a fake accelerator in ``setup`` (two pretend
-  GPUs; host copies full of 7s; a move to a device adds 100), so the whole
+- ``staged``: every node installs the fake accelerator of ``fake_gpus`` in
+  ``setup`` (two pretend GPUs; host copies full of 7s; a move to a device
+  adds 100), so the whole
   staging path runs between processes: the sender stages, the receiver moves
   the tensor to the receiving actor's device.
 """
@@ -19,34 +20,11 @@ from typing import Any
 
 import torch
 from actors import attempt, attempt_now, emit
+from fake_gpus import pretend_gpus
 
 import actorch
-from actorch._base.devices import Accelerator, use_accelerator
 
 MODE = sys.argv[1]
-
-
-class PretendGpus(Accelerator):
-    """Two pretend GPUs (see the module's docstring)."""
-
-    def inventory(self) -> tuple[str, ...]:
-        return ("cuda:0", "cuda:1")
-
-    def make_current(self, device: torch.device) -> None:
-        pass
-
-    def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
-        return torch.full(tensor.shape, 7.0)
-
-    def synchronize(self, device: torch.device) -> None:
-        pass
-
-    def to_device(self, tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-        return tensor + 100
-
-
-def pretend_gpus(rank: int) -> None:
-    use_accelerator(PretendGpus())
 
 
 class Holder(actorch.Actor):

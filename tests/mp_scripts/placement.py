@@ -10,28 +10,16 @@ from __future__ import annotations
 
 import asyncio
 
-import torch
 from actors import attempt, emit
+from fake_gpus import FakeAccelerator
 
 import actorch
-from actorch._base.devices import Accelerator, use_accelerator
+from actorch._base.devices import use_accelerator
 
 
-class OneGpuOnNodeOne(Accelerator):
-    """One pretend GPU on node 1, none on node 0; making it current does nothing."""
-
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
-
-    def inventory(self) -> tuple[str, ...]:
-        return ("cuda:0",) if self.rank == 1 else ()
-
-    def make_current(self, device: torch.device) -> None:
-        pass
-
-
-def pretend_gpus(rank: int) -> None:
-    use_accelerator(OneGpuOnNodeOne(rank))
+def one_gpu_on_node_one(rank: int) -> None:
+    """Node 1 has one pretend GPU, node 0 none."""
+    use_accelerator(FakeAccelerator(("cuda:0",) if rank == 1 else ()))
 
 
 class Learner(actorch.Actor):
@@ -61,4 +49,4 @@ async def main(system: actorch.ActorSystem) -> None:
 
 
 if __name__ == "__main__":
-    actorch.run(main, world_size=2, setup=pretend_gpus, device_maps=None)
+    actorch.run(main, world_size=2, setup=one_gpu_on_node_one, device_maps=None)
