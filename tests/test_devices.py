@@ -211,14 +211,16 @@ def test_a_reply_carrying_device_tensors_leaves_on_its_own_not_on_the_bundles_re
         port = Port(loop, completed.append, NO_CONTEXT)
         port.expect()
         port.expect()
+        port.expect()
         transport.reply(0, port, b"on-device", [meta(1)])
-        assert port.waiting == 2
+        assert port.waiting == 3
         assert not port.closed
         assert transport._outgoing[0][0] == [b"on-device"]
         transport.reply(0, port, b"on-cpu", [torch.ones(1)])
+        transport.reply(0, port, b"an-rref", [object()])  # the side list also holds RRefs, which have no device
         port.release()  # the bundle is dispatched
         assert port.closed
-        assert completed[0][0] == [b"on-cpu"]
+        assert completed[0][0] == [b"on-cpu", b"an-rref"]
 
     asyncio.run(scenario())
 

@@ -114,6 +114,11 @@ class Port:
 ReceiveFn = Callable[[int, Bundle, Port | None], None]
 
 
+def _on_device(item: object) -> bool:
+    """Whether a side-list item is a tensor off the CPU (the list also holds torch RRefs)."""
+    return isinstance(item, torch.Tensor) and item.device.type != "cpu"
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     """One node of the system.
@@ -243,7 +248,7 @@ class Transport(ABC):
         A reply with accelerator tensors always goes on its own: a response
         carries CPU tensors only (device maps are for requests).
         """
-        if port is not None and tensors and any(tensor.device.type != "cpu" for tensor in tensors):
+        if port is not None and tensors and any(_on_device(item) for item in tensors):
             port.release()
             port = None
         if port is None or not port.put(message, tensors):
