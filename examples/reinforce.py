@@ -8,6 +8,9 @@ CartPole episode against the agent, asking it for an action at every step;
 with batching, the agent answers all observers' states of a step with one
 policy forward. The agent then takes one REINFORCE step on all the episodes.
 It prints the running reward per episode and saves the reward curve.
+
+``--device`` puts the agent's policy on a GPU (``auto``, the default, picks
+``cuda`` when there is one); the observers always play on the CPU.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--gamma", type=float, default=0.99)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--device", default="auto", help="the agent's device: auto (default), cpu, cuda or cuda:N")
     parser.add_argument("--plot", default="reinforce.png", help="where to save the reward curve ('' for none)")
     return parser.parse_args()
 
@@ -76,10 +80,12 @@ async def main(system: actorch.ActorSystem) -> list[EpisodeStats]:
         await system.spawn(
             Observer, args=(make_env,), kwargs={"seed": args.seed + rank}, name=f"rl/observers/{rank}", on=rank
         )
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     agent = await system.spawn(
         Agent,
         args=(make_policy,),
         kwargs={"lr": args.lr, "gamma": args.gamma, "batch": args.batch, "smoothing": 0.05, "seed": args.seed},
+        device=device,
     )
     history = []
     started = time.perf_counter()
@@ -90,7 +96,7 @@ async def main(system: actorch.ActorSystem) -> list[EpisodeStats]:
     seconds = time.perf_counter() - started
     actions = sum(stats.steps for stats in history)
     print(
-        f"done: {args.episodes} episodes, {system.world_size - 1} observers, batch={args.batch}, "
+        f"done: {args.episodes} episodes, {system.world_size - 1} observers, batch={args.batch}, device={device}, "
         f"running reward {history[0].running_reward:.1f} -> {history[-1].running_reward:.1f}, "
         f"{actions} actions in {seconds:.1f} s ({actions / seconds:,.0f} actions/s)"
     )

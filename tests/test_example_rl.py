@@ -46,8 +46,19 @@ def test_reinforce_example_plays_learns_and_saves_its_curve(mode: str, tmp_path:
 
 
 def test_reinforce_example_fixed_length_runs_take_exactly_their_steps(tmp_path: Path) -> None:
-    out = run_example("reinforce.py", "--episodes", "2", "--observers", "2", "--steps", "30", "--plot", "")
-    assert "done: 2 episodes, 2 observers, batch=True" in out
+    args = ["--episodes", "2", "--observers", "2", "--steps", "30", "--plot", "", "--device", "cpu"]
+    out = run_example("reinforce.py", *args)
+    assert "done: 2 episodes, 2 observers, batch=True, device=cpu" in out
+    assert " 120 actions in " in out, out
+
+
+@pytest.mark.cuda
+def test_reinforce_example_runs_its_policy_on_a_gpu_against_cpu_observers() -> None:
+    out = run_example(
+        "reinforce.py", "--episodes", "2", "--observers", "2", "--steps", "30", "--plot", "", "--device", "cuda"
+    )
+    assert [int(number) for number, _, _ in EPISODE.findall(out)] == [1, 2], out
+    assert "done: 2 episodes, 2 observers, batch=True, device=cuda" in out
     assert " 120 actions in " in out, out
 
 

@@ -152,6 +152,7 @@ async def test_replay_buffer_statistics_reports_layout_and_counters(world: Local
     assert statistics == {
         "kind": "uniform",
         "capacity": 8,
+        "device": "cpu",
         "size": 3,
         "mass": 3.0,
         "cursor": 3,

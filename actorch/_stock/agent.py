@@ -6,6 +6,10 @@ forward per state, or one per batch of all observers' states), and then learns
 from their rollouts (REINFORCE by default), reporting :class:`EpisodeStats`.
 Subclasses change the algorithm through the hooks ``act``, ``returns`` and
 ``learn``.
+
+The policy lives on the agent's device (``spawn(..., device="cuda:0")``) while
+the observers play on the CPU: a batch of states goes to the device in one copy
+and its actions come back in one, however many observers asked.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from actorch._stock.import_paths import resolve
 from actorch._stock.observer import Observation, Observer, Rollout
 
 __all__ = ["Agent", "EpisodeStats"]
+
+_HOST = torch.device("cpu")
 
 
 @serializable(20)
@@ -62,6 +68,13 @@ class Agent(Actor):
     :meth:`learn` on what they saw. Subclasses change the algorithm through the
     hooks :meth:`act`, :meth:`returns` and :meth:`learn`.
 
+    The policy and the optimizer's state live on the agent's device
+    (``self.device``, set by ``spawn(..., device=...)``). States arrive from the
+    observers on the CPU; the batched endpoint stacks a step's states there and
+    moves them to the device in one copy, runs one forward, and brings the
+    actions back in one copy before answering each observer. Every such copy
+    goes through :meth:`transfer`.
+
     Args:
         policy: A module mapping states ``[batch, *state]`` to action
             probabilities ``[batch, actions]``, or a function (or
@@ -73,7 +86,8 @@ class Agent(Actor):
         batch: Whether observers ask for actions through the batched endpoint
             (one policy forward for all observers' states per step).
         smoothing: Weight of the newest episode in ``running_reward``.
-        seed: Seeds the policy's initial weights and the action sampling.
+        seed: Seeds the policy's initial weights (drawn on the CPU, then moved,
+            so they are the same on every device) and the action sampling.
     """
 
     def __init__(
@@ -93,14 +107,15 @@ class Agent(Actor):
         if not 0.0 < smoothing <= 1.0:
             raise ValueError(f"smoothing must be within (0, 1], not {smoothing!r}")
         if isinstance(policy, nn.Module):
-            self.policy = policy
+            module = policy
         else:
-            with torch.random.fork_rng():
+            with torch.random.fork_rng(devices=[]):
                 if seed is not None:
-                    torch.manual_seed(seed)
-                self.policy = resolve(policy, "policy factory")()
+                    torch.default_generator.manual_seed(seed)
+                module = resolve(policy, "policy factory")()
+        self.policy: nn.Module = module.to(self.device)  # before the optimizer, which keeps state beside it
         self.optimizer = resolve(optimizer, "optimizer")(self.policy.parameters(), lr=lr)
-        self.generator = torch.Generator()
+        self.generator = torch.Generator(device=self.device)
         if seed is not None:
             self.generator.manual_seed(seed)
         self.pattern = observers
@@ -150,18 +165,26 @@ class Agent(Actor):
         if state is None:
             self._stepping -= 1
             return None
-        actions, log_probs = self.act(state.unsqueeze(0))
+        actions, log_probs = self.act(self.transfer(state.unsqueeze(0), self.device))
         self._log_probs.setdefault(key, []).append(log_probs[0])
-        return _to_wire(actions[0])
+        return _to_wire(self.transfer(actions, _HOST)[0])
 
     @batched(max_batch=lambda self: self._stepping, max_wait=0.05)
     async def select_action_batch(self, observations: list[Observation]) -> list[Any]:
-        """Actions for the states of all observers that asked, in one policy forward."""
+        """Actions for the states of all observers that asked, in one policy forward.
+
+        The states are stacked where they arrived and moved to the policy's
+        device in one copy; the actions come back to the CPU in one copy.
+        """
         live = [(index, key, state) for index, (key, state) in enumerate(observations) if state is not None]
         self._stepping -= len(observations) - len(live)
         answers: list[Any] = [None] * len(observations)
         if live:
-            actions, log_probs = self.act(torch.stack([state for _, _, state in live]))
+            states = [state for _, _, state in live]
+            if len({state.device for state in states}) > 1:  # some came staged to this device, some not
+                states = [state.to(_HOST) for state in states]
+            actions, log_probs = self.act(self.transfer(torch.stack(states), self.device))
+            actions = self.transfer(actions, _HOST)
             for row, (index, key, _) in enumerate(live):
                 self._log_probs.setdefault(key, []).append(log_probs[row])
                 answers[index] = _to_wire(actions[row])
@@ -172,8 +195,9 @@ class Agent(Actor):
         return [ref.name or repr(ref) for ref in await self.system.lookup_all(self.pattern)]
 
     async def statistics(self) -> dict[str, Any]:
-        """Episodes run, actions taken, running reward, pattern and whether actions are batched."""
+        """Episodes run, actions taken, running reward, pattern, device and whether actions are batched."""
         return {
+            "device": str(self.device),
             "episodes": self.episodes,
             "actions": self.actions,
             "running_reward": self.running_reward,
@@ -181,8 +205,20 @@ class Agent(Actor):
             "batch": self.batch,
         }
 
+    def transfer(self, tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """``tensor`` on ``device`` (itself if it is there): the one way states, actions and returns move.
+
+        The endpoints call it once per batch of states each way, and
+        :meth:`learn` once per episode for the returns; a subclass may override
+        it to pin memory, use a stream of its own, or count the copies.
+        """
+        return tensor.to(device, non_blocking=device.type == "cuda")
+
     def act(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sample one action per state and return ``(actions, log_probs)``, each ``[batch]``."""
+        """Sample one action per state and return ``(actions, log_probs)``, each ``[batch]``.
+
+        ``states`` are on the agent's device; so are the actions and log-probabilities returned.
+        """
         probs = self.policy(states)
         actions = torch.multinomial(probs.detach(), 1, generator=self.generator).squeeze(1)
         log_probs = torch.log(probs.gather(1, actions.unsqueeze(1)).squeeze(1).clamp_min(1e-12))
@@ -200,11 +236,16 @@ class Agent(Actor):
         return out
 
     def learn(self, rollouts: list[Rollout], log_probs: list[torch.Tensor]) -> float:
-        """REINFORCE: one optimizer step on ``-sum(log_prob * normalized return)``; returns the loss."""
+        """REINFORCE: one optimizer step on ``-sum(log_prob * normalized return)``; returns the loss.
+
+        The returns are computed on the CPU, from the rollouts, and moved to
+        the log-probabilities' device (the agent's) in one copy.
+        """
         returns = torch.cat([self.returns(rollout) for rollout in rollouts])
         if returns.numel() > 1:
             returns = (returns - returns.mean()) / (returns.std() + 1e-8)
-        loss = -(torch.cat(log_probs) * returns).sum()
+        taken = torch.cat(log_probs)
+        loss = -(taken * self.transfer(returns, taken.device)).sum()
         self.optimizer.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
         self.optimizer.step()

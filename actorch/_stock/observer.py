@@ -124,5 +124,5 @@ class Observer(Actor):
         return torch.as_tensor(observation, dtype=torch.float32)
 
     def to_env(self, action: Any) -> Any:
-        """The agent's action as the environment takes it: a number, or a tensor as a NumPy array."""
-        return action.numpy() if isinstance(action, torch.Tensor) else action
+        """The agent's action as the environment takes it: a number, or a tensor as a NumPy array (from any device)."""
+        return action.numpy(force=True) if isinstance(action, torch.Tensor) else action

@@ -4,7 +4,8 @@ A plain object, not an actor: a trainer builds it from the refs of the
 :class:`~actorch.ParameterServer` shards and pulls from and pushes to all of
 them at once, as if they were one server. It remembers each shard's version, so
 a pull transfers only the shards that changed, and a shard's failure reaches the
-trainer as a ``GroupError`` that names the shard.
+trainer as a ``GroupError`` that names the shard. Given a ``device``, it moves
+the parameters it receives there, all shards' in one transfer per pull.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from actorch._actors.ref import ActorRef
 from actorch._base.errors import GroupError
 from actorch._stock.parameter_server import Parameters, ParameterServer
+from actorch._stock.transfer import DeviceLike, as_device, to_device
 
 __all__ = ["ParameterClient"]
 
@@ -31,28 +33,41 @@ class ParameterClient:
 
     Example:
         >>> shards = await system.lookup_all("ps/*")
-        >>> client = ParameterClient(shards)
+        >>> client = ParameterClient(shards, device=self.device)  # in a trainer actor
         >>> model.load_state_dict(await client.pull() or client.parameters, strict=False)
         >>> new = await client.push({n: p.grad for n, p in model.named_parameters()})
 
     Args:
         servers: One server's ref, or the refs of all shards (any order).
+        device: Where the trainer wants the parameters (a trainer actor passes
+            its ``self.device``): what a pull or push returns is moved there on
+            arrival, in one transfer, whatever device the shards keep them on.
+            None leaves them where the runtime delivers them: on a shard's own
+            device when it shares the trainer's node, else staged to the
+            calling actor's device (or mapped).
 
     Raises:
-        ValueError: If ``servers`` is empty.
+        ValueError: If ``servers`` is empty or ``device`` names no device.
     """
 
-    def __init__(self, servers: ActorRef[ParameterServer] | Sequence[ActorRef[ParameterServer]]) -> None:
+    def __init__(
+        self,
+        servers: ActorRef[ParameterServer] | Sequence[ActorRef[ParameterServer]],
+        *,
+        device: DeviceLike | None = None,
+    ) -> None:
         refs = [servers] if isinstance(servers, ActorRef) else list(servers)
         if not refs:
             raise ValueError("a ParameterClient needs at least one server")
         self.servers = refs
+        self.device = None if device is None else as_device(device)
         self.versions: list[int | None] = [None] * len(refs)
         self.parameters: dict[str, torch.Tensor] = {}
         self._owner: dict[str, int] | None = None
 
     def __repr__(self) -> str:
-        return f"<ParameterClient shards={len(self.servers)} versions={self.versions}>"
+        where = "" if self.device is None else f" device={self.device}"
+        return f"<ParameterClient shards={len(self.servers)} versions={self.versions}{where}>"
 
     async def pull(self) -> dict[str, torch.Tensor] | None:
         """Fetch what changed since the last pull; return all parameters, or ``None`` if nothing did.
@@ -91,10 +106,12 @@ class ParameterClient:
         return self._owner
 
     def _update(self, replies: Sequence[Parameters | None]) -> None:
+        arrived: dict[str, torch.Tensor] = {}
         for index, reply in enumerate(replies):
             if reply is not None:
                 self.versions[index] = reply.version
-                self.parameters.update(reply.tensors)
+                arrived.update(reply.tensors)
+        self.parameters.update(arrived if self.device is None else to_device(arrived, self.device))
 
     async def _each(self, call: Any) -> list[Any]:
         results = await asyncio.gather(*(call(i) for i in range(len(self.servers))), return_exceptions=True)

@@ -7,6 +7,10 @@ triggers one optimizer step on the averaged gradients and every pusher's
 ``await`` returns the new parameters. Large models are split by parameter name
 over several servers (``shard=(index, count)``) that a :class:`ParameterClient`
 drives as one.
+
+The model and the optimizer's state live on the server's device (``spawn(...,
+device="cuda:0")``). Gradients may come from any device; pulls and pushes take
+``device=`` for the parameters they return.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from torch import nn
 from actorch._actors.actor import Actor
 from actorch._base.codec import serializable
 from actorch._stock.import_paths import resolve
+from actorch._stock.transfer import DeviceLike, as_device, to_device
 
 __all__ = ["ParameterServer", "Parameters", "assign_shards"]
 
@@ -45,6 +50,19 @@ class Parameters:
 
     version: int
     tensors: dict[str, torch.Tensor] = field(repr=False)
+
+    def to(self, device: DeviceLike) -> Parameters:
+        """This version with its tensors on ``device``; itself when they are all there already.
+
+        The copies are queued together, with one wait per GPU they leave.
+
+        Raises:
+            ValueError: ``device`` names no device.
+        """
+        target = as_device(device)
+        if all(tensor.device == target for tensor in self.tensors.values()):
+            return self
+        return Parameters(self.version, to_device(self.tensors, target))
 
 
 def assign_shards(sizes: Mapping[str, int], count: int) -> list[list[str]]:
@@ -108,6 +126,10 @@ class ParameterServer(Actor):
         shard: ``(index, count)``: keep only this shard's parameters (see
             :func:`assign_shards`); ``(0, 1)`` keeps them all.
 
+    The model is built, then moved to the server's device (``self.device``,
+    set by ``spawn(..., device=...)``) before the optimizer is made, so the
+    parameters, their gradients and the optimizer's state all live there.
+
     Raises:
         ValueError: If an option is out of range or an import path does not resolve.
     """
@@ -138,6 +160,7 @@ class ParameterServer(Actor):
         module = resolve(model, "model factory")()
         if not isinstance(module, nn.Module):
             raise ValueError(f"the model factory returned a {type(module).__qualname__}, not a torch.nn.Module")
+        module.to(self.device)
         named = dict(module.named_parameters())
         owned = assign_shards({name: p.numel() for name, p in named.items()}, count)[index]
         self.mode = mode
@@ -151,7 +174,7 @@ class ParameterServer(Actor):
             list(self._params.values()), **dict(optimizer_kwargs or {})
         )
         self._version = 0
-        self._published: Parameters | None = None
+        self._published: dict[torch.device, Parameters] = {}  # the current version, by device
         self._round: _Round | None = None
         self._rrefs: list[Any] | None = None
         self._counts = {"pulls": 0, "pulls_unchanged": 0, "pushes": 0, "steps": 0}
@@ -164,41 +187,58 @@ class ParameterServer(Actor):
         """How many optimizer steps the server has taken."""
         return self._version
 
-    async def pull(self, since: int | None = None) -> Parameters | None:
+    async def pull(self, since: int | None = None, *, device: DeviceLike | None = None) -> Parameters | None:
         """The current parameters, or ``None`` when ``since`` is already the current version.
 
         Pass the version you hold as ``since`` to skip transferring what you have.
         Once :meth:`parameter_rrefs` or :meth:`module_rref` has handed out
         RRefs, the parameters may change without a step the server sees, so
         every pull then sends them.
+
+        Args:
+            since: The version the caller holds.
+            device: A device of the server's node to put the tensors on before
+                they leave (one copy per version and device, shared by every
+                pull of it). A caller on the server's node gets the tensors as
+                they are, so it names its own device here; ``"cpu"`` sends host
+                tensors to any caller. None: the server's device; across
+                nodes the runtime delivers them (through a device map, or
+                staged to the calling actor's device).
+
+        Raises:
+            ValueError: ``device`` names no device.
         """
+        target = self._target(device)
         self._counts["pulls"] += 1
         if self._rrefs is not None:
-            self._published = None  # RRef holders may have changed them since
+            self._published = {}  # RRef holders may have changed them since
         elif since is not None and since == self._version:
             self._counts["pulls_unchanged"] += 1
             return None
-        return self._snapshot()
+        return self._snapshot(target)
 
-    async def push(self, grads: dict[str, torch.Tensor]) -> Parameters:
+    async def push(self, grads: dict[str, torch.Tensor], *, device: DeviceLike | None = None) -> Parameters:
         """Apply (async) or contribute (sync) gradients; return the parameters after the step.
 
-        ``grads`` maps parameter names to gradients of the same shape; names this
-        server does not hold are refused, missing names mean no gradient. In sync
-        mode the call returns when the round's last push has arrived and the step
-        is taken; a pusher whose deadline expires first leaves its gradients in
-        the round.
+        ``grads`` maps parameter names to gradients of the same shape, on any
+        device and of any floating dtype: each is moved to the server's device
+        and cast to its parameter's dtype. Names this server does not hold are
+        refused, missing names mean no gradient. In sync mode the call returns
+        when the round's last push has arrived and the step is taken; a pusher
+        whose deadline expires first leaves its gradients in the round.
+        ``device`` places the returned parameters as in :meth:`pull`.
 
         Raises:
             KeyError: If a name is not a parameter of this server.
-            ValueError: If a gradient's shape differs from its parameter's.
+            ValueError: If a gradient's shape differs from its parameter's, or ``device`` names no device.
             Exception: What the optimizer step raised; in sync mode, every pusher of the round gets it.
         """
+        target = self._target(device)
         self._check(grads)
         self._counts["pushes"] += 1
         if self.mode == "async":
             self._step(grads)
-            return self._snapshot()
+            return self._snapshot(target)
         collected = self._round
         if collected is None:
             future: asyncio.Future[Parameters] = asyncio.get_running_loop().create_future()
@@ -206,23 +246,23 @@ class ParameterServer(Actor):
         for name, grad in grads.items():
             total = collected.sums.get(name)
             if total is None:
-                collected.sums[name] = grad.detach().to(self._params[name].dtype, copy=True)
+                collected.sums[name] = self._placed(name, grad, copy=True)  # the round's own: add_ writes into it
             else:
-                total.add_(grad)
+                total.add_(self._placed(name, grad))
             collected.counts[name] = collected.counts.get(name, 0) + 1
         collected.pushes += 1
         if collected.pushes < (self.trainers or 1):
-            return await asyncio.shield(collected.done)
+            return self._snapshot_of(await asyncio.shield(collected.done), target)
         self._round = None
         try:
             self._step({name: total.div_(collected.counts[name]) for name, total in collected.sums.items()})
             collected.done.set_result(self._snapshot())
         except Exception as exc:  # noqa: BLE001 - every pusher of the round gets the step's error
             collected.done.set_exception(exc)
-        return collected.done.result()
+        return self._snapshot_of(collected.done.result(), target)
 
     async def load(self, tensors: dict[str, torch.Tensor]) -> int:
-        """Overwrite parameters by name (a checkpoint, a warm start); return the new version.
+        """Overwrite parameters by name (a checkpoint, a warm start), from any device; return the new version.
 
         Raises:
             KeyError: If a name is not a parameter of this server.
@@ -260,12 +300,13 @@ class ParameterServer(Actor):
         return self.system.rref(self._forward)
 
     async def statistics(self) -> dict[str, Any]:
-        """Version, mode, shard, counters, and pushes waiting for the current sync round."""
+        """Version, mode, shard, device, counters, and pushes waiting for the current sync round."""
         return {
             **self._counts,
             "version": self._version,
             "mode": self.mode,
             "shard": list(self.shard),
+            "device": str(self.device),
             "parameters": sum(p.numel() for p in self._params.values()),
             "waiting": 0 if self._round is None else self._round.pushes,
         }
@@ -281,10 +322,18 @@ class ParameterServer(Actor):
                 got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__qualname__
                 raise ValueError(f"{name!r} must be a tensor of shape {tuple(param.shape)}, got {got}")
 
+    def _target(self, device: DeviceLike | None) -> torch.device:
+        return self.device if device is None else as_device(device)
+
+    def _placed(self, name: str, grad: torch.Tensor, *, copy: bool = False) -> torch.Tensor:
+        """``grad`` on its parameter's device and in its dtype; a copy if ``copy``, else maybe itself."""
+        param = self._params[name]
+        return grad.detach().to(param.device, param.dtype, non_blocking=param.device.type == "cuda", copy=copy)
+
     def _step(self, grads: Mapping[str, torch.Tensor]) -> None:
         for name, param in self._params.items():
             grad = grads.get(name)
-            param.grad = None if grad is None else grad.detach().to(param.dtype)
+            param.grad = None if grad is None else self._placed(name, grad)
         with torch.no_grad():
             self._optimizer.step()
         self._optimizer.zero_grad(set_to_none=True)
@@ -293,12 +342,23 @@ class ParameterServer(Actor):
 
     def _advance(self) -> None:
         self._version += 1
-        self._published = None
+        self._published = {}
 
-    def _snapshot(self) -> Parameters:
-        # One copy per version, shared by every pull of it: the live parameters
-        # change in place at the next step, and replies may leave later.
-        if self._published is None:
-            tensors = {name: param.detach().clone() for name, param in self._params.items()}
-            self._published = Parameters(self._version, tensors)
-        return self._published
+    def _snapshot(self, device: torch.device | None = None) -> Parameters:
+        # One copy per version and device, shared by every pull of it: the live
+        # parameters change in place at the next step, and replies may leave later.
+        target = self.device if device is None else device
+        published = self._published.get(target)
+        if published is None:
+            here = self._published.get(self.device)
+            if here is None:
+                here = Parameters(self._version, {name: p.detach().clone() for name, p in self._params.items()})
+                self._published[self.device] = here
+            published = self._published[target] = here.to(target)
+        return published
+
+    def _snapshot_of(self, params: Parameters, device: torch.device) -> Parameters:
+        """``params`` (a sync round's result) on ``device``, from the cache while it is the current version."""
+        if params is self._published.get(self.device):
+            return self._snapshot(device)
+        return params.to(device)

@@ -4,6 +4,8 @@ The tree lives in one float64 tensor (leaves at ``[size, 2 * size)``); sampling
 descends it for a whole batch at once, several levels per tensor operation, and
 priority updates recompute the touched parents level by level. Importance
 weights follow Schaul et al. (2016), normalised by the batch's largest weight.
+The tree lives on the buffer's device, beside the storage, so sampling and
+updates never leave it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from torch import Tensor
 
 from actorch._base.errors import SnapshotError
 from actorch._stock.replay import ReplayBuffer, Sample, _check_capacity
+from actorch._stock.transfer import DeviceLike
 
 __all__ = ["PrioritizedReplayBuffer"]
 
@@ -71,42 +74,46 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._leaves = 1 << (capacity - 1).bit_length()
         self._depth = self._leaves.bit_length() - 1
         # Node 1 is the root, node n's children are 2n and 2n + 1, leaf i is node leaves + i.
-        self._tree = torch.zeros(2 * self._leaves, dtype=torch.float64)
+        self._tree = torch.zeros(2 * self._leaves, dtype=torch.float64, device=self.device)
         super().__init__(capacity, restore=restore, seed=seed)
 
-    async def sample(self, batch_size: int, beta: float | None = None) -> Sample:
+    async def sample(self, batch_size: int, beta: float | None = None, *, device: DeviceLike | None = None) -> Sample:
         """Draw ``batch_size`` transitions in proportion to their priorities.
 
         Args:
             batch_size: How many to draw (with replacement).
             beta: Exponent of the importance weights for this batch; default
                 the buffer's ``beta``.
+            device: Where the sample leaves from, as for :meth:`ReplayBuffer.sample`.
 
         Raises:
             ValueError: If ``batch_size`` is not positive, ``beta`` is out of
-                range, or the buffer is empty or has no priority mass.
+                range, the buffer is empty or has no priority mass, or
+                ``device`` names no device.
         """
         beta = self.beta if beta is None else _check_beta(beta)
+        target = self._target(device)
         self._check_sample(batch_size)
         tree, total = self._tree, float(self._tree[1])
         if not total > 0:
             raise ValueError(f"cannot sample from {self!r}: every priority is zero")
         # Stratified: target k lies in the k-th of batch_size equal slices of the mass.
         targets = (
-            torch.arange(batch_size, dtype=torch.float64)
-            + torch.rand(batch_size, dtype=torch.float64, generator=self._generator)
+            torch.arange(batch_size, dtype=torch.float64, device=tree.device)
+            + torch.rand(batch_size, dtype=torch.float64, generator=self._generator, device=tree.device)
         ) * (total / batch_size)
         nodes = self._descend(targets)
         indices = nodes - self._leaves
         probabilities = tree[nodes] / total
         weights = (self._size * probabilities) ** -beta
         weights = (weights / weights.max()).to(torch.float32)
-        return Sample(self._gather(indices), indices, weights, probabilities, self._size, total)
+        return Sample(self._gather(indices), indices, weights, probabilities, self._size, total).to(target)
 
     async def update_priorities(self, indices: Tensor, priorities: Tensor) -> None:
         """Set the priorities of the transitions at ``indices`` (as a ``Sample`` gave them).
 
-        When an index appears more than once, its last priority wins.
+        When an index appears more than once, its last priority wins. The
+        tensors may be on any device: they are moved to the tree's.
 
         Raises:
             TypeError: If the arguments are not tensors, or ``indices`` are not integers.
@@ -120,8 +127,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             )
         if indices.dtype == torch.bool or indices.is_floating_point() or indices.is_complex():
             raise TypeError(f"indices must be integers, not {indices.dtype}")
-        indices = indices.reshape(-1).to(torch.int64)
-        values = priorities.detach().reshape(-1).to(torch.float64)  # a loss's graph must not reach the tree
+        device = self._tree.device
+        indices = indices.reshape(-1).to(device, torch.int64)
+        values = priorities.detach().reshape(-1).to(device, torch.float64)  # a loss's graph must not reach the tree
         if len(indices) != len(values):
             raise ValueError(f"{len(indices)} indices but {len(values)} priorities")
         if not len(indices):
@@ -133,8 +141,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             bad_index = indices[(indices < 0) | (indices >= self._size)][0]
             raise ValueError(f"index {int(bad_index)} is out of range: the buffer holds {self._size} transitions")
         unique, inverse = torch.unique(indices, return_inverse=True)
-        last = torch.full((len(unique),), -1, dtype=torch.int64)
-        last.scatter_reduce_(0, inverse, torch.arange(len(indices)), reduce="amax")
+        last = torch.full((len(unique),), -1, dtype=torch.int64, device=device)
+        last.scatter_reduce_(0, inverse, torch.arange(len(indices), device=device), reduce="amax")
         values = values[last] + self.epsilon
         self._max_priority = max(self._max_priority, float(values.max()))
         self._set_leaves(unique, values**self.alpha)
@@ -157,7 +165,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _written(self, slots: Tensor) -> None:
         if len(slots):
-            self._set_leaves(slots, torch.full((len(slots),), self._max_priority**self.alpha, dtype=torch.float64))
+            value = self._max_priority**self.alpha
+            self._set_leaves(slots, torch.full((len(slots),), value, dtype=torch.float64, device=slots.device))
 
     def _mass(self) -> float:
         return float(self._tree[1])
@@ -170,8 +179,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         step reads that row for every target and goes down ``k`` levels, so a
         tree of depth 17 takes 4 steps of a few tensor operations each.
         """
-        tree, zero = self._tree, torch.zeros((), dtype=torch.float64)
-        nodes = torch.ones(len(targets), dtype=torch.int64)
+        tree = self._tree
+        zero = torch.zeros((), dtype=torch.float64, device=tree.device)
+        nodes = torch.ones(len(targets), dtype=torch.int64, device=tree.device)
         depth = self._depth
         while depth > 0:
             levels = min(_LEVELS_PER_STEP, depth)
@@ -221,7 +231,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         tree = torch.zeros_like(self._tree)
         tree[self._leaves : self._leaves + self.capacity] = leaves
         for level in range(self._depth - 1, -1, -1):
-            nodes = torch.arange(1 << level, 2 << level)
+            nodes = torch.arange(1 << level, 2 << level, device=tree.device)
             tree[nodes] = tree[2 * nodes] + tree[2 * nodes + 1]
         return tree, max_priority
 

@@ -6,6 +6,10 @@ room for new ones. Writes, sampling and priority updates work on whole batches
 with tensor operations, never one Python object per transition, so a buffer of
 millions of transitions costs its tensors and nothing more. Sampled batches
 travel as :class:`Sample`, natively, in strict mode too.
+
+The storage lives on the buffer's device (``spawn(..., device="cuda:0")``), and
+so does the sampling: transitions from any device are copied in, indices are
+drawn there, and a sample leaves from there unless the caller names a device.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from actorch._actors.actor import Actor
 from actorch._base.codec import serializable
 from actorch._base.errors import SnapshotError
 from actorch._base.tensorfile import load_tensors, save_tensors
+from actorch._stock.transfer import DeviceLike, as_device, to_device
 
 __all__ = ["ReplayBuffer", "Sample"]
 
@@ -61,6 +66,27 @@ class Sample:
         kind = "prioritized" if self.weights is not None else "uniform"
         return f"<Sample {len(self.indices)} {kind} items of {self.size} ({keys})>"
 
+    def to(self, device: DeviceLike) -> Sample:
+        """This sample with its tensors on ``device``; itself when they are all there already.
+
+        The copies are queued together, with one wait per GPU they leave.
+
+        Raises:
+            ValueError: ``device`` names no device.
+        """
+        target = as_device(device)
+        tensors = {f"data/{key}": value for key, value in self.data.items()}
+        tensors["indices"] = self.indices
+        if self.weights is not None:
+            tensors["weights"] = self.weights
+        if self.probabilities is not None:
+            tensors["probabilities"] = self.probabilities
+        if all(tensor.device == target for tensor in tensors.values()):
+            return self
+        moved = to_device(tensors, target)
+        data = {key: moved[f"data/{key}"] for key in self.data}
+        return Sample(data, moved["indices"], moved.get("weights"), moved.get("probabilities"), self.size, self.mass)
+
 
 class ReplayBuffer(Actor):
     """A replay buffer of fixed capacity, sampled uniformly with replacement.
@@ -69,6 +95,10 @@ class ReplayBuffer(Actor):
     (keys, dtypes and trailing shapes) and allocates ``(capacity, *shape)``
     tensors; later batches must match it. When full, new transitions overwrite
     the oldest (FIFO ring).
+
+    The storage and the random generator live on the buffer's device
+    (``self.device``, set by ``spawn(..., device=...)``): batches from any
+    device are copied in, and sampling draws and gathers there.
 
     Args:
         capacity: The most transitions held at once.
@@ -91,7 +121,7 @@ class ReplayBuffer(Actor):
         self._storage: dict[str, Tensor] = {}
         self._cursor = 0  # the slot the next transition goes to
         self._size = 0
-        self._generator = torch.Generator()
+        self._generator = torch.Generator(device=self.device)
         if seed is None:
             self._generator.seed()
         else:
@@ -105,8 +135,8 @@ class ReplayBuffer(Actor):
 
         Args:
             batch: One tensor per key, all with the same leading dimension (the
-                number of transitions). A batch larger than the capacity keeps
-                its last ``capacity`` transitions.
+                number of transitions), on any device. A batch larger than the
+                capacity keeps its last ``capacity`` transitions.
 
         Raises:
             TypeError: If ``batch`` is not a dict of tensors, or a dtype differs
@@ -116,7 +146,8 @@ class ReplayBuffer(Actor):
         count = self._check_batch(batch)
         if not self._storage:
             self._storage = {
-                key: torch.zeros((self.capacity, *value.shape[1:]), dtype=value.dtype) for key, value in batch.items()
+                key: torch.zeros((self.capacity, *value.shape[1:]), dtype=value.dtype, device=self.device)
+                for key, value in batch.items()
             }
         slots = self._write(batch, count)
         self._written(slots)
@@ -136,15 +167,24 @@ class ReplayBuffer(Actor):
                 raise TypeError(f"transition[{key!r}] is a {type(value).__qualname__}, not a tensor")
         return await self.extend({key: value.unsqueeze(0) for key, value in transition.items()})
 
-    async def sample(self, batch_size: int) -> Sample:
+    async def sample(self, batch_size: int, *, device: DeviceLike | None = None) -> Sample:
         """Draw ``batch_size`` transitions uniformly, with replacement.
 
+        Args:
+            batch_size: How many to draw.
+            device: A device of the buffer's node to put the sample on before it
+                leaves: a caller on the same node gets it as it is, so it names
+                its own device here; ``"cpu"`` sends host tensors to any caller.
+                None: the buffer's device; across nodes the runtime delivers it
+                (through a device map, or staged to the calling actor's device).
+
         Raises:
-            ValueError: If ``batch_size`` is not positive or the buffer is empty.
+            ValueError: If ``batch_size`` is not positive, the buffer is empty, or ``device`` names no device.
         """
+        target = self._target(device)
         self._check_sample(batch_size)
-        indices = torch.randint(self._size, (batch_size,), generator=self._generator)
-        return Sample(self._gather(indices), indices, None, None, self._size, float(self._size))
+        indices = torch.randint(self._size, (batch_size,), generator=self._generator, device=self.device)
+        return Sample(self._gather(indices), indices, None, None, self._size, float(self._size)).to(target)
 
     async def size(self) -> int:
         """How many transitions the buffer holds."""
@@ -169,10 +209,11 @@ class ReplayBuffer(Actor):
         return written
 
     async def statistics(self) -> dict[str, Any]:
-        """Counters and layout: size, capacity, keys with dtypes and shapes, bytes held."""
+        """Counters and layout: size, capacity, device, keys with dtypes and shapes, bytes held."""
         return {
             "kind": self.kind,
             "capacity": self.capacity,
+            "device": str(self.device),
             "size": self._size,
             "mass": self._mass(),
             "cursor": self._cursor,
@@ -191,6 +232,9 @@ class ReplayBuffer(Actor):
 
     def _mass(self) -> float:
         return float(self._size)
+
+    def _target(self, device: DeviceLike | None) -> torch.device:
+        return self.device if device is None else as_device(device)
 
     def _check_sample(self, batch_size: int) -> None:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool):
@@ -266,7 +310,7 @@ class ReplayBuffer(Actor):
         self._cursor = (start + kept) % capacity
         self._size = min(self._size + kept, capacity)
         self._counts["added"] += count
-        return (start + torch.arange(kept)) % capacity
+        return (start + torch.arange(kept, device=self.device)) % capacity
 
     def _restore(self, path: str) -> None:
         try:
@@ -300,7 +344,7 @@ class ReplayBuffer(Actor):
             saved = tensors.get(f"data/{key}")
             if saved is None or saved.dim() == 0 or saved.shape[0] != size:
                 raise SnapshotError(f"{where} is inconsistent: key {key!r} does not hold {size} transitions")
-            storage[key] = torch.zeros((self.capacity, *saved.shape[1:]), dtype=saved.dtype)
+            storage[key] = torch.zeros((self.capacity, *saved.shape[1:]), dtype=saved.dtype, device=self.device)
             storage[key][:size].copy_(saved)
         extra = self._restore_extra(where, tensors, meta)
         expected = {f"data/{key}" for key in keys} | self._extra_tensor_names()

@@ -3,7 +3,9 @@
 A plain client object, not an actor: it holds refs to the shards, spreads
 writes over them and samples across them in proportion to their sizes (or
 priority mass), asking the shards concurrently. Any process may build one from
-the shards' refs; it keeps only what the shards last reported.
+the shards' refs; it keeps only what the shards last reported. The shards may
+keep their storage on different devices: the client merges their samples on
+one device.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from actorch._actors.ref import ActorRef
 from actorch._base.errors import GroupError
 from actorch._stock.prioritized_replay import PrioritizedReplayBuffer
 from actorch._stock.replay import ReplayBuffer, Sample
+from actorch._stock.transfer import DeviceLike, as_device
 
 __all__ = ["ShardedReplayBuffer"]
 
@@ -45,16 +48,28 @@ class ShardedReplayBuffer:
         shards: Refs to ``ReplayBuffer`` actors, all uniform or all prioritized.
         beta: Default exponent of the importance weights (prioritized shards).
         seed: Seeds the generator that splits batches among shards.
+        device: Where merged samples go. None: where the shards' samples
+            arrive (a shard on the caller's node sends them from its own
+            device, one elsewhere as the runtime delivers them) when they all
+            arrive on one device, else the CPU.
 
     Raises:
-        ValueError: If ``shards`` is empty, mixes kinds, or ``beta`` is out of [0, 1].
+        ValueError: If ``shards`` is empty, mixes kinds, ``beta`` is out of [0, 1],
+            or ``device`` names no device.
         TypeError: If a shard is not a ref to a ``ReplayBuffer`` importable here.
     """
 
     SHARD_SHIFT = SHARD_SHIFT
     """Bits of a merged index below its shard index: ``shard = index >> SHARD_SHIFT``."""
 
-    def __init__(self, shards: Sequence[ActorRef[Any]], *, beta: float = 0.4, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        shards: Sequence[ActorRef[Any]],
+        *,
+        beta: float = 0.4,
+        seed: int | None = None,
+        device: DeviceLike | None = None,
+    ) -> None:
         if not shards:
             raise ValueError("a sharded replay buffer needs at least one shard")
         classes = []
@@ -71,6 +86,7 @@ class ShardedReplayBuffer:
         self.shards: list[ActorRef[Any]] = list(shards)
         self.prioritized = kinds.pop()
         self.beta = float(beta)
+        self.device = None if device is None else as_device(device)
         self._generator = torch.Generator()
         if seed is None:
             self._generator.seed()
@@ -111,9 +127,10 @@ class ShardedReplayBuffer:
             shard = (self._next + offset) % n
             if n == 1:
                 parts[shard] = batch
-            else:  # fresh tensors: a view would carry its whole storage to the shard
-                rows = torch.arange(offset, count, n)
-                parts[shard] = {key: value.index_select(0, rows) for key, value in batch.items()}
+            else:  # fresh tensors, wherever they are: a view would carry its whole storage to the shard
+                parts[shard] = {
+                    key: value[offset::n].clone(memory_format=torch.contiguous_format) for key, value in batch.items()
+                }
         self._next = (self._next + count) % n
         sizes = await self._fan_out("extend", {shard: ("extend", (part,)) for shard, part in parts.items()})
         known = await self._known()
@@ -243,7 +260,11 @@ class ShardedReplayBuffer:
 
     def _merge(self, samples: dict[int, Sample], sizes: list[int], masses: list[float], beta: float) -> Sample:
         shards = sorted(samples)
-        parts = [samples[shard] for shard in shards]
+        device = self.device
+        if device is None:
+            arrived = {part.indices.device for part in samples.values()}
+            device = arrived.pop() if len(arrived) == 1 else torch.device("cpu")
+        parts = [samples[shard].to(device) for shard in shards]
         keys = list(parts[0].data)
         data = {key: torch.cat([part.data[key] for part in parts]) for key in keys}
         indices = torch.cat([part.indices | (shard << SHARD_SHIFT) for shard, part in zip(shards, parts, strict=True)])
