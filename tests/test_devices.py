@@ -22,8 +22,7 @@ from actorch._base.codec import Codec, serializable, tensor_path
 from actorch._base.devices import TensorRoute, on_device, parse_device
 from actorch._transport.autograd import NO_CONTEXT
 from actorch._transport.base import Port
-from actorch._transport.inprocess import InProcessHub
-from actorch._transport.rpc import tensorpipe_options
+from actorch._transport.rpc import RpcTransport, tensorpipe_options
 from actorch._transport.rpc_setup import RpcOptions, normalize_device_maps, resolve_device_maps
 from actorch.testing import LocalWorld, local_world
 
@@ -203,8 +202,8 @@ def test_tensor_path_names_a_tensor_the_walk_cannot_reach_plainly() -> None:
 
 def test_a_reply_carrying_device_tensors_leaves_on_its_own_not_on_the_bundles_response() -> None:
     async def scenario() -> None:
-        hub = InProcessHub(2)
-        transport = hub.transport(1)
+        transport = RpcTransport(1, 2, "127.0.0.1", 1, RpcOptions())  # never started: replies are only queued
+        transport._routes_direct = True  # a device map is set: replies may hold CUDA tensors
         loop = asyncio.get_running_loop()
         transport.attach(loop, lambda *a: None, lambda *a: None)
         completed: list[Any] = []

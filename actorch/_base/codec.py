@@ -162,7 +162,8 @@ class Codec:
         def default(obj: Any) -> Any:
             if isinstance(obj, torch.Tensor):
                 if route is not None and obj.device.type != "cpu" and str(obj.device) not in route.direct:
-                    tensors.append(stage(obj))
+                    tensors.append(_stage(obj, route, value, arguments))
+                    staged_on.add(obj.device)
                     return msgpack.ExtType(_STAGED, (len(tensors) - 1).to_bytes(4, "little"))
                 tensors.append(obj.detach().clone() if copy_tensors else obj)
                 return msgpack.ExtType(_TENSOR, (len(tensors) - 1).to_bytes(4, "little"))
@@ -184,18 +185,6 @@ class Codec:
                 return msgpack.ExtType(_PICKLE, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
             except Exception as exc:
                 raise SerializationError(f"cannot serialize {type(obj).__qualname__} value: {exc}") from exc
-
-        def stage(tensor: torch.Tensor) -> torch.Tensor:
-            assert route is not None
-            where = tensor_path(value, tensor, arguments=arguments)
-            if route.strict:
-                raise SerializationError(f"{where}: {route.refusal(tensor)}")
-            try:
-                host = accelerator().to_host(tensor.detach())
-            except (RuntimeError, NotImplementedError) as exc:
-                raise SerializationError(f"{where}: a tensor on {tensor.device} cannot be staged: {exc}") from exc
-            staged_on.add(tensor.device)
-            return host
 
         def nested(inner: Any) -> bytes:
             # A packer's buffer is not reentrant: nested values need their own.
@@ -264,6 +253,17 @@ class Codec:
             raise SerializationError(f"cannot decode message: {exc!r}") from exc
         finally:
             _decoding_context.reset(token)
+
+
+def _stage(tensor: torch.Tensor, route: TensorRoute, value: Any, arguments: bool) -> torch.Tensor:
+    """A host copy of ``tensor`` on its way (valid once its device is synchronised), or why it cannot go."""
+    if route.strict:
+        raise SerializationError(f"{tensor_path(value, tensor, arguments=arguments)}: {route.refusal(tensor)}")
+    try:
+        return accelerator().to_host(tensor.detach())
+    except (RuntimeError, NotImplementedError) as exc:
+        where = tensor_path(value, tensor, arguments=arguments)
+        raise SerializationError(f"{where}: a tensor on {tensor.device} cannot be staged: {exc}") from exc
 
 
 def tensor_path(value: Any, target: torch.Tensor, *, arguments: bool = False) -> str:

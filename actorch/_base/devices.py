@@ -15,16 +15,17 @@ staging logic on machines without a GPU install another with
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Generator, Iterable
+from collections.abc import Awaitable, Iterable
 from typing import Any, TypeVar
 
 import torch
+
+from actorch._base.steps import stepwise
 
 __all__ = [
     "Accelerator",
     "TensorRoute",
     "accelerator",
-    "device_of",
     "on_device",
     "parse_device",
     "use_accelerator",
@@ -52,11 +53,6 @@ def parse_device(value: object, what: str = "device") -> torch.device:
     if device.type != "cuda":
         raise ValueError(f"{what} must be the CPU or a CUDA device, not {device}")
     return torch.device("cuda", 0 if device.index is None else device.index)
-
-
-def device_of(tensor: torch.Tensor) -> str:
-    """The device a tensor is on, as ``"cpu"`` or ``"cuda:1"``."""
-    return str(tensor.device)
 
 
 class Accelerator:
@@ -137,7 +133,7 @@ class TensorRoute:
 
     def refusal(self, tensor: torch.Tensor) -> str:
         """Why ``tensor`` cannot go to ``dest`` under ``devices="strict"``."""
-        device = device_of(tensor)
+        device = str(tensor.device)
         mapped = ", ".join(sorted(self.direct)) or "none"
         return (
             f"a tensor on {device} cannot go to node {self.dest}: no device map covers {device} for that node "
@@ -146,41 +142,11 @@ class TensorRoute:
         )
 
 
-class _OnDevice:
-    """Runs a coroutine's steps with a device current on the thread (other actors may change it meanwhile)."""
-
-    __slots__ = ("_coroutine", "_device")
-
-    def __init__(self, coroutine: Any, device: torch.device) -> None:
-        self._coroutine = coroutine
-        self._device = device
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        return self
-
-    def __iter__(self) -> _OnDevice:
-        return self
-
-    def __next__(self) -> Any:
-        return self.send(None)
-
-    def send(self, value: Any) -> Any:
-        """Make the device current, then run the coroutine's next step."""
-        _accelerator.make_current(self._device)
-        return self._coroutine.send(value)
-
-    def throw(self, *exc: Any) -> Any:
-        """Make the device current, then throw into the coroutine."""
-        _accelerator.make_current(self._device)
-        return self._coroutine.throw(*exc)
-
-    def close(self) -> None:
-        """Close the coroutine."""
-        self._coroutine.close()
-
-
 def on_device(awaitable: Awaitable[T], device: torch.device | None) -> Awaitable[T]:
-    """``awaitable`` with ``device`` current during each of its steps; unchanged for the CPU or None."""
+    """``awaitable`` with ``device`` current during each of its steps; unchanged for the CPU or None.
+
+    Other actors of the node may make another device current while it waits.
+    """
     if device is None or device.type == "cpu":
         return awaitable
-    return _OnDevice(awaitable.__await__() if not hasattr(awaitable, "send") else awaitable, device)
+    return stepwise(awaitable, lambda: _accelerator.make_current(device))

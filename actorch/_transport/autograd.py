@@ -17,14 +17,16 @@ which torch exports but does not bind to Python.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
-from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Concatenate, ParamSpec, TypeVar
 
 import torch
 import torch.distributed.autograd as dist_autograd
 
 from actorch._base.errors import UnsupportedError
+from actorch._base.steps import stepwise
 
 __all__ = ["NO_CONTEXT", "bound", "current_context_id", "force_context_id", "in_autograd_context", "supported"]
 
@@ -74,39 +76,9 @@ def force_context_id(context_id: int) -> int:
     return previous
 
 
-class _Bound:
-    """Runs a coroutine with a distributed autograd context current on the thread during its steps only."""
-
-    __slots__ = ("_awaitable", "_context_id")
-
-    def __init__(self, awaitable: Awaitable[Any], context_id: int) -> None:
-        self._awaitable = awaitable
-        self._context_id = context_id
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coroutine: Any = self._awaitable.__await__()
-        sent: Any = None
-        thrown: BaseException | None = None
-        while True:
-            previous = force_context_id(self._context_id)
-            try:
-                if thrown is None:
-                    waiting = coroutine.send(sent)
-                else:
-                    waiting, thrown = coroutine.throw(thrown), None
-            except StopIteration as done:
-                return done.value
-            finally:
-                force_context_id(previous)
-            try:
-                sent = yield waiting
-            except BaseException as exc:  # noqa: BLE001 - cancellation and the rest go into the coroutine
-                thrown, sent = exc, None
-
-
 def bound(awaitable: Awaitable[T], context_id: int) -> Awaitable[T]:
     """``awaitable``, run with distributed autograd context ``context_id`` current on the thread during its steps."""
-    return _Bound(awaitable, context_id)
+    return stepwise(awaitable, functools.partial(force_context_id, context_id), force_context_id)
 
 
 async def in_autograd_context(

@@ -114,11 +114,6 @@ class Port:
 ReceiveFn = Callable[[int, Bundle, Port | None], None]
 
 
-def _on_device(item: object) -> bool:
-    """Whether a side-list item is a tensor off the CPU (the list also holds torch RRefs)."""
-    return isinstance(item, torch.Tensor) and item.device.type != "cpu"
-
-
 @dataclass(frozen=True)
 class NodeInfo:
     """One node of the system.
@@ -243,14 +238,7 @@ class Transport(ABC):
         self._send_bundle(dest, bundle, in_context)
 
     def reply(self, dest: int, port: Port | None, message: bytes, tensors: list[torch.Tensor] | None) -> None:
-        """Send a reply to ``dest``: on the bundle's response if its port is open, else on its own.
-
-        A reply with accelerator tensors always goes on its own: a response
-        carries CPU tensors only (device maps are for requests).
-        """
-        if port is not None and tensors and any(_on_device(item) for item in tensors):
-            port.release()
-            port = None
+        """Send a reply to ``dest``: on the bundle's response if its port is open, else on its own."""
         if port is None or not port.put(message, tensors):
             self.send(dest, message, tensors)
 

@@ -90,6 +90,11 @@ def _inbound(src: int, seq: int, messages: list[bytes], tensors: dict[int, Any])
     return response
 
 
+def _on_device(item: object) -> bool:
+    """Whether a side-list item is a tensor off the CPU (the list also holds torch RRefs)."""
+    return isinstance(item, torch.Tensor) and item.device.type != "cpu"
+
+
 def _ping(src: int) -> bool:
     """Note that ``src`` is alive; answer whether this node counts it lost (it is stale then)."""
     transport = _active
@@ -311,6 +316,17 @@ class RpcTransport(Transport):
             if self._listener is not None:
                 self._listener.close()
             _forget_world()
+
+    def reply(self, dest: int, port: Port | None, message: bytes, tensors: list[torch.Tensor] | None) -> None:
+        """Send a reply as every transport does, but one with CUDA tensors always on its own.
+
+        A response carries CPU tensors only: device maps cover requests. Only
+        with a map can a reply hold CUDA tensors here (others were staged).
+        """
+        if self._routes_direct and port is not None and tensors and any(_on_device(item) for item in tensors):
+            port.release()
+            port = None
+        super().reply(dest, port, message, tensors)
 
     def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
         if in_context or current_context_id() == NO_CONTEXT:
