@@ -62,6 +62,18 @@ def test_rank_0_kills_a_local_worker_whose_event_loop_is_blocked(tmp_path: Path)
 
 
 @pytest.mark.timeout(90)
+def test_a_worker_whose_loop_blocks_as_its_transport_comes_up_keeps_its_heartbeat(tmp_path: Path) -> None:
+    # Peers send the moment a node's torch RPC agent is up; the heartbeat must
+    # not wait for that node's loop to resume its transport's start.
+    run = run_script("faults.py", "slow_start", str(tmp_path), timeout=75)
+    run.assert_clean_exit(0)
+    r = run.result("slow_start")
+    assert "value" in r["spawn"], r
+    assert (tmp_path / "unblocked").exists(), f"rank 1's loop was never blocked: {r}"
+    assert "node lost" not in run.stderr, run.report()
+
+
+@pytest.mark.timeout(90)
 def test_a_worker_whose_event_loop_is_blocked_exits_through_its_watchdog(tmp_path: Path) -> None:
     ranks = start_world("member.py", 2, "blocked", str(tmp_path))
     try:

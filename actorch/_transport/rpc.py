@@ -193,6 +193,14 @@ class RpcTransport(Transport):
         except BaseException:
             _active = None
             raise
+
+    def _watch_peers(self) -> None:
+        """Watch every peer and start the heartbeat, from the thread that brought torch RPC up.
+
+        Not later on the loop: peers send requests the moment this node's agent
+        is up, and a handler that blocks the loop before ``start`` resumed would
+        leave the node without heartbeats, so rank 0 would count it lost.
+        """
         for peer in range(self.world_size):
             if peer != self.rank:
                 watch = rpc.rpc_async(worker_name(peer), _watch, args=(self.rank,), timeout=0)
@@ -286,6 +294,7 @@ class RpcTransport(Transport):
         self._peers = [
             NodeInfo(rank, worker_name(rank), host, pid, inventory) for rank, (host, pid, inventory) in enumerate(facts)
         ]
+        self._watch_peers()
 
     def _rendezvous_store(self) -> Any:
         """The store the ranks meet in; rank 0 serves it on its own socket (loopback by default)."""

@@ -6,6 +6,10 @@ Usage: ``python faults.py MODE TMPDIR`` with ``stop_grace`` 1 s, three processes
   ``on_stop`` that hangs; then ``main`` returns with handlers still stuck
   (one that can be cancelled, one that swallows its cancellation);
 - ``blocked``: a worker's handler blocks its event loop when ``main`` returns;
+- ``slow_start``: rank 1's event loop is blocked for twice the liveness timeout
+  the moment its torch RPC agent is up, before its transport's ``start``
+  resumes (as when a handler rank 0 sent at once blocks it); ``main`` then
+  calls an actor there;
 - ``rank0``: ``main`` writes ``TMPDIR/ready`` (the workers' pids) and sleeps
   until the test kills this process.
 """
@@ -22,11 +26,29 @@ from actors import Stopper, attempt, emit
 from faulty import HangingStop, Stuck
 
 import actorch
+from actorch._transport.rpc import RpcTransport
 
 MODE = sys.argv[1]
 TMP = Path(sys.argv[2])
 GRACE = 1.0
+LIVENESS = 2.5  # run()'s default liveness_timeout
 MAIN_RETURNED: list[float] = []
+
+
+def block_rank_1_when_up() -> None:
+    """Queue a loop-blocking sleep on rank 1 ahead of the news that its transport is up."""
+    init_rpc = RpcTransport._init_rpc
+
+    def block() -> None:
+        time.sleep(2 * LIVENESS)  # blocks rank 1's event loop: the fault under test
+        (TMP / "unblocked").write_text("")
+
+    def init_then_block(self: RpcTransport) -> None:
+        init_rpc(self)
+        if self.rank == 1:
+            self._inbox_loop.call_soon_threadsafe(block)
+
+    RpcTransport._init_rpc = init_then_block  # type: ignore[method-assign]
 
 
 async def stuck(system: actorch.ActorSystem) -> None:
@@ -67,6 +89,14 @@ async def blocked(system: actorch.ActorSystem) -> None:
     await asyncio.sleep(0.3)
 
 
+async def slow_start(system: actorch.ActorSystem) -> None:
+    started = time.monotonic()
+    while not (TMP / "unblocked").exists() and time.monotonic() - started < 30:  # noqa: ASYNC110 - another process
+        await asyncio.sleep(0.05)
+    stuck = await attempt(system.spawn(Stuck, on=1))
+    emit("slow_start", spawn=stuck, waited=time.monotonic() - started)
+
+
 async def rank0(system: actorch.ActorSystem) -> None:
     for rank in (1, 2):
         await system.spawn(Stopper, args=(str(TMP / f"on_stop_rank{rank}"),), on=rank)
@@ -76,10 +106,13 @@ async def rank0(system: actorch.ActorSystem) -> None:
 
 
 async def main(system: actorch.ActorSystem) -> str:
-    await {"stuck": stuck, "blocked": blocked, "rank0": rank0}[MODE](system)
+    await {"stuck": stuck, "blocked": blocked, "slow_start": slow_start, "rank0": rank0}[MODE](system)
     MAIN_RETURNED.append(time.monotonic())
     return "main finished"
 
+
+if MODE == "slow_start":
+    block_rank_1_when_up()  # at import: spawned workers import this module too
 
 if __name__ == "__main__":
     result = actorch.run(main, world_size=3, stop_grace=GRACE)
