@@ -29,6 +29,7 @@ import types as _types
 _os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 from actorch._actors.actor import Actor
+from actorch._actors.broadcast import broadcast, broadcast_tell
 from actorch._actors.events import MembershipEvent, NameRegistered, NameRemoved, NodeJoined, NodeLost
 from actorch._actors.ref import ActorRef
 from actorch._actors.restart import ActorExit, Restart
@@ -113,6 +114,8 @@ __all__ = [
     "assign_shards",
     "batch_partitioner",
     "batched",
+    "broadcast",
+    "broadcast_tell",
     "dim_partitioner",
     "in_autograd_context",
     "load_tensors",

@@ -3,12 +3,14 @@
 A :class:`Callee` owns the calls this node received and has not answered yet.
 Replies go back on the response of the transport bundle that brought their
 call when they are ready within its port's hold (see ``Port``), else as
-messages of their own.
+messages of their own. A ``CAST`` (see ``multicast``) brings one call or tell
+for several actors of this node: its arguments are decoded once, and each
+actor gets its own message and reply.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actorch._base.errors import ActorStoppedError, MessageTooLargeError, SerializationError
 from actorch._engine.cell import Cell
@@ -17,6 +19,9 @@ from actorch._engine.replies import TellDone
 from actorch._engine.side import NodeSide, SideParts
 from actorch._engine.wire import CALL, REPLY, check_size, error_payload, message_size
 from actorch._transport.base import Port
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["BATCH_REPLY_HOLD", "CallReply", "Callee", "Received"]
 
@@ -83,14 +88,49 @@ class Callee(NodeSide):
     def on_call(self, src: int, message: list[Any], tensors: list[Any], port: Port | None) -> None:
         """A call or tell for an actor of this node: decode it, check its size, and deliver it."""
         kind, call_id, actor_id, endpoint, remaining, chain, body = message
-        is_call = kind == CALL
         deadline = None if remaining is None else self.loop.time() + remaining
-        received = Message(endpoint, (), {}, self.new_key(), tuple(chain), deadline, None)
+        call = call_id if kind == CALL else None
+        self._deliver(src, call, actor_id, endpoint, deadline, tuple(chain), body, tensors, port, None)
+
+    def on_cast(self, src: int, message: list[Any], tensors: list[Any], port: Port | None) -> None:
+        """One call or tell for several actors of this node: decode its arguments once, deliver one to each.
+
+        The actors share the decoded arguments (one decoding per distinct actor
+        device), so they must treat them as read-only, as same-node calls do.
+        Each call has its own id, reply and cancellation; a tell's ids are None.
+        """
+        _, call_ids, actor_ids, endpoint, remaining, chain, body = message
+        deadline = None if remaining is None else self.loop.time() + remaining
+        chain = tuple(chain)
+        shared: dict[torch.device | None, Any] = {}
+        for index, actor_id in enumerate(actor_ids):
+            call = None if call_ids is None else call_ids[index]
+            self._deliver(src, call, actor_id, endpoint, deadline, chain, body, tensors, port, shared)
+
+    def _deliver(
+        self,
+        src: int,
+        call_id: int | None,
+        actor_id: int,
+        endpoint: str,
+        deadline: float | None,
+        chain: tuple[int, ...],
+        body: bytes | None,
+        tensors: list[Any],
+        port: Port | None,
+        shared: dict[torch.device | None, Any] | None,
+    ) -> None:
+        """Hand one received call (``call_id``) or tell (None) to its actor, with its own reply.
+
+        ``shared`` holds the arguments a ``CAST`` decoded already, by actor
+        device; None for a message to one actor.
+        """
+        received = Message(endpoint, (), {}, self.new_key(), chain, deadline, None)
         cell = self.cells.get(actor_id)
         label = cell.label if cell is not None else f"actor #{actor_id} on node {self.rank}"
         if port is not None:
             received.autograd = port.autograd
-        if is_call:
+        if call_id is not None:
             self.calls_received += 1
             received.reply = CallReply(self, src, call_id, port)
             if port is not None:
@@ -103,31 +143,53 @@ class Callee(NodeSide):
                 else cell.tell_reply(src, self.flow, self.log)
             )
         if cell is None:
-            if is_call:
+            if call_id is not None:
                 self.log.info("call refused: actor stopped", src=src, actor=label, endpoint=endpoint)
             gone = ActorStoppedError(f"no longer hosts actor #{actor_id}; {endpoint!r} refused (node {self.rank})")
             received.reply.error(received, gone, Origin.GONE)
             return
-        if body is not None:
-            size = message_size(body, tensors)
-            if size > self.max_message_size:
-                refused = MessageTooLargeError(
-                    f"{endpoint!r} of {cell.label} refused a message of {size:,} bytes from node {src}: over "
-                    f"max_message_size ({self.max_message_size:,})"
-                )
-                cell.fail(received, refused)
-                return
-            try:
-                received.args, received.kwargs = self.codec.decode(body, tensors, self._context, cell.device)
-            except SerializationError as exc:
-                cell.fail(received, SerializationError(f"arguments for {endpoint!r} of {cell.label}: {exc}"))
-                return
-        if is_call:
+        if body is not None and not self._take_arguments(src, cell, received, body, tensors, shared):
+            return
+        if call_id is not None:
             self.incoming[(src, call_id)] = (cell, received)
             spec = cell.batched.get(endpoint) if cell.batched else None
             if spec is not None and port is not None:
                 port.hold(spec.max_wait + BATCH_REPLY_HOLD)  # the batch's reply rides back on this bundle's response
         cell.deliver(received)
+
+    def _take_arguments(
+        self,
+        src: int,
+        cell: Cell,
+        received: Message,
+        body: bytes,
+        tensors: list[Any],
+        shared: dict[torch.device | None, Any] | None,
+    ) -> bool:
+        """Set the arguments of ``received`` from ``body``; False if refused (too large, unreadable).
+
+        ``shared`` keeps what one decoding gave for the other actors of a
+        ``CAST`` on the same device.
+        """
+        size = message_size(body, tensors)
+        if size > self.max_message_size:
+            refused = MessageTooLargeError(
+                f"{received.endpoint!r} of {cell.label} refused a message of {size:,} bytes from node {src}: over "
+                f"max_message_size ({self.max_message_size:,})"
+            )
+            cell.fail(received, refused)
+            return False
+        decoded = None if shared is None else shared.get(cell.device)
+        if decoded is None:
+            try:
+                decoded = self.codec.decode(body, tensors, self._context, cell.device)
+            except SerializationError as exc:
+                cell.fail(received, SerializationError(f"arguments for {received.endpoint!r} of {cell.label}: {exc}"))
+                return False
+            if shared is not None:
+                shared[cell.device] = decoded
+        received.args, received.kwargs = decoded
+        return True
 
     def on_cancel(self, src: int, call_id: int) -> None:
         """The caller of a received call gave up: drop the message, or cancel its handler."""

@@ -28,7 +28,7 @@ from actorch._engine.cell import Cell, FailureListener
 from actorch._engine.endpoints import Endpoint
 from actorch._engine.flow import FlowControl
 from actorch._engine.side import SideParts
-from actorch._engine.wire import CALL, CANCEL, CREDIT, REPLY, TELL
+from actorch._engine.wire import CALL, CANCEL, CAST, CREDIT, REPLY, TELL
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 
 __all__ = ["SYSTEM_IDS", "Node"]
@@ -165,6 +165,8 @@ class Node:
                     self.flow.credited(src, message[1])
                 elif kind == CANCEL:
                     callee.on_cancel(src, message[1])
+                elif kind == CAST:
+                    callee.on_cast(src, message, tensors.get(index, []), port)
             except Exception:
                 self.log.exception("malformed message dropped", src=src)
         if port is not None:

@@ -8,6 +8,9 @@ Wire messages are msgpack arrays, the envelope of a message; their first item is
     [REPLY,  call_id, False, [origin, type, message, traceback]]
     [CANCEL, call_id]
     [CREDIT, [actor_id, count, ...]]              tells done with, per actor (see ``flow``)
+    [CAST,   [call_id, ...] | None, [actor_id, ...], endpoint, remaining_s | None, chain, body | None]
+                                                  one call (its ids, one per actor) or tell (None) to
+                                                  several actors of a node, one body (see ``multicast``)
 
 ``body`` is ``[args, kwargs]`` (or the result) encoded by the codec, with tensors
 beside it. An error's :class:`~actorch._engine.message.Origin` says what the
@@ -27,6 +30,7 @@ from actorch._engine.message import Origin
 __all__ = [
     "CALL",
     "CANCEL",
+    "CAST",
     "CREDIT",
     "REPLY",
     "TELL",
@@ -39,6 +43,7 @@ __all__ = [
 ]
 
 CALL, TELL, REPLY, CANCEL, CREDIT = 0, 1, 2, 3, 4
+CAST = 10  # 5 to 9 are kept for streams
 
 
 def error_payload(exc: BaseException, origin: Origin) -> list[Any]:

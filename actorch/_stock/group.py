@@ -4,7 +4,9 @@ An :class:`ActorGroup` sends one call to every member concurrently and returns
 the results in member order, or raises one ``GroupError`` naming the members
 that failed. A partitioner (``partitioners.py``) splits the call's arguments
 into one call per member and a reducer folds the results into one, as
-``remote_async_call`` does in TorchOpt's distributed API.
+``remote_async_call`` does in TorchOpt's distributed API. Without a
+partitioner every member gets the same arguments, so the group sends them
+with ``broadcast``: once per node, not once per member.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar, overload
 
 from actorch._actors.actor import Actor
+from actorch._actors.broadcast import broadcast, broadcast_tell
 from actorch._actors.ref import ActorRef
 from actorch._base.errors import GroupError
 from actorch._engine.batching import Batched
@@ -137,9 +140,12 @@ class ActorGroup(Generic[A]):
         """
         plan = self._plan(args, kwargs)
         # The member calls are created here, in the caller's task, and only then run
-        # side by side: each one is awaited inside the caller's deadline scope. The
-        # first one raises the ref's EndpointError if ``method`` is no endpoint at all.
-        calls = [member.ref.call(method, *member.args, **member.kwargs) for member in plan]
+        # side by side: each one is awaited inside the caller's deadline scope. Both
+        # raise EndpointError at once if ``method`` is no endpoint at all.
+        if self._partitioner is None:
+            calls = broadcast(self._refs, method, *args, **kwargs)  # the same arguments: sent once per node
+        else:
+            calls = [member.ref.call(method, *member.args, **member.kwargs) for member in plan]
         outcomes = await asyncio.gather(*calls, return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
@@ -202,14 +208,18 @@ class ActorGroup(Generic[A]):
             EndpointError: ``method`` is neither an actor method nor a name.
         """
         plan = self._plan(args, kwargs)
-        outcomes: list[Any] = []
-        for member in plan:
+        outcomes: list[Any] = [None] * len(plan)
+        if self._partitioner is None:
             try:
-                member.ref.tell(method, *member.args, **member.kwargs)
-            except Exception as exc:  # noqa: BLE001 - kept and raised in the GroupError below
-                outcomes.append(exc)
-            else:
-                outcomes.append(None)
+                broadcast_tell(self._refs, method, *args, **kwargs)  # the same message: sent once per node
+            except GroupError as exc:
+                outcomes = exc.results
+        else:
+            for index, member in enumerate(plan):
+                try:
+                    member.ref.tell(method, *member.args, **member.kwargs)
+                except Exception as exc:  # noqa: BLE001 - kept and raised in the GroupError below
+                    outcomes[index] = exc
         _raise_failures(method, plan, outcomes)
 
     def _plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[_MemberCall]:

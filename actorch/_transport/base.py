@@ -153,6 +153,10 @@ class Transport(ABC):
         self._flush_scheduled = False
         self.bundles_sent = 0
         self.messages_sent = 0
+        self.bytes_sent: dict[int, int] = {}
+        """Bytes of message envelopes and bodies sent in bundles, by destination rank (not the tensors)."""
+        self.tensor_bytes_sent: dict[int, int] = {}
+        """Bytes of tensor data sent in bundles, by destination rank (replies on a bundle's response not counted)."""
         self.lost_in_thread: LostFn | None = None
         """Called from the transport's own threads the moment a peer is seen lost, before the loop hears.
 
@@ -233,8 +237,16 @@ class Transport(ABC):
             self._dispatch(dest, bundle)
 
     def _dispatch(self, dest: int, bundle: Bundle, *, in_context: bool = False) -> None:
+        messages, tensors = bundle
         self.bundles_sent += 1
-        self.messages_sent += len(bundle[0])
+        self.messages_sent += len(messages)
+        self.bytes_sent[dest] = self.bytes_sent.get(dest, 0) + sum(map(len, messages))
+        if tensors:
+            size = 0
+            for side in tensors.values():
+                for tensor in side:
+                    size += getattr(tensor, "nbytes", 0)  # the side list may hold transport objects too
+            self.tensor_bytes_sent[dest] = self.tensor_bytes_sent.get(dest, 0) + size
         self._send_bundle(dest, bundle, in_context)
 
     def reply(self, dest: int, port: Port | None, message: bytes, tensors: list[torch.Tensor] | None) -> None:

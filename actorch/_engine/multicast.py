@@ -1,0 +1,179 @@
+"""One call or tell to many actors with the same arguments: encoded once per node, fanned out there.
+
+:func:`call_many` and :func:`tell_many` belong to the caller (``caller.py``),
+kept in a module of their own: they use its pending calls, call ids and
+windows. The targets on each other node get one ``CAST`` message (see
+``wire``) whose body is encoded once for that node, so each tensor travels once
+per node however many of its actors are called; that node decodes it once and
+hands it to each actor (``Callee.on_cast``). Each target keeps its own outcome:
+its own ``RemoteCall`` (result, error, cancellation, deadline, window slot) for
+a call, its own refusal for a tell.
+
+The single-call path serves what one message cannot: targets on the caller's
+own node (by reference, as always), a node with one target, a node that is
+lost or arguments that cannot be sent (each target then gets its own error),
+and every call made in a distributed autograd context or off the node's loop.
+A target whose window is full waits for room on its own (a call), or is
+refused with ``MailboxFullError`` (a tell), while the others go at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
+
+from actorch._engine.calls import RemoteCall
+from actorch._engine.message import current_call
+from actorch._engine.wire import CAST, check_size
+from actorch._transport.autograd import NO_CONTEXT, current_context_id
+
+if TYPE_CHECKING:
+    from actorch._engine.caller import Caller
+
+__all__ = ["CastTarget", "call_many", "tell_many"]
+
+CastTarget = tuple[int, int, str]
+"""One actor a multicast goes to: ``(rank, actor_id, label)``."""
+
+Encoded = tuple[bytes | None, list[Any] | None]
+"""A message body encoded for one node, and its tensors."""
+
+
+def call_many(
+    caller: Caller,
+    targets: Sequence[CastTarget],
+    endpoint: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    deadline: float | None,
+) -> list[Coroutine[Any, Any, Any]]:
+    """Call ``endpoint`` of every target with the same arguments; one awaitable per target, in target order.
+
+    Each awaitable behaves as one ``Caller.call`` returns (errors are raised
+    where it is awaited; cancelling it cancels that target's handler only).
+    """
+    if asyncio.events._get_running_loop() is not caller.loop or current_context_id() != NO_CONTEXT:
+        # Off the loop each call is made once it runs there; in an autograd context each one leaves alone.
+        return [
+            caller.call(rank, actor_id, endpoint, args, kwargs, label, deadline) for rank, actor_id, label in targets
+        ]
+    calls: list[Coroutine[Any, Any, Any] | None] = [None] * len(targets)
+    context = current_call.get()
+    chain = context.child_chain() if context is not None else ()
+    device = context.device if context is not None else None
+    for rank, indices in _by_rank(targets).items():
+        encoded = _encode_for(caller, rank, args, kwargs, copy=False) if len(indices) > 1 else None
+        if encoded is None:
+            for index in indices:
+                _, actor_id, label = targets[index]
+                calls[index] = caller.call(rank, actor_id, endpoint, args, kwargs, label, deadline)
+            continue
+        cast: list[RemoteCall[Any]] = []
+        for index in indices:
+            _, actor_id, label = targets[index]
+            call: RemoteCall[Any] = RemoteCall(caller.loop, (rank, actor_id), endpoint, label, caller._abandon_call)
+            call.device = device
+            calls[index] = call
+            if caller.flow.try_take(call.target):
+                cast.append(call)
+            else:  # this one waits for room and then goes alone, with the body encoded already
+                call.waiting = caller.loop.create_task(caller._launch_when_room(call, *encoded, chain, deadline))
+        if cast:
+            _send_calls(caller, rank, cast, endpoint, chain, deadline, encoded)
+    return calls  # type: ignore[return-value] # every target has its call now
+
+
+def tell_many(
+    caller: Caller, targets: Sequence[CastTarget], endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[Exception | None]:
+    """Tell ``endpoint`` of every target the same arguments; return each target's refusal, or None if sent.
+
+    Tensors are copied at once (once per node), as ``Caller.tell`` does, so the
+    sender may reuse its own.
+    """
+    outcomes: list[Exception | None] = [None] * len(targets)
+    alone = current_context_id() != NO_CONTEXT  # tells made in an autograd context leave alone, like calls
+    for rank, indices in _by_rank(targets).items():
+        encoded = None if alone or len(indices) == 1 else _encode_for(caller, rank, args, kwargs, copy=True)
+        if encoded is None:
+            for index in indices:
+                _, actor_id, label = targets[index]
+                try:
+                    caller.tell(rank, actor_id, endpoint, args, kwargs, label)
+                except Exception as exc:  # noqa: BLE001 - this target's refusal: the others are still sent
+                    outcomes[index] = exc
+            continue
+        actor_ids: list[int] = []
+        for index in indices:
+            _, actor_id, label = targets[index]
+            if caller.flow.try_take((rank, actor_id)):
+                actor_ids.append(actor_id)
+            else:
+                outcomes[index] = caller._mailbox_full(endpoint, label)
+        if actor_ids:
+            caller.tells_sent += len(actor_ids)
+            body, tensors = encoded
+            caller.transport.send(rank, caller.pack([CAST, None, actor_ids, endpoint, None, (), body]), tensors)
+    return outcomes
+
+
+def _by_rank(targets: Sequence[CastTarget]) -> dict[int, list[int]]:
+    """The indices of ``targets`` by the rank hosting them, in target order."""
+    ranks: dict[int, list[int]] = {}
+    for index, target in enumerate(targets):
+        ranks.setdefault(target[0], []).append(index)
+    return ranks
+
+
+def _encode_for(
+    caller: Caller, rank: int, args: tuple[Any, ...], kwargs: dict[str, Any], *, copy: bool
+) -> Encoded | None:
+    """The arguments encoded once for ``rank``; None where each target takes the single path.
+
+    That is this node (its actors get the arguments by reference), a node that
+    is lost or a node that is shut down, and arguments that cannot be sent:
+    the single path gives each target its own error.
+    """
+    if rank == caller.rank or rank in caller.lost or caller.closed:
+        return None
+    if not (args or kwargs):
+        return None, None
+    try:
+        body, tensors = caller.codec.encode(
+            [args, kwargs], copy_tensors=copy, route=caller.transport.route(rank), arguments=True
+        )
+        check_size(body, tensors, caller.max_message_size, "a multicast to node {}", rank)
+    except Exception:  # noqa: BLE001 - each target's own call raises it again, with its own name
+        return None
+    return body, tensors
+
+
+def _send_calls(
+    caller: Caller,
+    rank: int,
+    calls: list[RemoteCall[Any]],
+    endpoint: str,
+    chain: tuple[int, ...],
+    deadline: float | None,
+    encoded: Encoded,
+) -> None:
+    """Send ``calls`` (each holding a slot of its window) to ``rank`` as one ``CAST``, unless the deadline passed."""
+    remaining = None
+    if deadline is not None:
+        remaining = deadline - caller.loop.time()
+        if remaining <= 0:
+            for call in calls:
+                caller.flow.release(call.target)
+                call.settled()
+                call.set_exception(TimeoutError(f"deadline passed before calling {endpoint!r} of {call.label}"))
+            return
+    call_ids: list[int] = []
+    for call in calls:
+        call.call_id = call_id = next(caller._call_ids)
+        caller.pending[call_id] = call
+        call_ids.append(call_id)
+    actor_ids = [call.target[1] for call in calls]
+    body, tensors = encoded
+    caller.transport.send(rank, caller.pack([CAST, call_ids, actor_ids, endpoint, remaining, chain, body]), tensors)
+    caller.calls_sent += len(calls)
