@@ -56,6 +56,8 @@ from actorch._base.errors import (
 from actorch._base.names import MAX_NAME_LENGTH
 from actorch._base.tensorfile import load_tensors, save_tensors
 from actorch._engine.batching import Batched, batched
+from actorch._engine.streaming import DEFAULT_WINDOW as DEFAULT_STREAM_WINDOW
+from actorch._engine.streaming import Stream
 from actorch._launch.run import run
 from actorch._stock.agent import Agent, EpisodeStats
 from actorch._stock.group import ActorGroup
@@ -69,6 +71,7 @@ from actorch._stock.sharded_replay import ShardedReplayBuffer
 from actorch._transport.autograd import in_autograd_context
 
 __all__ = [
+    "DEFAULT_STREAM_WINDOW",
     "MAX_NAME_LENGTH",
     "Actor",
     "ActorExit",
@@ -109,6 +112,7 @@ __all__ = [
     "SerializationError",
     "ShardedReplayBuffer",
     "SnapshotError",
+    "Stream",
     "SystemClosedError",
     "UnsupportedError",
     "assign_shards",

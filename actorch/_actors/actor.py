@@ -94,7 +94,7 @@ class Actor:
                 continue
             if isinstance(value, (staticmethod, classmethod)):
                 continue
-            if inspect.iscoroutinefunction(value):
+            if inspect.iscoroutinefunction(value) or inspect.isasyncgenfunction(value):  # a call's, or a stream's
                 found[attr] = value
         cls._actorch_endpoints = found
 

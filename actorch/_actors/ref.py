@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import pkgutil
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from actorch._actors.actor import Actor, endpoints_of
@@ -21,6 +21,8 @@ from actorch._base.names import actor_label
 from actorch._engine.batching import Batched
 from actorch._engine.caller import Caller
 from actorch._engine.endpoints import check_call, endpoint_name
+from actorch._engine.message import current_call
+from actorch._engine.streaming import Stream, StreamRequest
 
 __all__ = ["SERVICE_ID", "ActorRef", "make_ref", "resolve_class"]
 
@@ -137,6 +139,47 @@ class ActorRef(Generic[A]):
         endpoint = method if type(method) is str else endpoint_name(method)
         deadline = current_deadline()
         return self._caller.call(self._rank, self._actor_id, endpoint, args, kwargs, self._label, deadline)
+
+    @overload
+    def stream(
+        self, method: Callable[Concatenate[A, P], AsyncIterator[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Stream[T]: ...
+
+    @overload
+    def stream(self, method: str, /, *args: Any, **kwargs: Any) -> Stream[Any]: ...
+
+    def stream(self, method: Any, /, *args: Any, **kwargs: Any) -> Stream[Any]:
+        """Consume a streaming endpoint (an ``async def`` that ``yield``s): ``async for item in ref.stream(...)``.
+
+        The stream opens when its first item is asked for. The producer runs
+        at most ``window`` items ahead (credits; see :meth:`Stream.with_window`),
+        items arrive in order and once each, and a running stream is a message
+        being handled under the actor's concurrency rules. Leaving the loop
+        early (``break``, an error, a cancelled task, a deadline) closes the
+        producer's generator on its node; ``async with ref.stream(...) as items``
+        closes it at a known moment. The deadline is read here, like a call's,
+        and bounds the whole stream.
+
+        Args:
+            method: The streaming endpoint, as ``ActorClass.method`` (type-checked) or its name.
+            *args: Positional arguments for the endpoint.
+            **kwargs: Keyword arguments for the endpoint.
+
+        Raises (inside the ``async for``):
+            EndpointError: Unknown endpoint, one that does not yield (use ``call``), or bad arguments.
+            RemoteError: The generator raised (also an instance of the original class).
+            ActorStoppedError: The actor stopped before or while streaming.
+            NodeLostError: The actor's node was lost.
+            SerializationError: An argument or an item cannot be sent (``MessageTooLargeError`` if too large).
+            TimeoutError: The deadline passed; the producer is stopped.
+        """
+        endpoint = method if type(method) is str else endpoint_name(method)
+        context = current_call.get()
+        chain, device = (context.child_chain(), context.device) if context is not None else ((), None)
+        request = StreamRequest(
+            self._rank, self._actor_id, endpoint, args, kwargs, self._label, current_deadline(), chain, device
+        )
+        return self._caller.streams.stream(request)
 
     def tell(self, method: Any, /, *args: Any, **kwargs: Any) -> None:
         """Send a message without waiting for its result (fire and forget).

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actorch._base.deadline import inherited_deadline
 from actorch._base.errors import (
@@ -31,13 +31,16 @@ from actorch._engine.side import NodeSide, SideParts
 from actorch._engine.wire import CALL, CANCEL, TELL, check_size, handler_error, rebuild_error
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
 
+if TYPE_CHECKING:
+    from actorch._engine.streaming import Streams
+
 __all__ = ["Caller"]
 
 
 class Caller(NodeSide):
     """Sends this node's calls and tells, and settles each call when its reply comes."""
 
-    __slots__ = ("_abandon_call", "_call_ids", "calls_sent", "pending", "tells_sent")
+    __slots__ = ("_abandon_call", "_call_ids", "calls_sent", "pending", "streams", "tells_sent")
 
     def __init__(self, parts: SideParts) -> None:
         super().__init__(parts)
@@ -46,6 +49,7 @@ class Caller(NodeSide):
         self.tells_sent = 0
         self._call_ids = itertools.count(1)
         self._abandon_call = self._abandon  # bound once: every remote call holds it
+        self.streams: Streams  # the node's, set by the node: refs open streams through their caller
 
     def __repr__(self) -> str:
         return f"<Caller node {self.rank} pending={len(self.pending)}>"

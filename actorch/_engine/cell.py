@@ -22,10 +22,11 @@ from actorch._base.deadline import PastDeadlineError, inherited_deadline, within
 from actorch._base.devices import on_device
 from actorch._base.errors import ActorStoppedError, EndpointError, describe
 from actorch._engine.batching import Batched, Batcher
-from actorch._engine.endpoints import Endpoint, unknown_endpoint
+from actorch._engine.endpoints import Endpoint, is_streaming, unknown_endpoint, wrong_verb
 from actorch._engine.flow import FlowControl
 from actorch._engine.inline import InlineCalls
 from actorch._engine.message import CallContext, Message, Origin, Reply, current_call
+from actorch._engine.outlet import ItemRefused, Outlet
 from actorch._engine.replies import TellDone
 from actorch._engine.wire import is_refusal
 from actorch._transport.autograd import NO_CONTEXT, bound
@@ -76,6 +77,7 @@ class Cell:
         "restarts",
         "running",
         "stopping",
+        "streaming",
         "tasks",
         "tell_replies",
         "unbegun",
@@ -102,6 +104,7 @@ class Cell:
         self.endpoints = {name: handler for name, handler in endpoints.items() if not isinstance(handler, Batched)}
         self.batched = {name: handler for name, handler in endpoints.items() if isinstance(handler, Batched)}
         self.batcher = Batcher(self, self.batched) if self.batched else None
+        self.streaming = frozenset(name for name, handler in self.endpoints.items() if is_streaming(handler))
         self.name = name
         self.label = label
         self.max_concurrency = max_concurrency
@@ -206,7 +209,7 @@ class Cell:
         """Take a message for this actor, or refuse it if the actor is stopping."""
         if self.stopping:
             self.fail(message, ActorStoppedError(f"{self.label} is stopping; {message.endpoint!r} refused"))
-        elif self.batcher is not None and message.endpoint in self.batched:
+        elif self.batcher is not None and message.endpoint in self.batched and message.outlet is None:
             self.batcher.join(message)
         else:
             self.schedule(message)
@@ -265,16 +268,32 @@ class Cell:
     # ------------------------------------------------------------------ handling
 
     def open(
-        self, endpoint: str, args: Any, kwargs: Any, autograd: int = NO_CONTEXT, deadline: float | None = None
+        self,
+        endpoint: str,
+        args: Any,
+        kwargs: Any,
+        autograd: int = NO_CONTEXT,
+        deadline: float | None = None,
+        outlet: Outlet | None = None,
     ) -> Any:
-        """Start the handler (in its call's autograd context, within its deadline), or raise ``EndpointError``."""
+        """Start the handler (in its call's autograd context, within its deadline), or raise ``EndpointError``.
+
+        With ``outlet`` the message is a stream: the endpoint must be one that
+        yields, and the handler runs its generator into the outlet.
+        """
         handler = self.endpoints.get(endpoint)
         if handler is None:
+            if endpoint in self.batched and outlet is not None:
+                raise EndpointError(wrong_verb(endpoint, self.label, streaming=False))
             raise EndpointError(unknown_endpoint(endpoint, self.label, [*self.endpoints, *self.batched]))
+        if (endpoint in self.streaming) != (outlet is not None):
+            raise EndpointError(wrong_verb(endpoint, self.label, streaming=outlet is None))
         try:
             coroutine = handler(self.instance, *args, **kwargs)
         except TypeError as exc:
             raise EndpointError(f"bad arguments for {endpoint!r} of {self.label}: {exc}") from None
+        if outlet is not None:
+            coroutine = outlet.pump(coroutine)  # type: ignore[arg-type]  # a streaming endpoint gives a generator
         if self.device is not None:
             coroutine = on_device(coroutine, self.device)
         if autograd != NO_CONTEXT:
@@ -308,7 +327,12 @@ class Cell:
                         deadline_token = inherited_deadline.set(message.deadline)
                         try:
                             result = await self.open(
-                                message.endpoint, message.args, message.kwargs, message.autograd, message.deadline
+                                message.endpoint,
+                                message.args,
+                                message.kwargs,
+                                message.autograd,
+                                message.deadline,
+                                message.outlet,
                             )
                         except BaseException as exc:  # noqa: BLE001 - sorted out (and re-raised if need be) there
                             self._handler_failed(message, exc)
@@ -338,6 +362,8 @@ class Cell:
                 raise exc  # the worker itself is cancelled (the actor is stopping)
         elif isinstance(exc, EndpointError):
             self.fail(message, exc)
+        elif isinstance(exc, ItemRefused):  # a stream's item could not be sent: the runtime ends the stream
+            self.fail(message, exc.error)
         elif isinstance(exc, PastDeadlineError):
             self.fail(message, TimeoutError(f"{message.endpoint!r} of {self.label} ran past its deadline"))
         elif isinstance(exc, Exception):  # any handler error goes back to the caller

@@ -16,7 +16,7 @@ from typing import Any
 from actorch._base.errors import EndpointError
 from actorch._engine.batching import Batched
 
-__all__ = ["Endpoint", "check_call", "endpoint_name", "unknown_endpoint"]
+__all__ = ["Endpoint", "check_call", "endpoint_name", "is_streaming", "unknown_endpoint", "wrong_verb"]
 
 Endpoint = Callable[..., Awaitable[Any]] | Batched[Any, Any, Any]
 """An endpoint as its class holds it: an ``async def`` function, or a batched one."""
@@ -39,6 +39,24 @@ def unknown_endpoint(endpoint: str, label: str, known: Iterable[str]) -> str:
     return f"{label} has no endpoint {endpoint!r} (endpoints: {', '.join(sorted(known)) or 'none'})"
 
 
+def is_streaming(handler: object) -> bool:
+    """Whether an endpoint is a streaming one: an ``async def`` that ``yield``s (an async generator function)."""
+    return inspect.isasyncgenfunction(handler)
+
+
+def wrong_verb(endpoint: str, label: str, *, streaming: bool) -> str:
+    """The message for a streaming endpoint called or told, or a plain one streamed."""
+    if streaming:
+        return (
+            f"{endpoint!r} of {label} is a streaming endpoint (an async generator): "
+            "consume it with `async for item in ref.stream(...)`, not call or tell"
+        )
+    return (
+        f"{endpoint!r} of {label} is not a streaming endpoint: call it with ref.call() "
+        "(ref.stream() takes an endpoint that yields)"
+    )
+
+
 def check_call(
     endpoints: Mapping[str, Endpoint], endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any], label: str
 ) -> None:
@@ -51,6 +69,8 @@ def check_call(
         return
     if handler is None:
         raise EndpointError(unknown_endpoint(endpoint, label, endpoints))
+    if is_streaming(handler):
+        raise EndpointError(wrong_verb(endpoint, label, streaming=True))
     if not kwargs:
         least, most = _positional_range(handler)
         if least <= len(args) <= most:

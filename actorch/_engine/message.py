@@ -1,6 +1,6 @@
 """A message as an actor's mailbox holds it, where its outcome goes, and the call a handler serves.
 
-A :class:`Message` is one call or tell on its way through an actor's cell.
+A :class:`Message` is one call, tell or stream on its way through an actor's cell.
 Its :class:`Reply` is where the outcome goes: a local caller's future, a
 remote caller (through the callee), or, for a tell, the mailbox slot it gives
 back. Errors carry an :class:`Origin`: raised by the handler, by the runtime,
@@ -21,6 +21,8 @@ from actorch._transport.autograd import NO_CONTEXT
 
 if TYPE_CHECKING:
     import torch
+
+    from actorch._engine.outlet import Outlet
 
 __all__ = ["BatchRun", "CallContext", "Message", "Origin", "Reply", "current_call"]
 
@@ -88,6 +90,7 @@ class Message:
         "endpoint",
         "key",
         "kwargs",
+        "outlet",
         "reply",
         "runs",
         "task",
@@ -115,6 +118,7 @@ class Message:
         self.autograd = NO_CONTEXT  # the distributed autograd context its handler runs in, if any
         self.batch: BatchRun | None = None  # the batch run this call joined
         self.runs: BatchRun | None = None  # the batch run this message is the mailbox turn of
+        self.outlet: Outlet | None = None  # a stream's producing end: the message runs the generator into it
 
     def __repr__(self) -> str:
         return f"<Message {self.endpoint} key={self.key:#x}>"

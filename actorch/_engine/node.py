@@ -28,7 +28,8 @@ from actorch._engine.cell import Cell, FailureListener
 from actorch._engine.endpoints import Endpoint
 from actorch._engine.flow import FlowControl
 from actorch._engine.side import SideParts
-from actorch._engine.wire import CALL, CANCEL, CAST, CREDIT, REPLY, TELL
+from actorch._engine.streaming import Streams
+from actorch._engine.wire import CALL, CANCEL, CAST, CLOSE, CREDIT, END, ITEM, MORE, REPLY, STREAM, TELL
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 
 __all__ = ["SYSTEM_IDS", "Node"]
@@ -74,6 +75,8 @@ class Node:
         )
         self.caller = Caller(parts)
         self.callee = Callee(parts, decode_context=self.caller)
+        self.streams = Streams(parts, decode_context=self.caller)
+        self.caller.streams = self.streams
         transport.attach(loop, self._receive, self._on_peer_lost)
 
     def __repr__(self) -> str:
@@ -163,14 +166,30 @@ class Node:
                     callee.on_call(src, message, tensors.get(index, []), port)
                 elif kind == CREDIT:
                     self.flow.credited(src, message[1])
-                elif kind == CANCEL:
-                    callee.on_cancel(src, message[1])
-                elif kind == CAST:
-                    callee.on_cast(src, message, tensors.get(index, []), port)
+                else:
+                    self._route_other(src, kind, message, tensors.get(index, []), port)
             except Exception:
                 self.log.exception("malformed message dropped", src=src)
         if port is not None:
             port.release()
+
+    def _route_other(self, src: int, kind: int, message: list[Any], tensors: list[Any], port: Port | None) -> None:
+        """Route a message that is not a call, tell, reply or credit: a cancel, a stream's, a multicast."""
+        streams = self.streams
+        if kind == ITEM:
+            streams.on_item(src, message, tensors)
+        elif kind == MORE:
+            streams.on_more(src, message[1], message[2])
+        elif kind == CANCEL:
+            self.callee.on_cancel(src, message[1])
+        elif kind == STREAM:
+            streams.on_open(src, message, tensors, port)
+        elif kind == END:
+            streams.on_end(src, message)
+        elif kind == CLOSE:
+            streams.on_close(src, message[1])
+        elif kind == CAST:
+            self.callee.on_cast(src, message, tensors, port)
 
     def _refuse(self, src: int, count: int) -> None:
         """Drop messages from a node that is lost (stale), unknown or ourselves; log once per node."""
@@ -207,6 +226,7 @@ class Node:
             rank, lambda: NodeLostError(f"node {rank} was lost while waiting for room in its mailbox: {why}")
         )
         self.caller.fail_rank(rank, why)
+        self.streams.fail_rank(rank, why)
         self.callee.cancel_from(rank)  # their caller is gone: nobody waits for these handlers
         for listener in list(self._lost_listeners):
             listener(rank, why)
@@ -216,6 +236,7 @@ class Node:
         self.closed = True
         self.caller.closed = True
         self.callee.close()
+        self.streams.close()
 
     async def close(self) -> None:
         """Fail every pending call, cancel running handlers and leave the transport."""
@@ -225,6 +246,7 @@ class Node:
         self.flow.close(lambda: SystemClosedError(f"node {self.rank} shut down while waiting for room in a mailbox"))
         self.caller.close()
         self.callee.close()
+        self.streams.close()
         tasks = [task for cell in self._cells.values() for task in cell.tasks]
         for task in tasks:
             task.cancel()

@@ -8,6 +8,12 @@ Wire messages are msgpack arrays, the envelope of a message; their first item is
     [REPLY,  call_id, False, [origin, type, message, traceback]]
     [CANCEL, call_id]
     [CREDIT, [actor_id, count, ...]]              tells done with, per actor (see ``flow``)
+    [STREAM, stream_id, actor_id, endpoint, remaining_s | None, chain, body | None, window]
+    [ITEM,   stream_id, body]                     one item of a stream, in order (see ``streaming``)
+    [END,    stream_id, True, None]               the producer's generator finished
+    [END,    stream_id, False, [origin, type, message, traceback]]
+    [MORE,   stream_id, count]                    the consumer took ``count`` more items: credits
+    [CLOSE,  stream_id]                           the consumer left the stream: stop the producer
     [CAST,   [call_id, ...] | None, [actor_id, ...], endpoint, remaining_s | None, chain, body | None]
                                                   one call (its ids, one per actor) or tell (None) to
                                                   several actors of a node, one body (see ``multicast``)
@@ -31,8 +37,13 @@ __all__ = [
     "CALL",
     "CANCEL",
     "CAST",
+    "CLOSE",
     "CREDIT",
+    "END",
+    "ITEM",
+    "MORE",
     "REPLY",
+    "STREAM",
     "TELL",
     "check_size",
     "error_payload",
@@ -43,7 +54,8 @@ __all__ = [
 ]
 
 CALL, TELL, REPLY, CANCEL, CREDIT = 0, 1, 2, 3, 4
-CAST = 10  # 5 to 9 are kept for streams
+STREAM, ITEM, END, MORE, CLOSE = 5, 6, 7, 8, 9
+CAST = 10
 
 
 def error_payload(exc: BaseException, origin: Origin) -> list[Any]:

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 import actorch
+from actorch._base.deadline import current_deadline
 
 MARK = "RESULT "
 
@@ -302,3 +303,43 @@ class Victim(actorch.Actor):
 
     async def get(self) -> int:
         return os.getpid()
+
+
+class Producer(actorch.Actor):
+    """Streams numbers, records how far it got and whether its generator was closed."""
+
+    max_concurrency = 4  # so status calls run beside a stream
+
+    def __init__(self) -> None:
+        self.made = 0
+        self.closed = 0
+        self.deadlines: list[float | None] = []
+
+    async def count(self, n: int | None = None, delay: float = 0.0, fail_at: int | None = None) -> Any:
+        """Yield 0, 1, ... (forever without ``n``), ``delay`` s apart; raise ``ValueError`` at ``fail_at``."""
+        self.deadlines.append(current_deadline())
+        try:
+            index = 0
+            while n is None or index < n:
+                if index == fail_at:
+                    raise ValueError(f"failed at {index}")
+                if delay:
+                    await asyncio.sleep(delay)
+                self.made += 1
+                yield index
+                index += 1
+        finally:
+            self.closed += 1
+
+    async def tensors(self, n: int, size: int = 4) -> Any:
+        """Yield one buffer ``n`` times, overwritten with the item's index each time (a tear would show)."""
+        buffer = torch.zeros(size)
+        for index in range(n):
+            buffer.fill_(index)
+            yield buffer
+
+    async def status(self) -> dict[str, Any]:
+        return {"made": self.made, "closed": self.closed, "deadlines": self.deadlines}
+
+    async def plain(self) -> int:
+        return 1
