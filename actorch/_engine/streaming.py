@@ -188,7 +188,7 @@ class Stream(Generic[T]):
 
     # ------------------------------------------------------------------ from the producer
 
-    def arrived(self, item: T) -> None:
+    def _arrived(self, item: T) -> None:
         """The producer sent ``item``."""
         if self._end is not None:
             return  # closed by the consumer: what was already on its way is dropped
@@ -196,7 +196,7 @@ class Stream(Generic[T]):
         self._items.append(item)
         self._wake()
 
-    def ended(self, error: BaseException | None) -> None:
+    def _ended(self, error: BaseException | None) -> None:
         """The producer's side ended the stream: well (None) or with ``error``."""
         if self._end is None:
             self._end = _FINISHED if error is None else error
@@ -283,7 +283,7 @@ class _LocalLink(Outlet, _Link, Reply):
     def put(self, item: Any) -> None:
         stream = self.stream()
         if stream is not None and self.live:
-            stream.arrived(item)
+            stream._arrived(item)
 
     def close(self) -> None:
         if not self.live:
@@ -308,7 +308,7 @@ class _LocalLink(Outlet, _Link, Reply):
         self.side.flow.release_local(self.opening.actor_id)
         stream = self.stream()
         if stream is not None:
-            stream.ended(error)
+            stream._ended(error)
 
 
 # ---------------------------------------------------------------------- across nodes
@@ -332,7 +332,7 @@ class _RemoteLink(_Link):
         """The stream ended on the producer's side, or its node was lost: tell the consumer, if still there."""
         stream = self.stream()
         if stream is not None:
-            stream.ended(error)
+            stream._ended(error)
 
     def close(self) -> None:
         if self.side.forget(self):
@@ -491,13 +491,13 @@ class Streams(NodeSide):
         except Exception as exc:  # noqa: BLE001 - an item we cannot read ends the stream, never hangs it
             self.log.warning("unreadable stream item", src=src, actor=link.opening.label, error=repr(exc))
             link.close()
-            stream.ended(
+            stream._ended(
                 SerializationError(
                     f"an item of {link.opening.label}.{link.opening.endpoint} could not be read: {exc!r}"
                 )
             )
             return
-        stream.arrived(item)
+        stream._arrived(item)
 
     def on_end(self, src: int, message: list[Any]) -> None:
         """The end of a stream this node consumes: its generator finished, or the error it ended with."""

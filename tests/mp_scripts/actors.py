@@ -16,7 +16,7 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -315,7 +315,7 @@ class Producer(actorch.Actor):
         self.closed = 0
         self.deadlines: list[float | None] = []
 
-    async def count(self, n: int | None = None, delay: float = 0.0, fail_at: int | None = None) -> Any:
+    async def count(self, n: int | None = None, delay: float = 0.0, fail_at: int | None = None) -> AsyncIterator[int]:
         """Yield 0, 1, ... (forever without ``n``), ``delay`` s apart; raise ``ValueError`` at ``fail_at``."""
         self.deadlines.append(current_deadline())
         try:
@@ -331,7 +331,7 @@ class Producer(actorch.Actor):
         finally:
             self.closed += 1
 
-    async def tensors(self, n: int, size: int = 4) -> Any:
+    async def tensors(self, n: int, size: int = 4) -> AsyncIterator[torch.Tensor]:
         """Yield one buffer ``n`` times, overwritten with the item's index each time (a tear would show)."""
         buffer = torch.zeros(size)
         for index in range(n):
