@@ -156,7 +156,10 @@ class Transport(ABC):
         self.bytes_sent: dict[int, int] = {}
         """Bytes of message envelopes and bodies sent in bundles, by destination rank (not the tensors)."""
         self.tensor_bytes_sent: dict[int, int] = {}
-        """Bytes of tensor data sent in bundles, by destination rank (replies on a bundle's response not counted)."""
+        """Bytes of tensor data sent in bundles, by destination rank: a tensor shared by messages of one bundle once.
+
+        Replies on a bundle's response are not counted.
+        """
         self.lost_in_thread: LostFn | None = None
         """Called from the transport's own threads the moment a peer is seen lost, before the loop hears.
 
@@ -242,10 +245,9 @@ class Transport(ABC):
         self.messages_sent += len(messages)
         self.bytes_sent[dest] = self.bytes_sent.get(dest, 0) + sum(map(len, messages))
         if tensors:
-            size = 0
-            for side in tensors.values():
-                for tensor in side:
-                    size += getattr(tensor, "nbytes", 0)  # the side list may hold transport objects too
+            # A tensor object that several messages of the bundle share is pickled, and sent, once.
+            distinct = {id(tensor): tensor for side in tensors.values() for tensor in side}
+            size = sum(getattr(tensor, "nbytes", 0) for tensor in distinct.values())  # side lists hold RRefs too
             self.tensor_bytes_sent[dest] = self.tensor_bytes_sent.get(dest, 0) + size
         self._send_bundle(dest, bundle, in_context)
 
