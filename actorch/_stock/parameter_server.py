@@ -11,15 +11,18 @@ drives as one.
 The model and the optimizer's state live on the server's device (``spawn(...,
 device="cuda:0")``). Gradients may come from any device; pulls and pushes take
 ``device=`` for the parameters they return.
+
+Followers (observers acting on the newest policy, evaluators) ``watch`` the
+server: a stream that delivers each new version as it is made, without polling.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 from torch import nn
@@ -177,7 +180,9 @@ class ParameterServer(Actor):
         self._published: dict[torch.device, Parameters] = {}  # the current version, by device
         self._round: _Round | None = None
         self._rrefs: list[Any] | None = None
-        self._counts = {"pulls": 0, "pulls_unchanged": 0, "pushes": 0, "steps": 0}
+        self._counts = {"pulls": 0, "pulls_unchanged": 0, "pushes": 0, "steps": 0, "watched": 0}
+        self._watchers = 0  # watch streams open
+        self._moved = asyncio.Event()  # set (and replaced) when the version moves
 
     async def names(self) -> list[str]:
         """The names of the parameters this server holds, sorted."""
@@ -275,6 +280,61 @@ class ParameterServer(Actor):
         self._advance()
         return self._version
 
+    @overload
+    def watch(
+        self, since: int | None = None, *, parameters: Literal[True] = True, device: DeviceLike | None = None
+    ) -> AsyncIterator[Parameters]: ...
+
+    @overload
+    def watch(
+        self, since: int | None = None, *, parameters: Literal[False], device: DeviceLike | None = None
+    ) -> AsyncIterator[int]: ...
+
+    async def watch(
+        self, since: int | None = None, *, parameters: bool = True, device: DeviceLike | None = None
+    ) -> AsyncIterator[Parameters | int]:
+        """Stream each new version as it is made, until the consumer leaves: ``ref.stream(ParameterServer.watch)``.
+
+        The first item comes at once when the server's version is not
+        ``since`` (None: always, the current version); after that, one item
+        each time the version moves past the last one sent, woken by the step
+        or :meth:`load` that moved it. A watcher slower than the steps gets
+        the newest version when it has room, skipping the ones it was too slow
+        for; up to the stream's window of versions may wait for it, each a copy
+        of the parameters, so watch with a small window (``.with_window(1)``).
+        A ``since`` this server never reached (another server's version) is
+        answered at once with the current one.
+
+        Args:
+            since: The version the watcher holds, or None.
+            parameters: Stream :class:`Parameters` (as :meth:`pull` returns
+                them); False: just the version numbers, which cost nothing to send.
+            device: Where the tensors leave from, as for :meth:`pull`.
+
+        Raises:
+            TypeError: If ``since`` is not an int or None, or ``parameters`` not a bool.
+            ValueError: If ``since`` is negative, or ``device`` names no device.
+        """
+        if since is not None and (not isinstance(since, int) or isinstance(since, bool)):
+            raise TypeError(f"since must be a version (an int) or None, not {type(since).__qualname__}")
+        if since is not None and since < 0:
+            raise ValueError(f"since must be a version >= 0, not {since}")
+        if not isinstance(parameters, bool):
+            raise TypeError(f"parameters must be a bool, not {type(parameters).__qualname__}")
+        target = self._target(device)
+        sent = since
+        self._watchers += 1
+        try:
+            while True:
+                if sent == self._version:
+                    await self._moved.wait()
+                    continue
+                sent = self._version
+                self._counts["watched"] += 1
+                yield self._snapshot(target) if parameters else sent
+        finally:
+            self._watchers -= 1
+
     async def parameter_rrefs(self) -> list[Any]:
         """``torch.distributed.rpc.RRef`` s to the parameters, for ``DistributedOptimizer``.
 
@@ -300,7 +360,7 @@ class ParameterServer(Actor):
         return self.system.rref(self._forward)
 
     async def statistics(self) -> dict[str, Any]:
-        """Version, mode, shard, device, counters, and pushes waiting for the current sync round."""
+        """Version, mode, shard, device, counters, watch streams open, and pushes waiting for the sync round."""
         return {
             **self._counts,
             "version": self._version,
@@ -309,6 +369,7 @@ class ParameterServer(Actor):
             "device": str(self.device),
             "parameters": sum(p.numel() for p in self._params.values()),
             "waiting": 0 if self._round is None else self._round.pushes,
+            "watchers": self._watchers,
         }
 
     # ------------------------------------------------------------------ internals
@@ -343,6 +404,8 @@ class ParameterServer(Actor):
     def _advance(self) -> None:
         self._version += 1
         self._published = {}
+        self._moved.set()  # wakes the watchers
+        self._moved = asyncio.Event()
 
     def _snapshot(self, device: torch.device | None = None) -> Parameters:
         # One copy per version and device, shared by every pull of it: the live

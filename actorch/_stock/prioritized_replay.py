@@ -10,14 +10,16 @@ updates never leave it.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from actorch._base.errors import SnapshotError
-from actorch._stock.replay import ReplayBuffer, Sample, _check_capacity
+from actorch._stock.replay import ReplayBuffer, Sample, _check_batch_size, _check_capacity
 from actorch._stock.transfer import DeviceLike
 
 __all__ = ["PrioritizedReplayBuffer"]
@@ -93,21 +95,42 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """
         beta = self.beta if beta is None else _check_beta(beta)
         target = self._target(device)
-        self._check_sample(batch_size)
-        tree, total = self._tree, float(self._tree[1])
-        if not total > 0:
-            raise ValueError(f"cannot sample from {self!r}: every priority is zero")
-        # Stratified: target k lies in the k-th of batch_size equal slices of the mass.
-        targets = (
-            torch.arange(batch_size, dtype=torch.float64, device=tree.device)
-            + torch.rand(batch_size, dtype=torch.float64, generator=self._generator, device=tree.device)
-        ) * (total / batch_size)
-        nodes = self._descend(targets)
-        indices = nodes - self._leaves
-        probabilities = tree[nodes] / total
-        weights = (self._size * probabilities) ** -beta
-        weights = (weights / weights.max()).to(torch.float32)
-        return Sample(self._gather(indices), indices, weights, probabilities, self._size, total).to(target)
+        _check_batch_size(batch_size)
+        await self._settled()
+        return self._draw(batch_size, beta, target)
+
+    async def sample_stream(
+        self,
+        batch_size: int,
+        beta: float | None = None,
+        *,
+        min_size: int | None = None,
+        device: DeviceLike | None = None,
+    ) -> AsyncIterator[Sample]:
+        """Stream samples drawn as :meth:`sample` draws them, until the consumer leaves.
+
+        As :meth:`ReplayBuffer.sample_stream`: the stream waits while the buffer
+        holds fewer than ``min_size`` transitions. Samples are drawn up to the
+        stream's window ahead of the consumer, so they reflect the priorities
+        of that moment: with ``update_priorities`` after each batch, a small
+        window (``.with_window(1)``) keeps them current.
+
+        Args:
+            batch_size: Transitions per sample.
+            beta: Exponent of the importance weights; default the buffer's ``beta``.
+            min_size: Transitions the buffer must hold before a sample is drawn;
+                default ``batch_size``, or the capacity if that is smaller.
+            device: Where each sample leaves from, as for :meth:`ReplayBuffer.sample`.
+
+        Raises:
+            TypeError: If ``batch_size`` or ``min_size`` is not an int.
+            ValueError: If an argument is out of range, ``device`` names no
+                device, or (mid-stream) every priority is zero.
+        """
+        beta = self.beta if beta is None else _check_beta(beta)
+        async with contextlib.aclosing(self._samples(batch_size, beta, min_size, device)) as samples:
+            async for sample in samples:
+                yield sample
 
     async def update_priorities(self, indices: Tensor, priorities: Tensor) -> None:
         """Set the priorities of the transitions at ``indices`` (as a ``Sample`` gave them).
@@ -127,6 +150,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             )
         if indices.dtype == torch.bool or indices.is_floating_point() or indices.is_complex():
             raise TypeError(f"indices must be integers, not {indices.dtype}")
+        await self._settled()
         device = self._tree.device
         indices = indices.reshape(-1).to(device, torch.int64)
         values = priorities.detach().reshape(-1).to(device, torch.float64)  # a loss's graph must not reach the tree
@@ -162,6 +186,24 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             "beta": self.beta,
             "epsilon": self.epsilon,
         }
+
+    def _draw(self, batch_size: int, beta: float | None, target: torch.device) -> Sample:
+        assert beta is not None
+        self._count_sample(batch_size)
+        tree, total = self._tree, float(self._tree[1])
+        if not total > 0:
+            raise ValueError(f"cannot sample from {self!r}: every priority is zero")
+        # Stratified: target k lies in the k-th of batch_size equal slices of the mass.
+        targets = (
+            torch.arange(batch_size, dtype=torch.float64, device=tree.device)
+            + torch.rand(batch_size, dtype=torch.float64, generator=self._generator, device=tree.device)
+        ) * (total / batch_size)
+        nodes = self._descend(targets)
+        indices = nodes - self._leaves
+        probabilities = tree[nodes] / total
+        weights = (self._size * probabilities) ** -beta
+        weights = (weights / weights.max()).to(torch.float32)
+        return Sample(self._gather(indices), indices, weights, probabilities, self._size, total).to(target)
 
     def _written(self, slots: Tensor) -> None:
         if len(slots):

@@ -10,12 +10,17 @@ travel as :class:`Sample`, natively, in strict mode too.
 The storage lives on the buffer's device (``spawn(..., device="cuda:0")``), and
 so does the sampling: transitions from any device are copied in, indices are
 drawn there, and a sample leaves from there unless the caller names a device.
+
+``sample_stream`` hands a learner batch after batch for as long as it reads,
+waiting (not polling) while the buffer holds too little; ``extend`` and ``add``
+run beside open streams and wake the ones that wait.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -116,6 +121,14 @@ class ReplayBuffer(Actor):
     kind: ClassVar[str] = "uniform"
     """What snapshots record, so a snapshot only restores into a buffer of its kind."""
 
+    # A sample stream is one message for as long as its consumer reads, so writers
+    # must run beside it. Handlers interleave only at awaits, and no handler awaits
+    # in the middle of a state update: each waits (_settled) before it touches
+    # anything, and then runs to its end without one. The one handler that awaits
+    # with state in hand, snapshot, makes the others wait for it, as they did when
+    # the buffer handled one message at a time.
+    max_concurrency = 1 << 16
+
     def __init__(self, capacity: int, *, restore: str | None = None, seed: int | None = None) -> None:
         self.capacity = _check_capacity(capacity)
         self._storage: dict[str, Tensor] = {}
@@ -127,6 +140,10 @@ class ReplayBuffer(Actor):
         else:
             self._generator.manual_seed(seed)
         self._counts = {"added": 0, "sampled": 0, "samples": 0, "snapshots": 0}
+        self._streams = 0  # sample streams open
+        self._grown = asyncio.Event()  # set (and replaced) when transitions arrive
+        self._idle = asyncio.Event()  # clear while a snapshot is being written
+        self._idle.set()
         if restore is not None:
             self._restore(restore)
 
@@ -143,6 +160,7 @@ class ReplayBuffer(Actor):
                 from the buffer's.
             ValueError: If the keys, trailing shapes or leading dimensions do not match.
         """
+        await self._settled()
         count = self._check_batch(batch)
         if not self._storage:
             self._storage = {
@@ -151,6 +169,8 @@ class ReplayBuffer(Actor):
             }
         slots = self._write(batch, count)
         self._written(slots)
+        self._grown.set()  # wakes the streams waiting for transitions
+        self._grown = asyncio.Event()
         return self._size
 
     async def add(self, transition: dict[str, Tensor]) -> int:
@@ -182,16 +202,54 @@ class ReplayBuffer(Actor):
             ValueError: If ``batch_size`` is not positive, the buffer is empty, or ``device`` names no device.
         """
         target = self._target(device)
-        self._check_sample(batch_size)
-        indices = torch.randint(self._size, (batch_size,), generator=self._generator, device=self.device)
-        return Sample(self._gather(indices), indices, None, None, self._size, float(self._size)).to(target)
+        _check_batch_size(batch_size)
+        await self._settled()
+        return self._draw(batch_size, None, target)
+
+    async def sample_stream(
+        self, batch_size: int, *, min_size: int | None = None, device: DeviceLike | None = None
+    ) -> AsyncIterator[Sample]:
+        """Stream samples of ``batch_size``, drawn as :meth:`sample` draws them, until the consumer leaves.
+
+        ``async for sample in buffer.stream(ReplayBuffer.sample_stream, 256)``.
+        Each item is what ``sample(batch_size, device=device)`` would return
+        when it is drawn, with one difference: while the buffer holds fewer
+        than ``min_size`` transitions (at the start, or after :meth:`clear`) the
+        stream waits for ``extend`` or ``add`` instead of failing. The stream
+        is one message that lasts as long as it is read; the buffer lets other
+        calls in beside it. Samples are drawn up to the stream's window ahead
+        of the consumer: a smaller window (``.with_window(2)``) gives fresher
+        ones.
+
+        Args:
+            batch_size: Transitions per sample.
+            min_size: Transitions the buffer must hold before a sample is drawn
+                (a warm-up); default ``batch_size``, or the capacity if that is smaller.
+            device: Where each sample leaves from, as for :meth:`sample`.
+
+        Raises:
+            TypeError: If ``batch_size`` or ``min_size`` is not an int.
+            ValueError: If ``batch_size`` is not positive, ``min_size`` is not
+                within ``[1, capacity]``, or ``device`` names no device.
+        """
+        async with contextlib.aclosing(self._samples(batch_size, None, min_size, device)) as samples:
+            async for sample in samples:
+                yield sample
 
     async def size(self) -> int:
         """How many transitions the buffer holds."""
         return self._size
 
+    async def streams(self) -> int:
+        """How many sample streams are open (a stream closes when its consumer leaves)."""
+        return self._streams
+
     async def clear(self) -> None:
-        """Forget every transition and the layout; the next ``extend`` may bring new keys."""
+        """Forget every transition and the layout; the next ``extend`` may bring new keys.
+
+        Open sample streams stay open: they wait for new transitions.
+        """
+        await self._settled()
         self._storage = {}
         self._cursor = 0
         self._size = 0
@@ -203,8 +261,13 @@ class ReplayBuffer(Actor):
         checked on load, replaced atomically. It is written in a worker thread;
         the actor handles nothing else meanwhile, so the file is consistent.
         """
-        tensors, meta = self._snapshot_state()
-        written = await asyncio.to_thread(save_tensors, path, tensors, meta)
+        await self._settled()
+        tensors, meta = self._snapshot_state()  # views of the storage: nothing may write until it is saved
+        self._idle.clear()
+        try:
+            written = await asyncio.to_thread(save_tensors, path, tensors, meta)
+        finally:
+            self._idle.set()
         self._counts["snapshots"] += 1
         return written
 
@@ -236,15 +299,48 @@ class ReplayBuffer(Actor):
     def _target(self, device: DeviceLike | None) -> torch.device:
         return self.device if device is None else as_device(device)
 
-    def _check_sample(self, batch_size: int) -> None:
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool):
-            raise TypeError(f"batch_size must be an int, not {type(batch_size).__qualname__}")
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, not {batch_size}")
+    def _draw(self, batch_size: int, beta: float | None, target: torch.device) -> Sample:
+        """Draw one sample (``beta`` is the prioritized buffer's, checked already) and count it."""
+        self._count_sample(batch_size)
+        indices = torch.randint(self._size, (batch_size,), generator=self._generator, device=self.device)
+        return Sample(self._gather(indices), indices, None, None, self._size, float(self._size)).to(target)
+
+    def _count_sample(self, batch_size: int) -> None:
         if self._size == 0:
             raise ValueError(f"cannot sample from an empty replay buffer ({self!r})")
         self._counts["samples"] += 1
         self._counts["sampled"] += batch_size
+
+    async def _samples(
+        self, batch_size: int, beta: float | None, min_size: int | None, device: DeviceLike | None
+    ) -> AsyncGenerator[Sample, None]:
+        """The samples of a stream: draw whenever the buffer holds ``min_size``, else wait for writes."""
+        target = self._target(device)
+        _check_batch_size(batch_size)
+        needed = min(batch_size, self.capacity) if min_size is None else self._check_min_size(min_size)
+        self._streams += 1
+        try:
+            while True:
+                if not self._idle.is_set():
+                    await self._idle.wait()
+                elif self._size < needed:
+                    await self._grown.wait()
+                else:
+                    yield self._draw(batch_size, beta, target)
+        finally:
+            self._streams -= 1
+
+    def _check_min_size(self, min_size: int) -> int:
+        if not isinstance(min_size, int) or isinstance(min_size, bool):
+            raise TypeError(f"min_size must be an int, not {type(min_size).__qualname__}")
+        if not 1 <= min_size <= self.capacity:
+            raise ValueError(f"min_size must be within [1, {self.capacity}] (the capacity), not {min_size}")
+        return min_size
+
+    async def _settled(self) -> None:
+        """Wait while a snapshot is being written (the only await a handler makes before its update)."""
+        while not self._idle.is_set():
+            await self._idle.wait()
 
     def _gather(self, indices: Tensor) -> dict[str, Tensor]:
         return {key: value.index_select(0, indices) for key, value in self._storage.items()}
@@ -377,6 +473,13 @@ def _count_transitions(batch: Any) -> int:
         elif value.shape[0] != count:
             raise ValueError(f"batch[{key!r}] holds {value.shape[0]} transitions but batch[{first!r}] holds {count}")
     return count
+
+
+def _check_batch_size(batch_size: int) -> None:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool):
+        raise TypeError(f"batch_size must be an int, not {type(batch_size).__qualname__}")
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, not {batch_size}")
 
 
 def _check_capacity(capacity: int) -> int:
