@@ -1,6 +1,11 @@
-"""Broadcast against a loop of calls and against raw torch RPC, side by side in one world.
+"""Streams against calls, and broadcast against a loop of calls and raw torch RPC, side by side in one world.
 
-A world of 4 nodes: rank 0 sends, the actors are spread round-robin over ranks
+Streams: an actor on rank 1 hands rank 0 ``--items`` items (a small dict, or
+a fresh 1 MB tensor) by a stream, by sequential calls (one call per item) and by
+calls with 8 in flight; items/s are medians of ``--rounds``, the three
+alternating.
+
+Broadcast: a world of 4 nodes: rank 0 sends, the actors are spread round-robin over ranks
 1 to 3 (the sender's node hosts none, so every copy crosses processes). One
 round sends one ``--mb`` tensor to every actor and waits for every reply:
 
@@ -15,11 +20,12 @@ round sends one ``--mb`` tensor to every actor and waits for every reply:
 - ``raw torch RPC``: one ``rpc_async`` per actor to the actor's rank, all in
   flight at once (``wait_all``), which also sends it once per actor.
 
-Each measurement alternates the three and reports the median of ``--rounds``,
+Each measurement alternates the four and reports the median of ``--rounds``,
 with the tensor bytes rank 0's transport sent per round.
 
-    python benchmarks/bench_streams.py                          # 40 MB to 8, 32 and 64 actors
-    python benchmarks/bench_streams.py --mb 4 --actors 8 32 --rounds 3
+    python benchmarks/bench_streams.py                          # both; 40 MB to 8, 32 and 64 actors
+    python benchmarks/bench_streams.py --only streams --rounds 7
+    python benchmarks/bench_streams.py --only broadcast --mb 4 --actors 8 32 --rounds 3
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import torch
@@ -128,7 +134,94 @@ def report_broadcast(rows: list[dict[str, Any]]) -> None:
         )
 
 
-SECTIONS: dict[str, tuple[Any, Any]] = {"broadcast": (broadcast_rows, report_broadcast)}
+class Source(actorch.Actor):
+    """Hands out items, by a stream or by calls: a small dict, or a fresh 1 MB tensor each time.
+
+    Fresh, as a producer's new data would be: the same tensor object in
+    several replies of one bundle would be pickled, and sent, once.
+    """
+
+    def __init__(self) -> None:
+        self.big = torch.randn(1 << 18)  # 1 MB
+
+    def make(self, big: bool) -> Any:
+        return self.big.clone() if big else {"step": 1, "reward": 0.5, "done": False}
+
+    async def items(self, n: int, big: bool) -> AsyncIterator[Any]:
+        for _ in range(n):
+            yield self.make(big)
+
+    async def item(self, big: bool) -> Any:
+        return self.make(big)
+
+
+STREAM_CASES = [("small", False, actorch.DEFAULT_STREAM_WINDOW), ("small", False, 64), ("1 MB", True, 16)]
+"""What a row streams: its name, whether the item is the 1 MB tensor, and the stream's window."""
+
+
+async def stream_rows(system: actorch.ActorSystem, options: argparse.Namespace) -> list[dict[str, Any]]:
+    """Per case: items/s by a stream, by sequential calls and by calls 8 in flight (medians of rounds)."""
+    source = await system.spawn(Source, on=1)
+    rows: list[dict[str, Any]] = []
+    for name, big, window in STREAM_CASES:
+        count = options.items // 20 if big else options.items
+
+        async def by_stream(big: bool = big, window: int = window, count: int = count) -> int:
+            got = 0
+            async for _ in source.stream(Source.items, count, big).with_window(window):
+                got += 1
+            return got
+
+        async def by_calls(big: bool = big, count: int = count) -> int:
+            for _ in range(count):
+                await source.call(Source.item, big)
+            return count
+
+        async def by_eight(big: bool = big, count: int = count) -> int:
+            room = asyncio.Semaphore(IN_FLIGHT)
+
+            async def one() -> None:
+                async with room:
+                    await source.call(Source.item, big)
+
+            await asyncio.gather(*(one() for _ in range(count)))
+            return count
+
+        sides = {"stream": by_stream, "calls": by_calls, "eight": by_eight}
+        rates: dict[str, list[float]] = {side: [] for side in sides}
+        await by_stream()  # warm up
+        for _ in range(options.rounds):
+            for side, fetch in sides.items():
+                start = time.perf_counter()
+                got = await fetch()
+                rates[side].append(got / (time.perf_counter() - start))
+                assert got == count, (side, got)
+        rows.append(
+            {"item": name, "window": window, "items": count}
+            | {f"{side}_per_s": statistics.median(values) for side, values in rates.items()}
+        )
+    await source.stop()
+    return rows
+
+
+def report_streams(rows: list[dict[str, Any]]) -> None:
+    print("\n== streams: items from rank 1 to rank 0 (medians of rounds) ==")
+    print("items/s; ratios: the stream's rate over the calls' rate")
+    print(
+        f"{'item':>6} {'window':>6} {'items':>6} {'stream':>10} {'calls, 1':>10} {'calls, 8':>10} {'s/1':>6} {'s/8':>6}"
+    )
+    for row in rows:
+        stream = row["stream_per_s"]
+        print(
+            f"{row['item']:>6} {row['window']:>6} {row['items']:>6} {stream:>10,.0f} {row['calls_per_s']:>10,.0f} "
+            f"{row['eight_per_s']:>10,.0f} {stream / row['calls_per_s']:>6.2f} {stream / row['eight_per_s']:>6.2f}"
+        )
+
+
+SECTIONS: dict[str, tuple[Any, Any]] = {
+    "streams": (stream_rows, report_streams),
+    "broadcast": (broadcast_rows, report_broadcast),
+}
 """Each section of the benchmark: what measures it in the world, and what prints its table."""
 
 
@@ -136,6 +229,7 @@ def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=sorted(SECTIONS), action="append", help="run these sections (default: all)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--items", type=int, default=4000, help="small items per stream (1 MB items: a 20th)")
     parser.add_argument("--mb", type=int, default=40, help="broadcast tensor size in MB")
     parser.add_argument("--actors", type=int, nargs="+", default=[8, 32, 64], help="actor counts to broadcast to")
     parser.add_argument("--json", help="also write the results to this file")
