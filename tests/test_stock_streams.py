@@ -1,8 +1,9 @@
-"""The stock actors' streams over in-process worlds: sample streams and parameter watches."""
+"""The stock actors' streams over in-process worlds: sample streams, parameter watches, episode streams."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -10,11 +11,15 @@ from typing import Any
 import anyio
 import pytest
 import torch
+from _mp import SCRIPTS
 from torch import nn
 
 import actorch
-from actorch import Parameters, ParameterServer, PrioritizedReplayBuffer, ReplayBuffer
+from actorch import Agent, Observer, Parameters, ParameterServer, PrioritizedReplayBuffer, ReplayBuffer
 from actorch.testing import LocalWorld
+
+sys.path.insert(0, str(SCRIPTS))
+from corridor import broken_corridor, corridor
 
 
 def batch_of(values: range | list[int]) -> dict[str, torch.Tensor]:
@@ -360,3 +365,104 @@ async def test_watch_refuses_bad_arguments_at_its_first_item(
     with pytest.raises(error, match=message):
         async for _ in server.stream(ParameterServer.watch, *args, **kwargs):
             pass
+
+
+# --------------------------------------------------------------------------- Observer.episodes, Agent.train_streaming
+
+
+def small_policy() -> nn.Module:
+    """Two observation features to two action probabilities."""
+    return nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 2), nn.Softmax(dim=-1))
+
+
+async def seat(world: LocalWorld, count: int) -> None:
+    for index in range(count):
+        await world[0].spawn(
+            Observer, args=(corridor,), kwargs={"seed": index}, name=f"rl/observers/{index}", on=index % 3
+        )
+
+
+async def test_observer_episodes_streams_one_rollout_per_run(world: LocalWorld, on: int) -> None:
+    observer = await world[0].spawn(Observer, args=(corridor,), kwargs={"seed": 7}, on=on)
+    agent = await world[0].spawn(Agent, args=(small_policy,), kwargs={"observers": "none/*"})
+    rollouts = [rollout async for rollout in observer.stream(Observer.episodes, agent, batch=False, count=3)]
+    assert len(rollouts) == 3
+    for rollout in rollouts:
+        assert rollout.rewards.shape == (8,)  # the corridor always lasts 8 steps
+        assert rollout.dones.tolist() == [False] * 7 + [True]
+        assert rollout.episode_rewards == [float(rollout.rewards.sum())]
+
+
+async def test_observer_episodes_of_fixed_length_runs_go_on_until_the_consumer_leaves(world: LocalWorld) -> None:
+    observer = await world[0].spawn(Observer, args=(corridor,), on=1)
+    agent = await world[0].spawn(Agent, args=(small_policy,), kwargs={"observers": "none/*"})
+    lengths = []
+    async for rollout in observer.stream(Observer.episodes, agent, 5, batch=False):
+        lengths.append(len(rollout.rewards))
+        if len(lengths) == 4:
+            break
+    assert lengths == [5, 5, 5, 5]
+    assert (await observer.call(Observer.run, agent, 3, batch=False)).rewards.shape == (3,)  # free again
+
+
+async def test_observer_episodes_end_with_the_environments_error(world: LocalWorld, on: int) -> None:
+    observer = await world[0].spawn(Observer, args=(broken_corridor,), on=on)
+    agent = await world[0].spawn(Agent, args=(small_policy,), kwargs={"observers": "none/*"})
+    with pytest.raises(RuntimeError, match="collapsed"):
+        async for _ in observer.stream(Observer.episodes, agent, batch=False):
+            pass
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [({"count": 0}, "count must be"), ({"count": True}, "count must be")])
+async def test_observer_episodes_refuse_a_bad_count_or_steps(
+    world: LocalWorld, kwargs: dict[str, Any], message: str
+) -> None:
+    observer = await world[0].spawn(Observer, args=(corridor,), on=1)
+    agent = await world[0].spawn(Agent, args=(small_policy,), kwargs={"observers": "none/*"})
+    with pytest.raises(ValueError, match=message):
+        async for _ in observer.stream(Observer.episodes, agent, batch=False, **kwargs):
+            pass
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        async for _ in observer.stream(Observer.episodes, agent, 0, batch=False):
+            pass
+
+
+@pytest.mark.parametrize("batch", [True, False], ids=["batched", "plain"])
+async def test_agent_train_streaming_takes_a_step_per_round_of_every_observers_run(
+    world: LocalWorld, batch: bool
+) -> None:
+    await seat(world, 3)
+    agent = await world[0].spawn(Agent, args=(small_policy,), kwargs={"batch": batch, "seed": 0})
+    history = await agent.call(Agent.train_streaming, 4)
+    assert [stats.episode for stats in history] == [1, 2, 3, 4]
+    assert {(stats.observers, stats.steps) for stats in history} == {(3, 3 * 8)}
+    fixed = await agent.call(Agent.train_streaming, 2, 20)
+    assert [stats.steps for stats in fixed] == [3 * 20, 3 * 20]
+    assert (await agent.call(Agent.run_episode)).episode == 7  # the observers are free again
+
+
+async def test_agent_train_streaming_learns_to_walk_the_corridor(world: LocalWorld) -> None:
+    await seat(world, 3)
+    agent = await world[0].spawn(Agent, args=(small_policy,), kwargs={"seed": 1, "lr": 0.05})
+    history = await agent.call(Agent.train_streaming, 40)
+    assert history[-1].running_reward > history[0].reward + 2.0, (history[0], history[-1])
+    statistics = await agent.call(Agent.statistics)
+    assert (statistics["episodes"], statistics["actions"]) == (40, 40 * 3 * 8)
+
+
+async def test_agent_train_streaming_names_a_failed_observer_and_goes_on(world: LocalWorld) -> None:
+    await seat(world, 2)
+    await world[0].spawn(Observer, args=(broken_corridor,), name="rl/observers/broken", on=1)
+    agent = await world[0].spawn(Agent, args=(small_policy,))
+    with pytest.raises(actorch.RemoteError, match="1 of 3 observers failed in their episode streams: "):
+        await agent.call(Agent.train_streaming, 2)
+    await (await world[0].lookup("rl/observers/broken")).stop()
+    assert [stats.observers for stats in await agent.call(Agent.train_streaming, 2)] == [2, 2]
+
+
+async def test_agent_train_streaming_refuses_bad_rounds_and_no_observers(world: LocalWorld) -> None:
+    agent = await world[0].spawn(Agent, args=(small_policy,), kwargs={"observers": "nobody/*"})
+    with pytest.raises(ValueError, match="rounds must be an int >= 1"):
+        await agent.call(Agent.train_streaming, 0)
+    with pytest.raises(actorch.ActorNotFoundError, match="no observers match 'nobody/\\*'"):
+        await agent.call(Agent.train_streaming, 1)

@@ -14,6 +14,8 @@ and its actions come back in one, however many observers asked.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from torch import nn
 
 from actorch._actors.actor import Actor
 from actorch._base.codec import serializable
-from actorch._base.errors import ActorNotFoundError
+from actorch._base.errors import ActorNotFoundError, GroupError
 from actorch._engine.batching import batched
 from actorch._stock.group import ActorGroup
 from actorch._stock.import_paths import resolve
@@ -127,6 +129,8 @@ class Agent(Actor):
         self.running_reward: float | None = None
         self._log_probs: dict[str, list[torch.Tensor]] = {}
         self._stepping = 0  # observers still playing: the size of a full batch
+        self._kept: dict[tuple[Any, ...], torch.Tensor] | None = None  # while streaming: weights kept for backward
+        self._weights: set[int] = set()  # the policy's weight storages, while streaming
 
     async def run_episode(self, steps: int | None = None) -> EpisodeStats:
         """Have every observer play (one episode, or ``steps`` steps each), then learn.
@@ -147,17 +151,63 @@ class Agent(Actor):
         finally:
             self._stepping = 0
         log_probs = [torch.stack(self._log_probs.pop(rollout.observer, [])) for rollout in rollouts]
-        loss = self.learn(rollouts, log_probs)
-        reward = sum(_first_episode(rollout) for rollout in rollouts) / len(rollouts)
-        if self.running_reward is None:
-            self.running_reward = reward
-        else:
-            self.running_reward += self.smoothing * (reward - self.running_reward)
-        self.episodes += 1
-        steps_taken = sum(len(rollout.rewards) for rollout in rollouts)
-        self.actions += steps_taken
-        seconds = time.perf_counter() - started
-        return EpisodeStats(self.episodes, reward, self.running_reward, loss, steps_taken, len(rollouts), seconds)
+        return self._learned(rollouts, log_probs, started)
+
+    async def train_streaming(self, rounds: int, steps: int | None = None) -> list[EpisodeStats]:
+        """Learn from episodes the observers stream: ``rounds`` learning steps, each on one run of every observer.
+
+        Each observer found by the pattern streams its runs
+        (:meth:`Observer.episodes`, one run ahead at most) and starts the next
+        as soon as it has handed one over, so observers never wait for the
+        learning step as they do between :meth:`run_episode` calls. A run
+        may thus be played partly under the policy of the step before: its
+        log-probabilities keep the weights they were computed with (a copy
+        per policy version while streaming), so each step follows the
+        gradient of the policy that acted. The streams close when the rounds
+        are done; the observers stop at once.
+
+        With batched actions, one policy forward may serve runs learned from
+        in different rounds: a :meth:`learn` override calls ``backward`` with
+        ``retain_graph=True`` here, as the default one does.
+
+        Args:
+            rounds: Learning steps to take.
+            steps: Steps per run, as for :meth:`Observer.run` (None: one episode).
+
+        Returns:
+            One :class:`EpisodeStats` per learning step.
+
+        Raises:
+            ValueError: ``rounds`` is not an int of at least 1.
+            ActorNotFoundError: No observer matches the pattern.
+            GroupError: Observers' streams failed (it names them); the steps
+                of earlier rounds stay taken, none is taken for this one.
+        """
+        if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
+            raise ValueError(f"rounds must be an int >= 1, not {rounds!r}")
+        refs = await self.system.lookup_all(self.pattern)
+        if not refs:
+            raise ActorNotFoundError(f"no observers match {self.pattern!r} (agent {self.name or self.ref})")
+        self._log_probs = {}
+        self._stepping = len(refs)
+        self._kept, self._weights = {}, {param.untyped_storage().data_ptr() for param in self.policy.parameters()}
+        streams = [ref.stream(Observer.episodes, self.ref, steps, batch=self.batch).with_window(1) for ref in refs]
+        history: list[EpisodeStats] = []
+        try:
+            for _ in range(rounds):
+                started = time.perf_counter()
+                outcomes = await asyncio.gather(*(anext(stream) for stream in streams), return_exceptions=True)
+                _raise_failures(refs, outcomes)
+                rollouts: list[Rollout] = outcomes  # type: ignore[assignment] # none failed
+                log_probs = [torch.stack(self._taken_log_probs(rollout)) for rollout in rollouts]
+                history.append(self._learned(rollouts, log_probs, started))
+                self._kept = {}  # a new policy version: its weights are kept afresh
+        finally:
+            self._stepping = 0
+            self._kept, self._weights, self._log_probs = None, set(), {}
+            for stream in streams:
+                await stream.aclose()
+        return history
 
     async def select_action(self, observation: Observation) -> Any:
         """One observer's action for its state (one policy forward per call)."""
@@ -165,7 +215,8 @@ class Agent(Actor):
         if state is None:
             self._stepping -= 1
             return None
-        actions, log_probs = self.act(self.transfer(state.unsqueeze(0), self.device))
+        with self._keeping_weights():
+            actions, log_probs = self.act(self.transfer(state.unsqueeze(0), self.device))
         self._log_probs.setdefault(key, []).append(log_probs[0])
         return _to_wire(self.transfer(actions, _HOST)[0])
 
@@ -183,7 +234,8 @@ class Agent(Actor):
             states = [state for _, _, state in live]
             if len({state.device for state in states}) > 1:  # some came staged to this device, some not
                 states = [state.to(_HOST) for state in states]
-            actions, log_probs = self.act(self.transfer(torch.stack(states), self.device))
+            with self._keeping_weights():
+                actions, log_probs = self.act(self.transfer(torch.stack(states), self.device))
             actions = self.transfer(actions, _HOST)
             for row, (index, key, _) in enumerate(live):
                 self._log_probs.setdefault(key, []).append(log_probs[row])
@@ -247,9 +299,79 @@ class Agent(Actor):
         taken = torch.cat(log_probs)
         loss = -(taken * self.transfer(returns, taken.device)).sum()
         self.optimizer.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
+        # Streaming, one batched forward may serve runs that are learned from in different rounds.
+        loss.backward(retain_graph=self._kept is not None)  # type: ignore[no-untyped-call]
         self.optimizer.step()
         return float(loss.detach())
+
+    # ------------------------------------------------------------------ internals
+
+    def _learned(self, rollouts: list[Rollout], log_probs: list[torch.Tensor], started: float) -> EpisodeStats:
+        """Learn from one episode's rollouts and account for it."""
+        loss = self.learn(rollouts, log_probs)
+        reward = sum(_first_episode(rollout) for rollout in rollouts) / len(rollouts)
+        if self.running_reward is None:
+            self.running_reward = reward
+        else:
+            self.running_reward += self.smoothing * (reward - self.running_reward)
+        self.episodes += 1
+        steps_taken = sum(len(rollout.rewards) for rollout in rollouts)
+        self.actions += steps_taken
+        seconds = time.perf_counter() - started
+        return EpisodeStats(self.episodes, reward, self.running_reward, loss, steps_taken, len(rollouts), seconds)
+
+    def _taken_log_probs(self, rollout: Rollout) -> list[torch.Tensor]:
+        """The log-probabilities of ``rollout``'s steps: the first of its observer's (its next run may have begun)."""
+        recorded = self._log_probs.get(rollout.observer, [])
+        count = len(rollout.rewards)
+        self._log_probs[rollout.observer] = recorded[count:]
+        return recorded[:count]
+
+    def _keeping_weights(self) -> contextlib.AbstractContextManager[None]:
+        """While streaming: keep, for backward, the weights an action was computed with.
+
+        The learning step changes the weights in place while observers are
+        mid-run, and autograd refuses a backward through weights changed since
+        the forward. Saved-tensor hooks give backward a copy instead, one per
+        weight and policy version, made at its first forward.
+        """
+        if self._kept is None:
+            return contextlib.nullcontext()
+        return torch.autograd.graph.saved_tensors_hooks(self._keep, _unpack)
+
+    def _keep(self, tensor: torch.Tensor) -> torch.Tensor:
+        kept = self._kept
+        storage = tensor.untyped_storage().data_ptr()
+        if kept is None or storage not in self._weights:
+            return tensor
+        key = (storage, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+        copy = kept.get(key)
+        if copy is None:
+            copy = kept[key] = tensor.detach().clone()
+        return copy
+
+
+def _unpack(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+def _raise_failures(refs: list[Any], outcomes: list[Any]) -> None:
+    """Raise a GroupError naming the observers whose stream failed, if any did (a cancellation as it is)."""
+    named: list[str] = []
+    failures: list[Exception] = []
+    for ref, outcome in zip(refs, outcomes, strict=True):
+        if isinstance(outcome, Exception):
+            observer = ref.name or repr(ref)
+            outcome.add_note(f"in the episode stream of observer {observer}")
+            named.append(f"{observer}: {type(outcome).__name__}")
+            failures.append(outcome)
+        elif isinstance(outcome, BaseException):
+            raise outcome
+    if failures:
+        summary = ", ".join(named)
+        raise GroupError(
+            f"{len(failures)} of {len(refs)} observers failed in their episode streams: {summary}", failures, outcomes
+        )
 
 
 def _first_episode(rollout: Rollout) -> float:
