@@ -48,3 +48,18 @@ def test_dist_autograd_example_beats_chance() -> None:
     accuracies = [float(a) for a in re.findall(r"test accuracy\s+([\d.]+)%", out)]
     assert len(accuracies) == 2, out
     assert accuracies[-1] > 50.0
+
+
+def test_stream_learner_example_learns_from_a_sample_stream_while_explorers_watch() -> None:
+    out = run_example("stream_learner.py", "--quick")
+    done = re.search(
+        r"done in .*?([\d,]+) learning steps, ([\d,]+) samples/s from the stream, ([\d,]+) transitions", out
+    )
+    assert done, out
+    assert int(done.group(1).replace(",", "")) == 150
+    assert int(done.group(3).replace(",", "")) > 0
+    followed = [int(count.replace(",", "")) for count in re.findall(r"followed ([\d,]+) versions through watch", out)]
+    assert len(followed) == 2, out
+    assert min(followed) >= 2, "each explorer saw the model change"
+    rewards = re.findall(r"mean reward (-?[\d.]+) early, (-?[\d.]+) late", out)
+    assert rewards, out
