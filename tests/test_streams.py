@@ -368,6 +368,25 @@ async def test_the_producer_stopping_mid_stream_raises_actor_stopped(world: Loca
     assert received[:3] == [0, 1, 2]
 
 
+async def test_stopping_ends_open_streams_at_once_and_still_runs_the_queued_calls(on: int) -> None:
+    async with local_world(3, stop_grace=30.0) as world:  # a stream would hold a drain for the whole grace
+        serial = await world[0].spawn(Serial, on=on)
+        stream = serial.stream(Serial.forever)
+        await anext(stream)
+        queued_call = asyncio.ensure_future(serial.call(Serial.quick))
+        queued_stream = serial.stream(Serial.forever)
+        opening = asyncio.ensure_future(anext(queued_stream))
+        await asyncio.sleep(0.05)
+        with anyio.fail_after(5):
+            await serial.stop()
+            assert await queued_call == "quick", "a call queued behind the stream still runs"
+            with pytest.raises(actorch.ActorStoppedError, match="stopped while handling 'forever'"):
+                async for _ in stream:
+                    pass
+            with pytest.raises(actorch.ActorStoppedError, match="stopping; stream 'forever' refused"):
+                await opening
+
+
 async def test_losing_the_producers_node_mid_stream_raises_node_lost(world: LocalWorld) -> None:
     producer = await world[0].spawn(Producer, on=1)
     received: list[int] = []

@@ -246,11 +246,12 @@ class ActorHost:
 
     @staticmethod
     async def _drain(cell: Cell, grace: float) -> None:
-        """Refuse new messages, let queued and running ones finish, cancel them after ``grace``.
+        """Refuse new messages, end streams, let queued and running ones finish, cancel them after ``grace``.
 
         An actor that stops itself from a handler keeps that handler running.
         """
         cell.refuse_all()
+        cell.end_streams()
         context = current_call.get()
         own = 1 if context is not None and cell.is_reentrant(context.child_chain()) else 0
         if not cell.paused and (cell.running > own or cell.queue):

@@ -72,6 +72,7 @@ class Cell:
         "name",
         "new_key",
         "paused",
+        "producing",
         "queue",
         "queued_peak",
         "restarts",
@@ -128,6 +129,7 @@ class Cell:
         self.idle: asyncio.Future[None] | None = None
         self.idle_at = 0
         self.tell_replies: dict[int | None, Reply] = {}  # one per node that tells this actor (None: its own)
+        self.producing: set[Outlet] = set()  # streams whose generator runs now
 
     def __repr__(self) -> str:
         return f"<Cell {self.label} running={self.running} queued={len(self.queue)}>"
@@ -293,7 +295,7 @@ class Cell:
         except TypeError as exc:
             raise EndpointError(f"bad arguments for {endpoint!r} of {self.label}: {exc}") from None
         if outlet is not None:
-            coroutine = outlet.pump(coroutine)  # type: ignore[arg-type]  # a streaming endpoint gives a generator
+            coroutine = outlet.pump(coroutine, self.producing)  # type: ignore[arg-type]  # a stream's: a generator
         if self.device is not None:
             coroutine = on_device(coroutine, self.device)
         if autograd != NO_CONTEXT:
@@ -357,7 +359,8 @@ class Cell:
     def _handler_failed(self, message: Message, exc: BaseException) -> None:
         """Answer ``message``, whose handler raised ``exc``; re-raise what is the worker's own to end."""
         if isinstance(exc, asyncio.CancelledError):
-            self.fail(message, self.interrupted(message.endpoint, by_caller=message.cancelled))
+            by_caller = message.cancelled and not (self.stopping and message.outlet is not None)
+            self.fail(message, self.interrupted(message.endpoint, by_caller=by_caller))
             if not message.cancelled:
                 raise exc  # the worker itself is cancelled (the actor is stopping)
         elif isinstance(exc, EndpointError):
@@ -414,6 +417,22 @@ class Cell:
             task.cancel()
         self.inline.evict(keep)
         return tasks
+
+    def end_streams(self) -> None:
+        """The actor is stopping: end its streams now, queued or running, rather than wait for them.
+
+        A stream runs until its consumer leaves, so draining would wait out the
+        whole grace. Their consumers get ``ActorStoppedError``; other queued
+        messages still run.
+        """
+        for queued in [queued for queued in self.queue if queued.outlet is not None]:
+            self.queue.remove(queued)
+            self.fail(queued, ActorStoppedError(f"{self.label} is stopping; stream {queued.endpoint!r} refused"))
+        for outlet in list(self.producing):
+            running = outlet.message
+            if running is not None and running.task is not None and not running.cancelled:
+                running.cancelled = True  # the worker goes on with the queue; the reply says the actor stopped
+                running.task.cancel()
 
     def fail_queued(self, error: Callable[[str], BaseException]) -> None:
         """Answer every message waiting in the queue, and every open batch's calls, with ``error(endpoint)``."""

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from actorch._engine.message import Message
 
 __all__ = ["ItemRefused", "Outlet"]
 
@@ -29,13 +32,14 @@ class ItemRefused(Exception):  # noqa: N818 - a carrier, never raised to users
 class Outlet:
     """Where a stream's items go, and how many more the consumer will take (its credits)."""
 
-    __slots__ = ("_loop", "_wakeup", "credit", "sent")
+    __slots__ = ("_loop", "_wakeup", "credit", "message", "sent")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, window: int) -> None:
         self._loop = loop
         self._wakeup: asyncio.Future[None] | None = None
         self.credit = window
         self.sent = 0
+        self.message: Message | None = None  # the stream's message in its actor's mailbox
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} sent={self.sent} credit={self.credit}>"
@@ -51,8 +55,12 @@ class Outlet:
         """Deliver one item (the ``sent``-th, from 0) to the consumer; raise :class:`ItemRefused` if it cannot go."""
         raise NotImplementedError
 
-    async def pump(self, items: AsyncGenerator[Any, None]) -> None:
-        """Run ``items`` to its end, one item per credit; close it however the stream ends."""
+    async def pump(self, items: AsyncGenerator[Any, None], running: set[Outlet]) -> None:
+        """Run ``items`` to its end, one item per credit; close it however the stream ends.
+
+        The outlet is in ``running`` (its actor's) meanwhile, so that stopping the actor can end it.
+        """
+        running.add(self)
         try:
             while True:
                 while self.credit <= 0:
@@ -69,4 +77,5 @@ class Outlet:
                 self.put(item)
                 self.sent += 1
         finally:
+            running.discard(self)
             await items.aclose()  # a no-op if it ended; else GeneratorExit at its yield: its finally runs

@@ -269,7 +269,7 @@ class _Link:
 class _LocalLink(Outlet, _Link, Reply):
     """A stream between actors of one node: items pass as they are, credits and the end directly."""
 
-    __slots__ = ("cell", "live", "message", "opening", "side", "stream")
+    __slots__ = ("cell", "live", "opening", "side", "stream")
 
     def __init__(self, side: Streams, stream: Stream[Any], opening: StreamRequest, window: int) -> None:
         Outlet.__init__(self, side.loop, window)
@@ -278,7 +278,6 @@ class _LocalLink(Outlet, _Link, Reply):
         self.stream = weakref.ref(stream)  # a stream dropped by its consumer is collected, then closes its link
         self.live = True
         self.cell: Cell | None = None
-        self.message: Message | None = None
 
     def put(self, item: Any) -> None:
         stream = self.stream()
@@ -525,7 +524,7 @@ class Streams(NodeSide):
         deadline = None if remaining is None else self.loop.time() + remaining
         outlet = _RemoteOutlet(self, src, stream_id, window)
         received = Message(endpoint, (), {}, self.new_key(), tuple(chain), deadline, outlet)
-        received.outlet = outlet
+        received.outlet, outlet.message = outlet, received
         cell = self.cells.get(actor_id)
         if cell is None:
             self.log.info("stream refused: actor stopped", src=src, actor=actor_id, endpoint=endpoint)
