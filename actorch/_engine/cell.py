@@ -25,8 +25,7 @@ from actorch._engine.batching import Batched, Batcher
 from actorch._engine.endpoints import Endpoint, is_streaming, unknown_endpoint, wrong_verb
 from actorch._engine.flow import FlowControl
 from actorch._engine.inline import InlineCalls
-from actorch._engine.message import CallContext, Message, Origin, Reply, current_call
-from actorch._engine.outlet import ItemRefused, Outlet
+from actorch._engine.message import CallContext, ItemRefused, Message, Origin, Outlet, Reply, current_call
 from actorch._engine.replies import TellDone
 from actorch._engine.wire import is_refusal
 from actorch._transport.autograd import NO_CONTEXT, bound

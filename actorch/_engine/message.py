@@ -1,11 +1,14 @@
-"""A message as an actor's mailbox holds it, where its outcome goes, and the call a handler serves.
+"""A message as an actor's mailbox holds it, where its outcome (or a stream's items) goes, and the call it serves.
 
 A :class:`Message` is one call, tell or stream on its way through an actor's cell.
 Its :class:`Reply` is where the outcome goes: a local caller's future, a
 remote caller (through the callee), or, for a tell, the mailbox slot it gives
 back. Errors carry an :class:`Origin`: raised by the handler, by the runtime,
 or because the actor is no longer hosted. Calls to a batched endpoint gather in
-a :class:`BatchRun`, which takes its turn in the mailbox as one message.
+a :class:`BatchRun`, which takes its turn in the mailbox as one message. A
+stream's message has an :class:`Outlet` too, where its items go: its handler
+runs the endpoint's generator only as far as the consumer's credits allow, and
+closes it however the stream ends (its ``finally`` runs).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import math
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -22,9 +25,7 @@ from actorch._transport.autograd import NO_CONTEXT
 if TYPE_CHECKING:
     import torch
 
-    from actorch._engine.outlet import Outlet
-
-__all__ = ["BatchRun", "CallContext", "Message", "Origin", "Reply", "current_call"]
+__all__ = ["BatchRun", "CallContext", "ItemRefused", "Message", "Origin", "Outlet", "Reply", "current_call"]
 
 
 class Origin(enum.IntEnum):
@@ -181,3 +182,63 @@ class BatchRun:
             finally:
                 timer.cancel()
                 self.wakeup = None
+
+
+class ItemRefused(Exception):  # noqa: N818 - a carrier, never raised to users
+    """An item could not be sent (it cannot be encoded, or it is too large): the stream ends with ``error``."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class Outlet:
+    """Where a stream's items go, and how many more the consumer will take (its credits)."""
+
+    __slots__ = ("_loop", "_wakeup", "credit", "message", "sent")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, window: int) -> None:
+        self._loop = loop
+        self._wakeup: asyncio.Future[None] | None = None
+        self.credit = window
+        self.sent = 0
+        self.message: Message | None = None  # the stream's message in its actor's mailbox
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} sent={self.sent} credit={self.credit}>"
+
+    def more(self, count: int) -> None:
+        """The consumer took ``count`` items: the producer may make that many more."""
+        self.credit += count
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+
+    def put(self, item: Any) -> None:
+        """Deliver one item (the ``sent``-th, from 0) to the consumer; raise :class:`ItemRefused` if it cannot go."""
+        raise NotImplementedError
+
+    async def pump(self, items: AsyncGenerator[Any, None], running: set[Outlet]) -> None:
+        """Run ``items`` to its end, one item per credit; close it however the stream ends.
+
+        The outlet is in ``running`` (its actor's) meanwhile, so that stopping the actor can end it.
+        """
+        running.add(self)
+        try:
+            while True:
+                while self.credit <= 0:
+                    self._wakeup = self._loop.create_future()
+                    try:
+                        await self._wakeup
+                    finally:
+                        self._wakeup = None
+                try:
+                    item = await items.__anext__()
+                except StopAsyncIteration:
+                    return
+                self.credit -= 1
+                self.put(item)
+                self.sent += 1
+        finally:
+            running.discard(self)
+            await items.aclose()  # a no-op if it ended; else GeneratorExit at its yield: its finally runs

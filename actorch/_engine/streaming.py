@@ -2,7 +2,7 @@
 
 ``ref.stream(Cls.gen, ...)`` returns a :class:`Stream`. Its first ``__anext__``
 opens it: the producing actor gets one message whose handler runs ``gen`` into
-an :class:`~actorch._engine.outlet.Outlet`, so under the actor's concurrency
+an :class:`~actorch._engine.message.Outlet`, so under the actor's concurrency
 rules a running stream is a message being handled. The consumer grants the
 producer ``window`` credits and tops them up as it takes items, so neither end
 holds more than ``window`` items. Items arrive in order and once each (the
@@ -32,8 +32,7 @@ from actorch._base.errors import (
     SystemClosedError,
 )
 from actorch._engine.cell import Cell
-from actorch._engine.message import Message, Origin, Reply
-from actorch._engine.outlet import ItemRefused, Outlet
+from actorch._engine.message import ItemRefused, Message, Origin, Outlet, Reply
 from actorch._engine.side import NodeSide, SideParts
 from actorch._engine.wire import CLOSE, END, ITEM, MORE, STREAM, check_size, error_payload, handler_error, rebuild_error
 from actorch._transport.base import Port
