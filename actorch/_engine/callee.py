@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from actorch._base.errors import ActorStoppedError, MessageTooLargeError, SerializationError
+from actorch._base.errors import ActorStoppedError, SerializationError
 from actorch._engine.cell import Cell
 from actorch._engine.message import Message, Origin, Reply
 from actorch._engine.replies import TellDone
 from actorch._engine.side import NodeSide, SideParts
-from actorch._engine.wire import CALL, REPLY, check_size, error_payload, message_size
+from actorch._engine.wire import CALL, REPLY, check_size, error_payload
 from actorch._transport.base import Port
 
 if TYPE_CHECKING:
@@ -73,14 +73,13 @@ class CallReply(Reply):
 class Callee(NodeSide):
     """Hands received calls and tells to this node's actors, answers calls, and cancels them for their callers."""
 
-    __slots__ = ("_context", "calls_received", "incoming", "tells_received")
+    __slots__ = ("calls_received", "incoming", "tells_received")
 
     def __init__(self, parts: SideParts, decode_context: object) -> None:
-        super().__init__(parts)
+        super().__init__(parts, decode_context)
         self.incoming: dict[tuple[int, int], Received] = {}
         self.calls_received = 0
         self.tells_received = 0
-        self._context = decode_context  # what decoded refs send through: the node's caller
 
     def __repr__(self) -> str:
         return f"<Callee node {self.rank} incoming={len(self.incoming)}>"
@@ -148,7 +147,7 @@ class Callee(NodeSide):
             gone = ActorStoppedError(f"no longer hosts actor #{actor_id}; {endpoint!r} refused (node {self.rank})")
             received.reply.error(received, gone, Origin.GONE)
             return
-        if body is not None and not self._take_arguments(src, cell, received, body, tensors, shared):
+        if body is not None and not self.take_arguments(src, cell, received, body, tensors, shared):
             return
         if call_id is not None:
             self.incoming[(src, call_id)] = (cell, received)
@@ -156,40 +155,6 @@ class Callee(NodeSide):
             if spec is not None and port is not None:
                 port.hold(spec.max_wait + BATCH_REPLY_HOLD)  # the batch's reply rides back on this bundle's response
         cell.deliver(received)
-
-    def _take_arguments(
-        self,
-        src: int,
-        cell: Cell,
-        received: Message,
-        body: bytes,
-        tensors: list[Any],
-        shared: dict[torch.device | None, Any] | None,
-    ) -> bool:
-        """Set the arguments of ``received`` from ``body``; False if refused (too large, unreadable).
-
-        ``shared`` keeps what one decoding gave for the other actors of a
-        ``CAST`` on the same device.
-        """
-        size = message_size(body, tensors)
-        if size > self.max_message_size:
-            refused = MessageTooLargeError(
-                f"{received.endpoint!r} of {cell.label} refused a message of {size:,} bytes from node {src}: over "
-                f"max_message_size ({self.max_message_size:,})"
-            )
-            cell.fail(received, refused)
-            return False
-        decoded = None if shared is None else shared.get(cell.device)
-        if decoded is None:
-            try:
-                decoded = self.codec.decode(body, tensors, self._context, cell.device)
-            except SerializationError as exc:
-                cell.fail(received, SerializationError(f"arguments for {received.endpoint!r} of {cell.label}: {exc}"))
-                return False
-            if shared is not None:
-                shared[cell.device] = decoded
-        received.args, received.kwargs = decoded
-        return True
 
     def on_cancel(self, src: int, call_id: int) -> None:
         """The caller of a received call gave up: drop the message, or cancel its handler."""

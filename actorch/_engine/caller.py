@@ -24,7 +24,6 @@ from actorch._base.errors import (
     SystemClosedError,
 )
 from actorch._engine.calls import RemoteCall
-from actorch._engine.flow import Target
 from actorch._engine.message import CallContext, Message, Origin, current_call
 from actorch._engine.replies import LocalReply
 from actorch._engine.side import NodeSide, SideParts
@@ -82,7 +81,7 @@ class Caller(NodeSide):
         if context is not None:
             call.device = context.device
         try:
-            self._check_reachable(rank, endpoint, label)
+            self.check_reachable("call", rank, endpoint, label)
             if args or kwargs:
                 body, tensors = self.codec.encode([args, kwargs], route=self.transport.route(rank), arguments=True)
                 check_size(body, tensors, self.max_message_size, "call to {!r} of {}", endpoint, label)
@@ -131,8 +130,8 @@ class Caller(NodeSide):
     ) -> None:
         """Wait for room in the call's mailbox (within its deadline), then send it."""
         try:
-            await self._wait_room(call.target, deadline, call.endpoint, call.label)
-            self._check_reachable(call.target[0], call.endpoint, call.label)
+            await self.wait_room("call", call.target, deadline, call.endpoint, call.label)
+            self.check_reachable("call", call.target[0], call.endpoint, call.label)
             self._launch(call, body, tensors, chain, deadline)
         except asyncio.CancelledError:
             raise  # the call was cancelled: it has its outcome
@@ -251,26 +250,6 @@ class Caller(NodeSide):
         else:
             self.transport.send_alone(rank, wire, tensors)
 
-    def _check_reachable(self, rank: int, endpoint: str, label: str) -> None:
-        if rank in self.lost:
-            raise NodeLostError(f"cannot call {endpoint!r} of {label}: node {rank} was lost ({self.lost[rank]})")
-        if self.closed:
-            raise SystemClosedError(f"cannot call {endpoint!r} of {label}: node {self.rank} is shut down")
-
-    async def _wait_room(self, target: Target, deadline: float | None, endpoint: str, label: str) -> None:
-        """Wait for room in ``target``'s mailbox (backpressure), until the caller's deadline."""
-        if deadline is None:
-            await self.flow.take(target)
-            return
-        try:
-            async with asyncio.timeout_at(deadline):
-                await self.flow.take(target)
-        except TimeoutError:
-            raise TimeoutError(
-                f"deadline passed while waiting for room in the mailbox of {label} to call {endpoint!r} "
-                f"({self.flow.window} messages from node {self.rank} are waiting there)"
-            ) from None
-
     def _mailbox_full(self, endpoint: str, label: str) -> MailboxFullError:
         return MailboxFullError(
             f"cannot tell {endpoint!r} to {label}: {self.flow.window} messages from node {self.rank} are already "
@@ -337,7 +316,7 @@ class Caller(NodeSide):
         """Call an actor of this node through its mailbox, bounded like a remote call."""
         target = (self.rank, actor_id)
         if not self.flow.try_take(target):
-            await self._wait_room(target, deadline, endpoint, label)
+            await self.wait_room("call", target, deadline, endpoint, label)
         try:
             cell = self.cells.get(actor_id)
             if cell is None or cell.stopping:

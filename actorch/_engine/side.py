@@ -1,19 +1,28 @@
-"""What the calling and the called side of a node share: the node's transport, codec, windows, actors and peers.
+"""What the sides of a node share: the node's transport, codec, windows, actors and peers, and their checks.
 
-The node builds one :class:`SideParts` and hands it to its ``Caller`` and its
-``Callee``; each keeps the parts in slots of its own, for the message path.
+The node builds one :class:`SideParts` and hands it to its ``Caller``, its
+``Callee`` and its ``Streams``; each keeps the parts in slots of its own, for
+the message path. What a call and a stream both do (check that a node can be
+reached, wait for room in a mailbox, take a received message's arguments) is
+written here once.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from actorch._base.codec import Codec
+from actorch._base.errors import MessageTooLargeError, NodeLostError, SerializationError, SystemClosedError
 from actorch._engine.cell import Cell
-from actorch._engine.flow import FlowControl
+from actorch._engine.flow import FlowControl, Target
+from actorch._engine.message import Message
+from actorch._engine.wire import message_size
 from actorch._transport.base import Transport
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["NodeSide", "SideParts"]
 
@@ -33,12 +42,13 @@ class SideParts(NamedTuple):
 
 
 class NodeSide:
-    """Base of the caller and the callee: the node's parts, and whether the node has closed."""
+    """Base of the caller, the callee and the streams: the node's parts, whether it has closed, shared checks."""
 
     __slots__ = (
         "cells",
         "closed",
         "codec",
+        "decode_context",
         "flow",
         "log",
         "loop",
@@ -50,7 +60,8 @@ class NodeSide:
         "transport",
     )
 
-    def __init__(self, parts: SideParts) -> None:
+    def __init__(self, parts: SideParts, decode_context: object = None) -> None:
+        self.decode_context = decode_context  # what decoded refs send through: the node's caller
         self.transport = parts.transport
         self.rank = parts.transport.rank
         self.codec = parts.codec
@@ -63,3 +74,58 @@ class NodeSide:
         self.new_key = parts.new_key
         self.max_message_size = parts.max_message_size
         self.closed = False
+
+    def check_reachable(self, verb: str, rank: int, endpoint: str, label: str) -> None:
+        """Raise if ``rank`` was lost or this node is shut down: nothing can ``verb`` (call, stream) there."""
+        if rank in self.lost:
+            raise NodeLostError(f"cannot {verb} {endpoint!r} of {label}: node {rank} was lost ({self.lost[rank]})")
+        if self.closed:
+            raise SystemClosedError(f"cannot {verb} {endpoint!r} of {label}: node {self.rank} is shut down")
+
+    async def wait_room(self, verb: str, target: Target, deadline: float | None, endpoint: str, label: str) -> None:
+        """Wait for room in ``target``'s mailbox (backpressure), until the deadline, to ``verb`` ``endpoint``."""
+        if deadline is None:
+            await self.flow.take(target)
+            return
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self.flow.take(target)
+        except TimeoutError:
+            raise TimeoutError(
+                f"deadline passed while waiting for room in the mailbox of {label} to {verb} {endpoint!r} "
+                f"({self.flow.window} messages from node {self.rank} are waiting there)"
+            ) from None
+
+    def take_arguments(
+        self,
+        src: int,
+        cell: Cell,
+        received: Message,
+        body: bytes,
+        tensors: list[Any],
+        shared: dict[torch.device | None, Any] | None = None,
+    ) -> bool:
+        """Set the arguments of ``received`` from ``body``; False if it was refused (too large, unreadable).
+
+        ``shared`` keeps what one decoding gave, by actor device, for the
+        other actors a ``CAST`` goes to; None for a message to one actor.
+        """
+        size = message_size(body, tensors)
+        if size > self.max_message_size:
+            refused = MessageTooLargeError(
+                f"{received.endpoint!r} of {cell.label} refused a message of {size:,} bytes from node {src}: over "
+                f"max_message_size ({self.max_message_size:,})"
+            )
+            cell.fail(received, refused)
+            return False
+        decoded = None if shared is None else shared.get(cell.device)
+        if decoded is None:
+            try:
+                decoded = self.codec.decode(body, tensors, self.decode_context, cell.device)
+            except SerializationError as exc:
+                cell.fail(received, SerializationError(f"arguments for {received.endpoint!r} of {cell.label}: {exc}"))
+                return False
+            if shared is not None:
+                shared[cell.device] = decoded
+        received.args, received.kwargs = decoded
+        return True

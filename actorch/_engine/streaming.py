@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from actorch._base.errors import (
     ActorStoppedError,
-    MessageTooLargeError,
     NodeLostError,
     SerializationError,
     SystemClosedError,
@@ -270,13 +269,13 @@ class _LocalLink(Outlet, _Link, Reply):
 
     __slots__ = ("cell", "live", "opening", "side", "stream")
 
-    def __init__(self, side: Streams, stream: Stream[Any], opening: StreamRequest, window: int) -> None:
+    def __init__(self, side: Streams, stream: Stream[Any], opening: StreamRequest, window: int, cell: Cell) -> None:
         Outlet.__init__(self, side.loop, window)
         self.opening = opening
         self.side = side
         self.stream = weakref.ref(stream)  # a stream dropped by its consumer is collected, then closes its link
         self.live = True
-        self.cell: Cell | None = None
+        self.cell = cell
 
     def put(self, item: Any) -> None:
         stream = self.stream()
@@ -288,7 +287,7 @@ class _LocalLink(Outlet, _Link, Reply):
             return
         self.live = False
         self.side.flow.release_local(self.opening.actor_id)
-        if self.cell is not None and self.message is not None:
+        if self.message is not None:
             self.cell.cancel(self.message)
 
     def result(self, message: Message, value: Any) -> None:
@@ -377,11 +376,10 @@ class _RemoteOutlet(Outlet, Reply):
 class Streams(NodeSide):
     """This node's streams: those it consumes from other nodes' actors, and those its actors produce."""
 
-    __slots__ = ("_context", "_next_id", "consuming", "producing", "streams_opened", "streams_served")
+    __slots__ = ("_next_id", "consuming", "producing", "streams_opened", "streams_served")
 
     def __init__(self, parts: SideParts, decode_context: object) -> None:
-        super().__init__(parts)
-        self._context = decode_context  # what decoded refs send through: the node's caller
+        super().__init__(parts, decode_context)
         self._next_id = 0
         self.consuming: dict[int, _RemoteLink] = {}
         self.producing: dict[tuple[int, int], tuple[Cell, Message]] = {}
@@ -401,12 +399,12 @@ class Streams(NodeSide):
         """Open ``stream``: a slot of the actor's mailbox window, then the message that starts the producer."""
         if asyncio.events._get_running_loop() is not self.loop:
             raise RuntimeError(f"a stream of {opening.label} is consumed on its node's event loop, not another")
-        self._check_open(opening)
+        self.check_reachable("stream", opening.rank, opening.endpoint, opening.label)
         target = (opening.rank, opening.actor_id)
         if not self.flow.try_take(target):
-            await self._wait_room(target, opening)
+            await self.wait_room("stream", target, opening.deadline, opening.endpoint, opening.label)
         try:
-            self._check_open(opening)
+            self.check_reachable("stream", opening.rank, opening.endpoint, opening.label)
             self.streams_opened += 1
             if opening.rank == self.rank:
                 return self._open_local(stream, opening, window)
@@ -419,12 +417,11 @@ class Streams(NodeSide):
         cell = self.cells.get(opening.actor_id)
         if cell is None or cell.stopping:
             raise ActorStoppedError(f"cannot stream {opening.endpoint!r}: {opening.label} is stopped")
-        link = _LocalLink(self, stream, opening, window)
+        link = _LocalLink(self, stream, opening, window, cell)
         message = Message(
             opening.endpoint, opening.args, opening.kwargs, self.new_key(), opening.chain, opening.deadline, link
         )
-        message.outlet = link
-        link.cell, link.message = cell, message
+        message.outlet, link.message = link, message
         cell.deliver(message)
         return link
 
@@ -449,27 +446,6 @@ class Streams(NodeSide):
         self.transport.send(rank, self.pack(wire), tensors)
         return link
 
-    def _check_open(self, opening: StreamRequest) -> None:
-        if opening.rank in self.lost:
-            raise NodeLostError(
-                f"cannot stream {opening.endpoint!r} of {opening.label}: node {opening.rank} was lost "
-                f"({self.lost[opening.rank]})"
-            )
-        if self.closed:
-            raise SystemClosedError(
-                f"cannot stream {opening.endpoint!r} of {opening.label}: node {self.rank} is shut down"
-            )
-
-    async def _wait_room(self, target: tuple[int, int], opening: StreamRequest) -> None:
-        try:
-            async with asyncio.timeout_at(opening.deadline):
-                await self.flow.take(target)
-        except TimeoutError:
-            raise TimeoutError(
-                f"deadline passed while waiting for room in the mailbox of {opening.label} to stream "
-                f"{opening.endpoint!r}"
-            ) from None
-
     def forget(self, link: _RemoteLink) -> bool:
         """The consumer of ``link`` left or the stream ended: give back its mailbox slot; False if done already."""
         if self.consuming.pop(link.stream_id, None) is None:
@@ -485,7 +461,7 @@ class Streams(NodeSide):
         if link is None or stream is None:
             return  # the consumer left; items already on their way are dropped
         try:
-            item = self.codec.decode(body, tensors, self._context, link.opening.device)
+            item = self.codec.decode(body, tensors, self.decode_context, link.opening.device)
         except Exception as exc:  # noqa: BLE001 - an item we cannot read ends the stream, never hangs it
             self.log.warning("unreadable stream item", src=src, actor=link.opening.label, error=repr(exc))
             link.close()
@@ -534,22 +510,8 @@ class Streams(NodeSide):
             return
         self.producing[(src, stream_id)] = (cell, received)
         self.streams_served += 1
-        if body is not None:
-            size = len(body) + sum(getattr(tensor, "nbytes", 0) for tensor in tensors)
-            if size > self.max_message_size:
-                cell.fail(
-                    received,
-                    MessageTooLargeError(
-                        f"stream {endpoint!r} of {cell.label} refused {size:,} bytes of arguments from node {src}: "
-                        f"over max_message_size ({self.max_message_size:,})"
-                    ),
-                )
-                return
-            try:
-                received.args, received.kwargs = self.codec.decode(body, tensors, self._context, cell.device)
-            except SerializationError as exc:
-                cell.fail(received, SerializationError(f"arguments for stream {endpoint!r} of {cell.label}: {exc}"))
-                return
+        if body is not None and not self.take_arguments(src, cell, received, body, tensors):
+            return
         cell.deliver(received)
 
     def on_more(self, src: int, stream_id: int, count: int) -> None:
