@@ -30,7 +30,7 @@ _os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 from actorch._actors.actor import Actor
 from actorch._actors.broadcast import broadcast, broadcast_tell
-from actorch._actors.events import MembershipEvent, NameRegistered, NameRemoved, NodeJoined, NodeLost
+from actorch._actors.events import MembershipEvent, NameRegistered, NameRemoved, NodeJoined, NodeLeft, NodeLost
 from actorch._actors.ref import ActorRef
 from actorch._actors.restart import ActorExit, Restart
 from actorch._actors.system import ActorSystem, NodeInfo
@@ -42,6 +42,7 @@ from actorch._base.errors import (
     EndpointError,
     GroupError,
     InvalidNameError,
+    JoinError,
     MailboxFullError,
     MessageTooLargeError,
     NameTakenError,
@@ -58,7 +59,7 @@ from actorch._base.tensorfile import load_tensors, save_tensors
 from actorch._engine.batching import Batched, batched
 from actorch._engine.streaming import DEFAULT_WINDOW as DEFAULT_STREAM_WINDOW
 from actorch._engine.streaming import Stream
-from actorch._launch.run import run
+from actorch._launch.run import run, serve
 from actorch._stock.agent import Agent, EpisodeStats
 from actorch._stock.group import ActorGroup
 from actorch._stock.observer import Observer, Rollout
@@ -87,6 +88,7 @@ __all__ = [
     "EpisodeStats",
     "GroupError",
     "InvalidNameError",
+    "JoinError",
     "MailboxFullError",
     "MembershipEvent",
     "MessageTooLargeError",
@@ -95,6 +97,7 @@ __all__ = [
     "NameTakenError",
     "NodeInfo",
     "NodeJoined",
+    "NodeLeft",
     "NodeLost",
     "NodeLostError",
     "Observer",
@@ -127,6 +130,7 @@ __all__ = [
     "run",
     "save_tensors",
     "serializable",
+    "serve",
     "sum_reducer",
 ]
 

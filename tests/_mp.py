@@ -82,6 +82,12 @@ def _stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[2])
 
 
+def pid_gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (gone, or a zombie waiting to be reaped)."""
+    stat = _stat(pid)
+    return stat is None or stat[0] in ("Z", "X")
+
+
 def _has_marker(pid: int, marker: str) -> bool:
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes()

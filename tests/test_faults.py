@@ -14,21 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-from _mp import Script, finish_all, run_script, script_argv, start_world, wait_for_file
+from _mp import Script, finish_all, pid_gone, run_script, script_argv, start_world, wait_for_file
 
 pytestmark = pytest.mark.multiprocess
 
 GRACE = 1.0  # the scripts' stop_grace
 SHUTDOWN_BOUND = 2 * (2 * GRACE + 1.0) + 2.0
 """What run() may take after main returns with stuck handlers everywhere (workers, then rank 0), plus slack."""
-
-
-def pid_gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return True
-    return state in ("Z", "X")
 
 
 @pytest.mark.timeout(90)

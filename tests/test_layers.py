@@ -32,10 +32,10 @@ FACADE_LAYER = len(LAYERS)
 STOCK_LAYER = LAYERS.index("_stock")
 
 ONLY_IN = {
-    "torch.distributed.rpc": {"actorch._transport.rpc"},
+    "torch.distributed.rpc": {"actorch._transport.rpc", "actorch._transport.elastic"},
     "msgpack": {"actorch._base.codec"},
 }
-"""Libraries that one module each may import, and that module."""
+"""Libraries that only some modules may import, and those modules (torch RPC: the transport's two)."""
 
 ANNOTATION_ONLY_TIE = {
     "actorch._actors.actor": frozenset({"actorch._actors.ref", "actorch._actors.system"}),

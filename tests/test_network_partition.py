@@ -4,8 +4,9 @@ The two hosts are Linux network namespaces joined by a veth pair (see
 ``netns``); rank 0 runs in one, rank 1 in the other, each started the way
 torchrun starts a script on its machine (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT). Then every packet between them is dropped, without a FIN or an
-RST: only actorch's heartbeats can tell. The tests skip where namespaces
-cannot be made (not root, no CAP_SYS_ADMIN, no iproute2).
+RST: only actorch's heartbeats can tell. The same two hosts also carry one
+multi-host join: a node on host b joins an elastic system on host a. The tests
+skip where namespaces cannot be made (not root, no CAP_SYS_ADMIN, no iproute2).
 """
 
 from __future__ import annotations
@@ -216,3 +217,34 @@ def test_partition_healed_after_the_loss_keeps_the_worker_lost_and_both_sides_en
     assert_rank1_ended_by_itself(run, grace=STOP_GRACE)
     assert run.rank1_at("rank1_run_ended") > r["healed_at"] - run.partitioned_at, "rank 1 must still run at the heal"
     assert run.counters_at_end == run.counters_at_partition, "a packet crossed the partition before the heal"
+
+
+@pytest.mark.timeout(TEST_TIMEOUT)
+def test_a_node_joins_an_elastic_system_from_the_other_host(pair: netns.HostPair, tmp_path: Path) -> None:
+    """Rank 0 on host a listens on its veth address; ``actorch.serve`` on host b joins it and hosts an actor."""
+    token = {"ACTORCH_JOIN_TOKEN": "two-hosts-token"}
+    leader = Script(
+        pair.hosts[0].exec_argv(
+            script_argv("elastic.py", "remote", str(tmp_path)),
+            {"ELASTIC_HOST": netns.ADDRESS_A, "ELASTIC_PORT": str(MASTER_PORT), **token},
+        )
+    )
+    joiner = Script(
+        pair.hosts[1].exec_argv(
+            script_argv("joiner.py", "host-b", "60"), {"ACTORCH_ADDRESS": f"{netns.ADDRESS_A}:{MASTER_PORT}", **token}
+        )
+    )
+    try:
+        rank0, rank1 = finish_all([leader, joiner], RUN_TIMEOUT + START_TIMEOUT)
+        left_in_namespaces = pair.kill_processes()
+    finally:
+        leader.kill()
+        joiner.kill()
+    rank0.assert_clean_exit(0)
+    rank1.assert_clean_exit(0)
+    remote = rank0.result("remote")
+    assert remote["rank"] == 1
+    assert remote["where"][0] == 1
+    assert remote["found"] == remote["where"]
+    assert remote["reverse"] == remote["where"]  # host b resolves the name through rank 0's registry too
+    assert left_in_namespaces == []

@@ -1,4 +1,4 @@
-"""Membership events: nodes joining and being lost, names registered and removed.
+"""Membership events: nodes joining, leaving and being lost, names registered and removed.
 
 ``ActorSystem.events()`` yields them. Node events come from this node's own view
 of its peers; name events come from the registry, which tells every subscribed
@@ -21,6 +21,7 @@ __all__ = [
     "NameRegistered",
     "NameRemoved",
     "NodeJoined",
+    "NodeLeft",
     "NodeLost",
     "Subscription",
 ]
@@ -34,7 +35,7 @@ class MembershipEvent:
 
 @dataclass(frozen=True)
 class NodeJoined(MembershipEvent):
-    """A node is part of the system (yielded first for every live node, as the world is static).
+    """A node is part of the system: yielded first for every live node, then for each node that joins.
 
     Attributes:
         rank: The node's rank.
@@ -43,6 +44,19 @@ class NodeJoined(MembershipEvent):
 
     rank: int
     info: NodeInfo
+
+
+@dataclass(frozen=True)
+class NodeLeft(MembershipEvent):
+    """A node left the system on purpose (``system.leave``): its actors stopped and its names went first.
+
+    Attributes:
+        rank: The node's rank (never given to another node).
+        reason: Why, as the node said.
+    """
+
+    rank: int
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -78,7 +92,7 @@ class NameRemoved(MembershipEvent):
     Attributes:
         name: The name.
         reason: ``"stopped"``, ``"failed"`` (the actor failed with no restart
-            left) or ``"node_lost"``.
+            left), ``"node_lost"`` or ``"node_left"`` (its node left the system).
     """
 
     name: str
@@ -122,7 +136,17 @@ class EventHub:
 
     def node_lost(self, rank: int, reason: str) -> None:
         """This node saw ``rank`` lost."""
-        event = NodeLost(rank, reason)
+        self._node_event(NodeLost(rank, reason))
+
+    def node_joined(self, info: NodeInfo) -> None:
+        """A node joined the system."""
+        self._node_event(NodeJoined(info.rank, info))
+
+    def node_left(self, rank: int, reason: str) -> None:
+        """Node ``rank`` left the system."""
+        self._node_event(NodeLeft(rank, reason))
+
+    def _node_event(self, event: MembershipEvent) -> None:
         for subscription in self.subscriptions:
             subscription.queue.put_nowait(event)
 

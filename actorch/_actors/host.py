@@ -31,11 +31,11 @@ from actorch._actors.service import NodeService
 from actorch._actors.supervisor import Supervisor
 from actorch._base.config import SystemConfig
 from actorch._base.devices import accelerator, on_device, parse_device
-from actorch._base.errors import ActorStoppedError, describe
+from actorch._base.errors import ActorStoppedError, PlacementError, UnsupportedError, describe
 from actorch._engine.cell import CANCEL_WAIT, Cell
 from actorch._engine.message import CallContext, current_call
 from actorch._engine.node import SYSTEM_IDS, Node
-from actorch._transport.base import Transport
+from actorch._transport.base import NodeInfo, Transport
 
 __all__ = ["ActorHost", "Bind"]
 
@@ -43,6 +43,22 @@ A = TypeVar("A", bound=Actor)
 
 Bind = Callable[[Actor, ActorRef[Any]], None]
 """Gives a new actor instance its ref and its node's system (``ActorSystem`` provides it)."""
+
+LEAVE_CALL_TIMEOUT = 5.0
+"""Seconds a leaving node waits for each other node to hear that it leaves, and that it has left."""
+
+
+class ServiceRefs(dict[int, ActorRef[NodeService]]):
+    """Refs to every node's service, by rank; one is made the first time a rank is asked for."""
+
+    def __init__(self, caller: Any) -> None:
+        super().__init__()
+        self._caller = caller
+
+    def __missing__(self, rank: int) -> ActorRef[NodeService]:
+        ref: ActorRef[NodeService] = make_ref(self._caller, rank, SERVICE_ID, None, class_path(NodeService))
+        self[rank] = ref
+        return ref
 
 
 class ActorHost:
@@ -56,18 +72,22 @@ class ActorHost:
         self.events = EventHub()
         self.supervisor = Supervisor(self.rank)
         self.process_groups = ProcessGroups(self.node)
-        self.gpus = GpuPool(self.rank, lambda: self.node.transport.peers()[self.rank].devices)
+        self.gpus = GpuPool(self.rank, lambda: self.node.transport.peer(self.rank).devices)
         caller = self.node.caller
-        self.services: list[ActorRef[NodeService]] = [
-            make_ref(caller, rank, SERVICE_ID, None, class_path(NodeService)) for rank in range(self.node.world_size)
-        ]
+        self.services = ServiceRefs(caller)
+        for rank in range(self.node.world_size):  # a static world's; an elastic one's come as they join
+            self.services[rank] = self.services[rank]
         self.registry: ActorRef[Registry] = make_ref(caller, 0, REGISTRY_ID, None, class_path(Registry))
+        self.leaving: set[int] = set()  # nodes leaving the system (this one too, once it leaves): no spawns there
         self.exit_code: int | None = None  # a worker's, once rank 0 said the system ends
         self._bind = bind
         self._ended = asyncio.Event()  # a worker's system ended (rank 0 said so, or was lost)
         self._stopping: dict[int, asyncio.Future[None]] = {}
         self._on_stop_ran: set[int] = set()  # actors whose current instance ran on_stop already
+        self._leave: asyncio.Task[None] | None = None
+        self._gone: dict[int, asyncio.Future[None]] = {}  # peers someone waits to see gone
         self.node.on_peer_lost(self._on_peer_lost)
+        self.node.on_peer_joined(self._on_peer_joined)
         self.node.on_actor_failed(self._on_failure)
 
     def __repr__(self) -> str:
@@ -100,6 +120,8 @@ class ActorHost:
         stops, the first as its device; ``PlacementError`` if they are not free.
         """
         node = self.node
+        if self.rank in self.leaving and system_id is None:
+            raise PlacementError(f"cannot spawn {cls.__qualname__} on node {self.rank}: it is leaving the system")
         lent = self.gpus.pick(gpus, f"spawn({cls.__qualname__}, gpus={gpus})") if gpus else ()
         chosen = torch.device(lent[0]) if lent else cls.device if device is None else parse_device(device)
         placed = self.check_device(cls, chosen)
@@ -150,7 +172,7 @@ class ActorHost:
         """``device`` if this node has it (the CPU always); else ``ValueError`` naming what it has."""
         if device.type == "cpu":
             return device
-        have = self.node.transport.peers()[self.rank].devices
+        have = self.node.transport.peer(self.rank).devices
         if str(device) not in have:
             raise ValueError(
                 f"cannot place {cls.__qualname__} on {device}: node {self.rank} has "
@@ -269,11 +291,14 @@ class ActorHost:
         if cell is not None:
             await self.stop(cell, exit_)
 
-    async def stop_all(self) -> None:
-        """Stop every user actor of this node, the system is ending; whoever waits hears so."""
+    async def stop_all(self, exit_: ActorExit | None = None) -> None:
+        """Stop every user actor of this node, the system is ending; whoever waits hears so.
+
+        With ``exit_`` (the node leaves a system that goes on), their names are released as they stop.
+        """
         cells = [cell for cell in self.node.cells() if cell.actor_id > SYSTEM_IDS]
-        shutdown = ActorExit("shutdown")
-        await asyncio.gather(*(self.stop(cell, shutdown, release_name=False) for cell in cells))
+        ending = exit_ or ActorExit("shutdown")
+        await asyncio.gather(*(self.stop(cell, ending, release_name=exit_ is not None) for cell in cells))
         await self.process_groups.close()
         self.supervisor.close()
         self.events.close()
@@ -316,13 +341,91 @@ class ActorHost:
 
     def _on_peer_lost(self, rank: int, why: str) -> None:
         self.cache.evict_rank(rank)
-        self.events.node_lost(rank, why)
+        left = rank in self.node.left
+        if not left:  # one that left was announced as NodeLeft already
+            self.events.node_lost(rank, why)
+        self._drop_names(rank, "node_left" if left else "node_lost")
+        gone = self._gone.pop(rank, None)
+        if gone is not None and not gone.done():
+            gone.set_result(None)
+        if rank == 0 and self.rank != 0:
+            self._ended.set()
+
+    def _drop_names(self, rank: int, reason: str) -> None:
+        """On rank 0, drop every name of node ``rank`` from the registry."""
         if self.rank == 0 and not self.node.closed:
             cell = self.node.cell(REGISTRY_ID)
             if cell is not None and isinstance(cell.instance, Registry):
-                cell.instance.drop_rank(rank)
-        if rank == 0 and self.rank != 0:
-            self._ended.set()
+                cell.instance.drop_rank(rank, reason)
+
+    def _on_peer_joined(self, info: NodeInfo) -> None:
+        self.services[info.rank] = self.services[info.rank]
+        self.events.node_joined(info)
+
+    # ------------------------------------------------------------------ leaving
+
+    def begin_leave(self) -> None:
+        """Start leaving the system, once; the node's process then exits with code 0.
+
+        Raises:
+            UnsupportedError: The system is not elastic.
+            ValueError: This is rank 0 (it runs ``main`` and holds the registry).
+        """
+        if not self.node.transport.elastic:
+            raise UnsupportedError("only a node of an elastic system can leave it (run(..., elastic=True))")
+        if self.rank == 0:
+            raise ValueError("rank 0 runs main and holds the registry: it cannot leave (return from main instead)")
+        if self._leave is None and not self._ended.is_set():
+            self._leave = self.node.loop.create_task(self._leave_system())
+
+    async def _leave_system(self) -> None:
+        """Leave: announce it, stop every actor (``on_stop`` runs, names go), say it has left, end the node."""
+        node = self.node
+        self.leaving.add(self.rank)
+        node.log.info("leaving the system", actors=len(node.cells()) - SYSTEM_IDS)
+        await self._tell_peers(NodeService.peer_leaving)
+        await self.stop_all(ActorExit("node_left"))
+        await self._tell_peers(NodeService.peer_left)
+        self.exit_code = 0
+        node.departing = True
+        self._ended.set()
+
+    async def _tell_peers(self, endpoint: Any) -> None:
+        """Call ``endpoint(self.rank)`` of every other live node's service, each within ``LEAVE_CALL_TIMEOUT``."""
+        node = self.node
+
+        async def one(rank: int) -> None:
+            try:
+                async with asyncio.timeout(LEAVE_CALL_TIMEOUT):
+                    await self.services[rank].call(endpoint, self.rank)
+            except Exception as exc:  # noqa: BLE001 - a peer that does not hear sees this node lost instead
+                node.log.warning("node did not hear that this one leaves", peer=rank, error=repr(exc))
+
+        await asyncio.gather(*(one(rank) for rank in node.ranks() if rank != self.rank and rank not in node.lost))
+
+    def peer_leaving(self, rank: int) -> None:
+        """Node ``rank`` is leaving: spawn nothing there."""
+        self.leaving.add(rank)
+
+    def peer_left(self, rank: int) -> None:
+        """Node ``rank`` has left: its calls end in ``ActorStoppedError``, its names go, subscribers hear it."""
+        if rank in self.node.left or rank in self.node.lost:
+            return
+        self.leaving.add(rank)
+        self.node.peer_left(rank)
+        self.cache.evict_rank(rank)
+        self._drop_names(rank, "node_left")
+        self.events.node_left(rank, "left the system")
+
+    async def wait_gone(self, rank: int, limit: float) -> None:
+        """Wait until node ``rank`` is gone (left, or lost), up to ``limit`` seconds (``TimeoutError``)."""
+        if rank in self.node.lost:
+            return
+        gone = self._gone.get(rank)
+        if gone is None:
+            gone = self._gone[rank] = self.node.loop.create_future()
+        async with asyncio.timeout(limit):
+            await asyncio.shield(gone)
 
     # ------------------------------------------------------------------ failures
 

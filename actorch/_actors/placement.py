@@ -98,11 +98,11 @@ class GpuPool:
             del self.holders[device]
 
 
-def candidate_ranks(own: int, world_size: int, on: int | None) -> list[int]:
-    """The nodes a ``gpus=`` spawn may use, best first: ``on`` alone, else this node, then by rank."""
+def candidate_ranks(own: int, ranks: Iterable[int], on: int | None) -> list[int]:
+    """The nodes a ``gpus=`` spawn may use, best first: ``on`` alone, else this node, then the others of ``ranks``."""
     if on is not None:
         return [on]
-    return [own, *(rank for rank in range(world_size) if rank != own)]
+    return [own, *(rank for rank in sorted(ranks) if rank != own)]
 
 
 async def place_on_gpus(

@@ -38,7 +38,7 @@ import torch.distributed.distributed_c10d as c10d
 
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import NodeLostError, SystemClosedError, UnsupportedError
-from actorch._engine.node import Node
+from actorch._engine.node import Node, describe_ranks
 from actorch._transport.bridge import in_daemon_thread
 
 __all__ = ["BACKENDS", "ProcessGroups"]
@@ -175,7 +175,7 @@ class ProcessGroups:
         """
         node = self._node
         if ranks is None:
-            members = tuple(rank for rank in range(node.world_size) if rank not in node.lost)
+            members = tuple(rank for rank in node.ranks() if rank not in node.lost)
         else:
             asked = list(ranks)
             if not all(isinstance(rank, int) and not isinstance(rank, bool) for rank in asked):
@@ -183,10 +183,11 @@ class ProcessGroups:
             members = tuple(sorted(set(asked)))
             if len(members) != len(asked):
                 raise ValueError(f"process_group(ranks={asked!r}): a rank appears twice")
-            strange = [rank for rank in members if not 0 <= rank < node.world_size]
+            known = node.ranks()
+            strange = [rank for rank in members if rank not in known]
             if strange:
                 raise ValueError(
-                    f"process_group(ranks={asked!r}): {strange} are not ranks of this system (0..{node.world_size - 1})"
+                    f"process_group(ranks={asked!r}): {strange} are not ranks of this system ({describe_ranks(known)})"
                 )
         if node.rank not in members:
             raise ValueError(

@@ -7,6 +7,7 @@ runtime) and rebuilt from messages by the codec, never by users.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import pkgutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -16,7 +17,7 @@ from actorch._actors.actor import Actor, endpoints_of
 from actorch._actors.restart import ActorExit
 from actorch._base.codec import current_context, register_extension
 from actorch._base.deadline import current_deadline
-from actorch._base.errors import EndpointError, NodeLostError, SystemClosedError
+from actorch._base.errors import ActorStoppedError, EndpointError, NodeLostError, SystemClosedError
 from actorch._base.names import actor_label
 from actorch._engine.batching import Batched
 from actorch._engine.caller import Caller
@@ -218,6 +219,8 @@ class ActorRef(Generic[A]):
             )
         except NodeLostError as exc:
             return ActorExit("node_lost", str(exc))
+        except ActorStoppedError as exc:  # the node left the system: its actors stopped first
+            return ActorExit("node_left", str(exc))
         return exit_
 
     async def stop(self) -> None:
@@ -228,9 +231,10 @@ class ActorRef(Generic[A]):
         """
         if self._actor_id == SERVICE_ID:
             raise EndpointError(f"{self._label} is a system service and cannot be stopped")
-        await self._caller.call(
-            self._rank, SERVICE_ID, "stop_actor", (self._actor_id,), {}, self._label, current_deadline()
-        )
+        with contextlib.suppress(ActorStoppedError):  # its node left the system, stopping it
+            await self._caller.call(
+                self._rank, SERVICE_ID, "stop_actor", (self._actor_id,), {}, self._label, current_deadline()
+            )
 
 
 def make_ref(caller: Caller, rank: int, actor_id: int, name: str | None, class_path: str) -> ActorRef[Any]:

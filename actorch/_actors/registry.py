@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from actorch._actors.actor import Actor
@@ -33,7 +34,7 @@ class Registry(Actor):
 
     max_concurrency = 1 << 30  # waiting lookups must not block registrations
 
-    def __init__(self, services: list[ActorRef[Any]]) -> None:
+    def __init__(self, services: Mapping[int, ActorRef[Any]]) -> None:
         self._services = services
         self._refs: dict[str, ActorRef[Any] | None] = {}
         self._reserved: dict[str, int] = {}  # names being spawned, and the rank spawning them
@@ -118,8 +119,8 @@ class Registry(Actor):
         regex = compile_pattern(pattern)
         return [ref for name, ref in sorted(self._refs.items()) if ref is not None and regex.fullmatch(name)]
 
-    def drop_rank(self, rank: int) -> None:
-        """Forget every name of a lost node, reserved ones too (its host calls this; it is not an endpoint)."""
+    def drop_rank(self, rank: int, reason: str = "node_lost") -> None:
+        """Forget every name of a node that was lost or left, reserved ones too (not an endpoint: its host calls it)."""
         self._lost.add(rank)
         self._subscribers.discard(rank)
         for name in [name for name, holder in self._reserved.items() if holder == rank]:
@@ -128,7 +129,7 @@ class Registry(Actor):
         gone = [name for name, ref in self._refs.items() if ref is not None and ref.rank == rank]
         for name in gone:
             del self._refs[name]
-            self._publish("removed", name, None, "node_lost")
+            self._publish("removed", name, None, reason)
 
     def _publish(self, kind: str, name: str, ref: ActorRef[Any] | None, reason: str | None) -> None:
         self._seq += 1
@@ -138,7 +139,7 @@ class Registry(Actor):
     async def _evict_everywhere(self, names: list[str]) -> None:
         calls = [
             asyncio.wait_for(service.call("evict", names), EVICT_TIMEOUT)
-            for service in self._services
+            for service in list(self._services.values())
             if service.rank not in self._lost
         ]
         await asyncio.gather(*calls, return_exceptions=True)

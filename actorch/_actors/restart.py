@@ -9,7 +9,7 @@ from actorch._base.config import is_count, is_number
 
 __all__ = ["EXIT_REASONS", "ActorExit", "Restart"]
 
-EXIT_REASONS = ("stopped", "failed", "node_lost", "shutdown")
+EXIT_REASONS = ("stopped", "failed", "node_lost", "node_left", "shutdown")
 
 
 @serializable(21)
@@ -63,7 +63,8 @@ class ActorExit:
     Attributes:
         reason: ``"stopped"`` (``stop()`` was called), ``"failed"`` (a fatal
             error with no restart left), ``"node_lost"`` (its node died or was
-            cut off) or ``"shutdown"`` (the system ended).
+            cut off), ``"node_left"`` (its node left the system, stopping it)
+            or ``"shutdown"`` (the system ended).
         error: What caused a failure or a node loss, as text; None otherwise.
         restarts: How many times the actor had been restarted.
     """

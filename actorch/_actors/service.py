@@ -52,9 +52,18 @@ class ServiceBackend(Protocol):
     async def end(self, *, failed: bool) -> None:
         """The system ends: stop every user actor of this node."""
 
+    def begin_leave(self) -> None:
+        """Start leaving the system (once); the process exits when it has left."""
+
+    def peer_leaving(self, rank: int) -> None:
+        """Node ``rank`` is leaving: spawn nothing there."""
+
+    def peer_left(self, rank: int) -> None:
+        """Node ``rank`` has left: its names and actors are gone."""
+
 
 class NodeService(Actor):
-    """Spawns, stops and watches actors on this node, evicts names, and takes part in shutdown."""
+    """Spawns, stops and watches actors on this node, evicts names, and takes part in leaving and shutdown."""
 
     max_concurrency = 1 << 30  # spawns, stops and watches may wait on user code
 
@@ -102,6 +111,21 @@ class NodeService(Actor):
     async def name_event(self, seq: int, kind: str, name: str, ref: ActorRef[Any] | None, reason: str | None) -> None:
         """The registry's change number ``seq`` to the names (told to subscribed nodes)."""
         self._backend.name_event(seq, kind, name, ref, reason)
+
+    async def leave(self) -> None:
+        """Leave the system: announce it, stop every actor here (names go), tell the others, exit 0.
+
+        Returns once the leave has begun.
+        """
+        self._backend.begin_leave()
+
+    async def peer_leaving(self, rank: int) -> None:
+        """Node ``rank`` is leaving: nothing more is spawned there."""
+        self._backend.peer_leaving(rank)
+
+    async def peer_left(self, rank: int) -> None:
+        """Node ``rank`` has left: forget its names, tell this node's event subscribers."""
+        self._backend.peer_left(rank)
 
     async def shutdown(self, failed: bool = False) -> None:
         """Stop every user actor of this node: the system is ending, rank 0 leaves next.

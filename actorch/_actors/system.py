@@ -25,8 +25,9 @@ from actorch._actors.service import NodeService
 from actorch._base.config import SystemConfig, is_count
 from actorch._base.deadline import current_deadline
 from actorch._base.devices import parse_device
-from actorch._base.errors import ActorNotFoundError, NodeLostError
+from actorch._base.errors import ActorNotFoundError, NodeLostError, PlacementError, UnsupportedError
 from actorch._base.names import check_name, compile_pattern
+from actorch._engine.node import describe_ranks
 from actorch._transport.base import NodeInfo, Transport
 
 if TYPE_CHECKING:
@@ -77,18 +78,76 @@ class ActorSystem:
 
     @property
     def world_size(self) -> int:
-        """How many nodes the system has."""
+        """How many nodes the system has (lost ones included; in an elastic system it changes)."""
         return self._host.node.world_size
 
     @property
     def nodes(self) -> list[NodeInfo]:
-        """Every node of the system (rank, worker name, host, pid, GPUs), by rank."""
+        """Every node of the system (rank, worker name, host, pid, GPUs), by rank; nodes that left are not."""
         return self._host.node.peers()
 
     @property
     def lost_nodes(self) -> dict[int, str]:
-        """Ranks of nodes that were lost, with why."""
-        return dict(self._host.node.lost)
+        """Ranks of nodes that were lost, with why (not those that left on purpose)."""
+        node = self._host.node
+        return {rank: why for rank, why in node.lost.items() if rank not in node.left}
+
+    @property
+    def elastic(self) -> bool:
+        """Whether nodes may join and leave this system while it runs (``run(..., elastic=True)``)."""
+        return self._host.node.transport.elastic
+
+    def join_env(self) -> dict[str, str]:
+        """The environment a process needs to join this system with ``actorch.serve()``.
+
+        ``ACTORCH_ADDRESS`` (rank 0's store) and ``ACTORCH_JOIN_TOKEN``. Pass
+        them in the environment, not on a command line, where other users of
+        the machine could read the token.
+
+        Raises:
+            UnsupportedError: The system is not elastic, or this is not rank 0.
+        """
+        if self.rank != 0:
+            raise UnsupportedError(f"join_env() is rank 0's (this is node {self.rank})")
+        return self._host.node.transport.join_env()
+
+    async def leave(self, rank: int | None = None) -> None:
+        """Have a node leave the system, draining it first: this node, or node ``rank``.
+
+        The node announces it (nothing more is spawned there), stops its actors
+        (``on_stop`` runs, queued messages finish within ``stop_grace``, names
+        go), tells every node it has left (they see ``NodeLeft``; calls still
+        waiting on it end in ``ActorStoppedError``), and its process exits with
+        code 0. On the leaving node itself this returns once the leave has
+        begun (the calling actor stops with the others); for another node it
+        returns once that node is gone.
+
+        Raises:
+            UnsupportedError: The system is not elastic.
+            ValueError: ``rank`` is 0 (rank 0 runs ``main``) or not a node of the system.
+            NodeLostError: Node ``rank`` was lost.
+            TimeoutError: Node ``rank`` was not gone within ``2 * stop_grace`` plus 10 s.
+        """
+        host = self._host
+        node = host.node
+        target = self.rank if rank is None else rank
+        if not node.transport.elastic:
+            raise UnsupportedError("only a node of an elastic system can leave it (run(..., elastic=True))")
+        if target == 0:
+            raise ValueError("rank 0 runs main and holds the registry: it cannot leave (return from main instead)")
+        if not isinstance(target, int) or target not in node.ranks():
+            if isinstance(target, int) and target in node.left:
+                return  # it has left already
+            raise ValueError(f"leave(rank={rank!r}): not a node of this system ({describe_ranks(node.ranks())})")
+        if target in node.lost:
+            if target in node.left:
+                return
+            raise NodeLostError(f"node {target} cannot leave: it was lost ({node.lost[target]})")
+        if target == self.rank:
+            host.begin_leave()
+            return
+        await host.services[target].call(NodeService.leave)
+        await host.wait_gone(target, 2 * self.config.stop_grace + 10.0)
 
     async def spawn(
         self,
@@ -131,7 +190,8 @@ class ActorSystem:
             InvalidNameError: ``name`` breaks the naming rule.
             NodeLostError: Node ``on`` was lost.
             PlacementError: No node (or not node ``on``) has ``gpus`` free
-                GPUs; the message says what each node has and who holds it.
+                GPUs (the message says what each node has and who holds it),
+                or node ``on`` is leaving the system.
             RemoteError: ``__init__`` or ``on_start`` raised.
             ValueError: ``device`` is not a device, or node ``on`` does not have
                 it; ``gpus`` is not an int >= 0, or comes with ``device``.
@@ -156,9 +216,12 @@ class ActorSystem:
             check_name(name)
         placed = None if device is None else str(parse_device(device))
         rank = self.rank if on is None else on
-        if not isinstance(rank, int) or not 0 <= rank < self.world_size:
-            raise ValueError(f"on={on!r} is not a rank of this system (0..{self.world_size - 1})")
-        if rank in self._host.node.lost:
+        node = self._host.node
+        if isinstance(rank, int) and (rank in self._host.leaving or rank in node.left):
+            raise PlacementError(f"cannot spawn {cls.__qualname__} on node {rank}: it is leaving the system")
+        if not isinstance(rank, int) or rank not in node.ranks():
+            raise ValueError(f"on={on!r} is not a rank of this system ({describe_ranks(node.ranks())})")
+        if rank in node.lost:
             raise NodeLostError(f"cannot spawn {cls.__qualname__} on node {rank}: it was lost")
         if not gpus:
             return await self._spawn_on(rank, cls, args, kwargs, name, restart, placed, 0)
@@ -167,7 +230,7 @@ class ActorSystem:
             return await self._spawn_on(rank, cls, args, kwargs, name, restart, None, gpus)
 
         what = f"spawn({cls.__qualname__}, gpus={gpus}{'' if on is None else f', on={on}'})"
-        ranks = candidate_ranks(self.rank, self.world_size, on)
+        ranks = candidate_ranks(self.rank, [rank for rank in node.ranks() if rank not in self._host.leaving], on)
         return await place_on_gpus(what, gpus, ranks, self._gpu_share, spawn_there)
 
     async def _gpu_share(self, rank: int) -> GpuShare | None:

@@ -7,7 +7,7 @@ The tree::
     ├── EndpointError           unknown, private or ill-bound endpoint call (also TypeError)
     ├── ActorNotFoundError      no actor answers to that name or id (also LookupError)
     ├── NameTakenError          the name is already bound to a live actor
-    ├── PlacementError          no node can give the actor what spawn asked for (gpus=)
+    ├── PlacementError          no node can give the actor what spawn asked for (gpus=), or it is leaving
     ├── InvalidNameError        the name breaks the naming rule (also ValueError)
     ├── SerializationError      a value cannot cross the wire (also TypeError)
     │   └── MessageTooLargeError    a message is over the system's max_message_size
@@ -16,6 +16,7 @@ The tree::
     ├── NodeLostError           the node hosting the actor died or became unreachable
     ├── SystemClosedError       the actor system is shut down or not running
     ├── UnsupportedError        the transport in use cannot do what was asked
+    ├── JoinError               a process could not join a running (elastic) system
     ├── SnapshotError           a snapshot file is corrupt, truncated or foreign (also ValueError)
     └── GroupError              some calls of a group call failed (also ExceptionGroup)
 
@@ -38,6 +39,7 @@ __all__ = [
     "EndpointError",
     "GroupError",
     "InvalidNameError",
+    "JoinError",
     "MailboxFullError",
     "MessageTooLargeError",
     "NameTakenError",
@@ -99,7 +101,7 @@ class NameTakenError(ActorchError):
 
 
 class PlacementError(ActorchError):
-    """Raised when ``spawn(..., gpus=k)`` finds no node (or not node ``on``) with ``k`` free GPUs."""
+    """Raised when a spawn cannot be placed: no node (or not node ``on``) has the free GPUs asked, or it is leaving."""
 
 
 class InvalidNameError(ActorchError, ValueError):
@@ -135,6 +137,10 @@ class SystemClosedError(ActorchError):
 
 class UnsupportedError(ActorchError):
     """Raised when the transport in use cannot do what was asked (torch RRefs in-process)."""
+
+
+class JoinError(ActorchError):
+    """Raised when a process cannot join a running system: refused, not elastic, shutting down, or no answer."""
 
 
 class SnapshotError(ActorchError, ValueError):

@@ -216,12 +216,20 @@ class Caller(NodeSide):
             )
 
     def fail_rank(self, rank: int, why: str) -> None:
-        """Node ``rank`` was lost: its pending calls fail with ``NodeLostError``."""
+        """Node ``rank`` was lost: its pending calls fail with ``NodeLostError`` (``ActorStoppedError`` if it left)."""
         for call_id, pending in list(self.pending.items()):
             if pending.target[0] == rank:
                 del self.pending[call_id]
                 pending.settled()
-                if not pending.done():
+                if pending.done():
+                    continue
+                if rank in self.left:
+                    pending.set_exception(
+                        ActorStoppedError(
+                            f"{pending.label} stopped while handling {pending.endpoint!r}: node {rank} left the system"
+                        )
+                    )
+                else:
                     pending.set_exception(
                         NodeLostError(
                             f"node {rank} was lost while calling {pending.endpoint!r} of {pending.label}: {why}"

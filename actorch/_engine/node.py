@@ -5,7 +5,7 @@ a :class:`~actorch._engine.caller.Caller` (the calls this node sends and their
 replies), a :class:`~actorch._engine.callee.Callee` (the calls it receives and
 their answers) and a :class:`~actorch._engine.flow.FlowControl` (how many
 messages it may have waiting at one actor), routes what the transport brings
-to them, hears of lost peers, and closes.
+to them, hears of peers that join, leave or are lost, and closes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 
 from actorch._base.codec import Codec
 from actorch._base.config import SystemConfig
-from actorch._base.errors import NodeLostError, SystemClosedError
+from actorch._base.errors import SystemClosedError
 from actorch._base.names import actor_label
 from actorch._engine.callee import Callee
 from actorch._engine.caller import Caller
@@ -32,7 +32,7 @@ from actorch._engine.streaming import Streams
 from actorch._engine.wire import CALL, CANCEL, CAST, CLOSE, CREDIT, END, ITEM, MORE, REPLY, STREAM, TELL
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 
-__all__ = ["SYSTEM_IDS", "Node"]
+__all__ = ["SYSTEM_IDS", "Node", "describe_ranks"]
 
 _KEY_BITS = 48
 
@@ -46,15 +46,22 @@ Their messages are control and some wait long (lookups, ``wait_stopped``), so
 log = structlog.get_logger("actorch")
 
 
+def describe_ranks(ranks: list[int]) -> str:
+    """Ranks for a message: ``0..3`` when they run without a gap, else ``0, 1, 4``."""
+    if ranks and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}..{ranks[-1]}"
+    return ", ".join(map(str, ranks))
+
+
 class Node:
     """Hosts this process's actors and carries their calls to and from other nodes."""
 
     def __init__(self, transport: Transport, config: SystemConfig, loop: asyncio.AbstractEventLoop) -> None:
         self.rank = transport.rank
-        self.world_size = transport.world_size
         self.transport = transport
         self.loop = loop
-        self.lost: dict[int, str] = {}
+        self.lost: dict[int, str] = {}  # peers gone for good (lost, or left after saying so), with why
+        self.left: set[int] = set()  # peers that said they leave: once gone, their calls end in ActorStoppedError
         self.closed = False
         self.departing = False  # set once shutdown starts: peers leaving is expected
         self.log = log.bind(node=self.rank)
@@ -64,6 +71,7 @@ class Node:
         self._keys = itertools.count(1)
         self._key_base = self.rank << _KEY_BITS
         self._lost_listeners: list[Callable[[int, str], None]] = []
+        self._joined_listeners: list[Callable[[NodeInfo], None]] = []
         self._failure_listener: FailureListener | None = None
         self._refused_from: set[int] = set()
         codec = Codec(strict=config.strict)
@@ -71,16 +79,31 @@ class Node:
         self._pack = codec.encode_plain
         self.flow = FlowControl(loop, self.rank, config.mailbox_size, self._send_credits, exempt=SYSTEM_IDS)
         parts = SideParts(
-            transport, codec, self.flow, self._cells, self.lost, loop, self.log, self.new_key, config.max_message_size
+            transport,
+            codec,
+            self.flow,
+            self._cells,
+            self.lost,
+            self.left,
+            loop,
+            self.log,
+            self.new_key,
+            config.max_message_size,
         )
         self.caller = Caller(parts)
         self.callee = Callee(parts, decode_context=self.caller)
         self.streams = Streams(parts, decode_context=self.caller)
         self.caller.streams = self.streams
         transport.attach(loop, self._receive, self._on_peer_lost)
+        transport.on_joined = self._on_peer_joined
 
     def __repr__(self) -> str:
         return f"<Node rank={self.rank}/{self.world_size} actors={len(self._cells)}>"
+
+    @property
+    def world_size(self) -> int:
+        """How many nodes the world has now (it changes as nodes join and leave an elastic world)."""
+        return self.transport.world_size
 
     # ------------------------------------------------------------------ actors
 
@@ -150,7 +173,7 @@ class Node:
     def _receive(self, src: int, bundle: Bundle, port: Port | None) -> None:
         """Take a bundle that came from ``src``: refuse it from a lost or unknown node, else route each message."""
         messages, tensors = bundle
-        if src in self.lost or not 0 <= src < self.world_size or src == self.rank:
+        if src in self.lost or not self.transport.knows(src):
             self._refuse(src, len(messages))
             if port is not None:
                 port.release()
@@ -207,8 +230,27 @@ class Node:
     # ------------------------------------------------------------------ peers
 
     def peers(self) -> list[NodeInfo]:
-        """Every rank of the world, by rank."""
+        """Every node of the world, by rank (those that left are forgotten; lost ones stay)."""
         return self.transport.peers()
+
+    def ranks(self) -> list[int]:
+        """The ranks of every node of the world, by rank (lost ones too, not those that left)."""
+        return [info.rank for info in self.transport.peers()]
+
+    def on_peer_joined(self, listener: Callable[[NodeInfo], None]) -> None:
+        """Call ``listener(info)`` when a node joins the world."""
+        self._joined_listeners.append(listener)
+
+    def _on_peer_joined(self, info: NodeInfo) -> None:
+        if self.closed:
+            return
+        self.log.info("node joined", peer=info.rank, host=info.host, pid=info.pid, label=info.label)
+        for listener in list(self._joined_listeners):
+            listener(info)
+
+    def peer_left(self, rank: int) -> None:
+        """Node ``rank`` said it has left: once it is gone, what waits for it fails with ``ActorStoppedError``."""
+        self.left.add(rank)
 
     def on_peer_lost(self, listener: Callable[[int, str], None]) -> None:
         """Call ``listener(rank, why)`` when a peer node is lost."""
@@ -217,14 +259,16 @@ class Node:
     def _on_peer_lost(self, rank: int, why: str) -> None:
         if rank in self.lost:
             return
+        left = rank in self.left
+        if left:
+            why = "left the system"
+            self.transport.forget(rank)
         self.lost[rank] = why
-        if self.closed or self.departing:
+        if self.closed or self.departing or left:
             self.log.debug("node left", peer=rank, why=why)
         else:
             self.log.warning("node lost", peer=rank, why=why)
-        self.flow.fail_rank(
-            rank, lambda: NodeLostError(f"node {rank} was lost while waiting for room in its mailbox: {why}")
-        )
+        self.flow.fail_rank(rank, lambda: self.caller.unreachable(rank, "cannot wait for room in a mailbox there"))
         self.caller.fail_rank(rank, why)
         self.streams.fail_rank(rank, why)
         self.callee.cancel_from(rank)  # their caller is gone: nobody waits for these handlers

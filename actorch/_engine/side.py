@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from actorch._base.codec import Codec
-from actorch._base.errors import MessageTooLargeError, NodeLostError, SerializationError, SystemClosedError
+from actorch._base.errors import (
+    ActorchError,
+    ActorStoppedError,
+    MessageTooLargeError,
+    NodeLostError,
+    SerializationError,
+    SystemClosedError,
+)
 from actorch._engine.cell import Cell
 from actorch._engine.flow import FlowControl, Target
 from actorch._engine.message import Message
@@ -35,6 +43,7 @@ class SideParts(NamedTuple):
     flow: FlowControl
     cells: Mapping[int, Cell]  # the node's actors, by id (the node adds and removes them)
     lost: Mapping[int, str]  # the node's lost peers, with why (the node records them)
+    left: AbstractSet[int]  # the peers that said they leave the system (their loss is expected)
     loop: asyncio.AbstractEventLoop
     log: Any
     new_key: Callable[[], int]
@@ -50,6 +59,7 @@ class NodeSide:
         "codec",
         "decode_context",
         "flow",
+        "left",
         "log",
         "loop",
         "lost",
@@ -69,6 +79,7 @@ class NodeSide:
         self.flow = parts.flow
         self.cells = parts.cells
         self.lost = parts.lost
+        self.left = parts.left
         self.loop = parts.loop
         self.log = parts.log
         self.new_key = parts.new_key
@@ -78,9 +89,19 @@ class NodeSide:
     def check_reachable(self, verb: str, rank: int, endpoint: str, label: str) -> None:
         """Raise if ``rank`` was lost or this node is shut down: nothing can ``verb`` (call, stream) there."""
         if rank in self.lost:
-            raise NodeLostError(f"cannot {verb} {endpoint!r} of {label}: node {rank} was lost ({self.lost[rank]})")
+            raise self.unreachable(rank, f"cannot {verb} {endpoint!r} of {label}")
         if self.closed:
             raise SystemClosedError(f"cannot {verb} {endpoint!r} of {label}: node {self.rank} is shut down")
+
+    def unreachable(self, rank: int, what: str) -> ActorchError:
+        """The error for ``what`` failing because node ``rank`` is gone.
+
+        ``ActorStoppedError`` if the node left on purpose (its actors stopped),
+        else ``NodeLostError`` with how it was lost.
+        """
+        if rank in self.left:
+            return ActorStoppedError(f"{what}: node {rank} left the system")
+        return NodeLostError(f"{what}: node {rank} was lost ({self.lost.get(rank, 'unreachable')})")
 
     async def wait_room(self, verb: str, target: Target, deadline: float | None, endpoint: str, label: str) -> None:
         """Wait for room in ``target``'s mailbox (backpressure), until the deadline, to ``verb`` ``endpoint``."""

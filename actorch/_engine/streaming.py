@@ -542,12 +542,20 @@ class Streams(NodeSide):
     # ------------------------------------------------------------------ loss and close
 
     def fail_rank(self, rank: int, why: str) -> None:
-        """Node ``rank`` was lost: streams from it fail with ``NodeLostError``, streams to it stop."""
+        """Node ``rank`` is gone: streams from it fail (``NodeLostError``, or ``ActorStoppedError`` if it left).
+
+        Streams to it stop.
+        """
         for link in [link for link in self.consuming.values() if link.opening.rank == rank]:
             self.consuming.pop(link.stream_id, None)
+            opening = link.opening
             link.end(
-                NodeLostError(
-                    f"node {rank} was lost while streaming {link.opening.endpoint!r} of {link.opening.label}: {why}"
+                ActorStoppedError(
+                    f"{opening.label} stopped streaming {opening.endpoint!r}: node {rank} left the system"
+                )
+                if rank in self.left
+                else NodeLostError(
+                    f"node {rank} was lost while streaming {opening.endpoint!r} of {opening.label}: {why}"
                 )
             )
         for key in [key for key in self.producing if key[0] == rank]:

@@ -3,12 +3,15 @@
 Three ways to start: one process (``world_size`` 1 or None, in-process transport);
 a plain script with ``world_size=N`` (this process is rank 0 and spawns N-1
 local workers on loopback, on a free port); or under ``torchrun`` (the world
-comes from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT).
+comes from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT). With
+``elastic=True`` the world takes new nodes while it runs: ``actorch.serve``
+joins one from any process that has the system's address and join token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import inspect
 import multiprocessing
@@ -22,17 +25,19 @@ from typing import Any, NoReturn, TypeVar
 from actorch._actors.host import ActorHost
 from actorch._actors.service import NodeService
 from actorch._actors.system import ActorSystem, open_system
-from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig, is_number
+from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig, is_count, is_number
 from actorch._base.errors import NodeLostError
 from actorch._launch.eventloop import InterruptPolicy, Watchdog, run_bounded
 from actorch._launch.logs import configure_logging
 from actorch._transport.base import Transport
+from actorch._transport.elastic import ElasticRpcTransport, prepare_join
 from actorch._transport.inprocess import InProcessHub
+from actorch._transport.membership import ADDRESS_ENV, TOKEN_ENV, new_token, parse_address
 from actorch._transport.network import listen_socket
 from actorch._transport.rpc import RpcTransport
 from actorch._transport.rpc_setup import DeviceMapSpec, RpcOptions
 
-__all__ = ["run"]
+__all__ = ["run", "serve"]
 
 T = TypeVar("T")
 Main = Callable[[ActorSystem], Awaitable[T]]
@@ -66,6 +71,30 @@ class _World:
     world_size: int
     host: str
     port: int
+    token: str | None = None  # an elastic world's join token ("" to ask without one); None: a static world
+    label: str | None = None
+
+
+def _shared(plan: _Plan) -> dict[str, Any]:
+    """The settings an elastic system's newcomers must run with (json-ready)."""
+    options = plan.options
+    return {
+        "config": dataclasses.asdict(plan.config),
+        "options": {
+            "transport": options.transport,
+            "num_worker_threads": options.num_worker_threads,
+            "rpc_timeout": options.rpc_timeout,
+            "heartbeat_interval": options.heartbeat_interval,
+            "liveness_timeout": options.liveness_timeout,
+            "strict_devices": options.strict_devices,
+        },
+    }
+
+
+def _plan_from(shared: dict[str, Any], setup: Setup | None, join_timeout: float) -> _Plan:
+    """The plan of a newcomer to an elastic system, from the settings its rank 0 published."""
+    options = RpcOptions(device_maps=None, init_timeout=join_timeout, **shared["options"])
+    return _Plan(SystemConfig(**shared["config"]), options, setup, tune_gc=True)
 
 
 def run(
@@ -84,6 +113,8 @@ def run(
     rpc_threads: int = 4,
     device_maps: DeviceMapSpec = "auto",
     devices: str = "stage",
+    elastic: bool = False,
+    port: int = 0,
     setup: Setup | None = None,
     tune_gc: bool = True,
     log_level: str | None = None,
@@ -130,6 +161,15 @@ def run(
             destination: ``"stage"`` copies it through pinned host memory, and
             it arrives on the receiving actor's device (else the CPU);
             ``"strict"`` refuses it with ``SerializationError``.
+        elastic: Let nodes join the running system (``actorch.serve``) and
+            leave it (``system.leave``); ``world_size`` (or None: 1) is how many
+            nodes it starts with. Runs on torch RPC even with one node. The
+            join token is ``ACTORCH_JOIN_TOKEN`` if set, else a new random one;
+            ``system.join_env()`` gives what a joining process needs. No
+            device maps: GPU tensors are staged. Not under torchrun. See
+            docs/guides/elastic.md.
+        port: Port rank 0 listens on for a local launch (0: a free one);
+            give one when other processes join an elastic system.
         setup: A function called once on every node, with its rank, before the
             node serves (seed the random generators, set torch's threads,
             import plugins); it may be ``async``. It must be importable (a
@@ -176,7 +216,12 @@ def run(
     if setup is not None and not callable(setup):
         raise TypeError(f"setup must be a function of the node's rank, not {setup!r}")
     plan = _Plan(config, options, setup, tune_gc=tune_gc)
-    if all(var in os.environ for var in _TORCHRUN_VARS):
+    if not is_count(port, 0) or port > 65535:
+        raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {port!r}")
+    under_torchrun = all(var in os.environ for var in _TORCHRUN_VARS)
+    if elastic:
+        return _launch_elastic(main, world_size, host, plan, port, under_torchrun=under_torchrun)
+    if under_torchrun:
         world = _World(
             int(os.environ["RANK"]),
             int(os.environ["WORLD_SIZE"]),
@@ -193,11 +238,25 @@ def run(
         return run_bounded(_lead(main, hub.transport(0), plan), interrupts=_interrupts(plan))
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
-    return _launch_local(main, world_size, host, plan)
+    return _launch_local(main, world_size, host, plan, port)
 
 
-def _launch_local(main: Main[T], world_size: int, host: str, plan: _Plan) -> T:
-    listener = listen_socket(host)
+def _launch_elastic(
+    main: Main[T], world_size: int | None, host: str, plan: _Plan, port: int, *, under_torchrun: bool
+) -> T:
+    """Start an elastic system of ``world_size`` local nodes (None: 1) that newcomers may join."""
+    if under_torchrun:
+        raise ValueError("elastic=True starts from a plain script, not under torchrun (torchrun fixes the world)")
+    if plan.options.device_maps is not None and plan.options.device_maps != "auto":
+        raise ValueError("an elastic system has no device maps (GPU tensors are staged): leave device_maps alone")
+    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
+        raise ValueError(f"world_size must be a positive int, not {world_size!r}")
+    token = os.environ.get(TOKEN_ENV) or new_token()
+    return _launch_local(main, world_size or 1, host, plan, port, token)
+
+
+def _launch_local(main: Main[T], world_size: int, host: str, plan: _Plan, port: int, token: str | None = None) -> T:
+    listener = listen_socket(host, port)
     port = listener.getsockname()[1]
     context = multiprocessing.get_context("spawn")
     saved = {key: os.environ.get(key) for key in _QUIET_ENV}
@@ -206,7 +265,7 @@ def _launch_local(main: Main[T], world_size: int, host: str, plan: _Plan) -> T:
         workers = [
             context.Process(
                 target=_serve,
-                args=(_World(rank, world_size, host, port), plan),
+                args=(_World(rank, world_size, host, port, token), plan),
                 name=f"actorch-node{rank}",
                 daemon=True,
             )
@@ -221,7 +280,13 @@ def _launch_local(main: Main[T], world_size: int, host: str, plan: _Plan) -> T:
             else:
                 os.environ[key] = value
     try:
-        transport = RpcTransport(0, world_size, host, port, plan.options, listener)
+        transport: RpcTransport
+        if token is None:
+            transport = RpcTransport(0, world_size, host, port, plan.options, listener)
+        else:
+            transport = ElasticRpcTransport(
+                0, host, port, plan.options, token=token, initial=world_size, listener=listener, shared=_shared(plan)
+            )
         return run_bounded(_lead(main, transport, plan, workers), interrupts=_interrupts(plan, workers))
     finally:
         _reap(workers)
@@ -271,7 +336,18 @@ def tune_gc() -> None:
 
 
 def _rpc_transport(world: _World, options: RpcOptions) -> RpcTransport:
+    if world.token is not None:
+        return ElasticRpcTransport(world.rank, world.host, world.port, options, token=world.token, label=world.label)
     return RpcTransport(world.rank, world.world_size, world.host, world.port, options)
+
+
+def _on_signal(signum: int, handler: Callable[[], None]) -> bool:
+    """Run ``handler`` on the loop when ``signum`` comes; False where that cannot be (not the main thread)."""
+    try:
+        asyncio.get_running_loop().add_signal_handler(signum, handler)
+    except (ValueError, RuntimeError, NotImplementedError):
+        return False
+    return True
 
 
 async def _start(transport: Transport, plan: _Plan, workers: list[Any] | None = None) -> tuple[ActorSystem, ActorHost]:
@@ -293,16 +369,20 @@ async def _start(transport: Transport, plan: _Plan, workers: list[Any] | None = 
     if plan.tune_gc:
         tune_gc()
     if workers:
-        host.node.on_peer_lost(lambda rank, why: _kill_lost(workers, rank))
+        node = host.node
+        host.node.on_peer_lost(lambda rank, why: None if rank in node.left else _kill_lost(workers, rank))
     return system, host
 
 
 def _kill_lost(workers: list[Any], rank: int) -> None:
-    """Kill a worker process that was lost while still running (stopped, cut off).
+    """Kill a local worker process that was lost while still running (stopped, cut off).
 
     Its names and calls are already gone; killed, it cannot come back as a
-    stale node, and shutdown need not wait for it.
+    stale node, and shutdown need not wait for it. Ranks that joined from
+    elsewhere are not this process's to kill.
     """
+    if not 1 <= rank <= len(workers):
+        return
     worker = workers[rank - 1]
     if worker.is_alive():
         worker.kill()
@@ -335,7 +415,7 @@ async def _shutdown_world(host: ActorHost, failed: bool) -> list[int]:
         The ranks that did not answer in time (their event loop may be stuck).
     """
     node = host.node
-    peers = [rank for rank in range(1, node.world_size) if rank not in node.lost]
+    peers = [rank for rank in node.ranks() if rank != 0 and rank not in node.lost]
     limit = 2 * host.config.stop_grace + SHUTDOWN_TIMEOUT
     answered = await _call_all(host, peers, NodeService.shutdown, limit, failed)
     await host.stop_all()
@@ -361,6 +441,59 @@ async def _call_all(host: ActorHost, ranks: list[int], endpoint: Any, limit: flo
     return list(await asyncio.gather(*(one(rank) for rank in ranks)))
 
 
+def serve(
+    address: str | None = None,
+    *,
+    name: str | None = None,
+    setup: Setup | None = None,
+    join_timeout: float = 60.0,
+    log_level: str | None = None,
+    configure_logs: bool = True,
+) -> int:
+    """Join a running elastic system from this process, and serve actors until it ends or this node leaves.
+
+    The node gets a fresh rank; every node sees ``NodeJoined``, and actors can
+    be spawned on it. It runs with the settings the system was started with.
+    The join token comes from ``ACTORCH_JOIN_TOKEN`` only (an environment
+    variable, never an argument, so it stays off command lines). SIGTERM makes
+    the node leave gracefully (``system.leave()``). Use it as
+    ``sys.exit(actorch.serve())``.
+
+    Args:
+        address: The system's ``host:port`` (rank 0's); None reads ``ACTORCH_ADDRESS``.
+        name: A label for this node, shown in ``system.nodes`` (``NodeInfo.label``).
+        setup: As ``run``'s: called with this node's rank before it serves.
+        join_timeout: Seconds to wait for the system to answer.
+        log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
+        configure_logs: Configure structlog here (unless the program already did).
+
+    Returns:
+        The process's exit code: 0 when the system ended after ``main``
+        returned or this node left; 1 when ``main`` raised or rank 0 was lost.
+
+    Raises:
+        JoinError: The system refused this node (a wrong or missing token),
+            does not take new nodes, is shutting down, or did not answer.
+        ValueError: No address, a malformed one, or a bad ``name``.
+    """
+    if configure_logs:
+        configure_logging(log_level)
+    address = address or os.environ.get(ADDRESS_ENV)
+    if not address:
+        raise ValueError(f"serve() needs the system's address: pass address= or set {ADDRESS_ENV}")
+    host, port = parse_address(address)
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise ValueError(f"name must be a non-empty str or None, not {name!r}")
+    if not is_number(join_timeout, inclusive=False):
+        raise ValueError(f"join_timeout must be a positive number of seconds, not {join_timeout!r}")
+    if setup is not None and not callable(setup):
+        raise TypeError(f"setup must be a function of the node's rank, not {setup!r}")
+    rank, shared = prepare_join(host, port, join_timeout)
+    plan = _plan_from(shared, setup, join_timeout)
+    world = _World(rank, 0, host, port, os.environ.get(TOKEN_ENV, ""), name)
+    return run_bounded(_serve_async(world, plan))
+
+
 def _serve(world: _World, plan: _Plan) -> NoReturn:
     """Entry point of a worker rank: serve actors until rank 0 ends the system, then exit.
 
@@ -382,11 +515,14 @@ async def _serve_async(world: _World, plan: _Plan) -> int:
 
     transport.lost_in_thread = on_lost
     _, host = await _start(transport, plan)
+    leave_on_term = transport.elastic and _on_signal(signal.SIGTERM, host.begin_leave)
     try:
         await host.wait_ended()
         host.node.departing = True
         await host.stop_all()
     finally:
+        if leave_on_term:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
         await host.node.close()
     if host.exit_code is None:
         host.node.log.error("rank 0 was lost; this node shut down", why=host.node.lost.get(0))

@@ -124,6 +124,7 @@ class NodeInfo:
         host: The host name of its machine.
         pid: Its process id.
         devices: Its accelerator devices (``("cuda:0", "cuda:1")``), empty without a GPU.
+        label: The name it was given when it joined (``actorch.serve(name=...)``), if any.
     """
 
     rank: int
@@ -131,6 +132,7 @@ class NodeInfo:
     host: str
     pid: int
     devices: tuple[str, ...] = ()
+    label: str | None = None
 
 
 class Transport(ABC):
@@ -165,6 +167,8 @@ class Transport(ABC):
 
         For what must happen even when the event loop is stuck (a watchdog).
         """
+        self.on_joined: Callable[[NodeInfo], None] | None = None
+        """Called on the loop when a node joins the world (elastic worlds only)."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} rank={self.rank}/{self.world_size}>"
@@ -186,6 +190,27 @@ class Transport(ABC):
     @abstractmethod
     def peers(self) -> list[NodeInfo]:
         """Every rank of the world, this one included, by rank."""
+
+    elastic = False
+    """Whether nodes may join and leave this world while it runs."""
+
+    def peer(self, rank: int) -> NodeInfo:
+        """Node ``rank``'s host, pid and devices (``KeyError`` if it is not a node of the world)."""
+        for info in self.peers():
+            if info.rank == rank:
+                return info
+        raise KeyError(rank)
+
+    def join_env(self) -> dict[str, str]:
+        """The environment a process needs to join this world (elastic worlds, on rank 0)."""
+        raise UnsupportedError("only an elastic system takes new nodes (run(..., elastic=True))")
+
+    def knows(self, rank: int) -> bool:
+        """Whether ``rank`` is another node of the world, one this node takes messages from."""
+        return rank != self.rank and 0 <= rank < self.world_size
+
+    def forget(self, rank: int) -> None:  # noqa: B027 - a static world has nothing to forget
+        """Node ``rank`` left the world on purpose: nothing more goes to or comes from it."""
 
     def route(self, dest: int) -> TensorRoute | None:
         """How tensors reach ``dest`` (which accelerator devices go directly); None: they stay in this process."""

@@ -25,6 +25,7 @@ import socket
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -54,6 +55,7 @@ _active: RpcTransport | None = None
 _LOST = -1  # inbox item: the peer is gone
 _UNORDERED = -2  # inbox item: replies that came back on a bundle's response
 _REFUSED = -3  # inbox item: a bundle from a lost or unknown node was refused
+_JOINED = -4  # inbox item: a node joined the world (elastic systems)
 EXPELLED = "actorch:expelled"
 """A bundle's or ping's answer from a node that counts the sender lost (or does not know it)."""
 
@@ -72,13 +74,18 @@ def worker_name(rank: int) -> str:
     return f"node{rank}"
 
 
+def active_transport() -> RpcTransport | None:
+    """The torch RPC transport running in this process, if any (torch RPC is one per process)."""
+    return _active
+
+
 @rpc.functions.async_execution  # type: ignore[untyped-decorator]
 def _inbound(src: int, seq: int, messages: list[bytes], tensors: dict[int, Any]) -> torch.futures.Future[Any]:
     response: torch.futures.Future[Any] = torch.futures.Future()
     transport = _active
     if transport is None:
         response.set_result(None)
-    elif not 0 <= src < transport.world_size or src == transport.rank or src in transport._lost_ranks:
+    elif src not in transport._heard or src in transport._lost_ranks:
         response.set_result(EXPELLED)
         transport._inbox.post((src, _REFUSED, (messages, tensors)))
     else:
@@ -98,8 +105,8 @@ def _on_device(item: object) -> bool:
 def _ping(src: int) -> bool:
     """Note that ``src`` is alive; answer whether this node counts it lost (it is stale then)."""
     transport = _active
-    if transport is None or not 0 <= src < transport.world_size:
-        return False
+    if transport is None or src not in transport._heard:
+        return False  # not (or no longer) a peer: it learns the world from rank 0, not from pings
     if src in transport._lost_ranks:
         return True
     transport._heard[src] = time.monotonic()
@@ -112,7 +119,7 @@ def _watch(src: int) -> torch.futures.Future[Any]:
     transport = _active
     if transport is None or transport._closing:
         future.set_result(None)
-    elif not 0 <= src < transport.world_size or src in transport._lost_ranks:
+    elif src not in transport._heard or src in transport._lost_ranks:
         future.set_result(EXPELLED)
     else:
         transport._watchers[src] = future
@@ -132,11 +139,12 @@ def tensorpipe_options(options: RpcOptions, device_maps: dict[int, dict[str, str
 
 
 class RpcTransport(Transport):
-    """Talks torch RPC to the other ranks of a static world."""
+    """Talks torch RPC to the other ranks of a world (static here; see ``elastic`` for one that grows)."""
 
     def route(self, dest: int) -> TensorRoute:
         """How tensors reach ``dest``: the CUDA devices this rank's device map carries there directly."""
-        return self._routes[dest]
+        route = self._routes.get(dest)
+        return route if route is not None else TensorRoute(dest, strict=self._options.strict_devices)
 
     def make_rref(self, value: Any) -> Any:
         """A torch RRef owned by this rank holding ``value``."""
@@ -162,17 +170,19 @@ class RpcTransport(Transport):
         self._listener = listener
         self._store: Any = None
         self._options = options
-        self._next_seq = [0] * world_size
-        self._expected = [0] * world_size
-        self._held: list[dict[int, tuple[Bundle, torch.futures.Future[Any], int]]] = [{} for _ in range(world_size)]
+        # Per peer, by rank: peers are added as they are met (all at start in a static world).
+        self._next_seq: dict[int, int] = {}
+        self._expected: dict[int, int] = {}
+        self._held: dict[int, dict[int, tuple[Bundle, torch.futures.Future[Any], int]]] = {}
+        self._heard: dict[int, float] = {}  # when each peer was last heard from (monotonic; RPC threads write)
+        self._routes: dict[int, TensorRoute] = {}
         self._watchers: dict[int, torch.futures.Future[Any]] = {}
-        self._peers: list[NodeInfo] = []
+        self._peers: dict[int, NodeInfo] = {}  # every node met, this one included
         self._lost_ranks: set[int] = set()
-        self._heard = [0.0] * world_size  # when each peer was last heard from (monotonic; RPC threads write)
+        self._gone: set[int] = set()  # peers that left the world on purpose, forgotten
         self._stop_heartbeat = threading.Event()
         self._closing = False
         self._inbox: Inbox[tuple[int, int, Any]]
-        self._routes = [TensorRoute(dest, strict=options.strict_devices) for dest in range(world_size)]
         self._routes_direct = False  # whether any device map is set (received CUDA tensors are waited for)
 
     def __repr__(self) -> str:
@@ -201,12 +211,43 @@ class RpcTransport(Transport):
         is up, and a handler that blocks the loop before ``start`` resumed would
         leave the node without heartbeats, so rank 0 would count it lost.
         """
-        for peer in range(self.world_size):
-            if peer != self.rank:
-                watch = rpc.rpc_async(worker_name(peer), _watch, args=(self.rank,), timeout=0)
-                watch.add_done_callback(self._watch_callback(peer))
-        self._heard = [time.monotonic()] * self.world_size
+        now = time.monotonic()
+        for peer in list(self._heard):
+            self._heard[peer] = now
+            self._watch_peer(peer)
         threading.Thread(target=self._heartbeat, name="actorch-heartbeat", daemon=True).start()
+
+    def _watch_peer(self, peer: int) -> None:
+        """Keep a call to ``peer``'s ``_watch`` pending: it ends the moment the peer's process does."""
+        watch = rpc.rpc_async(worker_name(peer), _watch, args=(self.rank,), timeout=0)
+        watch.add_done_callback(self._watch_callback(peer))
+
+    def _add_peer(self, info: NodeInfo, route: TensorRoute | None = None) -> None:
+        """Know node ``info.rank`` (from whichever thread meets it): it may send to us, and we to it."""
+        rank = info.rank
+        if rank != self.rank:
+            self._next_seq.setdefault(rank, 0)
+            self._expected.setdefault(rank, 0)
+            self._held.setdefault(rank, {})
+            if route is not None:
+                self._routes[rank] = route
+            self._heard[rank] = time.monotonic()  # last: from here on, its bundles are taken
+        self._peers[rank] = info
+        self.world_size = len(self._peers)
+
+    def forget(self, rank: int) -> None:
+        """Node ``rank`` left the world on purpose: stop watching and pinging it, refuse what it still sends."""
+        if rank == self.rank or rank in self._gone:
+            return
+        self._gone.add(rank)
+        self._heard.pop(rank, None)
+        self._peers.pop(rank, None)
+        self.world_size = len(self._peers)
+        for _, response, _ in self._held.pop(rank, {}).values():
+            response.set_result(None)
+        watcher = self._watchers.pop(rank, None)
+        if watcher is not None:
+            watcher.set_result(None)
 
     def _heartbeat(self) -> None:
         """Ping every peer each interval; report a peer the moment it has been silent for the liveness timeout.
@@ -222,10 +263,10 @@ class RpcTransport(Transport):
         while True:
             now = time.monotonic()
             live = []
-            for peer in range(self.world_size):
-                if peer == self.rank or peer in self._lost_ranks or peer in reported:
+            for peer, heard in list(self._heard.items()):
+                if peer in self._lost_ranks or peer in reported:
                     continue
-                silent = now - self._heard[peer]
+                silent = now - heard
                 if silent >= timeout:
                     reported.add(peer)
                     self._lost_from_thread(peer, f"not heard from for {silent:.1f} s (liveness timeout {timeout:g} s)")
@@ -239,7 +280,7 @@ class RpcTransport(Transport):
                     except Exception:  # noqa: BLE001, S112 - a dead link shows as silence, then loss
                         continue
                     ping.add_done_callback(self._ping_callback(peer))
-            wake = min([next_ping, *(self._heard[peer] + timeout for peer in live)])
+            wake = min([next_ping, *(self._heard.get(peer, now) + timeout for peer in live)])
             if self._stop_heartbeat.wait(max(wake - time.monotonic(), 0.0) + 0.001):
                 return
 
@@ -256,6 +297,8 @@ class RpcTransport(Transport):
 
     def _lost_from_thread(self, peer: int, why: str) -> None:
         """A torch or heartbeat thread saw ``peer`` lost: tell the loop, and the thread hook at once."""
+        if peer in self._gone:
+            return  # it left on purpose: its links closing are expected
         self._inbox.post((peer, _LOST, why))
         hook = self.lost_in_thread
         if hook is not None and not self._closing:
@@ -263,26 +306,18 @@ class RpcTransport(Transport):
 
     def _init_rpc(self) -> None:
         quiet_cpp_logs()
-        host, port = self._master
-        # TensorPipe and Gloo otherwise listen on what the host name resolves to,
-        # which may be another interface (or loopback on a multi-host world).
-        interface = "lo" if is_loopback(host) else interface_towards(host, port)
         store = self._rendezvous_store()
         facts = exchange_node_facts(store, self.rank, self.world_size, accelerator().inventory())
         hosts, inventories = [host for host, _, _ in facts], [inventory for _, _, inventory in facts]
         device_maps = resolve_device_maps(self._options.device_maps, self.rank, inventories, hosts)
         options = tensorpipe_options(self._options, device_maps)
-        for dest, pairs in device_maps.items():
-            self._routes[dest] = TensorRoute(dest, frozenset(pairs), strict=self._options.strict_devices)
         self._routes_direct = bool(device_maps)
-        with interface_chosen(interface), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*ProcessGroup.*", category=UserWarning)
-            warnings.filterwarnings("ignore", category=FutureWarning)
-            # What init_rpc does, minus its per-process key prefix counter: with it, a
-            # second world in the same process used other keys than its fresh workers
-            # and waited forever.
-            rpc.dist_autograd._init(self.rank)  # type: ignore[attr-defined]
-            rpc._set_profiler_node_id(self.rank)  # type: ignore[attr-defined]
+        for rank, (host, pid, inventory) in enumerate(facts):
+            pairs = device_maps.get(rank)
+            route = TensorRoute(rank, frozenset(pairs or ()), strict=self._options.strict_devices)
+            self._add_peer(NodeInfo(rank, worker_name(rank), host, pid, inventory), route)
+
+        def static_agent() -> None:
             rpc._init_rpc_backend(  # type: ignore[no-untyped-call]
                 rpc.BackendType.TENSORPIPE,  # type: ignore[attr-defined]
                 store,
@@ -291,20 +326,44 @@ class RpcTransport(Transport):
                 self.world_size,
                 options,
             )
-        self._peers = [
-            NodeInfo(rank, worker_name(rank), host, pid, inventory) for rank, (host, pid, inventory) in enumerate(facts)
-        ]
+
+        self._bring_up(static_agent)
         self._watch_peers()
+
+    def _bring_up(self, make_agent: Callable[[], None]) -> None:
+        """Run ``make_agent`` (it starts this rank's torch RPC agent) as ``init_rpc`` would, on the right interface."""
+        host, port = self._master
+        # TensorPipe and Gloo otherwise listen on what the host name resolves to,
+        # which may be another interface (or loopback on a multi-host world).
+        interface = "lo" if is_loopback(host) else interface_towards(host, port)
+        with interface_chosen(interface), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*ProcessGroup.*", category=UserWarning)
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            # What init_rpc does, minus its per-process key prefix counter: with it, a
+            # second world in the same process used other keys than its fresh workers
+            # and waited forever.
+            rpc.dist_autograd._init(self.rank)  # type: ignore[attr-defined]
+            rpc._set_profiler_node_id(self.rank)  # type: ignore[attr-defined]
+            make_agent()
 
     def _rendezvous_store(self) -> Any:
         """The store the ranks meet in; rank 0 serves it on its own socket (loopback by default)."""
         listener, self._listener = self._listener, None
-        self._store, prefixed = rendezvous_store(self._master, self.rank, self.world_size, self._options, listener)
+        size = max(self.world_size, 1)  # an elastic world starts from none known
+        self._store, prefixed = rendezvous_store(self._master, self.rank, size, self._options, listener)
         return prefixed
 
     def peers(self) -> list[NodeInfo]:
-        """Every rank of the world with its host and pid, by rank."""
-        return list(self._peers)
+        """Every node of the world with its host and pid, by rank (nodes that left are forgotten)."""
+        return sorted(list(self._peers.values()), key=lambda info: info.rank)  # noqa: C414 - list() copies at once: RPC threads add peers
+
+    def knows(self, rank: int) -> bool:
+        """Whether ``rank`` is a peer this node has met and not forgotten."""
+        return rank in self._heard
+
+    def peer(self, rank: int) -> NodeInfo:
+        """Node ``rank``'s host, pid and devices (``KeyError`` if it is not a node of the world)."""
+        return self._peers[rank]
 
     async def close(self) -> None:
         """Tell watching peers we leave, then drop torch RPC without its hang-prone barrier."""
@@ -349,9 +408,9 @@ class RpcTransport(Transport):
             force_context_id(previous)
 
     def _rpc_bundle(self, dest: int, bundle: Bundle) -> None:
-        if dest in self._lost_ranks:
-            return
-        seq = self._next_seq[dest]
+        seq = self._next_seq.get(dest)
+        if seq is None or dest in self._lost_ranks:
+            return  # lost or gone: the node above fails what waits for it
         self._next_seq[dest] = seq + 1
         messages, tensors = bundle
         try:
@@ -392,17 +451,21 @@ class RpcTransport(Transport):
 
         return on_watch_done
 
-    def _on_inbox(self, item: tuple[int, int, Any]) -> None:
+    def _on_inbox(self, item: tuple[int, int, Any]) -> None:  # noqa: PLR0911 - one branch per kind of item
         src, seq, payload = item
         if seq == _LOST:
             self._peer_lost(src, payload)
+            return
+        if seq == _JOINED:
+            if self.on_joined is not None and src not in self._gone:
+                self.on_joined(payload)
             return
         if self._receive is None:
             return
         if seq == _REFUSED:
             self._receive(src, payload, None)  # the node refuses it: it counts and logs that
             return
-        if src in self._lost_ranks:
+        if src in self._lost_ranks or src in self._gone:
             if seq != _UNORDERED:
                 payload, response, _ = payload
                 response.set_result(EXPELLED)
@@ -425,12 +488,13 @@ class RpcTransport(Transport):
         self._expected[src] = seq
 
     def _peer_lost(self, rank: int, why: str) -> None:
-        if self._closing or rank in self._lost_ranks:
+        if self._closing or rank in self._lost_ranks or rank in self._gone:
             return
         self._lost_ranks.add(rank)
-        for _, response, _ in self._held[rank].values():
+        held = self._held.get(rank, {})
+        for _, response, _ in held.values():
             response.set_result(EXPELLED)
-        self._held[rank].clear()
+        held.clear()
         watcher = self._watchers.pop(rank, None)
         if watcher is not None:
             watcher.set_result(EXPELLED)  # if the peer is only stale, it hears that we count it lost

@@ -5,10 +5,11 @@ Nothing here touches ``torch.distributed.rpc`` itself; the transport (``rpc``) d
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = [
     "DeviceMapSpec",
     "DeviceMaps",
     "RpcOptions",
+    "cpp_errors_quiet",
     "exchange_node_facts",
     "normalize_device_maps",
     "quiet_cpp_logs",
@@ -184,6 +186,15 @@ class RpcOptions:
             )
 
 
+def _cpp_log_level() -> Any:
+    """The C++ log level flag of torch (``TORCH_CPP_LOG_LEVEL`` only sets it when torch loads); None if not found."""
+    try:
+        library = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
+        return ctypes.c_int.in_dll(library, "FLAGS_caffe2_log_level")
+    except (OSError, ValueError):
+        return None  # another build of torch: nothing to adjust
+
+
 def quiet_cpp_logs() -> None:
     """Silence TensorPipe's C++ warnings where ``TORCH_CPP_LOG_LEVEL`` asks for errors only."""
     # TORCH_CPP_LOG_LEVEL is read only when torch loads; a script that imported
@@ -191,12 +202,24 @@ def quiet_cpp_logs() -> None:
     # closed pipes. The variable only sets this flag, so set the flag the same way.
     if os.environ.get("TORCH_CPP_LOG_LEVEL", "").upper() not in ("ERROR", "2"):
         return  # the user chose a level: leave it
+    level = _cpp_log_level()
+    if level is not None:
+        level.value = max(level.value, 2)
+
+
+@contextlib.contextmanager
+def cpp_errors_quiet() -> Iterator[None]:
+    """Keep torch's C++ code from printing errors (with a stack dump) that reach Python as exceptions anyway."""
+    level = _cpp_log_level()
+    if level is None or os.environ.get("TORCH_CPP_LOG_LEVEL", "").upper() not in ("ERROR", "2"):
+        yield
+        return
+    before = level.value
+    level.value = max(before, 3)
     try:
-        library = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
-        level = ctypes.c_int.in_dll(library, "FLAGS_caffe2_log_level")
-    except (OSError, ValueError):
-        return  # another build of torch: nothing to adjust
-    level.value = max(level.value, 2)
+        yield
+    finally:
+        level.value = before
 
 
 def rendezvous_store(

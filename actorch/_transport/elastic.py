@@ -1,0 +1,262 @@
+"""The torch RPC transport of an elastic world: nodes join while it runs, and leave.
+
+Every rank runs a dynamic TensorPipe agent (made without a world size). Rank 0
+serves the rendezvous store and admits newcomers one at a time, from a thread
+of its own: it checks the request's proof of the join token (see
+``membership``), answers with the current members, waits for the newcomer's
+agent, then *welcomes* it on every member, itself first. A welcome enters the
+newcomer in the member's torch RPC agent and in this transport's peers, and
+starts watching it; only then may the newcomer serve. Joins never run
+concurrently, so torch's own join lock is not needed. The launch's first
+workers join the same way, under ranks chosen in advance.
+
+A node that leaves on purpose is *forgotten* (``forget``): it is neither
+pinged nor watched, and what it still sends is refused. Ranks are never
+reused: a process that comes back joins as a new node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from typing import Any
+
+import structlog
+from torch.distributed import rpc
+
+from actorch._base.devices import TensorRoute, accelerator
+from actorch._base.errors import JoinError, UnsupportedError
+from actorch._transport import rpc as rpc_transport
+from actorch._transport.base import NodeInfo
+from actorch._transport.membership import (
+    ADDRESS_ENV,
+    POLL,
+    TOKEN_ENV,
+    JoinRequest,
+    Membership,
+    facts_of,
+    info_of,
+    own_info,
+)
+from actorch._transport.rpc import RpcOptions, RpcTransport, tensorpipe_options, worker_name
+from actorch._transport.rpc_setup import cpp_errors_quiet, quiet_cpp_logs, rendezvous_store
+
+__all__ = ["ElasticRpcTransport"]
+
+log = structlog.get_logger("actorch")
+
+
+def _welcome(facts: str) -> bool:
+    """Rank 0 introduces a newcomer to this member (runs on a torch RPC thread)."""
+    transport = rpc_transport.active_transport()
+    if not isinstance(transport, ElasticRpcTransport) or transport._closing:
+        return False
+    transport.welcome(info_of(json.loads(facts)))
+    return True
+
+
+def prepare_join(host: str, port: int, timeout: float) -> tuple[int, dict[str, Any]]:
+    """A fresh rank in the elastic system whose rank 0 serves its store at ``host:port``, and its settings.
+
+    Raises:
+        JoinError: Nothing answers there within ``timeout`` seconds, or the
+            system there does not take new nodes.
+    """
+    try:
+        with cpp_errors_quiet():
+            store, prefixed = rendezvous_store((host, port), 1, 1, RpcOptions(init_timeout=timeout), None)
+    except Exception as exc:  # noqa: BLE001 - torch's store says why in its own words
+        raise JoinError(f"cannot reach an actorch system at {host}:{port}: {exc}") from None
+    try:
+        members = Membership(prefixed)
+        members.wait_elastic(min(timeout, 5.0))
+        return members.take_rank(), members.settings()
+    finally:
+        del store
+
+
+class ElasticRpcTransport(RpcTransport):
+    """Talks torch RPC to a world that nodes join and leave while it runs.
+
+    Args:
+        rank: This node's rank (a newcomer's from ``prepare_join``).
+        master_addr: Host of rank 0's store.
+        master_port: Its port.
+        options: TensorPipe's options; elastic worlds have no device maps.
+        token: The join token (rank 0 checks newcomers against it; newcomers prove it).
+        initial: On rank 0, how many ranks the launch starts itself (they join first).
+        label: A name for this node, shown with it (``NodeInfo.label``).
+        listener: Rank 0's listening socket for the store, if already bound.
+        shared: On rank 0, the settings every node must run with, for newcomers to read (json-ready).
+    """
+
+    elastic = True
+
+    def __init__(
+        self,
+        rank: int,
+        master_addr: str,
+        master_port: int,
+        options: RpcOptions,
+        *,
+        token: str | None,
+        initial: int = 1,
+        label: str | None = None,
+        listener: socket.socket | None = None,
+        shared: dict[str, Any] | None = None,
+    ) -> None:
+        if options.device_maps not in (None, "auto"):
+            raise ValueError("an elastic system has no device maps: GPU tensors are staged through host memory")
+        super().__init__(rank, 0, master_addr, master_port, options, listener)
+        self._token = token
+        self._initial = initial
+        self._label = label
+        self._shared = shared or {}
+        self._members: Membership | None = None
+        self._admitted = threading.Condition()
+        self._joined_ranks: set[int] = set()
+        self._admission_stop = threading.Event()
+
+    def __repr__(self) -> str:
+        host, port = self._master
+        return f"<ElasticRpcTransport rank={self.rank} nodes={self.world_size} master={host}:{port}>"
+
+    @property
+    def address(self) -> str:
+        """Where newcomers find the system: ``host:port`` of rank 0's store."""
+        host, port = self._master
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def join_env(self) -> dict[str, str]:
+        """``ACTORCH_ADDRESS`` and ``ACTORCH_JOIN_TOKEN`` for a process to join (rank 0 only)."""
+        if self.rank != 0 or not self._token:
+            raise UnsupportedError("only rank 0 of an elastic system hands out what joining takes")
+        return {ADDRESS_ENV: self.address, TOKEN_ENV: self._token}
+
+    def _init_rpc(self) -> None:
+        quiet_cpp_logs()
+        store = self._rendezvous_store()
+        members = self._members = Membership(store)
+        options = tensorpipe_options(self._options, {})
+        if self.rank == 0:
+            self._add_peer(own_info(0, accelerator().inventory(), self._label))
+            self._bring_up(lambda: self._start_agent(store, options))
+            members.open(self._initial, self._shared)
+            threading.Thread(target=self._admit_newcomers, name="actorch-admission", daemon=True).start()
+            self._wait_launch_joined()
+        else:
+            self._join(store, members, options)
+        self._watch_peers()
+
+    def _start_agent(self, store: Any, options: Any) -> None:
+        agent = rpc.TensorPipeAgent(store, worker_name(self.rank), self.rank, None, options, {}, [])  # type: ignore[attr-defined]
+        rpc.api._init_rpc_states(agent)  # type: ignore[no-untyped-call]
+
+    def _join(self, store: Any, members: Membership, options: Any) -> None:
+        """Ask rank 0 to join, meet the members it names, bring the agent up, and wait to be welcomed."""
+        timeout = self._options.init_timeout
+        me = own_info(self.rank, accelerator().inventory(), self._label)
+        members.ask(me, self._token)
+        for info in members.wait_answer(self.rank, timeout):
+            self._add_peer(info, TensorRoute(info.rank, strict=self._options.strict_devices))
+        self._add_peer(me)
+        self._bring_up(lambda: self._start_agent(store, options))
+        members.up(self.rank)
+        members.wait_ready(self.rank, timeout)
+
+    def _wait_launch_joined(self) -> None:
+        """Rank 0 waits for the launch's own workers (ranks below ``initial``) to have joined."""
+        expected = set(range(1, self._initial))
+        limit = time.monotonic() + self._options.init_timeout
+        with self._admitted:
+            while not expected <= self._joined_ranks:
+                left = limit - time.monotonic()
+                if left <= 0:
+                    missing = ", ".join(map(str, sorted(expected - self._joined_ranks)))
+                    raise RuntimeError(f"actor system failed to start: ranks {missing} did not join in time")
+                self._admitted.wait(left)
+
+    # ------------------------------------------------------------------ rank 0 admits
+
+    def _admit_newcomers(self) -> None:
+        """Rank 0's admission thread: take each request in rank order, one at a time."""
+        members = self._members
+        assert members is not None
+        asked_since: dict[int, float] = {}
+        seen = 1
+        while not self._admission_stop.wait(POLL):
+            try:
+                handed = members.handed_out()
+                now = time.monotonic()
+                for rank in range(seen, handed):
+                    asked_since[rank] = now
+                seen = max(seen, handed)
+                for rank in sorted(asked_since):
+                    if self._admission_stop.is_set():
+                        return
+                    request = members.request(rank)
+                    if request is None:
+                        if now - asked_since[rank] > self._options.init_timeout:
+                            del asked_since[rank]  # it took a rank and never asked: it died
+                        continue
+                    del asked_since[rank]
+                    self._admit(members, request)
+            except Exception:  # the store is gone: the system is closing
+                if not self._closing:
+                    log.exception("admitting new nodes failed", node=self.rank)
+                return
+
+    def _admit(self, members: Membership, request: JoinRequest) -> None:
+        """Answer one request; if admitted, welcome the newcomer everywhere and tell it to start."""
+        info = request.info
+        rank = info.rank
+        if self._closing:
+            members.answer(rank, "the system is shutting down")
+            return
+        if not (self._token and request.verify(self._token)):
+            why = f"no join token (set {TOKEN_ENV})" if not request.proof else "wrong join token"
+            log.warning("node refused", node=self.rank, peer=rank, host=info.host, pid=info.pid, why=why)
+            members.answer(rank, why)
+            return
+        live = [peer for peer in self.peers() if peer.rank not in self._lost_ranks]
+        members.answer(rank, None, live)
+        limit = time.monotonic() + self._options.init_timeout
+        while not members.is_up(rank):
+            if time.monotonic() >= limit or self._admission_stop.wait(POLL):
+                log.warning("node admitted but never came up", node=self.rank, peer=rank)
+                return
+        self.welcome(info)
+        facts = json.dumps(facts_of(info))
+        welcomes = [
+            rpc.rpc_async(worker_name(peer.rank), _welcome, args=(facts,), timeout=self._options.liveness_timeout)
+            for peer in live
+            if peer.rank != self.rank
+        ]
+        for welcome in welcomes:
+            with contextlib.suppress(Exception):  # that member is dying: its loss is seen anyway
+                welcome.wait()
+        members.ready(rank)
+        with self._admitted:
+            self._joined_ranks.add(rank)
+            self._admitted.notify_all()
+
+    # ------------------------------------------------------------------ every member
+
+    def welcome(self, info: NodeInfo) -> None:
+        """Enter newcomer ``info`` in torch's agent and among the peers, watch it, tell the loop (any thread)."""
+        agent: Any = rpc.api._get_current_rpc_agent()  # type: ignore[attr-defined]
+        agent._update_group_membership(rpc.WorkerInfo(worker_name(info.rank), info.rank), [], {}, True)  # type: ignore[attr-defined]
+        self._add_peer(info, TensorRoute(info.rank, strict=self._options.strict_devices))
+        self._watch_peer(info.rank)
+        self._inbox.post((info.rank, rpc_transport._JOINED, info))
+
+    async def close(self) -> None:
+        """On rank 0, refuse the newcomers still waiting first; then leave as every rank does."""
+        self._admission_stop.set()
+        if self.rank == 0 and self._members is not None and not self._closing:
+            with contextlib.suppress(Exception):  # the store is already gone
+                self._members.close()
+        await super().close()

@@ -1,0 +1,22 @@
+"""A process that joins a running elastic system: ``python joiner.py LABEL [JOIN_TIMEOUT]``.
+
+The address and token come from the environment (``ACTORCH_ADDRESS``,
+``ACTORCH_JOIN_TOKEN``), as a user passes them. It prints ``JOINERROR <text>``
+and exits 3 if the system refused it, else exits with ``serve``'s code.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import actorch
+
+if __name__ == "__main__":
+    label = sys.argv[1]
+    timeout = float(sys.argv[2]) if len(sys.argv) > 2 else 30.0
+    try:
+        code = actorch.serve(name=label, join_timeout=timeout)
+    except actorch.JoinError as exc:
+        print(f"JOINERROR {exc}", flush=True)
+        sys.exit(3)
+    sys.exit(code)
