@@ -84,7 +84,7 @@ def test_a_wrong_or_missing_token_is_refused_and_a_join_racing_shutdown_ends(tmp
     assert misuse["leave_rank0"]["error"]["type"] == "ValueError"
     assert misuse["leave_unknown"]["error"]["type"] == "ValueError"
 
-    # The late joiner outlives rank 0 at most by its join timeout (10 s), and ends with a JoinError.
+    # The late joiner asked as rank 0 began to end: it was refused, or let in just before and ended with the system.
     pid = int((tmp_path / "late.pid").read_text())
     deadline = time.monotonic() + 25
     while not pid_gone(pid) and time.monotonic() < deadline:

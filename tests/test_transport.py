@@ -5,7 +5,7 @@ import time
 import torch
 
 from actorch._transport import rpc as _rpc_transport
-from actorch._transport.base import PORT_HOLD, Port
+from actorch._transport.base import PORT_HOLD, NodeInfo, Port
 from actorch._transport.bridge import Inbox
 from actorch._transport.inprocess import InProcessHub
 from actorch._transport.network import interface_chosen, interface_towards
@@ -151,6 +151,8 @@ async def test_hub_disconnect_tells_every_other_rank():
 def _rpc_transport_for_test(lost: set[int]):
     """An RpcTransport of rank 0 in a world of 3 that counts ``lost`` lost, wired as start() would."""
     transport = RpcTransport(0, 3, "127.0.0.1", 0, RpcOptions())
+    for rank in range(3):  # as the rendezvous would: every peer met before torch RPC starts
+        transport._add_peer(NodeInfo(rank, f"node{rank}", "here", rank))
     received = []
     transport.attach(asyncio.get_running_loop(), lambda src, batch, port: received.append((src, batch)), None)
     transport._inbox = Inbox(asyncio.get_running_loop(), transport._on_inbox)
@@ -216,3 +218,32 @@ def test_the_interface_is_chosen_only_while_torch_starts_and_a_users_choice_wins
         assert os.environ["GLOO_SOCKET_IFNAME"] == "eth9"
     assert "TP_SOCKET_IFNAME" not in os.environ
     assert os.environ["GLOO_SOCKET_IFNAME"] == "eth9"
+
+
+async def test_rpc_forgets_a_peer_that_left_and_refuses_what_it_still_sends():
+    transport, received = _rpc_transport_for_test(set())
+    lost = []
+    transport.attach(asyncio.get_running_loop(), lambda *args: received.append(args), lambda *args: lost.append(args))
+    try:
+        watch = _rpc_transport._watch(2)
+        held = _rpc_transport._inbound(2, 3, [b"later"], {})  # out of order: held
+        late = _rpc_transport._inbound(2, 4, [b"still queued"], {})
+        await asyncio.sleep(0)
+        transport.forget(2)
+        assert watch.value() is None  # it hears that this node lets it go, not that it is expelled
+        assert held.value() is None
+        assert late.value() is None
+        assert [info.rank for info in transport.peers()] == [0, 1]
+        assert transport.world_size == 2
+        assert not transport.knows(2)
+        assert _rpc_transport._inbound(2, 0, [b"x"], {}).value() == _rpc_transport.EXPELLED
+        assert _rpc_transport._ping(2) is False  # nothing to tell a node that left
+        transport._lost_from_thread(2, "left the world")  # its links closing are expected
+        await asyncio.sleep(0)
+        assert lost == []
+        transport.forget(2)  # twice is once
+        transport.forget(0)  # never itself
+        assert transport.knows(1)
+        assert transport.peer(0).rank == 0
+    finally:
+        _rpc_transport._active = None

@@ -120,7 +120,7 @@ class ActorSystem:
         waiting on it end in ``ActorStoppedError``), and its process exits with
         code 0. On the leaving node itself this returns once the leave has
         begun (the calling actor stops with the others); for another node it
-        returns once that node is gone.
+        returns once that node has left the system (its process exits just after).
 
         Raises:
             UnsupportedError: The system is not elastic.

@@ -415,6 +415,7 @@ async def _shutdown_world(host: ActorHost, failed: bool) -> list[int]:
         The ranks that did not answer in time (their event loop may be stuck).
     """
     node = host.node
+    node.transport.stop_admitting()  # a node let in now would miss the shutdown
     peers = [rank for rank in node.ranks() if rank != 0 and rank not in node.lost]
     limit = 2 * host.config.stop_grace + SHUTDOWN_TIMEOUT
     answered = await _call_all(host, peers, NodeService.shutdown, limit, failed)

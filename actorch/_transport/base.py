@@ -205,6 +205,9 @@ class Transport(ABC):
         """The environment a process needs to join this world (elastic worlds, on rank 0)."""
         raise UnsupportedError("only an elastic system takes new nodes (run(..., elastic=True))")
 
+    def stop_admitting(self) -> None:  # noqa: B027 - a static world admits nobody
+        """Take no more nodes into the world (the system is ending)."""
+
     def knows(self, rank: int) -> bool:
         """Whether ``rank`` is another node of the world, one this node takes messages from."""
         return rank != self.rank and 0 <= rank < self.world_size

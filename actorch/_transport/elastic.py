@@ -164,8 +164,12 @@ class ElasticRpcTransport(RpcTransport):
             self._add_peer(info, TensorRoute(info.rank, strict=self._options.strict_devices))
         self._add_peer(me)
         self._bring_up(lambda: self._start_agent(store, options))
-        members.up(self.rank)
-        members.wait_ready(self.rank, timeout)
+        try:
+            members.up(self.rank)
+            members.wait_ready(self.rank, timeout)
+        except BaseException:
+            rpc.shutdown(graceful=False)  # the agent is up: take it down, or the process cannot exit
+            raise
 
     def _wait_launch_joined(self) -> None:
         """Rank 0 waits for the launch's own workers (ranks below ``initial``) to have joined."""
@@ -213,7 +217,7 @@ class ElasticRpcTransport(RpcTransport):
         """Answer one request; if admitted, welcome the newcomer everywhere and tell it to start."""
         info = request.info
         rank = info.rank
-        if self._closing:
+        if self._closing or self._admission_stop.is_set():
             members.answer(rank, "the system is shutting down")
             return
         if not (self._token and request.verify(self._token)):
@@ -253,10 +257,14 @@ class ElasticRpcTransport(RpcTransport):
         self._watch_peer(info.rank)
         self._inbox.post((info.rank, rpc_transport._JOINED, info))
 
-    async def close(self) -> None:
-        """On rank 0, refuse the newcomers still waiting first; then leave as every rank does."""
+    def stop_admitting(self) -> None:
+        """On rank 0, take no more newcomers: those still waiting are told the system is shutting down."""
         self._admission_stop.set()
         if self.rank == 0 and self._members is not None and not self._closing:
             with contextlib.suppress(Exception):  # the store is already gone
                 self._members.close()
+
+    async def close(self) -> None:
+        """Take no more newcomers; then leave as every rank does."""
+        self.stop_admitting()
         await super().close()

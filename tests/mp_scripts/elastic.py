@@ -32,14 +32,19 @@ JOINERS: dict[str, subprocess.Popen[bytes]] = {}
 
 
 def start_joiner(
-    system: actorch.ActorSystem, label: str, *, env: dict[str, str] | None = None, timeout: float = 30.0
+    system: actorch.ActorSystem,
+    label: str,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 30.0,
+    asking: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """``python joiner.py label`` with what joining takes in its environment (``env`` overrides it)."""
     environ = {**os.environ, **system.join_env(), **(env or {})}
     environ = {key: value for key, value in environ.items() if value != "<unset>"}
     with (TMP / f"{label}.out").open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, str(HERE / "joiner.py"), label, str(timeout)],
+            [sys.executable, str(HERE / "joiner.py"), label, str(timeout), *([str(asking)] if asking else [])],
             env=environ,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -184,9 +189,11 @@ async def tokens(system: actorch.ActorSystem) -> dict[str, Any]:
     )
     # Not rank 0's to give, and not a node's to leave from rank 0.
     emit("misuse", leave_rank0=await attempt(system.leave()), leave_unknown=await attempt(system.leave(99)))
-    # A join racing the end of the system: whatever it gets, it ends.
-    start_joiner(system, "late", timeout=10)
-    await asyncio.sleep(float(os.environ.get("ELASTIC_RACE_DELAY", "1.0")))
+    # A join racing the end of the system: main returns the moment the newcomer holds a rank and asks.
+    start_joiner(system, "late", timeout=5, asking=TMP / "late.asking")
+    async with asyncio.timeout(30):
+        while not (TMP / "late.asking").exists():  # noqa: ASYNC110 - another process writes it
+            await asyncio.sleep(0.005)
     (TMP / "late.pid").write_text(str(JOINERS["late"].pid))
     return {"main": "returned"}
 
