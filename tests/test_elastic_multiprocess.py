@@ -64,6 +64,14 @@ def test_nodes_join_leave_gracefully_die_and_come_back(tmp_path: Path) -> None:
     assert again["from_old_node"] == again["where"]
     assert again["events"] == ["NodeJoined"]
 
+    terminated = run.result("terminated")
+    assert terminated["exit_code"] == 0  # SIGTERM made it leave, not die
+    assert terminated["on_stop"] == "0"
+    assert terminated["names"] == []
+    assert terminated["call_after"]["error"]["type"] == "ActorStoppedError"
+    assert again["rank"] not in terminated["nodes"]
+    assert terminated["events"] == ["NodeJoined", "NodeLeft"]
+
 
 @pytest.mark.timeout(120)
 def test_a_wrong_or_missing_token_is_refused_and_a_join_racing_shutdown_ends(tmp_path: Path) -> None:

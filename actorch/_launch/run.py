@@ -341,6 +341,13 @@ def _rpc_transport(world: _World, options: RpcOptions) -> RpcTransport:
     return RpcTransport(world.rank, world.world_size, world.host, world.port, options)
 
 
+async def _leave_when(asked: asyncio.Event, host: ActorHost) -> None:
+    """Begin ``host``'s node's leave once ``asked`` is set (SIGTERM came)."""
+    await asked.wait()
+    host.node.log.info("SIGTERM: leaving the system")
+    host.begin_leave()
+
+
 def _on_signal(signum: int, handler: Callable[[], None]) -> bool:
     """Run ``handler`` on the loop when ``signum`` comes; False where that cannot be (not the main thread)."""
     try:
@@ -515,13 +522,22 @@ async def _serve_async(world: _World, plan: _Plan) -> int:
             watchdog.arm(f"rank 0 was lost ({why})")
 
     transport.lost_in_thread = on_lost
-    _, host = await _start(transport, plan)
-    leave_on_term = transport.elastic and _on_signal(signal.SIGTERM, host.begin_leave)
+    # SIGTERM makes a node of an elastic system leave gracefully; one that comes while it joins waits for the join.
+    terminated = asyncio.Event()
+    leave_on_term = transport.elastic and _on_signal(signal.SIGTERM, terminated.set)
+    try:
+        _, host = await _start(transport, plan)
+    except BaseException:
+        if leave_on_term:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+        raise
+    leaving = asyncio.ensure_future(_leave_when(terminated, host))
     try:
         await host.wait_ended()
         host.node.departing = True
         await host.stop_all()
     finally:
+        leaving.cancel()
         if leave_on_term:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
         await host.node.close()

@@ -163,12 +163,25 @@ async def grow(system: actorch.ActorSystem) -> dict[str, Any]:
     # The host comes back: a new process joins as a new node.
     start_joiner(system, "b-again")
     rank_again = await joined(system, "b-again")
-    again = await system.spawn(Worker, name="work/b", on=rank_again)
+    again = await system.spawn(Worker, args=(str(TMP),), name="work/b", on=rank_again)
     emit(
         "rejoined",
         rank=rank_again,
         where=await again.call(Worker.where),
         from_old_node=await old.call(Worker.lookup, "work/b"),
+        nodes=[info.rank for info in system.nodes],
+        events=events.kinds(rank_again),
+    )
+
+    # SIGTERM, as a preemptible machine gets before it goes: the node leaves gracefully.
+    JOINERS["b-again"].terminate()
+    code = await exit_code("b-again")
+    emit(
+        "terminated",
+        exit_code=code,
+        on_stop=(TMP / "stopped-work_b").read_text() if (TMP / "stopped-work_b").exists() else None,
+        names=[ref.name for ref in await system.lookup_all("work/*")],
+        call_after=await attempt(again.call(Worker.where)),
         nodes=[info.rank for info in system.nodes],
         events=events.kinds(rank_again),
     )
