@@ -85,6 +85,17 @@ def test_an_admitted_newcomer_learns_the_members_and_the_token_never_enters_the_
     assert rank0.request(99) is None
 
 
+def test_each_request_rings_the_next_bell_so_rank_0_need_not_poll() -> None:
+    store = _store()
+    rank0 = Membership(store)
+    assert not rank0.wait_bell(1, 0.05)  # nobody asked: the wait ends at its timeout
+    Membership(store).ask(NodeInfo(2, "node2", "h", 1), "token")
+    Membership(store).ask(NodeInfo(3, "node3", "h", 2), "token")
+    assert rank0.wait_bell(1, 0.05)
+    assert rank0.wait_bell(2, 0.05)
+    assert not rank0.wait_bell(3, 0.05)
+
+
 def test_a_request_proven_for_another_rank_does_not_verify() -> None:
     store = _store()
     Membership(store).ask(NodeInfo(2, "node2", "h", 1), "token")

@@ -33,6 +33,7 @@ from actorch._transport import rpc as rpc_transport
 from actorch._transport.base import NodeInfo
 from actorch._transport.membership import (
     ADDRESS_ENV,
+    BELL_WAIT,
     POLL,
     TOKEN_ENV,
     JoinRequest,
@@ -189,24 +190,23 @@ class ElasticRpcTransport(RpcTransport):
         """Rank 0's admission thread: take each request in rank order, one at a time."""
         members = self._members
         assert members is not None
-        asked_since: dict[int, float] = {}
+        waiting: set[int] = set()  # ranks handed out whose request has not been taken yet
         seen = 1
-        while not self._admission_stop.wait(POLL):
+        bell = 1
+        while not self._admission_stop.is_set():
             try:
+                if members.wait_bell(bell, BELL_WAIT):
+                    bell += 1
                 handed = members.handed_out()
-                now = time.monotonic()
-                for rank in range(seen, handed):
-                    asked_since[rank] = now
+                waiting.update(range(seen, handed))
                 seen = max(seen, handed)
-                for rank in sorted(asked_since):
+                for rank in sorted(waiting):
                     if self._admission_stop.is_set():
                         return
                     request = members.request(rank)
                     if request is None:
-                        if now - asked_since[rank] > self._options.init_timeout:
-                            del asked_since[rank]  # it took a rank and never asked: it died
-                        continue
-                    del asked_since[rank]
+                        continue  # it holds a rank and has yet to ask (its setup runs first), or it died
+                    waiting.discard(rank)
                     self._admit(members, request)
             except Exception:  # the store is gone: the system is closing
                 if not self._closing:

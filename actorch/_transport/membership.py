@@ -6,7 +6,9 @@ world's store prefix:
 - ``elastic``: set once rank 0 accepts newcomers; ``ranks`` counts the ranks
   handed out (a newcomer takes the next with an atomic add, so ranks are never
   reused);
-- ``join/<rank>``: the request (host, pid, devices, label, and a proof of the token);
+- ``join/<rank>``: the request (host, pid, devices, label, and a proof of the token),
+  then ``bell/<n>`` for the ``n``-th request (``bells`` counts them), which
+  wakes rank 0's admission thread: it waits on the next bell rather than polling;
 - ``admit/<rank>``: rank 0's answer (refused with why, or admitted with the members);
 - ``up/<rank>``: the newcomer's torch RPC agent is up;
 - ``ready/<rank>``: every member knows it; it may watch them and serve;
@@ -27,6 +29,7 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from actorch._base.errors import JoinError
@@ -46,7 +49,9 @@ ADDRESS_ENV = "ACTORCH_ADDRESS"
 TOKEN_ENV = "ACTORCH_JOIN_TOKEN"  # noqa: S105 - the variable's name, not a secret
 """Environment variable with an elastic system's join token (never on the command line)."""
 POLL = 0.05
-"""Seconds between two looks at the store while waiting for a key."""
+"""Seconds between two looks at the store while a newcomer waits for a key (only while it joins)."""
+BELL_WAIT = 1.0
+"""Seconds rank 0's admission thread waits for the next bell before it looks again (and at whether to stop)."""
 
 
 def new_token() -> str:
@@ -116,6 +121,17 @@ class Membership:
         found: dict[str, Any] = json.loads(bytes(self._store.get("settings")).decode())
         return found
 
+    def wait_bell(self, bell: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for request number ``bell`` (from 1); whether it rang."""
+        key = f"bell/{bell}"
+        if self._store.check([key]):
+            return True
+        try:
+            self._store.wait([key], timedelta(seconds=timeout))
+        except Exception:  # noqa: BLE001 - torch's store raises its own error type on a timeout
+            return bool(self._store.check([key]))
+        return True
+
     def handed_out(self) -> int:
         """How many ranks have been handed out so far."""
         return int(self._store.add("ranks", 0))
@@ -169,6 +185,7 @@ class Membership:
         """Ask to join as ``info``, proving the token (an empty proof without one)."""
         proof = "" if not token else _proof(token, info.rank, info.host, info.pid)
         self._store.set(f"join/{info.rank}", json.dumps({**facts_of(info), "proof": proof}))
+        self._store.set(f"bell/{int(self._store.add('bells', 1))}", "1")
 
     def wait_answer(self, rank: int, timeout: float) -> list[NodeInfo]:
         """The members to meet once admitted.
