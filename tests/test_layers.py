@@ -25,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "actorch"
 LAYERS = ("_base", "_transport", "_engine", "_actors", "_launch", "_stock")
 """The subpackages of ``actorch``, lowest layer first (DESIGN.md, "The runtime, layer by layer")."""
 
-FACADE = frozenset({"actorch", "actorch.testing"})
+FACADE = frozenset({"actorch", "actorch.testing", "actorch.__main__"})
 """The public modules, one layer above all of ``LAYERS``."""
 
 FACADE_LAYER = len(LAYERS)

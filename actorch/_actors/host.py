@@ -84,6 +84,7 @@ class ActorHost:
         self._ended = asyncio.Event()  # a worker's system ended (rank 0 said so, or was lost)
         self._stopping: dict[int, asyncio.Future[None]] = {}
         self._on_stop_ran: set[int] = set()  # actors whose current instance ran on_stop already
+        self._born = self.node.loop.time()
         self._leave: asyncio.Task[None] | None = None
         self._gone: dict[int, asyncio.Future[None]] = {}  # peers someone waits to see gone
         self.node.on_peer_lost(self._on_peer_lost)
@@ -318,6 +319,41 @@ class ActorHost:
             await self.registry.call(Registry.release, name, reason)
         except Exception as exc:  # noqa: BLE001 - what failed before matters more
             self.node.log.warning("could not release name", name=name, error=repr(exc))
+
+    # ------------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        """This node and its actors as plain data: counters, queue depths, per-endpoint handler times.
+
+        For ``actorch status`` and the metrics exporter; read-only, and cheap
+        enough to ask for every second.
+        """
+        node = self.node
+        info = node.transport.peer(self.rank)
+        actors = []
+        for cell in node.cells():
+            if cell.actor_id <= SYSTEM_IDS:
+                continue
+            actors.append(
+                {
+                    "id": cell.actor_id,
+                    "name": cell.name,
+                    "class": type(cell.instance).__qualname__,
+                    "label": cell.label,
+                    **cell.statistics(),
+                    "endpoints": {endpoint: stats.snapshot() for endpoint, stats in sorted(cell.metrics.items())},
+                }
+            )
+        return {
+            "rank": self.rank,
+            "host": info.host,
+            "pid": info.pid,
+            "devices": list(info.devices),
+            "label": info.label,
+            "uptime": node.loop.time() - self._born,
+            "statistics": node.statistics(),
+            "actors": actors,
+        }
 
     # ------------------------------------------------------------------ the system around
 

@@ -52,6 +52,9 @@ class ServiceBackend(Protocol):
     async def end(self, *, failed: bool) -> None:
         """The system ends: stop every user actor of this node."""
 
+    def status(self) -> dict[str, Any]:
+        """This node and its actors as plain data."""
+
     def begin_leave(self) -> None:
         """Start leaving the system (once); the process exits when it has left."""
 
@@ -111,6 +114,10 @@ class NodeService(Actor):
     async def name_event(self, seq: int, kind: str, name: str, ref: ActorRef[Any] | None, reason: str | None) -> None:
         """The registry's change number ``seq`` to the names (told to subscribed nodes)."""
         self._backend.name_event(seq, kind, name, ref, reason)
+
+    async def status(self) -> dict[str, Any]:
+        """This node and its actors: counters, queue depths, handler times per endpoint (read-only)."""
+        return self._backend.status()
 
     async def leave(self) -> None:
         """Leave the system: announce it, stop every actor here (names go), tell the others, exit 0.

@@ -219,8 +219,8 @@ class Batcher:
             self.close(run)
             self.fail_all(list(run.members), error(run.endpoint), Origin.RUNTIME)
 
-    async def run(self, turn: Message, run: BatchRun) -> None:
-        """The mailbox turn of a batch: collect calls, run the method once, answer each caller.
+    async def run(self, turn: Message, run: BatchRun) -> int:
+        """The mailbox turn of a batch: collect calls, run the method once, answer each caller; how many it ran.
 
         Each caller keeps its own deadline: the run is bounded by the latest one,
         and a caller whose deadline passes first gets its ``TimeoutError`` then.
@@ -235,13 +235,14 @@ class Batcher:
             self.fail_all(list(run.members), stopped, Origin.RUNTIME)
             if not turn.cancelled:
                 raise
-            return
+            return 0
         self.close(run)
         now = loop.time()
         self.time_out([m for m in run.members if m.deadline is not None and m.deadline <= now])
         members = list(run.members)
         if members:
             await self._call_method(turn, members, stopped)
+        return len(members)
 
     async def _call_method(self, turn: Message, members: list[Message], stopped: ActorStoppedError) -> None:
         """Run the batched method once for ``members`` and answer each, within the latest of their deadlines."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Coroutine
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 from actorch._base.deadline import inherited_deadline
@@ -287,6 +288,8 @@ class Caller(NodeSide):
         cell.inline.enter(task)
         token = current_call.set(CallContext(cell.label, key, chain, endpoint, cell.device))
         deadline_token = inherited_deadline.set(deadline)  # for a caller that is another task
+        started = perf_counter_ns()
+        failed = True
         try:
             try:
                 coroutine = cell.open(endpoint, args, kwargs)
@@ -294,7 +297,7 @@ class Caller(NodeSide):
                 self.log.warning("message refused", actor=cell.label, endpoint=endpoint, error=f"EndpointError: {exc}")
                 raise
             try:
-                return await coroutine
+                result = await coroutine
             except asyncio.CancelledError:
                 if cell.inline.was_evicted(task):  # the actor stopped, not the caller
                     task.uncancel()
@@ -303,11 +306,14 @@ class Caller(NodeSide):
             except Exception as exc:
                 cell.check_fatal(exc)
                 raise handler_error(exc) from exc
+            failed = False
+            return result
         finally:
             inherited_deadline.reset(deadline_token)
             current_call.reset(token)
             cell.inline.leave(task)
             cell.leave(key)
+            cell.record(endpoint, perf_counter_ns() - started, failed)
             cell.wake()
 
     async def _call_queued(

@@ -16,6 +16,7 @@ import contextlib
 import functools
 from collections import deque
 from collections.abc import Callable, Mapping
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 from actorch._base.deadline import PastDeadlineError, inherited_deadline, within
@@ -26,6 +27,7 @@ from actorch._engine.endpoints import Endpoint, is_streaming, unknown_endpoint, 
 from actorch._engine.flow import FlowControl
 from actorch._engine.inline import InlineCalls
 from actorch._engine.message import CallContext, ItemRefused, Message, Origin, Outlet, Reply, current_call
+from actorch._engine.metrics import EndpointStats
 from actorch._engine.replies import TellDone
 from actorch._engine.wire import is_refusal
 from actorch._transport.autograd import NO_CONTEXT, bound
@@ -68,6 +70,7 @@ class Cell:
         "log",
         "loop",
         "max_concurrency",
+        "metrics",
         "name",
         "new_key",
         "paused",
@@ -115,6 +118,7 @@ class Cell:
         self.running = 0
         self.unbegun = 0  # worker tasks created whose first message has not begun yet
         self.handled = 0
+        self.metrics: dict[str, EndpointStats] = {}  # by endpoint: messages handled, errors, handler times
         self.queue: deque[Message] = deque()
         self.queued_peak = 0
         self.active: set[int] = set()
@@ -145,6 +149,18 @@ class Cell:
         if self.batcher is not None:
             counts["batched_calls"] = self.batcher.calls
         return counts
+
+    def record(self, endpoint: str, ns: int, failed: bool, count: int = 1) -> None:
+        """Count ``count`` messages of ``endpoint`` whose handler took ``ns`` nanoseconds, and whether it raised.
+
+        A batch run that ended before its method ran counts nothing (``count`` 0).
+        """
+        if not count:
+            return
+        stats = self.metrics.get(endpoint)
+        if stats is None:
+            stats = self.metrics[endpoint] = EndpointStats()
+        stats.record(ns, failed, count)
 
     # ------------------------------------------------------------------ who runs
 
@@ -317,10 +333,13 @@ class Cell:
             slice_end = self.loop.time() + WORK_SLICE
             while message is not None:
                 message.task = task
+                started = perf_counter_ns()
+                failed = False
+                count = 1
                 try:
                     if message.runs is not None:
                         assert self.batcher is not None
-                        await self.batcher.run(message, message.runs)
+                        count = await self.batcher.run(message, message.runs)
                     else:  # in this frame: no coroutine of its own per message
                         token = current_call.set(
                             CallContext(self.label, message.key, message.chain, message.endpoint, self.device)
@@ -336,6 +355,7 @@ class Cell:
                                 message.outlet,
                             )
                         except BaseException as exc:  # noqa: BLE001 - sorted out (and re-raised if need be) there
+                            failed = True
                             self._handler_failed(message, exc)
                         else:
                             if message.reply is not None:
@@ -348,6 +368,7 @@ class Cell:
                         task.uncancel()  # that cancellation was the message's, not the worker's
                     message.task = None
                     self.leave(message.key)
+                    self.record(message.endpoint, perf_counter_ns() - started, failed, count)
                 if self.queue and self.loop.time() >= slice_end:
                     await asyncio.sleep(0)  # the loop sends the replies ready so far before the next message
                     slice_end = self.loop.time() + WORK_SLICE

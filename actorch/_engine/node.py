@@ -66,6 +66,7 @@ class Node:
         self.departing = False  # set once shutdown starts: peers leaving is expected
         self.log = log.bind(node=self.rank)
         self.messages_refused = 0
+        self.bytes_received = 0  # message envelopes and bodies taken from peers (not their tensors)
         self._cells: dict[int, Cell] = {}
         self._actor_ids = itertools.count(SYSTEM_IDS + 1)
         self._keys = itertools.count(1)
@@ -179,6 +180,7 @@ class Node:
                 port.release()
             return
         callee, caller = self.callee, self.caller
+        self.bytes_received += sum(map(len, messages))
         for index, raw in enumerate(messages):
             try:
                 message = self._decode_plain(raw)
@@ -299,8 +301,16 @@ class Node:
         await self.transport.close()
 
     def statistics(self) -> dict[str, int]:
-        """Calls and tells sent and received, messages refused, calls pending or waiting for room, actors."""
+        """Calls and tells sent and received, messages refused, calls pending or waiting for room, actors, bytes.
+
+        Bytes are those of message envelopes and bodies, sent and received;
+        tensor bytes sent are counted apart (``tensor_bytes_sent``).
+        """
+        transport = self.transport
         return {
+            "bytes_sent": sum(transport.bytes_sent.values()),
+            "tensor_bytes_sent": sum(transport.tensor_bytes_sent.values()),
+            "bytes_received": self.bytes_received,
             "calls_sent": self.caller.calls_sent,
             "tells_sent": self.caller.tells_sent,
             "calls_received": self.callee.calls_received,

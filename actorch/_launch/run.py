@@ -29,6 +29,7 @@ from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConf
 from actorch._base.errors import NodeLostError
 from actorch._launch.eventloop import InterruptPolicy, Watchdog, run_bounded
 from actorch._launch.logs import configure_logging
+from actorch._launch.status import STATUS_PORT_ENV, StatusServer
 from actorch._transport.base import Transport
 from actorch._transport.elastic import ElasticRpcTransport, prepare_join
 from actorch._transport.inprocess import InProcessHub
@@ -47,6 +48,8 @@ _QUIET_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR"}
 SHUTDOWN_TIMEOUT = 5.0
 """Seconds past the actors' own bounds (``2 * stop_grace``) that a node's shutdown may take."""
 JOIN_TIMEOUT = 10.0
+WORLD_SIZE_ENV = "ACTORCH_WORLD_SIZE"
+"""Set by ``actorch run -n N``: the number of local processes, in place of ``run``'s ``world_size``."""
 YOUNG_GC_THRESHOLD = 3_000
 """Allocations between two collections of the young generation when ``run`` tunes the collector (Python: 700)."""
 
@@ -63,6 +66,7 @@ class _Plan:
     options: RpcOptions
     setup: Setup | None
     tune_gc: bool
+    status: tuple[str, int] | None = None  # where rank 0 serves the status (actorch status), if anywhere
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,8 @@ def run(
     port: int = 0,
     setup: Setup | None = None,
     tune_gc: bool = True,
+    status_port: int | None = None,
+    status_host: str = "127.0.0.1",
     log_level: str | None = None,
     configure_logs: bool = True,
 ) -> T:
@@ -185,8 +191,16 @@ def run(
             thirds of the time. Frozen objects are never freed: set False if
             ``setup`` leaves cyclic garbage it expects collected, or to keep
             Python's defaults.
+        status_port: Have rank 0 serve the system's live status on this port
+            (0: a free one) for ``actorch status``, and Prometheus metrics at
+            ``/metrics`` with ``actorch[metrics]`` installed; read-only. None
+            reads ``ACTORCH_STATUS_PORT``, and serves nothing without it.
+        status_host: The address the status is served on; loopback unless you mean otherwise.
         log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
         configure_logs: Configure structlog here (unless the program already did).
+
+    ``actorch run -n N script.py`` sets ``ACTORCH_WORLD_SIZE``, which then
+    takes the place of ``world_size``.
 
     Returns:
         What ``main`` returned. If ``main`` raised, the exception propagates after shutdown.
@@ -215,9 +229,10 @@ def run(
     )
     if setup is not None and not callable(setup):
         raise TypeError(f"setup must be a function of the node's rank, not {setup!r}")
-    plan = _Plan(config, options, setup, tune_gc=tune_gc)
-    if not is_count(port, 0) or port > 65535:
+    plan = _Plan(config, options, setup, tune_gc=tune_gc, status=_status_address(status_host, status_port))
+    if not _is_port(port):
         raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {port!r}")
+    world_size, launcher_sized = _requested_world_size(world_size)
     under_torchrun = all(var in os.environ for var in _TORCHRUN_VARS)
     if elastic:
         return _launch_elastic(main, world_size, host, plan, port, under_torchrun=under_torchrun)
@@ -228,7 +243,7 @@ def run(
             os.environ["MASTER_ADDR"],
             int(os.environ["MASTER_PORT"]),
         )
-        if world_size is not None and world_size != world.world_size:
+        if world_size is not None and world_size != world.world_size and not launcher_sized:
             raise ValueError(f"run(world_size={world_size}) but torchrun started {world.world_size} processes")
         if world.rank != 0:
             _serve(world, plan)
@@ -239,6 +254,40 @@ def run(
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
     return _launch_local(main, world_size, host, plan, port)
+
+
+def _is_port(port: object) -> bool:
+    return is_count(port, 0) and isinstance(port, int) and port <= 65535
+
+
+def _status_address(host: str, port: int | None) -> tuple[str, int] | None:
+    """Where rank 0 serves the status: ``status_port``, else ``ACTORCH_STATUS_PORT``, else nowhere."""
+    if port is None:
+        found = os.environ.get(STATUS_PORT_ENV)
+        if not found:
+            return None
+        if not found.isdigit() or not _is_port(int(found)):
+            raise ValueError(f"{STATUS_PORT_ENV} must be a port (0..65535), not {found!r}")
+        port = int(found)
+    if not _is_port(port):
+        raise ValueError(f"status_port must be an int in 0..65535 (0: a free one), or None, not {port!r}")
+    return host, port
+
+
+def _requested_world_size(world_size: int | None) -> tuple[int | None, bool]:
+    """``world_size``, or what ``actorch run`` asked for in ``ACTORCH_WORLD_SIZE``; and whether a launcher set it.
+
+    ``ACTORCH_WORLD_SIZE=launcher`` (``actorch run`` handing over to torchrun)
+    means: the world torchrun starts, whatever ``world_size`` says.
+    """
+    asked = os.environ.get(WORLD_SIZE_ENV)
+    if not asked:
+        return world_size, False
+    if asked == "launcher":
+        return None, True
+    if not asked.isdigit() or int(asked) < 1:
+        raise ValueError(f"{WORLD_SIZE_ENV} must be a positive int, not {asked!r}")
+    return int(asked), True
 
 
 def _launch_elastic(
@@ -398,11 +447,17 @@ def _kill_lost(workers: list[Any], rank: int) -> None:
 async def _lead(main: Main[T], transport: Transport, plan: _Plan, workers: list[Any] | None = None) -> T:
     system, host = await _start(transport, plan, workers)
     failed = True
+    status = None
     try:
+        if plan.status is not None:
+            status = StatusServer(host, *plan.status)
+            await status.start()
         result = await main(system)
         failed = False
         return result
     finally:
+        if status is not None:
+            await status.close()
         silent = await asyncio.shield(_shutdown_world(host, failed))
         if workers:
             for rank in silent:

@@ -1,0 +1,118 @@
+"""The live status of a running system: gathered from every node, served read-only by rank 0 over HTTP.
+
+Rank 0 serves it only when asked (``run(status_port=...)`` or
+``ACTORCH_STATUS_PORT``), on loopback unless told otherwise. The server
+answers ``GET /status`` with the whole system as JSON, ``GET /metrics`` with
+Prometheus' text format when ``prometheus_client`` is installed, and refuses
+everything else: it changes nothing in the system. ``actorch status`` is its
+client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from actorch._actors.host import ActorHost
+from actorch._actors.service import NodeService
+
+__all__ = ["STATUS_PORT_ENV", "StatusServer", "gather_status"]
+
+STATUS_PORT_ENV = "ACTORCH_STATUS_PORT"
+"""Environment variable that asks rank 0 to serve the status on this port (as ``run(status_port=...)``)."""
+NODE_TIMEOUT = 2.0
+"""Seconds a node has to answer a status request; one that does not is shown as not answering."""
+_MAX_REQUEST = 8192
+
+
+async def gather_status(host: ActorHost) -> dict[str, Any]:
+    """Every node's status as rank 0 sees it now; lost nodes and those that did not answer say so."""
+    node = host.node
+
+    async def one(rank: int) -> dict[str, Any]:
+        if rank in node.lost:
+            return {"rank": rank, "lost": node.lost[rank]}
+        if rank == host.rank:
+            return host.status()
+        try:
+            async with asyncio.timeout(NODE_TIMEOUT):
+                found: dict[str, Any] = await host.services[rank].call(NodeService.status)
+                return found
+        except Exception as exc:  # noqa: BLE001 - shown in the table, not raised
+            return {"rank": rank, "unanswered": repr(exc)}
+
+    nodes = await asyncio.gather(*(one(rank) for rank in node.ranks()))
+    return {"time": time.time(), "world_size": node.world_size, "nodes": list(nodes)}
+
+
+class StatusServer:
+    """Rank 0's read-only HTTP endpoint for ``actorch status`` (and Prometheus, when installed)."""
+
+    def __init__(self, host: ActorHost, address: str, port: int) -> None:
+        self._host = host
+        self._address = address
+        self._port = port
+        self._server: asyncio.Server | None = None
+
+    def __repr__(self) -> str:
+        return f"<StatusServer {self._address}:{self.port}>"
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one asked, or the one the system chose for 0)."""
+        if self._server is None or not self._server.sockets:
+            return self._port
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def start(self) -> None:
+        """Listen; ``OSError`` if the port is taken."""
+        self._server = await asyncio.start_server(self._serve, self._address, self._port)
+        self._host.node.log.info("status served", address=self._address, port=self.port)
+
+    async def close(self) -> None:
+        """Stop listening and drop open connections."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(NODE_TIMEOUT * 2):
+                head = await reader.readuntil(b"\r\n\r\n")
+            status, kind, body = await self._answer(head)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
+            status, kind, body = "400 Bad Request", "text/plain", b"a status request is GET /status\n"
+        try:
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def _answer(self, head: bytes) -> tuple[str, str, bytes]:
+        """The reply to one request: the status, the metrics, or a refusal."""
+        if len(head) > _MAX_REQUEST:
+            return "431 Request Header Fields Too Large", "text/plain", b"request too large\n"
+        method, _, rest = head.decode("latin-1").partition(" ")
+        path = rest.partition(" ")[0].partition("?")[0]
+        if method != "GET":
+            return "405 Method Not Allowed", "text/plain", b"read-only: only GET /status and GET /metrics\n"
+        if path == "/status":
+            return "200 OK", "application/json", json.dumps(await gather_status(self._host)).encode()
+        if path == "/metrics":
+            from actorch._launch.prometheus import metrics_text  # noqa: PLC0415 - an optional dependency
+
+            try:
+                text = metrics_text(await gather_status(self._host))
+            except ImportError:
+                return "501 Not Implemented", "text/plain", b"install actorch[metrics] for /metrics\n"
+            return "200 OK", "text/plain; version=0.0.4; charset=utf-8", text
+        return "404 Not Found", "text/plain", b"only GET /status and GET /metrics\n"

@@ -1,0 +1,40 @@
+"""A system to watch from outside: ``actorch run -n 2 --status-port P ops.py TMPDIR``.
+
+Rank 0 spawns a few actors, calls them (each counter's ``explode`` raises once),
+writes ``TMPDIR/ready`` and keeps the system up until ``TMPDIR/done`` appears
+(60 s at most), calling all along so that rates are not zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+from actors import Counter, emit
+
+import actorch
+
+TMP = Path(sys.argv[1])
+
+
+async def main(system: actorch.ActorSystem) -> str:
+    counters = [await system.spawn(Counter, name=f"ops/counter{rank}", on=rank) for rank in range(system.world_size)]
+    for counter in counters:
+        for _ in range(20):
+            await counter.call(Counter.add)
+        with contextlib.suppress(Exception):  # the error is what the status must count
+            await counter.call(Counter.explode, "on purpose")
+    emit("started", world_size=system.world_size, nodes=[info.rank for info in system.nodes])
+    (TMP / "ready").write_text("ready")
+    deadline = time.monotonic() + 60
+    while not (TMP / "done").exists() and time.monotonic() < deadline:
+        await asyncio.gather(*(counter.call(Counter.add) for counter in counters))
+        await asyncio.sleep(0.02)
+    return "watched"
+
+
+if __name__ == "__main__":
+    print("RETURNED", repr(actorch.run(main)), flush=True)
