@@ -1,0 +1,170 @@
+"""What ``actorch status`` and the metrics read, in one process: counters, histograms, the endpoint, the exporter.
+
+The command itself, a live multi-process system and the HTTP scrape are in
+``test_cli``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from actors import Counter
+
+import actorch
+from actorch._engine.metrics import EndpointStats, bucket_of, bucket_upper
+from actorch._launch import run as run_module
+from actorch._launch.prometheus import LE_BOUNDS, metrics_text
+from actorch._launch.status import StatusServer, gather_status
+from actorch.testing import LocalWorld
+
+
+@pytest.mark.parametrize("ns", [0, 1, 7, 8, 9, 15, 16, 1000, 1023, 1024, 123_456_789, 10**12])
+def test_a_duration_falls_in_a_bucket_whose_bound_holds_it_within_a_quarter_octave(ns: int) -> None:
+    upper = bucket_upper(bucket_of(ns))
+    assert ns <= upper
+    assert upper <= max(ns * 1.25, ns + 1)
+
+
+def test_buckets_grow_with_the_duration() -> None:
+    buckets = [bucket_of(ns) for ns in range(1, 100_000, 37)]
+    assert buckets == sorted(buckets)
+
+
+def test_endpoint_stats_count_runs_errors_and_quantiles() -> None:
+    stats = EndpointStats()
+    assert stats.quantile(0.5) is None
+    for _ in range(98):
+        stats.record(1_000, False)
+    stats.record(1_000_000, True)
+    stats.record(50_000_000, False, count=3)  # a batch of 3 in one run
+    assert stats.calls == 102
+    assert stats.errors == 1
+    assert stats.quantile(0.5) == pytest.approx(1e-6, rel=0.25)
+    assert stats.quantile(0.99) == pytest.approx(1e-3, rel=0.25)
+    assert stats.quantile(1.0) == pytest.approx(5e-2, rel=0.25)
+    snapshot = stats.snapshot()
+    assert snapshot["calls"] == 102
+    assert snapshot["seconds"] == pytest.approx((98_000 + 1_000_000 + 50_000_000) / 1e9)
+    assert sum(runs for _, runs in snapshot["buckets"]) == 100
+    json.dumps(snapshot)  # it travels as plain data
+
+
+async def test_every_handled_message_is_counted_under_its_endpoint(world: LocalWorld, on: int) -> None:
+    counter = await world[0].spawn(Counter, name="status/counter", on=on)
+    for _ in range(5):
+        await counter.call(Counter.add)
+    counter.tell(Counter.add)
+    with pytest.raises(ValueError, match="boom"):
+        await counter.call(Counter.explode, "boom")
+    await counter.call(Counter.get)
+    status = await gather_status(world._hosts[0])
+    assert [node["rank"] for node in status["nodes"]] == [0, 1, 2]
+    (actor,) = [a for node in status["nodes"] for a in node["actors"] if a["name"] == "status/counter"]
+    assert actor["class"] == "Counter"
+    assert actor["endpoints"]["add"]["calls"] == 6  # calls and the tell
+    assert actor["endpoints"]["explode"]["errors"] == 1
+    assert actor["endpoints"]["get"]["calls"] == 1
+    assert actor["queued"] == 0
+    node = status["nodes"][on]
+    assert node["uptime"] > 0
+    if on != 0:
+        assert node["statistics"]["bytes_received"] > 0
+
+
+async def test_status_shows_a_lost_node_as_lost(world: LocalWorld) -> None:
+    world.kill(2)
+    await asyncio.sleep(0)
+    status = await gather_status(world._hosts[0])
+    assert status["nodes"][2] == {"rank": 2, "lost": "killed by the test"}
+    assert b'actorch_node_up{node="2"} 0.0' in metrics_text(status)
+
+
+async def _request(port: int, raw: bytes) -> tuple[int, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(raw)
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+async def test_the_status_server_answers_get_status_and_metrics_and_refuses_the_rest(world: LocalWorld) -> None:
+    await world[0].spawn(Counter, name="served", on=1)
+    server = StatusServer(world._hosts[0], "127.0.0.1", 0)
+    await server.start()
+    try:
+        code, body = await _request(server.port, b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert code == 200
+        assert json.loads(body)["world_size"] == 3
+        code, body = await _request(server.port, b"GET /metrics?x=1 HTTP/1.1\r\n\r\n")
+        assert code == 200
+        assert b"actorch_node_up" in body
+        assert (await _request(server.port, b"POST /status HTTP/1.1\r\n\r\n"))[0] == 405
+        assert (await _request(server.port, b"GET /stop HTTP/1.1\r\n\r\n"))[0] == 404
+        assert (await _request(server.port, b"garbage"))[0] == 400
+    finally:
+        await server.close()
+
+
+def test_histogram_buckets_are_cumulative_for_prometheus() -> None:
+    status: dict[str, Any] = {
+        "nodes": [
+            {
+                "rank": 0,
+                "statistics": {"bytes_sent": 1, "tensor_bytes_sent": 2, "bytes_received": 3},
+                "actors": [
+                    {
+                        "label": "a",
+                        "class": "C",
+                        "queued": 4,
+                        "endpoints": {"e": {"calls": 3, "errors": 0, "seconds": 0.3, "buckets": [[2e-5, 2], [0.2, 1]]}},
+                    }
+                ],
+            }
+        ]
+    }
+    text = metrics_text(status).decode()
+    assert f'actorch_handler_seconds_bucket{{actor_class="C",endpoint="e",le="{LE_BOUNDS[0]!r}",node="0"}} 0.0' in text
+    assert 'actorch_handler_seconds_bucket{actor_class="C",endpoint="e",le="5e-05",node="0"} 2.0' in text
+    assert 'actorch_handler_seconds_bucket{actor_class="C",endpoint="e",le="0.5",node="0"} 3.0' in text
+    assert 'actorch_handler_seconds_bucket{actor_class="C",endpoint="e",le="+Inf",node="0"} 3.0' in text
+    assert 'actorch_mailbox_depth{actor="a",node="0"} 4.0' in text
+    assert 'actorch_tensor_bytes_sent_total{node="0"} 2.0' in text
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "env", "match"),
+    [
+        ({"status_port": -1}, {}, "status_port must be an int"),
+        ({"status_port": "8470"}, {}, "status_port must be an int"),
+        ({}, {"ACTORCH_STATUS_PORT": "http"}, "ACTORCH_STATUS_PORT must be a port"),
+        ({}, {"ACTORCH_WORLD_SIZE": "0"}, "ACTORCH_WORLD_SIZE must be a positive int"),
+    ],
+)
+def test_run_refuses_bad_status_ports_and_world_sizes(
+    monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any], env: dict[str, str], match: str
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+    async def main(system: actorch.ActorSystem) -> None:
+        raise AssertionError("main must not run")
+
+    with pytest.raises(ValueError, match=match):
+        actorch.run(main, configure_logs=False, **kwargs)
+
+
+def test_actorch_run_sets_the_world_size_in_place_of_the_scripts(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+    monkeypatch.setattr(run_module, "_launch_local", lambda *args: seen.append(args))
+    monkeypatch.setenv("ACTORCH_WORLD_SIZE", "4")
+
+    async def main(system: actorch.ActorSystem) -> None:
+        raise AssertionError("main must not run")
+
+    actorch.run(main, world_size=3, configure_logs=False)
+    assert seen[0][1] == 4
