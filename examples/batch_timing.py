@@ -11,7 +11,8 @@ named ``timing/<world size>/<rank>`` and each agent finds its row's observers by
 that pattern. Only the episodes are timed, not process start-up (the tutorial
 timed whole ``mp.spawn`` runs). The policy is the tutorial's, with ``--hidden``
 units per layer and ``--layers`` hidden layers: on a CPU, a wide policy stands
-in for the per-forward cost that batching saves on a GPU.
+in for the per-forward cost that batching saves on a GPU. On a terminal a
+progress bar counts the episodes played (``--no-progress`` for none).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 
 import gymnasium as gym
 import torch
+from _progress import ProgressBar
 from matplotlib.figure import Figure
 from torch import nn
 
@@ -64,18 +66,31 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=2048, help="units per hidden layer (tutorial: 128)")
     parser.add_argument("--layers", type=int, default=2, help="hidden layers (tutorial: 1)")
     parser.add_argument("--plot", default="batch_timing.png", help="where to save the figure ('' for none)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="a bar on a terminal")
     args = parser.parse_args()
     if args.max_world_size < 2:
         parser.error("--max-world-size must be at least 2 (an agent and an observer)")
     return args
 
 
-async def time_episodes(agent: actorch.ActorRef[Agent]) -> float:
+async def time_episodes(agent: actorch.ActorRef[Agent], bar: ProgressBar) -> float:
     await agent.call(Agent.run_episode, ARGS.steps)  # warm-up: first forwards, first messages
+    bar.advance()
     started = time.perf_counter()
     for _ in range(ARGS.episodes):
         await agent.call(Agent.run_episode, ARGS.steps)
+        bar.advance()
     return time.perf_counter() - started
+
+
+async def time_row(system: actorch.ActorSystem, size: int, bar: ProgressBar) -> tuple[int, float, float]:
+    """One row of the table: spawn the observers of world size ``size`` and two agents, time both agents."""
+    pattern = f"timing/{size}/*"
+    for rank in range(1, size):
+        await system.spawn(Observer, args=(make_env,), kwargs={"seed": rank}, name=f"timing/{size}/{rank}", on=rank)
+    batched = await system.spawn(Agent, args=(make_policy,), kwargs={"observers": pattern, "seed": 0})
+    plain = await system.spawn(Agent, args=(make_policy,), kwargs={"observers": pattern, "batch": False, "seed": 0})
+    return size, await time_episodes(batched, bar), await time_episodes(plain, bar)
 
 
 def plot(rows: list[tuple[int, float, float]], path: str) -> None:
@@ -98,15 +113,13 @@ async def main(system: actorch.ActorSystem) -> list[tuple[int, float, float]]:
     )
     print(f"{'world size':>10}  {'batched s':>10}  {'unbatched s':>11}  {'speed-up':>8}")
     rows = []
-    for size in range(2, system.world_size + 1):
-        pattern = f"timing/{size}/*"
-        for rank in range(1, size):
-            await system.spawn(Observer, args=(make_env,), kwargs={"seed": rank}, name=f"timing/{size}/{rank}", on=rank)
-        batched = await system.spawn(Agent, args=(make_policy,), kwargs={"observers": pattern, "seed": 0})
-        plain = await system.spawn(Agent, args=(make_policy,), kwargs={"observers": pattern, "batch": False, "seed": 0})
-        row = (size, await time_episodes(batched), await time_episodes(plain))
-        rows.append(row)
-        print(f"{size:>10}  {row[1]:>10.2f}  {row[2]:>11.2f}  {row[2] / row[1]:>7.2f}x", flush=True)
+    episodes = (system.world_size - 1) * 2 * (1 + ARGS.episodes)  # per row: two agents, warm-up included
+    with ProgressBar(episodes, "episodes", enabled=ARGS.progress) as bar:
+        for size in range(2, system.world_size + 1):
+            bar.update(description=f"world size {size}")
+            row = await time_row(system, size, bar)
+            rows.append(row)
+            print(f"{size:>10}  {row[1]:>10.2f}  {row[2]:>11.2f}  {row[2] / row[1]:>7.2f}x", flush=True)
     if ARGS.plot:
         plot(rows, ARGS.plot)
         print(f"figure saved to {ARGS.plot}")

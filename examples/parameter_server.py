@@ -3,7 +3,8 @@
 Run it with ``python examples/parameter_server.py`` (needs scikit-learn for its
 bundled digits dataset: ``pip install -e '.[examples]'``). Rank 0 spawns two
 parameter-server shards and three trainers, trains in async (Hogwild) mode and
-then in sync mode, and prints the test accuracy after every epoch.
+then in sync mode, and prints the test accuracy after every epoch; on a
+terminal a progress bar counts the epochs (``--no-progress`` for none).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import time
 
 import torch
+from _progress import ProgressBar
 from sklearn.datasets import load_digits
 from torch import nn
 
@@ -73,7 +75,7 @@ def accuracy(parameters: dict[str, torch.Tensor]) -> float:
         return (model(x).argmax(1) == y).float().mean().item()
 
 
-async def train(system: actorch.ActorSystem, mode: str, epochs: int, trainers: int) -> float:
+async def train(system: actorch.ActorSystem, mode: str, epochs: int, trainers: int, bar: ProgressBar) -> float:
     shards = 2
     # A sync step averages the trainers' gradients: it moves as far as one async
     # push but happens a third as often, so it gets a larger learning rate.
@@ -95,6 +97,7 @@ async def train(system: actorch.ActorSystem, mode: str, epochs: int, trainers: i
     ]
     client = actorch.ParameterClient(servers)
     print(f"{mode} mode: {shards} shards, {trainers} trainers; chance is 10 %")
+    bar.update(description=f"{mode} mode")
     final = 0.0
     for epoch in range(1, epochs + 1):
         started = time.perf_counter()
@@ -104,6 +107,7 @@ async def train(system: actorch.ActorSystem, mode: str, epochs: int, trainers: i
             f"  epoch {epoch:2d}  loss {sum(losses) / len(losses):.3f}  test accuracy {final:6.1%}  "
             f"versions {client.versions}  {time.perf_counter() - started:.2f} s"
         )
+        bar.advance()
     for ref in [*workers, *servers]:
         await ref.stop()
     return final
@@ -112,8 +116,9 @@ async def train(system: actorch.ActorSystem, mode: str, epochs: int, trainers: i
 async def main(system: actorch.ActorSystem) -> None:
     args = parser().parse_args()
     modes = ["async", "sync"] if args.mode == "both" else [args.mode]
-    for mode in modes:
-        await train(system, mode, args.epochs, args.trainers)
+    with ProgressBar(len(modes) * args.epochs, "epochs", enabled=args.progress) as bar:
+        for mode in modes:
+            await train(system, mode, args.epochs, args.trainers, bar)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -122,6 +127,7 @@ def parser() -> argparse.ArgumentParser:
     parsed.add_argument("--epochs", type=int, default=8)
     parsed.add_argument("--trainers", type=int, default=3)
     parsed.add_argument("--world-size", type=int, default=3)
+    parsed.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="a bar on a terminal")
     return parsed
 
 

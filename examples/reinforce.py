@@ -7,7 +7,8 @@ forward per state). Rank 0 hosts the ``Agent``; ranks 1..N each host an
 CartPole episode against the agent, asking it for an action at every step;
 with batching, the agent answers all observers' states of a step with one
 policy forward. The agent then takes one REINFORCE step on all the episodes.
-It prints the running reward per episode and saves the reward curve.
+It prints the running reward per episode and saves the reward curve; on a
+terminal a progress bar counts the episodes (``--no-progress`` for none).
 
 ``--device`` puts the agent's policy on a GPU (``auto``, the default, picks
 ``cuda`` when there is one); the observers always play on the CPU.
@@ -21,6 +22,7 @@ import time
 
 import gymnasium as gym
 import torch
+from _progress import ProgressBar
 from matplotlib.figure import Figure
 from torch import nn
 
@@ -59,6 +61,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--device", default="auto", help="the agent's device: auto (default), cpu, cuda or cuda:N")
     parser.add_argument("--plot", default="reinforce.png", help="where to save the reward curve ('' for none)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="a bar on a terminal")
     return parser.parse_args()
 
 
@@ -89,10 +92,14 @@ async def main(system: actorch.ActorSystem) -> list[EpisodeStats]:
     )
     history = []
     started = time.perf_counter()
-    for _ in range(args.episodes):
-        stats = await agent.call(Agent.run_episode, args.steps)
-        history.append(stats)
-        print(f"Episode {stats.episode}\tLast reward: {stats.reward:.2f}\tAverage reward: {stats.running_reward:.2f}")
+    with ProgressBar(args.episodes, "episodes", description="CartPole", enabled=args.progress) as bar:
+        for _ in range(args.episodes):
+            stats = await agent.call(Agent.run_episode, args.steps)
+            history.append(stats)
+            print(
+                f"Episode {stats.episode}\tLast reward: {stats.reward:.2f}\tAverage reward: {stats.running_reward:.2f}"
+            )
+            bar.advance()
     seconds = time.perf_counter() - started
     actions = sum(stats.steps for stats in history)
     print(

@@ -7,7 +7,8 @@ copy over the wire). Rank 0 is the learner: it samples batches across both
 shards through a ``ShardedReplayBuffer``, fits a linear model of the reward
 with importance-weighted loss, and gives every sampled transition its new
 priority (its absolute error). Every second it prints the transitions written
-per second, the samples drawn per second and the loss.
+per second, the samples drawn per second and the loss; on a terminal a progress
+bar counts the seconds (``--no-progress`` for none).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import asyncio
 import time
 
 import torch
+from _progress import ProgressBar
 
 import actorch
 from actorch import PrioritizedReplayBuffer, ReplayBuffer, ShardedReplayBuffer
@@ -64,6 +66,7 @@ async def learn(
     shards: list[actorch.ActorRef[PrioritizedReplayBuffer]],
     seconds: float,
     batch_size: int,
+    bar: ProgressBar,
 ) -> dict[str, float]:
     """Sample, fit, reprioritize for ``seconds``; print progress every second."""
     model = torch.zeros(STATE, ACTIONS, requires_grad=True)
@@ -86,6 +89,7 @@ async def learn(
         await client.update_priorities(sample.indices, error.detach().abs())
         sampled += batch_size
         loss_value = loss.item()
+        bar.update(completed=now - started)
         if now - last >= 1.0:
             added_now = await added(shards)
             print(
@@ -120,7 +124,8 @@ async def main(system: actorch.ActorSystem) -> None:
     )
     started = time.monotonic()
     writing = [asyncio.ensure_future(observer.call(Observer.run, args.seconds)) for observer in observers]
-    result = await learn(client, shards, args.seconds, args.batch_size)
+    with ProgressBar(args.seconds, "s", description="learning", enabled=args.progress) as bar:
+        result = await learn(client, shards, args.seconds, args.batch_size, bar)
     written = sum(await asyncio.gather(*writing))
     elapsed = time.monotonic() - started
     print(
@@ -143,6 +148,7 @@ def parser() -> argparse.ArgumentParser:
     parsed.add_argument("--batch-size", type=int, default=256)
     parsed.add_argument("--capacity", type=int, default=100_000)
     parsed.add_argument("--world-size", type=int, default=3)
+    parsed.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="a bar on a terminal")
     return parsed
 
 
