@@ -5,12 +5,14 @@ The two hosts are Linux network namespaces joined by a veth pair (see
 torchrun starts a script on its machine (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT). Then every packet between them is dropped, without a FIN or an
 RST: only actorch's heartbeats can tell. The same two hosts also carry one
-multi-host join: a node on host b joins an elastic system on host a. The tests
+multi-host join (a node on host b joins an elastic system on host a) and the
+walk-through of docs/multi-host.md (``actorch run`` on each host). The tests
 skip where namespaces cannot be made (not root, no CAP_SYS_ADMIN, no iproute2).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from typing import Any
 
 import netns
 import pytest
-from _mp import Finished, Script, finish_all, script_argv
+from _mp import SCRIPTS, Finished, Script, finish_all, script_argv
 
 pytestmark = pytest.mark.multiprocess
 
@@ -219,6 +221,16 @@ def test_partition_healed_after_the_loss_keeps_the_worker_lost_and_both_sides_en
     assert run.counters_at_end == run.counters_at_partition, "a packet crossed the partition before the heal"
 
 
+def finish_on_hosts(pair: netns.HostPair, scripts: list[Script]) -> tuple[list[Finished], list[int]]:
+    """Collect scripts started in the namespaces (killing what outlives the bound), and what still ran there."""
+    try:
+        finished = finish_all(scripts, RUN_TIMEOUT + START_TIMEOUT)
+        return finished, pair.kill_processes()
+    finally:
+        for script in scripts:
+            script.kill()
+
+
 @pytest.mark.timeout(TEST_TIMEOUT)
 def test_a_node_joins_an_elastic_system_from_the_other_host(pair: netns.HostPair, tmp_path: Path) -> None:
     """Rank 0 on host a listens on its veth address; ``actorch.serve`` on host b joins it and hosts an actor."""
@@ -234,12 +246,7 @@ def test_a_node_joins_an_elastic_system_from_the_other_host(pair: netns.HostPair
             script_argv("joiner.py", "host-b", "60"), {"ACTORCH_ADDRESS": f"{netns.ADDRESS_A}:{MASTER_PORT}", **token}
         )
     )
-    try:
-        rank0, rank1 = finish_all([leader, joiner], RUN_TIMEOUT + START_TIMEOUT)
-        left_in_namespaces = pair.kill_processes()
-    finally:
-        leader.kill()
-        joiner.kill()
+    (rank0, rank1), left_in_namespaces = finish_on_hosts(pair, [leader, joiner])
     rank0.assert_clean_exit(0)
     rank1.assert_clean_exit(0)
     remote = rank0.result("remote")
@@ -247,4 +254,42 @@ def test_a_node_joins_an_elastic_system_from_the_other_host(pair: netns.HostPair
     assert remote["where"][0] == 1
     assert remote["found"] == remote["where"]
     assert remote["reverse"] == remote["where"]  # host b resolves the name through rank 0's registry too
+    assert left_in_namespaces == []
+
+
+@pytest.mark.timeout(TEST_TIMEOUT)
+def test_the_multi_host_walk_through_finds_an_actor_on_host_b_from_host_a(pair: netns.HostPair) -> None:
+    """docs/multi-host.md's commands, one ``actorch run`` per host, torchrun's static rendezvous between them."""
+    launchers = [
+        Script(
+            host.exec_argv(
+                [
+                    sys.executable,
+                    "-m",
+                    "actorch",
+                    "run",
+                    "-n",
+                    "1",
+                    "--nnodes",
+                    "2",
+                    "--node-rank",
+                    str(rank),
+                    "--master-addr",
+                    netns.ADDRESS_A,
+                    "--master-port",
+                    str(MASTER_PORT),
+                    str(SCRIPTS / "two_hosts.py"),
+                ]
+            )
+        )
+        for rank, host in enumerate(pair.hosts)
+    ]
+    (host_a, host_b), left_in_namespaces = finish_on_hosts(pair, launchers)
+    host_a.assert_clean_exit(0)
+    host_b.assert_clean_exit(0)
+    found = host_a.result("two_hosts")
+    assert found["world_size"] == 2
+    assert found["where"] == [1, found["pids"]["1"]]  # rank 1, in host b's namespace
+    assert found["value"] == 42
+    assert "RETURNED 'found'" in host_a.stdout
     assert left_in_namespaces == []
