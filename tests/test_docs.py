@@ -1,0 +1,374 @@
+"""Every Python block of README.md and docs/ runs here, or says why it cannot.
+
+Sybil finds the blocks. Each page runs as a module of its own
+(``actorch_docs_<page>``, so that actor classes defined in a block can be
+spawned), in a temporary folder: its blocks run in order, sharing one
+namespace, on one event loop where top-level ``await`` works. The namespace
+starts with ``system``, rank 0 of an in-process world of three nodes
+(``actorch.testing.local_world``), and ``world``, that world. Within a block:
+
+- ``actorch.run(main, ...)`` runs ``main`` in an in-process world of
+  ``world_size`` nodes (the arguments are checked against the real ``run``'s
+  signature), and ``if __name__ == "__main__":`` holds, as in a script;
+- a ``main`` that the block defines and does not run is run on ``system``
+  after it, and ``test_*`` functions that it defines are called, as pytest
+  would;
+- ``--8<-- "path"`` (mkdocs' snippet include) runs the file it includes.
+
+In the Markdown, each of these goes on its own line:
+
+- ``<!-- skip: next "needs torchrun" -->`` before a block that cannot run
+  here; the reason is required. A reason reading ``"an excerpt of
+  examples/foo.py"`` also checks that the block's code lines are lines of
+  that file.
+- ``<!-- run-as-script -->`` before a whole program that needs real
+  processes: it runs as ``python <page>.py`` and must exit with 0.
+- ``<!-- invisible-code-block: python``, code, ``-->``: set-up that readers
+  need not see.
+
+docs/architecture.md ("Tests of the documentation") says the same for
+contributors.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import inspect
+import itertools
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import types
+import unittest
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from sybil import Document, Example, Region, Sybil
+from sybil.evaluators.python import pad
+from sybil.parsers.markdown import CodeBlockParser, SkipParser
+from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer
+
+import actorch
+from actorch._base import codec
+from actorch.testing import local_world
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+WORLD_SIZE = 3
+"""Nodes of each page's world (``system`` is its rank 0)."""
+
+REAL_RUN = actorch.run
+RUN_SIGNATURE = inspect.signature(REAL_RUN)
+LOCAL_WORLD_OPTIONS = ("strict", "lookup_timeout", "stop_grace", "mailbox_size", "max_message_size")
+SNIPPET = re.compile(r'\A\s*--8<--\s+"([^"]+)"\s*\Z')
+SCRIPT_TIMEOUT = 120.0
+"""Seconds a block run as a script may take, worker processes included."""
+EXCERPT = re.compile(r"excerpt of (\S+\.py)\b")
+FENCE = re.compile(r"^[ \t]*(?:[-*+][ \t]+)?(`{3,}|~{3,})[ \t]*([^\s`]*)[^\n]*$", re.MULTILINE)
+
+
+class ReasonedSkipParser(SkipParser):
+    """Sybil's ``skip`` directive, but ``skip: next`` and ``skip: start`` must say why."""
+
+    def __call__(self, document: Document) -> Iterator[Region]:
+        for region in super().__call__(document):
+            action, reason = region.parsed
+            if action in ("next", "start") and not (reason and reason.strip().strip("\"'")):
+                line = document.line_column(region.start)
+                raise ValueError(f'{document.path}, {line}: write the reason, as in <!-- skip: {action} "why" -->')
+            yield region
+
+
+class ScriptParser:
+    """``<!-- run-as-script -->``: the next block is a whole program, run as ``python block.py``."""
+
+    MARK = "run-as-script"
+
+    def __init__(self) -> None:
+        self.lexer = DirectiveInHTMLCommentLexer(self.MARK, arguments="")
+
+    def __call__(self, document: Document) -> Iterator[Region]:
+        for lexed in self.lexer(document):
+            yield Region(lexed.start, lexed.end, self.MARK, _evaluator)
+
+
+@dataclass
+class Page:
+    """One Markdown page: its module, its event loop and its world, open while its blocks run."""
+
+    path: Path
+    document: Document
+    module: types.ModuleType
+    examples: list[Example] = field(default_factory=list)
+    scripts: set[int] = field(default_factory=set)
+    runner: asyncio.Runner | None = None
+    stack: contextlib.AsyncExitStack | None = None
+    ran: set[Any] = field(default_factory=set)
+    saved_torch: tuple[int, torch.Tensor] | None = None
+    saved_cwd: str | None = None
+    folder: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.path.relative_to(ROOT))
+
+    def open(self) -> None:
+        self.saved_torch = (torch.get_num_threads(), torch.random.get_rng_state())
+        self.folder = tempfile.TemporaryDirectory(prefix="actorch-docs-")
+        self.saved_cwd = os.getcwd()
+        os.chdir(self.folder.name)  # files a block writes land there
+        sys.modules[self.module.__name__] = self.module
+        self.runner = asyncio.Runner()
+        self.stack = contextlib.AsyncExitStack()
+        world = self.runner.run(self.stack.enter_async_context(local_world(WORLD_SIZE)))
+        self.module.__dict__.update(world=world, system=world[0])
+
+    def close(self) -> None:
+        try:
+            if self.runner is not None and self.stack is not None:
+                self.runner.run(self.stack.aclose())
+        finally:
+            if self.runner is not None:
+                self.runner.close()
+            name = self.module.__name__
+            sys.modules.pop(name, None)
+            self.module.__dict__.clear()
+            for code, cls in list(codec._serializable_classes.items()):  # the page's @serializable classes
+                if cls.__module__ == name:
+                    codec._serializable_classes.pop(code)
+                    codec._decoders.pop(code, None)
+                    codec._encoders.pop(cls, None)
+            if self.saved_cwd is not None:
+                os.chdir(self.saved_cwd)
+            if self.folder is not None:
+                self.folder.cleanup()
+            if self.saved_torch is not None:
+                threads, rng = self.saved_torch
+                torch.set_num_threads(threads)
+                torch.random.set_rng_state(rng)
+
+    def run(self, coroutine: Any) -> Any:
+        assert self.runner is not None, f"{self.name} is not open"
+        return self.runner.run(coroutine)
+
+    def fake_run(self, main: Any, world_size: int | None = None, **options: Any) -> Any:
+        """``actorch.run`` for a doc block: ``main`` in an in-process world of ``world_size`` nodes."""
+        RUN_SIGNATURE.bind(main, world_size, **options)  # a misspelt option fails here, as in run
+        if options.get("elastic"):
+            raise RuntimeError("an elastic system needs processes: mark this block skipped, saying so")
+        setup = options.get("setup")
+        kwargs = {key: options[key] for key in LOCAL_WORLD_OPTIONS if key in options}
+
+        async def in_world() -> Any:
+            async with local_world(world_size or 1, **kwargs) as world:
+                if setup is not None:
+                    for rank in range(len(world)):
+                        result = setup(rank)
+                        if inspect.isawaitable(result):
+                            await result
+                return await main(world[0])
+
+        self.ran.add(main)
+        return self.run(in_world())
+
+    def evaluate(self, example: Example) -> None:
+        """Run one block in the page's namespace (the evaluator of every Python block)."""
+        __tracebackhide__ = True
+        source = str(example.parsed)
+        line = example.line + example.parsed.line_offset
+        included = SNIPPET.match(source)
+        if included is not None:
+            filename, source, line = str(ROOT / included[1]), (ROOT / included[1]).read_text(), 0
+        else:
+            filename = example.path
+        if example.start in self.scripts:
+            self.run_script(pad(source, line))
+            return
+        tree = ast.parse(pad(source, line), filename)
+        tree.body = [_as_script(statement) for statement in tree.body]
+        code = compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        namespace = self.module.__dict__
+        before = dict(namespace)
+        with _patched(actorch, "run", self.fake_run):
+            if code.co_flags & inspect.CO_COROUTINE:
+                self.run(eval(code, namespace))
+            else:
+                exec(code, namespace)
+            self._run_defined(namespace, before)
+
+    def run_script(self, source: str) -> None:
+        """Run a whole program as ``python <page>.py`` (its workers import it), and check that it exits 0."""
+        assert self.folder is not None, f"{self.name} is not open"
+        script = Path(self.folder.name) / f"{self.path.stem.replace('-', '_')}.py"
+        script.write_text(source)
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=self.folder.name,
+            capture_output=True,
+            text=True,
+            timeout=SCRIPT_TIMEOUT,
+            check=False,
+        )
+        assert done.returncode == 0, (
+            f"{self.name}: the block run as a script exited with {done.returncode}\n"
+            f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+        )
+
+    def _run_defined(self, namespace: dict[str, Any], before: dict[str, Any]) -> None:
+        """Run the ``main`` and ``test_*`` functions the block defined and did not run itself."""
+        for name, value in list(namespace.items()):
+            if before.get(name) is value or not inspect.isfunction(value) or value in self.ran:
+                continue
+            if name == "main" and inspect.iscoroutinefunction(value):
+                self.ran.add(value)
+                self.run(value(namespace["system"]))
+            elif name.startswith("test_"):
+                self.ran.add(value)
+                result = value()
+                if inspect.iscoroutine(result):
+                    self.run(result)
+
+
+def _as_script(statement: ast.stmt) -> ast.stmt:
+    """``if __name__ == "__main__":`` holds, as when the block is run as a script."""
+    if (
+        isinstance(statement, ast.If)
+        and isinstance(statement.test, ast.Compare)
+        and isinstance(statement.test.left, ast.Name)
+        and statement.test.left.id == "__name__"
+        and len(statement.test.comparators) == 1
+        and isinstance(statement.test.comparators[0], ast.Constant)
+        and statement.test.comparators[0].value == "__main__"
+    ):
+        statement.test = ast.copy_location(ast.Constant(value=True), statement.test)
+    return statement
+
+
+@contextlib.contextmanager
+def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
+
+
+def _evaluator(example: Example) -> None:
+    __tracebackhide__ = True
+    BY_DOCUMENT[id(example.document)].evaluate(example)
+
+
+SYBIL = Sybil(
+    parsers=[CodeBlockParser("python", _evaluator), ReasonedSkipParser(), ScriptParser()],
+    path=str(ROOT),
+)
+BY_DOCUMENT: dict[int, Page] = {}
+
+
+def _load(path: Path) -> Page:
+    document = SYBIL.parse(path)
+    slug = re.sub(r"\W", "_", str(path.relative_to(ROOT).with_suffix("")))
+    page = Page(path, document, types.ModuleType(f"actorch_docs_{slug}"))
+    document.namespace = page.module.__dict__
+    marked = False
+    for example in document.examples():
+        if example.parsed == ScriptParser.MARK:
+            marked = True
+            continue
+        if marked and example.region.evaluator is _evaluator:
+            page.scripts.add(example.start)
+            marked = False
+        page.examples.append(example)
+    BY_DOCUMENT[id(document)] = page
+    return page
+
+
+LOADED = [_load(path) for path in PAGES]
+BLOCKS = [(page, index) for page in LOADED for index in range(len(page.examples))]
+
+
+@pytest.fixture(scope="module")
+def open_pages() -> Iterator[dict[Path, Page]]:
+    opened: dict[Path, Page] = {}
+    yield opened
+    for page in opened.values():
+        page.close()
+
+
+@pytest.mark.parametrize(
+    ("page", "index"), BLOCKS, ids=[f"{page.name}:{page.examples[index].line}" for page, index in BLOCKS]
+)
+def test_block(page: Page, index: int, open_pages: dict[Path, Page]) -> None:
+    if page.path not in open_pages:
+        page.open()
+        open_pages[page.path] = page
+    example = page.examples[index]
+    try:
+        example.evaluate()
+    except unittest.SkipTest as skipped:  # <!-- skip: next "reason" -->: say where, and why
+        pytest.skip(f"{page.name}, line {example.line}: {skipped}")
+    finally:
+        if index == len(page.examples) - 1:
+            open_pages.pop(page.path).close()
+
+
+@pytest.mark.parametrize("page", LOADED, ids=[page.name for page in LOADED])
+def test_every_python_block_is_run_or_skipped(page: Page) -> None:
+    """Each fence names its language, and each Python fence is one Sybil runs (or skips, saying why)."""
+    text = page.document.text
+    starts = {example.start for example in page.examples}
+    opening = True
+    for match in FENCE.finditer(text):
+        if not opening:
+            opening = True
+            continue
+        opening = False
+        language = match[2]
+        where = f"{page.name}, {page.document.line_column(match.start())}"
+        assert language, f"{where}: a code block without a language (write ```python, ```bash, ```text...)"
+        if language.lower() in ("py", "python", "python3", "pycon"):
+            assert language == "python", f"{where}: write ```python, which the doc tests run"
+            assert match.start() in starts, f"{where}: a Python block the doc tests do not see"
+    regions = [region for _, region in page.document.regions]
+    for region, following in zip(regions, [*regions[1:], None], strict=False):
+        skip_next = isinstance(region.parsed, tuple) and region.parsed[0] == "next"
+        if skip_next or region.parsed == ScriptParser.MARK:
+            where = f"{page.name}, {page.document.line_column(region.start)}"
+            assert following is not None, f"{where}: no Python block follows"
+            assert following.evaluator is _evaluator, f"{where}: no Python block follows"
+            between = re.sub(r"\A\s*--+>", "", text[region.end : following.start])  # a one-line directive's end
+            assert not between.strip(), (
+                f"{where}: put the directive right before its block, not {between.strip()[:40]!r}"
+            )
+
+
+def _code_lines(source: str) -> list[str]:
+    """The lines of a block that hold code, without comments, indentation and "actorch." ("..." left out)."""
+    lines = (line.split("  #")[0].split(" # ")[0].strip().replace("actorch.", "") for line in source.splitlines())
+    return [line for line in lines if line and not line.startswith("#") and line != "..."]
+
+
+@pytest.mark.parametrize("page", LOADED, ids=[page.name for page in LOADED])
+def test_excerpts_match_their_source(page: Page) -> None:
+    """A block skipped as "an excerpt of path.py" holds only lines of that file (comments aside)."""
+    examples = page.examples
+    for skip, block in itertools.pairwise(examples):
+        if not isinstance(skip.parsed, tuple) or skip.parsed[0] != "next":
+            continue
+        found = EXCERPT.search(skip.parsed[1] or "")
+        if found is None:
+            continue
+        source = ROOT / found[1]
+        assert source.is_file(), f"{page.name}, line {skip.line}: {found[1]} does not exist"
+        known = set(_code_lines(source.read_text()))
+        missing = [line for line in _code_lines(str(block.parsed)) if line not in known]
+        assert not missing, f"{page.name}, line {block.line}: not in {found[1]}: {missing}"
