@@ -313,7 +313,7 @@ class Caller(NodeSide):
             current_call.reset(token)
             cell.inline.leave(task)
             cell.leave(key)
-            cell.record(endpoint, perf_counter_ns() - started, failed)
+            (cell.metrics.get(endpoint) or cell.stats(endpoint)).record(perf_counter_ns() - started, failed)
             cell.wake()
 
     async def _call_queued(

@@ -150,17 +150,12 @@ class Cell:
             counts["batched_calls"] = self.batcher.calls
         return counts
 
-    def record(self, endpoint: str, ns: int, failed: bool, count: int = 1) -> None:
-        """Count ``count`` messages of ``endpoint`` whose handler took ``ns`` nanoseconds, and whether it raised.
-
-        A batch run that ended before its method ran counts nothing (``count`` 0).
-        """
-        if not count:
-            return
+    def stats(self, endpoint: str) -> EndpointStats:
+        """The counters and handler times of ``endpoint`` (made on its first message)."""
         stats = self.metrics.get(endpoint)
         if stats is None:
             stats = self.metrics[endpoint] = EndpointStats()
-        stats.record(ns, failed, count)
+        return stats
 
     # ------------------------------------------------------------------ who runs
 
@@ -317,7 +312,7 @@ class Cell:
             coroutine = bound(coroutine, autograd)
         return coroutine if deadline is None else within(coroutine, deadline)
 
-    async def work(self, message: Message | None) -> None:
+    async def work(self, message: Message | None) -> None:  # noqa: PLR0912 - one frame for every message, on purpose
         """A mailbox worker: handle ``message``, then queued messages while the mailbox allows.
 
         Consecutive messages run in this one task, so handlers that never suspend
@@ -368,7 +363,10 @@ class Cell:
                         task.uncancel()  # that cancellation was the message's, not the worker's
                     message.task = None
                     self.leave(message.key)
-                    self.record(message.endpoint, perf_counter_ns() - started, failed, count)
+                    if count:  # a batch run that ended before its method ran counts nothing
+                        (self.metrics.get(message.endpoint) or self.stats(message.endpoint)).record(
+                            perf_counter_ns() - started, failed, count
+                        )
                 if self.queue and self.loop.time() >= slice_end:
                     await asyncio.sleep(0)  # the loop sends the replies ready so far before the next message
                     slice_end = self.loop.time() + WORK_SLICE
