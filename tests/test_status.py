@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -168,3 +169,18 @@ def test_actorch_run_sets_the_world_size_in_place_of_the_scripts(monkeypatch: py
 
     actorch.run(main, world_size=3, configure_logs=False)
     assert seen[0][1] == 4
+
+
+async def test_metrics_without_prometheus_client_say_what_to_install(
+    world: LocalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if not installed
+    server = StatusServer(world._hosts[0], "127.0.0.1", 0)
+    await server.start()
+    try:
+        code, body = await _request(server.port, b"GET /metrics HTTP/1.1\r\n\r\n")
+        assert code == 501
+        assert b"actorch[metrics]" in body
+        assert (await _request(server.port, b"GET /status HTTP/1.1\r\n\r\n"))[0] == 200  # the status needs none
+    finally:
+        await server.close()
