@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from _mp import REPO, SCRIPTS, Script, free_port, run_argv, script_env, wait_for_file
 
+from actorch._launch import cli
+
 ACTORCH = [sys.executable, "-m", "actorch"]
 
 
@@ -36,16 +38,33 @@ def actorch_cli(*args: str, timeout: float = 30.0) -> subprocess.CompletedProces
         ([], "the following arguments are required"),
         (["launch"], "invalid choice: 'launch'"),
         (["run"], "no script given"),
-        (["run", "no/such/script.py"], "no such script: no/such/script.py"),
         (["run", "-n", "0", "examples/quickstart.py"], "expected an int >= 1"),
-        (["run", "--bogus", "examples/quickstart.py"], "unrecognized arguments: --bogus"),
         (["run", "--master-port", "99999", "examples/quickstart.py"], "expected a port"),
         (["status"], "give --port or --address"),
         (["status", "--port", "1", "--address", "h:1"], "not allowed with argument"),
         (["status", "--port", "1", "--interval", "0"], "expected seconds"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_code_2(args: list[str], says: str) -> None:
+def test_bad_input_is_one_line_and_exit_code_2(
+    args: list[str], says: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ACTORCH_STATUS_PORT", raising=False)
+    with pytest.raises(SystemExit) as ended:
+        cli.main(args)
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["run", "no/such/script.py"], "no such script: no/such/script.py"),
+        (["run", "--bogus", "examples/quickstart.py"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_input_from_the_shell_is_one_line_and_exit_code_2(args: list[str], says: str) -> None:
     done = actorch_cli(*args)
     assert done.returncode == 2, done
     assert says in done.stderr
@@ -53,17 +72,19 @@ def test_bad_input_is_one_line_and_exit_code_2(args: list[str], says: str) -> No
     assert "Traceback" not in done.stderr
 
 
-def test_help_is_complete_with_examples() -> None:
+def test_help_is_complete_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    helps = {}
     for args in ([], ["run"], ["status"]):
-        done = actorch_cli(*args, "--help")
-        assert done.returncode == 0
-        assert "examples:" in done.stdout
-    run_help = actorch_cli("run", "--help").stdout
+        with pytest.raises(SystemExit) as ended:
+            cli.main([*args, "--help"])
+        assert ended.value.code == 0
+        helps[tuple(args)] = capsys.readouterr().out
+        assert "examples:" in helps[tuple(args)]
     for flag in ("-n", "--status-port", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--rdzv-endpoint"):
-        assert flag in run_help
-    status_help = actorch_cli("status", "--help").stdout
+        assert flag in helps[("run",)]
     for flag in ("--port", "--address", "--watch", "--interval", "--count", "--json"):
-        assert flag in status_help
+        assert flag in helps[("status",)]
+    assert "actorch run" in actorch_cli("--help").stdout  # the command a user types: python -m actorch
 
 
 def test_status_of_nothing_says_so_with_exit_code_1() -> None:
