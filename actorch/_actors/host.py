@@ -60,6 +60,11 @@ class ServiceRefs(dict[int, ActorRef[NodeService]]):
         self[rank] = ref
         return ref
 
+    def meet(self, rank: int) -> None:
+        """Hold a ref to node ``rank``'s service from now on (the registry tells every node it holds)."""
+        if rank not in self:
+            self.__missing__(rank)
+
 
 class ActorHost:
     """Builds, starts, restarts and stops this node's actors, and keeps the node's share of the system."""
@@ -76,7 +81,7 @@ class ActorHost:
         caller = self.node.caller
         self.services = ServiceRefs(caller)
         for rank in range(self.node.world_size):  # a static world's; an elastic one's come as they join
-            self.services[rank] = self.services[rank]
+            self.services.meet(rank)
         self.registry: ActorRef[Registry] = make_ref(caller, 0, REGISTRY_ID, None, class_path(Registry))
         self.leaving: set[int] = set()  # nodes leaving the system (this one too, once it leaves): no spawns there
         self.exit_code: int | None = None  # a worker's, once rank 0 said the system ends
@@ -395,7 +400,7 @@ class ActorHost:
                 cell.instance.drop_rank(rank, reason)
 
     def _on_peer_joined(self, info: NodeInfo) -> None:
-        self.services[info.rank] = self.services[info.rank]
+        self.services.meet(info.rank)
         self.events.node_joined(info)
 
     # ------------------------------------------------------------------ leaving
