@@ -306,3 +306,9 @@ def test_node_events_reach_every_subscription() -> None:
 def test_actor_exit_knows_a_node_that_left() -> None:
     assert "node_left" in EXIT_REASONS
     assert not actorch.ActorExit("node_left").failed
+
+
+def test_a_newcomer_whose_system_went_away_gets_a_join_error_not_torchs() -> None:
+    transport = ElasticRpcTransport(5, "127.0.0.1", free_port(), RpcOptions(init_timeout=0.5), token="t")
+    with pytest.raises(actorch.JoinError, match=r"could not join the system at 127\.0\.0\.1:\d+"):
+        transport._init_rpc()

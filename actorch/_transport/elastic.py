@@ -139,17 +139,25 @@ class ElasticRpcTransport(RpcTransport):
 
     def _init_rpc(self) -> None:
         quiet_cpp_logs()
-        store = self._rendezvous_store()
-        members = self._members = Membership(store)
         options = tensorpipe_options(self._options, {})
         if self.rank == 0:
+            store = self._rendezvous_store()
+            members = self._members = Membership(store)
             self._add_peer(own_info(0, accelerator().inventory(), self._label))
             self._bring_up(lambda: self._start_agent(store, options))
             members.open(self._initial, self._shared)
             threading.Thread(target=self._admit_newcomers, name="actorch-admission", daemon=True).start()
             self._wait_launch_joined()
         else:
-            self._join(store, members, options)
+            try:
+                with cpp_errors_quiet():
+                    store = self._rendezvous_store()
+                members = self._members = Membership(store)
+                self._join(store, members, options)
+            except JoinError:
+                raise
+            except Exception as exc:  # the store or the agent failed under it: rank 0 went, most likely
+                raise JoinError(f"could not join the system at {self.address}: {exc}") from exc
         self._watch_peers()
 
     def _start_agent(self, store: Any, options: Any) -> None:
