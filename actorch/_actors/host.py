@@ -405,6 +405,15 @@ class ActorHost:
 
     # ------------------------------------------------------------------ leaving
 
+    def check_leave(self, rank: object) -> None:
+        """Raise if node ``rank`` may not leave: ``UnsupportedError`` for a static system, ``ValueError`` for rank 0."""
+        if not self.node.transport.elastic:
+            raise UnsupportedError("only a node of an elastic system can leave it (run(..., elastic=True))")
+        if rank == 0:
+            raise ValueError("rank 0 runs main and holds the registry: it cannot leave (return from main instead)")
+        if not isinstance(rank, int) or isinstance(rank, bool):
+            raise ValueError(f"a node's rank is an int, not {rank!r}")
+
     def begin_leave(self) -> None:
         """Start leaving the system, once; the node's process then exits with code 0.
 
@@ -412,10 +421,7 @@ class ActorHost:
             UnsupportedError: The system is not elastic.
             ValueError: This is rank 0 (it runs ``main`` and holds the registry).
         """
-        if not self.node.transport.elastic:
-            raise UnsupportedError("only a node of an elastic system can leave it (run(..., elastic=True))")
-        if self.rank == 0:
-            raise ValueError("rank 0 runs main and holds the registry: it cannot leave (return from main instead)")
+        self.check_leave(self.rank)
         if self._leave is None and not self._ended.is_set():
             self._leave = self.node.loop.create_task(self._leave_system())
 

@@ -131,17 +131,12 @@ class ActorSystem:
         host = self._host
         node = host.node
         target = self.rank if rank is None else rank
-        if not node.transport.elastic:
-            raise UnsupportedError("only a node of an elastic system can leave it (run(..., elastic=True))")
-        if target == 0:
-            raise ValueError("rank 0 runs main and holds the registry: it cannot leave (return from main instead)")
-        if not isinstance(target, int) or target not in node.ranks():
-            if isinstance(target, int) and target in node.left:
-                return  # it has left already
+        host.check_leave(target)
+        if target in node.left:
+            return  # it has left already
+        if target not in node.ranks():
             raise ValueError(f"leave(rank={rank!r}): not a node of this system ({describe_ranks(node.ranks())})")
         if target in node.lost:
-            if target in node.left:
-                return
             raise NodeLostError(f"node {target} cannot leave: it was lost ({node.lost[target]})")
         if target == self.rank:
             host.begin_leave()

@@ -222,17 +222,10 @@ class Caller(NodeSide):
             if pending.target[0] == rank:
                 del self.pending[call_id]
                 pending.settled()
-                if pending.done():
-                    continue
-                if rank in self.left:
+                if not pending.done():
                     pending.set_exception(
-                        ActorStoppedError(
-                            f"{pending.label} stopped while handling {pending.endpoint!r}: node {rank} left the system"
-                        )
-                    )
-                else:
-                    pending.set_exception(
-                        NodeLostError(
+                        self.left_error(rank, f"{pending.label} stopped while handling {pending.endpoint!r}")
+                        or NodeLostError(
                             f"node {rank} was lost while calling {pending.endpoint!r} of {pending.label}: {why}"
                         )
                     )

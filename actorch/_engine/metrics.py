@@ -16,6 +16,7 @@ from typing import Any
 __all__ = ["EndpointStats", "bucket_of", "bucket_upper"]
 
 _SUB = 2  # bits below the leading one that pick the bucket within an octave (4 per octave)
+_MASK = (1 << _SUB) - 1
 
 
 def bucket_of(ns: int) -> int:
@@ -23,7 +24,7 @@ def bucket_of(ns: int) -> int:
     bits = ns.bit_length()
     if bits <= _SUB + 1:
         return ns  # under 8 ns: one bucket per value
-    return (bits << _SUB) | ((ns >> (bits - _SUB - 1)) & ((1 << _SUB) - 1))
+    return (bits << _SUB) | ((ns >> (bits - _SUB - 1)) & _MASK)
 
 
 def bucket_upper(bucket: int) -> int:
@@ -31,7 +32,7 @@ def bucket_upper(bucket: int) -> int:
     bits = bucket >> _SUB
     if bits <= _SUB + 1:
         return bucket
-    low = (1 << (bits - 1)) | ((bucket & ((1 << _SUB) - 1)) << (bits - _SUB - 1))
+    low = (1 << (bits - 1)) | ((bucket & _MASK) << (bits - _SUB - 1))
     return low + (1 << (bits - _SUB - 1)) - 1
 
 
@@ -56,7 +57,7 @@ class EndpointStats:
         if failed:
             self.errors += count
         bits = ns.bit_length()  # bucket_of(ns), written out: this runs for every message
-        bucket = ns if bits <= _SUB + 1 else (bits << _SUB) | ((ns >> (bits - _SUB - 1)) & 3)
+        bucket = ns if bits <= _SUB + 1 else (bits << _SUB) | ((ns >> (bits - _SUB - 1)) & _MASK)
         buckets = self.buckets
         buckets[bucket] = buckets.get(bucket, 0) + 1
 

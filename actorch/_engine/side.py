@@ -93,15 +93,15 @@ class NodeSide:
         if self.closed:
             raise SystemClosedError(f"cannot {verb} {endpoint!r} of {label}: node {self.rank} is shut down")
 
-    def unreachable(self, rank: int, what: str) -> ActorchError:
-        """The error for ``what`` failing because node ``rank`` is gone.
+    def left_error(self, rank: int, what: str) -> ActorStoppedError | None:
+        """``ActorStoppedError`` for ``what`` if node ``rank`` left the system on purpose (its actors stopped first)."""
+        return ActorStoppedError(f"{what}: node {rank} left the system") if rank in self.left else None
 
-        ``ActorStoppedError`` if the node left on purpose (its actors stopped),
-        else ``NodeLostError`` with how it was lost.
-        """
-        if rank in self.left:
-            return ActorStoppedError(f"{what}: node {rank} left the system")
-        return NodeLostError(f"{what}: node {rank} was lost ({self.lost.get(rank, 'unreachable')})")
+    def unreachable(self, rank: int, what: str) -> ActorchError:
+        """The error for ``what`` failing because node ``rank`` is gone: it left, or else it was lost."""
+        return self.left_error(rank, what) or NodeLostError(
+            f"{what}: node {rank} was lost ({self.lost.get(rank, 'unreachable')})"
+        )
 
     async def wait_room(self, verb: str, target: Target, deadline: float | None, endpoint: str, label: str) -> None:
         """Wait for room in ``target``'s mailbox (backpressure), until the deadline, to ``verb`` ``endpoint``."""

@@ -550,13 +550,8 @@ class Streams(NodeSide):
             self.consuming.pop(link.stream_id, None)
             opening = link.opening
             link.end(
-                ActorStoppedError(
-                    f"{opening.label} stopped streaming {opening.endpoint!r}: node {rank} left the system"
-                )
-                if rank in self.left
-                else NodeLostError(
-                    f"node {rank} was lost while streaming {opening.endpoint!r} of {opening.label}: {why}"
-                )
+                self.left_error(rank, f"{opening.label} stopped streaming {opening.endpoint!r}")
+                or NodeLostError(f"node {rank} was lost while streaming {opening.endpoint!r} of {opening.label}: {why}")
             )
         for key in [key for key in self.producing if key[0] == rank]:
             self.on_close(*key)

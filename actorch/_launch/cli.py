@@ -230,8 +230,8 @@ def _tables(current: dict[str, Any], previous: dict[str, Any] | None) -> list[An
             continue
         stats, old = node["statistics"], before.get(rank, {}).get("statistics")
         span = elapsed if old is not None and elapsed else node["uptime"]
-        incoming = stats["calls_received"] + stats["tells_received"] - (_in(old) if old else 0)
-        outgoing = stats["calls_sent"] + stats["tells_sent"] - (_out(old) if old else 0)
+        incoming = _in(stats) - (_in(old) if old else 0)
+        outgoing = _out(stats) - (_out(old) if old else 0)
         nodes.add_row(
             str(rank),
             node["host"],

@@ -81,18 +81,9 @@ class _World:
 
 def _shared(plan: _Plan) -> dict[str, Any]:
     """The settings an elastic system's newcomers must run with (json-ready)."""
-    options = plan.options
-    return {
-        "config": dataclasses.asdict(plan.config),
-        "options": {
-            "transport": options.transport,
-            "num_worker_threads": options.num_worker_threads,
-            "rpc_timeout": options.rpc_timeout,
-            "heartbeat_interval": options.heartbeat_interval,
-            "liveness_timeout": options.liveness_timeout,
-            "strict_devices": options.strict_devices,
-        },
-    }
+    local = ("device_maps", "init_timeout")  # elastic worlds have no maps; each newcomer waits as it chooses
+    options = {key: value for key, value in dataclasses.asdict(plan.options).items() if key not in local}
+    return {"config": dataclasses.asdict(plan.config), "options": options}
 
 
 def _plan_from(shared: dict[str, Any], setup: Setup | None, join_timeout: float) -> _Plan:
