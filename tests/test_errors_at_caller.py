@@ -9,6 +9,7 @@ import pytest
 
 import actorch
 from actorch._actors.actor import endpoints_of
+from actorch._engine import endpoints as endpoints_module
 from actorch._engine.endpoints import check_call
 from actorch.testing import LocalWorld, local_world
 
@@ -333,3 +334,24 @@ def test_tell_checks_the_arguments_against_the_signature(
     else:
         with pytest.raises(actorch.EndpointError, match="bad arguments"):
             check_call(endpoints, endpoint, args, kwargs, "Shapes")
+
+
+def test_a_tell_check_remembered_from_a_good_call_still_refuses_bad_arguments() -> None:
+    endpoints = endpoints_of(Shapes)
+    endpoints_module._shapes.clear()
+    check_call(endpoints, "pair", (1,), {}, "Shapes")  # remembered: the next good call takes one lookup
+    assert endpoints_module._shapes[endpoints["pair"]] == (1, 2)
+    for args, kwargs in [((1, 2, 3), {}), ((), {}), ((1,), {"z": 2})]:
+        with pytest.raises(actorch.EndpointError, match="bad arguments"):
+            check_call(endpoints, "pair", args, kwargs, "Shapes")
+    with pytest.raises(actorch.EndpointError, match="no endpoint"):
+        check_call(endpoints, "nothing", (), {}, "Shapes")
+
+
+def test_the_remembered_tell_checks_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(endpoints_module, "_SHAPES_KEPT", 2)
+    endpoints = endpoints_of(Shapes)
+    endpoints_module._shapes.clear()
+    for endpoint in ("pair", "many", "keyed_default"):
+        check_call(endpoints, endpoint, (1,), {}, "Shapes")
+    assert list(endpoints_module._shapes) == [endpoints["keyed_default"]]  # cleared when full, then kept anew

@@ -43,6 +43,7 @@ CANCEL_WAIT = 1.0
 
 WORK_SLICE = PORT_HOLD
 """Seconds a worker runs queued messages back to back before it lets the loop run (replies leave, others start)."""
+WORK_SLICE_NS = int(WORK_SLICE * 1e9)
 
 FailureListener = Callable[["Cell", BaseException, list[asyncio.Task[Any]]], None]
 """Called with a cell, the fatal error one of its handlers raised, and the handlers that interrupted."""
@@ -233,7 +234,8 @@ class Cell:
         else:
             queue = self.queue
             queue.append(message)
-            self.queued_peak = max(self.queued_peak, len(queue))
+            if len(queue) > self.queued_peak:  # noqa: PLR1730 - a compare, not a call, for every queued message
+                self.queued_peak = len(queue)
 
     def run_now(self, message: Message) -> None:
         """Start a queued ``message`` at once, ahead of its turn (it serves a call the actor is handling)."""
@@ -312,7 +314,7 @@ class Cell:
             coroutine = bound(coroutine, autograd)
         return coroutine if deadline is None else within(coroutine, deadline)
 
-    async def work(self, message: Message | None) -> None:  # noqa: PLR0912 - one frame for every message, on purpose
+    async def work(self, message: Message | None) -> None:
         """A mailbox worker: handle ``message``, then queued messages while the mailbox allows.
 
         Consecutive messages run in this one task, so handlers that never suspend
@@ -325,7 +327,7 @@ class Cell:
         if not self.unbegun:
             self.wake()  # messages that queued behind the workers started before this one
         try:
-            slice_end = self.loop.time() + WORK_SLICE
+            slice_end = perf_counter_ns() + WORK_SLICE_NS
             while message is not None:
                 message.task = task
                 started = perf_counter_ns()
@@ -336,10 +338,11 @@ class Cell:
                         assert self.batcher is not None
                         count = await self.batcher.run(message, message.runs)
                     else:  # in this frame: no coroutine of its own per message
-                        token = current_call.set(
+                        # Not reset after: the worker's context is its own, and the next message sets both anew.
+                        current_call.set(
                             CallContext(self.label, message.key, message.chain, message.endpoint, self.device)
                         )
-                        deadline_token = inherited_deadline.set(message.deadline)
+                        inherited_deadline.set(message.deadline)
                         try:
                             result = await self.open(
                                 message.endpoint,
@@ -355,21 +358,19 @@ class Cell:
                         else:
                             if message.reply is not None:
                                 message.reply.result(message, result)
-                        finally:
-                            current_call.reset(token)
-                            inherited_deadline.reset(deadline_token)
                 finally:
                     if message.cancelled:
                         task.uncancel()  # that cancellation was the message's, not the worker's
                     message.task = None
                     self.leave(message.key)
+                    ended = perf_counter_ns()
                     if count:  # a batch run that ended before its method ran counts nothing
                         (self.metrics.get(message.endpoint) or self.stats(message.endpoint)).record(
-                            perf_counter_ns() - started, failed, count
+                            ended - started, failed, count
                         )
-                if self.queue and self.loop.time() >= slice_end:
+                if self.queue and ended >= slice_end:
                     await asyncio.sleep(0)  # the loop sends the replies ready so far before the next message
-                    slice_end = self.loop.time() + WORK_SLICE
+                    slice_end = perf_counter_ns() + WORK_SLICE_NS
                 message = self.take_next()
         finally:
             self.tasks.discard(task)

@@ -62,6 +62,10 @@ def check_call(
 ) -> None:
     """Raise ``EndpointError`` unless ``endpoint`` is one of ``endpoints`` and takes these arguments."""
     handler = endpoints.get(endpoint)
+    if not kwargs and handler is not None:
+        shape = _shapes.get(handler)
+        if shape is not None and shape[0] <= len(args) <= shape[1]:
+            return  # the common case: a plain endpoint whose positional arguments fit, in one lookup
     if isinstance(handler, Batched):
         error = handler.check(args, kwargs, label)
         if error is not None:
@@ -72,13 +76,20 @@ def check_call(
     if is_streaming(handler):
         raise EndpointError(wrong_verb(endpoint, label, streaming=True))
     if not kwargs:
-        least, most = _positional_range(handler)
+        if len(_shapes) >= _SHAPES_KEPT:
+            _shapes.clear()  # classes made on the fly (tests, notebooks) must not pile up
+        least, most = _shapes[handler] = _positional_range(handler)
         if least <= len(args) <= most:
-            return  # the common case, without binding a signature
+            return
     try:
         _signature(handler).bind(None, *args, **kwargs)
     except TypeError as exc:
         raise EndpointError(f"bad arguments for {endpoint!r} of {label}: {exc}") from None
+
+
+_SHAPES_KEPT = 4096
+_shapes: dict[Endpoint, tuple[float, float]] = {}
+"""The positional range of each plain (not streaming, not batched) endpoint checked so far, for the fast path."""
 
 
 @functools.lru_cache(maxsize=1024)

@@ -42,7 +42,7 @@ class TellDone(Reply):
     One is shared by all such tells: it holds nothing of a single message.
     """
 
-    __slots__ = ("actor_id", "flow", "label", "log", "src")
+    __slots__ = ("actor_id", "flow", "label", "log", "src", "target")
 
     def __init__(self, flow: FlowControl, log: Any, src: int | None, actor_id: int, label: str) -> None:
         self.flow = flow
@@ -50,10 +50,11 @@ class TellDone(Reply):
         self.src = src
         self.actor_id = actor_id
         self.label = label
+        self.target = (flow.rank, actor_id)  # the window a tell from this node holds a slot of
 
     def _done(self) -> None:
         if self.src is None:
-            self.flow.release_local(self.actor_id)
+            self.flow.release(self.target)
         else:
             self.flow.owe(self.src, self.actor_id)
 
