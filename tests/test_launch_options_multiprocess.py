@@ -38,10 +38,11 @@ def test_setup_runs_on_every_node_before_its_actors_are_built() -> None:
             torch.manual_seed(1000 + node["rank"])
             assert node["draw"] == pytest.approx(torch.rand(1).item()), (flavour, node)
     # tune_gc (on for "sync"): what lived once each node had started is out of the collector's reach,
-    # and the young generation is collected less often; off, a fresh worker keeps Python's defaults
-    assert all(node["frozen"] > 10_000 and node["young"] == 3_000 for node in returned["sync"]["nodes"]), returned
+    # and the young and the old generations are collected less often; off, a fresh worker keeps Python's defaults
+    tuned = returned["sync"]["nodes"]
+    assert all(node["frozen"] > 10_000 and (node["young"], node["old"]) == (3_000, 100) for node in tuned), returned
     assert returned["async"]["nodes"][1]["frozen"] == 0, returned["async"]  # rank 0 ran the first world too
-    assert returned["async"]["nodes"][1]["young"] == 700, returned["async"]
+    assert (returned["async"]["nodes"][1]["young"], returned["async"]["nodes"][1]["old"]) == (700, 10), returned
 
 
 @pytest.mark.timeout(120)

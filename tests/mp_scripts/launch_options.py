@@ -44,6 +44,7 @@ class Busy(actorch.Actor):
             "draw": torch.rand(1).item(),
             "frozen": gc.get_freeze_count(),
             "young": gc.get_threshold()[0],
+            "old": gc.get_threshold()[2],
         }
 
 
