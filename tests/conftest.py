@@ -10,12 +10,14 @@ import path per class, ``actors:Counter``, which every node can resolve.
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 import torch
 from _mp import SCRIPTS
 
+from actorch._base.deadline import DeadlineLoop
 from actorch.testing import LocalWorld, local_world
 
 if str(SCRIPTS) not in sys.path:
@@ -30,6 +32,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(skip)
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:
+    """The tests' loops are the one ``actorch.run`` makes (other loops are tested where a test says so)."""
+    return {"deadline-loop": DeadlineLoop}
 
 
 @pytest.fixture

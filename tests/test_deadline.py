@@ -5,11 +5,20 @@
 from __future__ import annotations
 
 import asyncio
+import math
+from collections.abc import Callable
 
 import anyio
 import pytest
 
-from actorch._base.deadline import PastDeadlineError, current_deadline, inherited_deadline, within
+from actorch._base.deadline import (
+    DeadlineLoop,
+    PastDeadlineError,
+    current_deadline,
+    deadline_of,
+    inherited_deadline,
+    within,
+)
 
 
 def remaining() -> float:
@@ -158,3 +167,67 @@ async def test_within_passes_a_handlers_own_timeout_error_and_result_through() -
         await within(own_timeout(), loop.time() + 5)
     assert not isinstance(info.value, PastDeadlineError)
     assert await within(answer(), loop.time() + 5) == 42
+
+
+async def test_the_tests_run_on_the_loop_that_files_timeouts_by_task() -> None:
+    assert type(asyncio.get_running_loop()) is DeadlineLoop  # as actorch.run's nodes do (conftest)
+
+
+async def _asyncio_scopes_as_a_call_reads_them() -> list[float | None]:
+    """What current_deadline reads through asyncio.timeout scopes: entered, nested, moved, left, and another task's."""
+    loop = asyncio.get_running_loop()
+    now = loop.time()
+    seen: list[float | None] = [current_deadline()]
+    sleepers = [asyncio.ensure_future(asyncio.sleep(30)) for _ in range(50)]  # timers that are not scopes
+    async with asyncio.timeout_at(now + 20) as outer:
+        seen.append(current_deadline())
+        async with asyncio.timeout_at(now + 5):
+            seen.append(current_deadline())
+        seen.append(current_deadline())
+        outer.reschedule(now + 8)
+        seen.append(current_deadline())
+
+        async def other() -> float | None:
+            async with asyncio.timeout_at(now + 1):
+                return deadline_of(task, math.inf)  # this task's scope, read from another one
+
+        task = asyncio.current_task()
+        assert task is not None
+        seen.append(await asyncio.create_task(other()))
+    seen.append(current_deadline())
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):
+            await asyncio.sleep(1)
+    seen.append(current_deadline())  # a scope that expired is gone too (asyncio leaves its timer uncancelled)
+    for sleeper in sleepers:
+        sleeper.cancel()
+    return [None if value is None else round(value - now, 6) for value in seen]
+
+
+@pytest.mark.parametrize("loop_factory", [DeadlineLoop, asyncio.SelectorEventLoop], ids=["filed", "scanned"])
+def test_asyncio_scopes_read_the_same_on_the_filing_loop_and_any_other(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        seen = runner.run(_asyncio_scopes_as_a_call_reads_them())
+    assert seen == [None, 20, 5, 20, 8, 8, None, None]
+
+
+async def test_the_loop_files_only_timeout_timers_and_forgets_a_task_once_it_ends() -> None:
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, DeadlineLoop)
+
+    async def scoped(rounds: int) -> int:
+        for _ in range(rounds):
+            async with asyncio.timeout(30):
+                await asyncio.sleep(0)  # a sleep(0) arms no timer; sleep(x) would, and is not filed
+            await asyncio.sleep(0.001)
+        task = asyncio.current_task()
+        assert task is not None
+        return len(loop.timeouts_by_task[task])
+
+    task = asyncio.create_task(scoped(200))
+    assert await task <= 2  # scopes left are dropped as new ones are filed: a long-lived task does not pile up
+    await asyncio.sleep(0)  # the task's done callback runs
+    assert task not in loop.timeouts_by_task
+    assert loop.timeouts_by_task == {}

@@ -221,8 +221,8 @@ class ActorHost:
         chain = context.child_chain() if context is not None else ()
         cell.enter(key)
         token = current_call.set(CallContext(cell.label, key, chain, hook, cell.device))
-        # Actor's own no-op hooks return at once: no timer for them, as every armed
-        # timer is one more that each call made meanwhile looks through for deadlines.
+        # Actor's own no-op hooks return at once: no timer for them (outside actorch.run's
+        # loop, every armed timer is one more that each call made meanwhile looks through).
         own = getattr(type(cell.instance), hook, None) is not getattr(Actor, hook, None)
         scope = asyncio.timeout(limit if own else None)
         try:

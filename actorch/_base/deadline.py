@@ -10,12 +10,20 @@ import asyncio
 import math
 import sys
 from collections.abc import Awaitable, Callable, Sized
-from contextvars import ContextVar
+from contextvars import Context, ContextVar
 from typing import Any
 
 import anyio
 
-__all__ = ["PastDeadlineError", "current_deadline", "deadline_of", "inherited_deadline", "outer_deadline", "within"]
+__all__ = [
+    "DeadlineLoop",
+    "PastDeadlineError",
+    "current_deadline",
+    "deadline_of",
+    "inherited_deadline",
+    "outer_deadline",
+    "within",
+]
 
 _running_loop = asyncio.events._get_running_loop
 if sys.version_info < (3, 12):  # asyncio.current_task() reads this dict (later versions keep tasks elsewhere)
@@ -36,12 +44,60 @@ except (ImportError, AttributeError):  # pragma: no cover - another anyio layout
     _anyio_tasks = (None,)
 
 
+class DeadlineLoop(asyncio.SelectorEventLoop):
+    """An event loop that files each ``asyncio.timeout`` timer under the task it will cancel.
+
+    A call reads its caller's ``asyncio.timeout`` scopes from their timers. On
+    this loop that read is one lookup by task; on another it looks through every
+    armed timer of the loop, which thousands of sleeping actors make slow.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts_by_task: dict[asyncio.Task[Any], list[asyncio.TimerHandle]] = {}
+
+    def call_at(  # type: ignore[override]  # typeshed's variadic generics; the same signature
+        self, when: float, callback: Callable[..., object], *args: Any, context: Context | None = None
+    ) -> asyncio.TimerHandle:
+        """Schedule ``callback`` at ``when``, as any loop does; file it if it is an ``asyncio.timeout``'s."""
+        handle = super().call_at(when, callback, *args, context=context)
+        owner = getattr(callback, "__self__", None)
+        if type(owner) is asyncio.Timeout:
+            task = getattr(owner, "_task", None)
+            if task is not None:
+                self._file(task, handle)
+        return handle
+
+    def _file(self, task: asyncio.Task[Any], handle: asyncio.TimerHandle) -> None:
+        filed = self.timeouts_by_task.get(task)
+        if filed is None:
+            self.timeouts_by_task[task] = [handle]
+            task.add_done_callback(self._forget)
+        else:
+            filed[:] = [timer for timer in filed if _armed(timer)]  # scopes left, moved or expired since
+            filed.append(handle)
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self.timeouts_by_task.pop(task, None)
+
+
+def _armed(timer: asyncio.TimerHandle) -> bool:
+    """Whether ``timer`` is still to fire: not cancelled, and not run (an expired scope does not cancel its timer)."""
+    return not timer.cancelled() and timer._scheduled  # type: ignore[attr-defined]  # the loop clears it as it runs
+
+
 def _asyncio_timeout_deadline(loop: asyncio.AbstractEventLoop, task: asyncio.Task[object]) -> float:
-    # asyncio.timeout() keeps no per-task registry; its armed timers are the only
-    # trace of it, so look for those that will cancel this very task.
+    """The earliest ``asyncio.timeout`` timer armed to cancel ``task`` (inf if none)."""
     earliest = math.inf
-    scheduled = getattr(loop, "_scheduled", ())
-    for handle in scheduled:
+    by_task = getattr(loop, "timeouts_by_task", None)
+    if by_task is not None:
+        for handle in by_task.get(task, ()):
+            if _armed(handle) and handle.when() < earliest:
+                earliest = handle.when()
+        return earliest
+    # Another loop: asyncio.timeout() keeps no per-task registry, and its armed
+    # timers are the only trace of it, so look for those that will cancel this task.
+    for handle in getattr(loop, "_scheduled", ()):
         if handle.cancelled():
             continue
         owner = getattr(getattr(handle, "_callback", None), "__self__", None)
@@ -83,7 +139,7 @@ def current_deadline() -> float | None:
     loop = _running_loop()
     if loop is not None:
         task = _current_task(loop)
-        if task is not None and getattr(loop, "_scheduled", None):
+        if task is not None:
             earliest = min(earliest, _asyncio_timeout_deadline(loop, task))
     return None if earliest == math.inf else earliest
 

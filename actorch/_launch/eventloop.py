@@ -32,6 +32,8 @@ from typing import Any, ClassVar, TypeVar
 
 import structlog
 
+from actorch._base.deadline import DeadlineLoop
+
 __all__ = ["INTERRUPT_EXIT_CODE", "LEFTOVER_WAIT", "InterruptPolicy", "InterruptWatcher", "Watchdog", "run_bounded"]
 
 T = TypeVar("T")
@@ -101,7 +103,7 @@ def run_bounded(coro: Coroutine[Any, Any, T], *, interrupts: InterruptPolicy | N
     else:
         coro.close()
         raise RuntimeError("actorch.run() cannot be called from a running event loop; await your code in main instead")
-    loop = asyncio.new_event_loop()
+    loop = DeadlineLoop()  # a call reads its caller's asyncio.timeout scopes in one lookup there
     asyncio.set_event_loop(loop)
     main = loop.create_task(coro)
     interrupted = 0
