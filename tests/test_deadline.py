@@ -224,7 +224,10 @@ async def test_the_loop_files_only_timeout_timers_and_forgets_a_task_once_it_end
             await asyncio.sleep(0.001)
         task = asyncio.current_task()
         assert task is not None
-        return len(loop.timeouts_by_task[task])
+        kept = len(loop.timeouts_by_task[task])
+        assert current_deadline() is None
+        assert loop.timeouts_by_task[task] == []  # a read that found every scope left empties the list
+        return kept
 
     task = asyncio.create_task(scoped(200))
     assert await task <= 2  # scopes left are dropped as new ones are filed: a long-lived task does not pile up

@@ -88,21 +88,30 @@ def _armed(timer: asyncio.TimerHandle) -> bool:
 
 def _asyncio_timeout_deadline(loop: asyncio.AbstractEventLoop, task: asyncio.Task[object]) -> float:
     """The earliest ``asyncio.timeout`` timer armed to cancel ``task`` (inf if none)."""
-    earliest = math.inf
     by_task = getattr(loop, "timeouts_by_task", None)
     if by_task is not None:
-        for handle in by_task.get(task, ()):
-            if _armed(handle) and handle.when() < earliest:
-                earliest = handle.when()
-        return earliest
+        filed = by_task.get(task)
+        return _filed_deadline(filed) if filed else math.inf
     # Another loop: asyncio.timeout() keeps no per-task registry, and its armed
     # timers are the only trace of it, so look for those that will cancel this task.
+    earliest = math.inf
     for handle in getattr(loop, "_scheduled", ()):
         if handle.cancelled():
             continue
         owner = getattr(getattr(handle, "_callback", None), "__self__", None)
         if isinstance(owner, asyncio.Timeout) and getattr(owner, "_task", None) is task:
             earliest = min(earliest, handle.when())
+    return earliest
+
+
+def _filed_deadline(filed: list[asyncio.TimerHandle]) -> float:
+    """The earliest of a task's filed timers still armed; with none, the list is emptied for the next read."""
+    earliest = math.inf
+    for handle in filed:
+        if _armed(handle) and handle.when() < earliest:
+            earliest = handle.when()
+    if earliest == math.inf:
+        filed.clear()  # every scope was left: the next call of this task skips the loop above
     return earliest
 
 
@@ -140,7 +149,14 @@ def current_deadline() -> float | None:
     if loop is not None:
         task = _current_task(loop)
         if task is not None:
-            earliest = min(earliest, _asyncio_timeout_deadline(loop, task))
+            by_task = getattr(loop, "timeouts_by_task", None)
+            if by_task is None:  # another loop: look through its timers, if any is armed
+                if getattr(loop, "_scheduled", None):
+                    earliest = min(earliest, _asyncio_timeout_deadline(loop, task))
+            else:
+                filed = by_task.get(task)
+                if filed:  # on actorch.run's loop: only the timers filed under this task
+                    earliest = min(earliest, _filed_deadline(filed))
     return None if earliest == math.inf else earliest
 
 
