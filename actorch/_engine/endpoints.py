@@ -89,7 +89,7 @@ def check_call(
 
 _SHAPES_KEPT = 4096
 _shapes: dict[Endpoint, tuple[float, float]] = {}
-"""The positional range of each plain (not streaming, not batched) endpoint checked so far, for the fast path."""
+"""The positional range of each plain (not streaming, not batched) endpoint checked so far: the fast path's cache."""
 
 
 @functools.lru_cache(maxsize=1024)
@@ -97,7 +97,6 @@ def _signature(handler: Callable[..., Any]) -> inspect.Signature:
     return inspect.signature(handler)
 
 
-@functools.lru_cache(maxsize=1024)
 def _positional_range(handler: Callable[..., Any]) -> tuple[float, float]:
     """How many positional arguments ``handler`` takes after ``self`` when given no keyword: (least, most).
 
