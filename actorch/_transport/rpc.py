@@ -172,6 +172,7 @@ class RpcTransport(Transport):
         self._options = options
         # Per peer, by rank: peers are added as they are met (all at start in a static world).
         self._next_seq: dict[int, int] = {}
+        self._workers: dict[int, Any] = {}  # rank -> torch WorkerInfo, for sends
         self._expected: dict[int, int] = {}
         self._held: dict[int, dict[int, tuple[Bundle, torch.futures.Future[Any], int]]] = {}
         self._heard: dict[int, float] = {}  # when each peer was last heard from (monotonic; RPC threads write)
@@ -415,7 +416,10 @@ class RpcTransport(Transport):
         messages, tensors = bundle
         try:
             # No timeout: a bundle may wait for a long handler's reply. Liveness is the heartbeats' to judge.
-            sent = rpc.rpc_async(worker_name(dest), _inbound, args=(self.rank, seq, messages, tensors), timeout=0)
+            to = self._workers.get(dest)
+            if to is None:  # looked up once: torch would look the name up on every send
+                to = self._workers[dest] = rpc.get_worker_info(worker_name(dest))
+            sent = rpc.rpc_async(to, _inbound, args=(self.rank, seq, messages, tensors), timeout=0)
         except Exception as exc:  # noqa: BLE001 - any failure to send means the link is gone
             self._peer_lost(dest, f"send failed: {exc}")
             return
