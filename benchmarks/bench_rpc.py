@@ -33,12 +33,29 @@ def echo(value: Any) -> Any:
     return value
 
 
+_callee_loop: asyncio.AbstractEventLoop | None = None
+
+
+@rpc.functions.async_execution  # type: ignore[untyped-decorator]
+def bridged_noop() -> torch.futures.Future[None]:
+    """The least an asyncio runtime can do on the callee: hand the call to its loop, answer from there."""
+    answer: torch.futures.Future[None] = torch.futures.Future()
+    assert _callee_loop is not None
+    _callee_loop.call_soon_threadsafe(answer.set_result, None)
+    return answer
+
+
 class Echo(actorch.Actor):
     async def noop(self) -> None:
         return None
 
     async def echo(self, value: Any) -> Any:
         return value
+
+    async def lend_loop(self) -> None:
+        """Let ``bridged_noop`` reach this node's event loop."""
+        global _callee_loop  # noqa: PLW0603 - one loop per process, set once
+        _callee_loop = asyncio.get_running_loop()
 
 
 class RawEcho:
@@ -62,9 +79,19 @@ async def bench(
     ref = await system.spawn(Echo, on=1)
     local = await system.spawn(Echo, on=0)
     worker = "node1"
-    for _ in range(200):  # warm up both paths
+    await ref.call(Echo.lend_loop)
+    loop = asyncio.get_running_loop()
+
+    async def bridged_call() -> None:
+        answered: asyncio.Future[None] = loop.create_future()
+        sent = rpc.rpc_async(worker, bridged_noop)
+        sent.add_done_callback(lambda _: loop.call_soon_threadsafe(answered.set_result, None))
+        await answered
+
+    for _ in range(200):  # warm up every path
         rpc.rpc_sync(worker, noop)
         await ref.call(Echo.noop)
+        await bridged_call()
     results: dict[str, Any] = {}
 
     def raw_seq() -> float:
@@ -80,6 +107,13 @@ async def bench(
         return (time.perf_counter() - start) / calls * 1e6
 
     raw_rref = rpc.remote(worker, RawEcho)
+
+    async def floor_seq() -> float:
+        # torch RPC bridged into asyncio at both ends and nothing else: what any asyncio runtime pays at least
+        start = time.perf_counter()
+        for _ in range(calls):
+            await bridged_call()
+        return (time.perf_counter() - start) / calls * 1e6
 
     def rref_seq() -> float:
         start = time.perf_counter()
@@ -144,6 +178,7 @@ async def bench(
         for key in (
             "raw_seq_us",
             "actorch_seq_us",
+            "floor_seq_us",
             "rref_seq_us",
             "raw_calls_per_s",
             "actorch_calls_per_s",
@@ -158,6 +193,7 @@ async def bench(
     for _ in range(rounds):
         series["raw_seq_us"].append(raw_seq())
         series["actorch_seq_us"].append(await actorch_seq())
+        series["floor_seq_us"].append(await floor_seq())
         series["rref_seq_us"].append(rref_seq())
         series["raw_calls_per_s"].append(raw_flight())
         series["actorch_calls_per_s"].append(await actorch_flight())
@@ -212,6 +248,11 @@ def report(transport: str, res: dict[str, Any]) -> None:
     )
     print(f"{'(d) tell, the sending alone':34} {'':>14} {res['actorch_local_tell_sent_us']:>11.2f} us {'':7}  < call")
     print(f"{'(d) tell, sent and handled':34} {'':>14} {res['actorch_local_tell_us']:>11.2f} us")
+    floor = res["floor_seq_us"]
+    print(
+        f"{'(a) floor: torch RPC bridged only':34} {res['raw_seq_us']:>11.0f} us {floor:>11.0f} us"
+        f" {floor / res['raw_seq_us']:7.2f}  actorch / floor: {res['actorch_seq_us'] / floor:.2f}"
+    )
     print(f"{'RRef method call (rref.rpc_sync)':34} {res['rref_seq_us']:>11.0f} us")
     print(f"idle CPU per process (rank 0, rank 1): {res['idle_cpu_percent']} %")
 
