@@ -45,6 +45,15 @@ def bridged_noop() -> torch.futures.Future[None]:
     return answer
 
 
+async def bridged_call(worker: str) -> None:
+    """Call ``bridged_noop`` on ``worker`` and await it on this loop: the floor's caller side."""
+    loop = asyncio.get_running_loop()
+    answered: asyncio.Future[None] = loop.create_future()
+    sent = rpc.rpc_async(worker, bridged_noop)
+    sent.add_done_callback(lambda _: loop.call_soon_threadsafe(answered.set_result, None))
+    await answered
+
+
 class Echo(actorch.Actor):
     async def noop(self) -> None:
         return None
@@ -80,18 +89,10 @@ async def bench(
     local = await system.spawn(Echo, on=0)
     worker = "node1"
     await ref.call(Echo.lend_loop)
-    loop = asyncio.get_running_loop()
-
-    async def bridged_call() -> None:
-        answered: asyncio.Future[None] = loop.create_future()
-        sent = rpc.rpc_async(worker, bridged_noop)
-        sent.add_done_callback(lambda _: loop.call_soon_threadsafe(answered.set_result, None))
-        await answered
-
     for _ in range(200):  # warm up every path
         rpc.rpc_sync(worker, noop)
         await ref.call(Echo.noop)
-        await bridged_call()
+        await bridged_call(worker)
     results: dict[str, Any] = {}
 
     def raw_seq() -> float:
@@ -112,7 +113,7 @@ async def bench(
         # torch RPC bridged into asyncio at both ends and nothing else: what any asyncio runtime pays at least
         start = time.perf_counter()
         for _ in range(calls):
-            await bridged_call()
+            await bridged_call(worker)
         return (time.perf_counter() - start) / calls * 1e6
 
     def rref_seq() -> float:

@@ -13,14 +13,13 @@ sequential round trip keeps them busy, so CPU spent anywhere is latency.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 
 import torch.distributed.rpc as rpc
-from bench_rpc import Echo, bridged_noop, noop
+from bench_rpc import Echo, bridged_call, noop
 
 import actorch
 
@@ -42,16 +41,12 @@ async def measure(system: actorch.ActorSystem, rounds: int, calls: int) -> dict[
     echo = await system.spawn(Echo, on=1)
     clock = await system.spawn(Clock, on=1)
     await echo.call(Echo.lend_loop)
-    loop = asyncio.get_running_loop()
 
     async def raw() -> None:
         rpc.rpc_sync("node1", noop)
 
     async def floor() -> None:
-        answered: asyncio.Future[None] = loop.create_future()
-        sent = rpc.rpc_async("node1", bridged_noop)
-        sent.add_done_callback(lambda _: loop.call_soon_threadsafe(answered.set_result, None))
-        await answered
+        await bridged_call("node1")
 
     async def actorch_call() -> None:
         await echo.call(Echo.noop)
