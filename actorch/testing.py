@@ -19,9 +19,25 @@ from contextlib import asynccontextmanager
 from actorch._actors.host import ActorHost
 from actorch._actors.system import ActorSystem, open_system
 from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig
+from actorch._base.deadline import DeadlineLoop
 from actorch._transport.inprocess import InProcessHub
 
-__all__ = ["LocalWorld", "local_world"]
+__all__ = ["LocalWorld", "local_world", "new_event_loop"]
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop of the kind ``actorch.run`` runs its nodes on, for a ``local_world`` in a loop of your own.
+
+    On it a call reads its caller's ``asyncio.timeout`` deadline in one lookup,
+    however many timers are armed; on any other loop it looks through them
+    all. Pass it as ``loop_factory`` to ``asyncio.Runner``, or return it from
+    pytest-asyncio's ``pytest_asyncio_loop_factories`` hook.
+
+    Example:
+        >>> with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        ...     runner.run(test_counter())
+    """
+    return DeadlineLoop()
 
 
 class LocalWorld:

@@ -17,8 +17,7 @@ import pytest
 import torch
 from _mp import SCRIPTS
 
-from actorch._base.deadline import DeadlineLoop
-from actorch.testing import LocalWorld, local_world
+from actorch.testing import LocalWorld, local_world, new_event_loop
 
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
@@ -36,7 +35,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:
     """The tests' loops are the one ``actorch.run`` makes (other loops are tested where a test says so)."""
-    return {"deadline-loop": DeadlineLoop}
+    return {"deadline-loop": new_event_loop}
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -13,7 +14,7 @@ from actors import Counter, Recorder, Store
 
 import actorch
 from actorch._base.deadline import current_deadline
-from actorch.testing import LocalWorld
+from actorch.testing import LocalWorld, local_world, new_event_loop
 
 
 class Gate(actorch.Actor):
@@ -228,6 +229,41 @@ async def test_handler_sees_the_remaining_deadline_of_an_asyncio_timeout(world: 
         left = await slow.call(Slow.time_left)
     assert left is not None
     assert 0.5 < left <= 1.0
+
+
+async def _deadline_seen_across_nodes_with_timers_armed() -> tuple[float | None, int]:
+    """A call in a scope, from a local_world in this loop, with 200 other scopes armed; what the handler saw."""
+    loop = asyncio.get_running_loop()
+
+    async def waiting() -> None:
+        async with asyncio.timeout(60):
+            await asyncio.sleep(60)
+
+    others = [asyncio.create_task(waiting()) for _ in range(200)]
+    await asyncio.sleep(0)
+    async with local_world(2, stop_grace=0.5) as running:
+        slow = await running[0].spawn(Slow, on=1)
+        async with asyncio.timeout(1.0):
+            left = await slow.call(Slow.time_left)
+    filed = len(getattr(loop, "timeouts_by_task", {}))
+    for other in others:
+        other.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
+    return left, filed
+
+
+@pytest.mark.parametrize("factory", [new_event_loop, asyncio.new_event_loop], ids=["actorch", "plain"])
+def test_a_local_world_in_a_loop_of_your_own_carries_deadlines_on_either_kind_of_loop(
+    factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    with asyncio.Runner(loop_factory=factory) as runner:
+        left, filed = runner.run(_deadline_seen_across_nodes_with_timers_armed())
+    assert left is not None
+    assert 0.5 < left <= 1.0
+    if factory is new_event_loop:  # it files each scope under its task (the 200 waiting ones at least)
+        assert filed >= 200
+    else:
+        assert filed == 0
 
 
 async def test_handler_sees_the_remaining_deadline_of_anyio_fail_after(world: LocalWorld, on: int) -> None:

@@ -65,5 +65,5 @@ def test_public_objects_claim_the_package_or_a_private_module() -> None:
 
 def test_testing_helpers_are_exported_from_actorch_testing() -> None:
     testing = importlib.import_module("actorch.testing")
-    assert {"LocalWorld", "local_world"} <= set(testing.__all__)
+    assert {"LocalWorld", "local_world", "new_event_loop"} <= set(testing.__all__)
     assert testing.__all__ == sorted(testing.__all__, key=isort_key)
