@@ -45,8 +45,8 @@ def bridged_noop() -> torch.futures.Future[None]:
     return answer
 
 
-async def bridged_call(worker: str) -> None:
-    """Call ``bridged_noop`` on ``worker`` and await it on this loop: the floor's caller side."""
+async def bridged_call(worker: Any) -> None:
+    """Call ``bridged_noop`` on ``worker`` (a torch ``WorkerInfo``) and await it here: the floor's caller side."""
     loop = asyncio.get_running_loop()
     answered: asyncio.Future[None] = loop.create_future()
     sent = rpc.rpc_async(worker, bridged_noop)
@@ -89,10 +89,11 @@ async def bench(
     local = await system.spawn(Echo, on=0)
     worker = "node1"
     await ref.call(Echo.lend_loop)
+    worker_info = rpc.get_worker_info(worker)  # resolved once, as actorch does
     for _ in range(200):  # warm up every path
         rpc.rpc_sync(worker, noop)
         await ref.call(Echo.noop)
-        await bridged_call(worker)
+        await bridged_call(worker_info)
     results: dict[str, Any] = {}
 
     def raw_seq() -> float:
@@ -113,7 +114,7 @@ async def bench(
         # torch RPC bridged into asyncio at both ends and nothing else: what any asyncio runtime pays at least
         start = time.perf_counter()
         for _ in range(calls):
-            await bridged_call(worker)
+            await bridged_call(worker_info)
         return (time.perf_counter() - start) / calls * 1e6
 
     def rref_seq() -> float:

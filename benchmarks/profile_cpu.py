@@ -45,8 +45,10 @@ async def measure(system: actorch.ActorSystem, rounds: int, calls: int) -> dict[
     async def raw() -> None:
         rpc.rpc_sync("node1", noop)
 
+    worker = rpc.get_worker_info("node1")
+
     async def floor() -> None:
-        await bridged_call("node1")
+        await bridged_call(worker)
 
     async def actorch_call() -> None:
         await echo.call(Echo.noop)
