@@ -11,6 +11,7 @@ import torch
 from actorch import SerializationError, serializable
 from actorch._base import codec as _codec
 from actorch._base.codec import Codec, current_context, register_extension, register_side_type
+from actorch._base.devices import TensorRoute
 
 
 @dataclasses.dataclass
@@ -307,3 +308,75 @@ def test_serializable_lets_a_redefined_class_take_over_its_code() -> None:
     codec = Codec(strict=True)
     data, side = codec.encode(second(1))
     assert type(codec.decode(data, side)) is second
+
+
+# ---------------------------------------------------------------------- small tensors inside the bytes
+
+ROUTE = TensorRoute(1, frozenset())  # bound for another process: small CPU tensors ride inside the bytes
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        torch.randn(4),
+        torch.arange(6).reshape(2, 3).t(),  # not contiguous
+        torch.randn(8)[2:5],  # a view with an offset
+        torch.tensor(3.5),  # no dimensions
+        torch.zeros(0, 3),  # no elements
+        torch.tensor([True, False]),
+        torch.randn(3, dtype=torch.bfloat16),
+        torch.randn(2, dtype=torch.complex64),
+        torch.randint(-100, 100, (2, 2, 2), dtype=torch.int8),
+    ],
+    ids=lambda tensor: f"{tensor.dtype}-{tuple(tensor.shape)}",
+)
+def test_codec_carries_a_small_tensor_bound_for_another_process_inside_its_bytes(tensor: torch.Tensor) -> None:
+    codec = Codec()
+    data, tensors = codec.encode(["state", tensor], route=ROUTE)
+    assert tensors == []
+    _, received = codec.decode(data, tensors)
+    assert received.dtype == tensor.dtype
+    assert received.shape == tensor.shape
+    assert torch.equal(received, tensor)
+
+
+def test_codec_gives_an_inlined_tensor_memory_of_its_own_and_leaves_both_resizable() -> None:
+    sent = torch.zeros(4)
+    codec = Codec()
+    data, tensors = codec.encode([sent], route=ROUTE)
+    sent.add_(1)  # the sender may change its tensor at once: the bytes hold a copy
+    [received] = codec.decode(data, tensors)
+    assert torch.equal(received, torch.zeros(4))
+    received.resize_(10)
+    sent.resize_(10)
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        torch.zeros(_codec.INLINE_TENSOR_BYTES // 4 + 1),  # over the size
+        torch.zeros(4, requires_grad=True),  # distributed autograd records torch RPC's path
+        torch.nn.Parameter(torch.zeros(4), requires_grad=False),  # a subclass keeps its class
+        torch.zeros(4).to_sparse(),
+        torch.zeros(4, dtype=torch.float8_e4m3fn),  # a dtype outside the plain ones
+    ],
+    ids=["large", "requires-grad", "parameter", "sparse", "float8"],
+)
+def test_codec_keeps_torch_rpcs_tensor_path_for_tensors_it_cannot_inline(tensor: torch.Tensor) -> None:
+    _, tensors = Codec().encode([tensor], route=ROUTE)
+    assert len(tensors) == 1
+    assert tensors[0] is tensor
+
+
+def test_codec_inlines_nothing_without_a_route() -> None:
+    tensor = torch.zeros(4)
+    _, tensors = Codec().encode([tensor])
+    assert tensors[0] is tensor  # the same process: the very object arrives
+
+
+def test_codec_refuses_an_inlined_tensor_whose_data_does_not_fit_its_shape() -> None:
+    codec = Codec()
+    data, tensors = codec.encode([torch.zeros(3)], route=ROUTE)
+    four = data.replace((3).to_bytes(8, "little"), (4).to_bytes(8, "little"), 1)  # the shape says 4, 3 came
+    with pytest.raises(SerializationError, match=r"shape \(4,\) came with 12 bytes"):
+        codec.decode(four, tensors)
