@@ -15,7 +15,7 @@ from actorch import Agent, EpisodeStats, Observer, Rollout
 from actorch.testing import LocalWorld
 
 sys.path.insert(0, str(SCRIPTS))
-from corridor import Corridor, broken_corridor, corridor
+from corridor import Corridor, broken_corridor, corridor, drift
 
 
 def small_policy() -> nn.Module:
@@ -113,7 +113,7 @@ async def test_observer_failure_fails_the_episode_and_the_agent_goes_on(world: L
     agent = await world[0].spawn(Agent, args=(small_policy,))
     with pytest.raises(actorch.RemoteError) as caught:
         await agent.call(Agent.run_episode)
-    assert "1 of 3 calls to 'run' failed: member 2 (actor 'rl/observers/broken' on node 1)" in str(caught.value)
+    assert "1 of 3 calls to 'play' failed: member 2 (actor 'rl/observers/broken' on node 1)" in str(caught.value)
     await (await world[0].lookup("rl/observers/broken")).stop()
     assert (await agent.call(Agent.run_episode)).observers == 2  # no batch waits for the broken one
 
@@ -157,10 +157,189 @@ async def test_observer_refuses_bad_options(world: LocalWorld) -> None:
 
 
 async def test_observer_seeds_only_its_first_reset(world: LocalWorld) -> None:
-    env = Corridor(length=2)
-    observer = Observer.__new__(Observer)
-    observer.env = env
-    observer.seed = 5
-    observer.reset()
-    observer.reset()
-    assert env.seeds == [5, None]
+    envs = [Corridor(length=2), Corridor(length=2)]
+    observer = await world[0].spawn(Observer, args=([lambda: envs[0], lambda: envs[1]],), kwargs={"seed": 5})
+    agent = await world[0].spawn(Agent, args=(small_policy,), kwargs={"observers": "none/*"})
+    await observer.call(Observer.play, agent, 1)
+    await observer.call(Observer.play, agent, 1)
+    assert [env.seeds for env in envs] == [[5, None], [6, None]]
+
+
+# --------------------------------------------------------------------------- several environments per observer
+
+
+class GreedyAgent(Agent):
+    """Acts without chance (right while the position is below 1), so runs depend on the seeds alone."""
+
+    def act(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        actions = (states[:, 0] < 1.0).long()
+        return actions, torch.zeros(len(actions))
+
+
+def same_rollouts(left: Rollout, right: Rollout) -> bool:
+    assert left.states is not None
+    assert right.states is not None
+    return (
+        torch.equal(left.rewards, right.rewards)
+        and torch.equal(left.dones, right.dones)
+        and left.episode_rewards == right.episode_rewards
+        and torch.equal(left.states, right.states)
+        and torch.equal(left.actions, right.actions)  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize("steps", [None, 13], ids=["one-episode-each", "fixed-steps"])
+@pytest.mark.parametrize("batch", [True, False], ids=["batched", "plain"])
+async def test_observer_of_several_envs_plays_each_as_a_single_observer_with_the_next_seed(
+    world: LocalWorld, steps: int | None, batch: bool
+) -> None:
+    await world[0].spawn(Observer, args=(drift,), kwargs={"num_envs": 3, "seed": 10}, name="rl/many/0", on=1)
+    for index in range(3):
+        await world[0].spawn(Observer, args=(drift,), kwargs={"seed": 10 + index}, name=f"rl/single/{index}", on=2)
+    options = {"batch": batch}
+    many = await world[0].spawn(GreedyAgent, args=(small_policy,), kwargs={"observers": "rl/many/*", **options})
+    single = await world[0].spawn(GreedyAgent, args=(small_policy,), kwargs={"observers": "rl/single/*", **options})
+    together = await many.call(Agent.collect, steps)
+    apart = await single.call(Agent.collect, steps)
+    assert [(rollout.observer, rollout.env) for rollout in together] == [("rl/many/0", index) for index in range(3)]
+    assert all(same_rollouts(left, right) for left, right in zip(together, apart, strict=True))
+    lengths = {len(rollout.rewards) for rollout in together}
+    if steps is None:
+        assert len(lengths) > 1, "the seeds give episodes of different lengths: environments drop out one by one"
+        assert all(len(rollout.episode_rewards) == 1 for rollout in together)
+    else:
+        assert lengths == {13}
+        assert all(len(rollout.episode_rewards) >= 2 for rollout in together)
+
+
+async def test_agent_answers_every_environment_of_every_observer_in_one_forward_a_step(world: LocalWorld) -> None:
+    await world[0].spawn(Observer, args=(corridor,), kwargs={"num_envs": 4}, name="rl/observers/0", on=1)
+    await world[0].spawn(Observer, args=(corridor,), name="rl/observers/1", on=2)
+    agent = await world[0].spawn(CountingAgent, args=(small_policy,), kwargs={"seed": 0})
+    stats = await agent.call(Agent.run_episode)
+    assert stats.observers == 2
+    assert stats.steps == 5 * 8
+    assert await agent.call(CountingAgent.forward_sizes) == [5] * 8
+    seen = await agent.call(CountingAgent.learned_from)
+    assert seen == [(["rl/observers/0"] * 4 + ["rl/observers/1"], [8] * 5)]
+
+
+class RecordingAgent(GreedyAgent):
+    """Its log-probabilities are the positions acted on, which differ per environment and step."""
+
+    def act(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        actions, _ = super().act(states)
+        return actions, states[:, 0] + 0.0 * self.policy(states)[:, 0]
+
+    def learn(self, rollouts: list[Rollout], log_probs: list[torch.Tensor]) -> float:
+        self.checked = [
+            torch.allclose(rows, rollout.states[:, 0])  # type: ignore[index]
+            for rollout, rows in zip(rollouts, log_probs, strict=True)
+        ]
+        return 0.0
+
+    async def checks(self) -> list[bool]:
+        return self.checked
+
+
+class RecordingObserver(Observer):
+    """Always keeps the states it acted on."""
+
+    async def play(self, agent: Any, steps: int | None = None, *, batch: bool = True, record: bool = False) -> Any:
+        return await super().play(agent, steps, batch=batch, record=True)
+
+
+async def test_agent_learns_from_the_log_probabilities_of_each_environment_in_step_order(world: LocalWorld) -> None:
+    await world[0].spawn(
+        RecordingObserver, args=(drift,), kwargs={"num_envs": 3, "seed": 3}, name="rl/observers/0", on=1
+    )
+    agent = await world[0].spawn(RecordingAgent, args=(small_policy,))
+    await agent.call(Agent.run_episode)
+    assert await agent.call(RecordingAgent.checks) == [True] * 3
+
+
+async def test_agent_collect_plays_without_learning_and_records_what_was_seen(world: LocalWorld) -> None:
+    await seat(world, 2)
+    agent = await world[0].spawn(Agent, args=(small_policy,), kwargs={"seed": 0})
+    rollouts = await agent.call(Agent.collect, 5)
+    assert [rollout.observer for rollout in rollouts] == ["rl/observers/0", "rl/observers/1"]
+    for rollout in rollouts:
+        assert rollout.states is not None
+        assert rollout.states.shape == (5, 2)
+        assert rollout.actions is not None
+        assert rollout.actions.tolist() == [
+            int(reward) for reward in rollout.rewards.tolist()
+        ]  # the corridor pays the action
+    assert (await agent.call(Agent.statistics))["episodes"] == 0
+    assert (await agent.call(Agent.run_episode)).episode == 1  # learning goes on as before
+
+
+async def test_single_environment_endpoints_name_their_several_environment_twins(world: LocalWorld) -> None:
+    observer = await world[0].spawn(Observer, args=([corridor, corridor],), on=1)
+    agent = await world[0].spawn(Agent, args=(small_policy,), kwargs={"observers": "none/*"})
+    with pytest.raises(ValueError, match=r"'run' plays one environment and .* has 2: call Observer.play"):
+        await observer.call(Observer.run, agent)
+    with pytest.raises(ValueError, match=r"'episodes' plays one environment .* call Observer.plays"):
+        async for _ in observer.stream(Observer.episodes, agent):
+            pass
+    runs = [rollouts async for rollouts in observer.stream(Observer.plays, agent, 3, batch=False, count=2)]
+    assert [[len(rollout.rewards) for rollout in run] for run in runs] == [[3, 3], [3, 3]]
+
+
+@pytest.mark.parametrize(
+    ("env", "kwargs", "message"),
+    [
+        (corridor, {"num_envs": 0}, "num_envs must be an int >= 1"),
+        ([corridor, corridor], {"num_envs": 3}, "num_envs=3 disagrees with the 2 environment factories"),
+        ([], {}, "the list of environment factories is empty"),
+    ],
+)
+async def test_observer_refuses_environments_that_do_not_add_up(
+    world: LocalWorld, env: Any, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        await world[0].spawn(Observer, args=(env,), kwargs=kwargs)
+
+
+async def test_agent_streams_runs_of_observers_with_several_environments(world: LocalWorld) -> None:
+    await world[0].spawn(Observer, args=(corridor,), kwargs={"num_envs": 3}, name="rl/observers/0", on=1)
+    await world[0].spawn(Observer, args=(corridor,), name="rl/observers/1", on=2)
+    agent = await world[0].spawn(CountingAgent, args=(small_policy,), kwargs={"seed": 0})
+    history = await agent.call(Agent.train_streaming, 3)
+    assert [stats.steps for stats in history] == [4 * 8] * 3
+    assert [lengths for _, lengths in await agent.call(CountingAgent.learned_from)] == [[8] * 4] * 3
+
+
+def cartpole() -> Any:
+    import gymnasium  # noqa: PLC0415 - only these tests need it
+
+    return gymnasium.make("CartPole-v1")
+
+
+def cartpole_vector(mode: str) -> Any:
+    import gymnasium  # noqa: PLC0415 - only these tests need it
+
+    autoreset = getattr(gymnasium.vector.AutoresetMode, mode)
+    return gymnasium.make_vec(
+        "CartPole-v1", num_envs=3, vectorization_mode="sync", vector_kwargs={"autoreset_mode": autoreset}
+    )
+
+
+@pytest.mark.parametrize("mode", ["SAME_STEP", "DISABLED"])
+async def test_observer_plays_a_gymnasium_vector_env_as_it_plays_separate_ones(world: LocalWorld, mode: str) -> None:
+    pytest.importorskip("gymnasium")
+    await world[0].spawn(Observer, args=(lambda: cartpole_vector(mode),), kwargs={"seed": 4}, name="v/0")
+    await world[0].spawn(Observer, args=([cartpole] * 3,), kwargs={"seed": 4}, name="s/0")
+    results = []
+    for pattern in ("v/*", "s/*"):
+        agent = await world[0].spawn(GreedyAgent, args=(small_policy,), kwargs={"observers": pattern})
+        results.append(await agent.call(Agent.collect, 30))
+    assert [rollout.env for rollout in results[0]] == [0, 1, 2]
+    assert all(same_rollouts(left, right) for left, right in zip(*results, strict=True))
+    assert any(rollout.episode_rewards for rollout in results[0]), "an episode ended and its environment was reset"
+
+
+async def test_observer_refuses_a_vector_env_that_resets_in_the_next_step(world: LocalWorld) -> None:
+    pytest.importorskip("gymnasium")
+    with pytest.raises(ValueError, match=r"AutoresetMode\.SAME_STEP"):
+        await world[0].spawn(Observer, args=(lambda: cartpole_vector("NEXT_STEP"),))

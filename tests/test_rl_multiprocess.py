@@ -64,5 +64,5 @@ def test_observer_that_breaks_fails_its_episode_then_the_others_play_on(rl_run: 
     r = rl_run.result("broken")
     assert "RemoteError" in r["outcome"]["error"]["mro"]
     message = r["outcome"]["error"]["message"]
-    assert message.startswith("1 of 4 calls to 'run' failed: member 3 (actor 'rl/observers/broken' on node 2)")
+    assert message.startswith("1 of 4 calls to 'play' failed: member 3 (actor 'rl/observers/broken' on node 2)")
     assert r["after"] == 3

@@ -2,10 +2,11 @@
 
 The agent owns the policy. Each episode it finds the observers by name pattern,
 has them all play at once, answers their states with actions (one policy
-forward per state, or one per batch of all observers' states), and then learns
-from their rollouts (REINFORCE by default), reporting :class:`EpisodeStats`.
-Subclasses change the algorithm through the hooks ``act``, ``returns`` and
-``learn``.
+forward per message, or one per batch of all observers' messages; an observer
+of K environments sends their K states in one message), and then learns from
+their rollouts (REINFORCE by default), reporting :class:`EpisodeStats`; or it
+only collects (:meth:`Agent.collect`). Subclasses change the algorithm through
+the hooks ``act``, ``returns`` and ``learn``.
 
 The policy lives on the agent's device (``spawn(..., device="cuda:0")``) while
 the observers play on the CPU: a batch of states goes to the device in one copy
@@ -44,11 +45,12 @@ class EpisodeStats:
 
     Attributes:
         episode: Episodes run so far, this one included.
-        reward: The mean over observers of their first episode's total reward
-            (in a fixed-length run, of the steps played if no episode ended).
+        reward: The mean over the observers' environments of their first
+            episode's total reward (in a fixed-length run, of the steps played
+            if no episode ended).
         running_reward: An exponential moving average of ``reward``.
         loss: The learning step's loss.
-        steps: Actions taken by all observers together.
+        steps: Actions taken by all observers together (in all their environments).
         observers: How many observers played.
         seconds: Wall time of the episode, learning included.
     """
@@ -127,7 +129,10 @@ class Agent(Actor):
         self.episodes = 0
         self.actions = 0
         self.running_reward: float | None = None
-        self._log_probs: dict[str, list[torch.Tensor]] = {}
+        # Per observer key, one record per message answered: the log-probabilities of its rows, and which
+        # of the observer's environments they are (None: all, in order).
+        self._log_probs: dict[str, list[tuple[torch.Tensor, list[int] | None]]] = {}
+        self._learning = True  # False while collecting: no log-probabilities kept, no graph built
         self._stepping = 0  # observers still playing: the size of a full batch
         self._kept: dict[tuple[Any, ...], torch.Tensor] | None = None  # while streaming: weights kept for backward
         self._weights: set[int] = set()  # the policy's weight storages, while streaming
@@ -140,18 +145,48 @@ class Agent(Actor):
             GroupError: Observers failed (it names them); no learning step was taken.
                 A remote caller gets it as a ``RemoteError`` with the same message.
         """
-        refs = await self.system.lookup_all(self.pattern)
-        if not refs:
-            raise ActorNotFoundError(f"no observers match {self.pattern!r} (agent {self.name or self.ref})")
         started = time.perf_counter()
+        rollouts = await self._play(steps, record=False)
+        log_probs: list[torch.Tensor] = []
+        for key, played in _by_observer(rollouts):
+            log_probs.extend(_rows_by_env(self._log_probs.pop(key, []), played))
+        return self._learned(rollouts, log_probs, started)
+
+    async def collect(self, steps: int | None = None) -> list[Rollout]:
+        """Have every observer play (one episode, or ``steps`` steps each) and return what they saw; no learning.
+
+        The rollouts (one per environment of each observer) carry the states
+        acted on and the actions taken, for a learner of your own. The policy
+        runs without building an autograd graph.
+
+        Raises:
+            ActorNotFoundError: No observer matches the pattern.
+            GroupError: Observers failed (it names them).
+        """
+        self._learning = False
+        try:
+            return await self._play(steps, record=True)
+        finally:
+            self._learning = True
+
+    async def _play(self, steps: int | None, *, record: bool) -> list[Rollout]:
+        """Every observer's rollouts of one run, flattened in observer order."""
+        refs = await self._observers()
         self._log_probs = {}
         self._stepping = len(refs)
         try:
-            rollouts: list[Rollout] = await ActorGroup(refs).call(Observer.run, self.ref, steps, batch=self.batch)
+            played: list[list[Rollout]] = await ActorGroup(refs).call(
+                Observer.play, self.ref, steps, batch=self.batch, record=record
+            )
         finally:
             self._stepping = 0
-        log_probs = [torch.stack(self._log_probs.pop(rollout.observer, [])) for rollout in rollouts]
-        return self._learned(rollouts, log_probs, started)
+        return [rollout for rollouts in played for rollout in rollouts]
+
+    async def _observers(self) -> list[Any]:
+        refs = await self.system.lookup_all(self.pattern)
+        if not refs:
+            raise ActorNotFoundError(f"no observers match {self.pattern!r} (agent {self.name or self.ref})")
+        return refs
 
     async def train_streaming(self, rounds: int, steps: int | None = None) -> list[EpisodeStats]:
         """Learn from episodes the observers stream: ``rounds`` learning steps, each on one run of every observer.
@@ -185,21 +220,20 @@ class Agent(Actor):
         """
         if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
             raise ValueError(f"rounds must be an int >= 1, not {rounds!r}")
-        refs = await self.system.lookup_all(self.pattern)
-        if not refs:
-            raise ActorNotFoundError(f"no observers match {self.pattern!r} (agent {self.name or self.ref})")
+        refs = await self._observers()
         self._log_probs = {}
         self._stepping = len(refs)
         self._kept, self._weights = {}, {param.untyped_storage().data_ptr() for param in self.policy.parameters()}
-        streams = [ref.stream(Observer.episodes, self.ref, steps, batch=self.batch).with_window(1) for ref in refs]
+        streams = [ref.stream(Observer.plays, self.ref, steps, batch=self.batch).with_window(1) for ref in refs]
         history: list[EpisodeStats] = []
         try:
             for _ in range(rounds):
                 started = time.perf_counter()
                 outcomes = await asyncio.gather(*(anext(stream) for stream in streams), return_exceptions=True)
                 _raise_failures(refs, outcomes)
-                rollouts: list[Rollout] = outcomes  # type: ignore[assignment] # none failed
-                log_probs = [torch.stack(self._taken_log_probs(rollout)) for rollout in rollouts]
+                runs: list[list[Rollout]] = outcomes  # type: ignore[assignment] # none failed
+                rollouts = [rollout for run in runs for rollout in run]
+                log_probs = [rows for run in runs for rows in self._taken_log_probs(run)]
                 history.append(self._learned(rollouts, log_probs, started))
                 self._kept = {}  # a new policy version: its weights are kept afresh
         finally:
@@ -210,36 +244,42 @@ class Agent(Actor):
         return history
 
     async def select_action(self, observation: Observation) -> Any:
-        """One observer's action for its state (one policy forward per call)."""
-        key, state = observation
-        if state is None:
+        """One observer's actions for the states of its environments (one policy forward per call)."""
+        key, states, envs = observation
+        if states is None:
             self._stepping -= 1
             return None
-        with self._keeping_weights():
-            actions, log_probs = self.act(self.transfer(state.unsqueeze(0), self.device))
-        self._log_probs.setdefault(key, []).append(log_probs[0])
-        return _to_wire(self.transfer(actions, _HOST)[0])
+        actions, log_probs = self._act(self.transfer(states, self.device))
+        if self._learning:
+            self._log_probs.setdefault(key, []).append((log_probs, envs))
+        return _to_wire(self.transfer(actions, _HOST))
 
     @batched(max_batch=lambda self: self._stepping, max_wait=0.05)
     async def select_action_batch(self, observations: list[Observation]) -> list[Any]:
-        """Actions for the states of all observers that asked, in one policy forward.
+        """Actions for the states of all observers that asked (all their environments'), in one policy forward.
 
-        The states are stacked where they arrived and moved to the policy's
-        device in one copy; the actions come back to the CPU in one copy.
+        The states are concatenated where they arrived and moved to the
+        policy's device in one copy; the actions come back to the CPU in one
+        copy, and each observer gets the rows of its own states.
         """
-        live = [(index, key, state) for index, (key, state) in enumerate(observations) if state is not None]
+        live: list[tuple[int, str, torch.Tensor, list[int] | None]] = [
+            (index, key, states, envs) for index, (key, states, envs) in enumerate(observations) if states is not None
+        ]
         self._stepping -= len(observations) - len(live)
         answers: list[Any] = [None] * len(observations)
         if live:
-            states = [state for _, _, state in live]
-            if len({state.device for state in states}) > 1:  # some came staged to this device, some not
-                states = [state.to(_HOST) for state in states]
-            with self._keeping_weights():
-                actions, log_probs = self.act(self.transfer(torch.stack(states), self.device))
+            stacks = [states for _, _, states, _ in live]
+            if len({states.device for states in stacks}) > 1:  # some came staged to this device, some not
+                stacks = [states.to(_HOST) for states in stacks]
+            actions, log_probs = self._act(self.transfer(torch.cat(stacks), self.device))
             actions = self.transfer(actions, _HOST)
-            for row, (index, key, _) in enumerate(live):
-                self._log_probs.setdefault(key, []).append(log_probs[row])
-                answers[index] = _to_wire(actions[row])
+            start = 0
+            for index, key, states, envs in live:
+                end = start + len(states)
+                if self._learning:
+                    self._log_probs.setdefault(key, []).append((log_probs[start:end], envs))
+                answers[index] = _to_wire(actions[start:end])
+                start = end
         return answers
 
     async def observers(self) -> list[str]:
@@ -318,14 +358,27 @@ class Agent(Actor):
         steps_taken = sum(len(rollout.rewards) for rollout in rollouts)
         self.actions += steps_taken
         seconds = time.perf_counter() - started
-        return EpisodeStats(self.episodes, reward, self.running_reward, loss, steps_taken, len(rollouts), seconds)
+        observers = len({rollout.observer for rollout in rollouts})
+        return EpisodeStats(self.episodes, reward, self.running_reward, loss, steps_taken, observers, seconds)
 
-    def _taken_log_probs(self, rollout: Rollout) -> list[torch.Tensor]:
-        """The log-probabilities of ``rollout``'s steps: the first of its observer's (its next run may have begun)."""
-        recorded = self._log_probs.get(rollout.observer, [])
-        count = len(rollout.rewards)
-        self._log_probs[rollout.observer] = recorded[count:]
-        return recorded[:count]
+    def _act(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`act` on ``states``: with a graph while learning, without one while collecting."""
+        if not self._learning:
+            with torch.no_grad():
+                return self.act(states)
+        with self._keeping_weights():
+            return self.act(states)
+
+    def _taken_log_probs(self, run: list[Rollout]) -> list[torch.Tensor]:
+        """One observer's run's log-probabilities per environment: the first records (its next run may have begun).
+
+        A run sends one message per step of its longest-playing environment.
+        """
+        key = run[0].observer
+        recorded = self._log_probs.get(key, [])
+        count = max(len(rollout.rewards) for rollout in run)
+        self._log_probs[key] = recorded[count:]
+        return _rows_by_env(recorded[:count], run)
 
     def _keeping_weights(self) -> contextlib.AbstractContextManager[None]:
         """While streaming: keep, for backward, the weights an action was computed with.
@@ -379,6 +432,32 @@ def _first_episode(rollout: Rollout) -> float:
     return rollout.episode_rewards[0] if rollout.episode_rewards else float(rollout.rewards.sum())
 
 
-def _to_wire(action: torch.Tensor) -> Any:
-    """A scalar action as a Python number, any other as its tensor."""
-    return action.item() if action.numel() == 1 and action.dim() == 0 else action
+def _by_observer(rollouts: list[Rollout]) -> list[tuple[str, list[Rollout]]]:
+    """``rollouts`` grouped by observer key, in order (an observer's rollouts are consecutive)."""
+    groups: list[tuple[str, list[Rollout]]] = []
+    for rollout in rollouts:
+        if groups and groups[-1][0] == rollout.observer:
+            groups[-1][1].append(rollout)
+        else:
+            groups.append((rollout.observer, [rollout]))
+    return groups
+
+
+def _rows_by_env(records: list[tuple[torch.Tensor, list[int] | None]], run: list[Rollout]) -> list[torch.Tensor]:
+    """The log-probabilities of each rollout of one observer's run, in step order, from its answered messages."""
+    if not records:
+        return [torch.empty(0) for _ in run]
+    rows: dict[int, list[int]] = {}
+    offset = 0
+    for log_probs, envs in records:
+        count = len(log_probs)
+        for row, env in enumerate(range(count) if envs is None else envs):
+            rows.setdefault(env, []).append(offset + row)
+        offset += count
+    flat = torch.cat([log_probs for log_probs, _ in records])
+    return [flat[torch.tensor(rows.get(rollout.env, []), dtype=torch.long, device=flat.device)] for rollout in run]
+
+
+def _to_wire(actions: torch.Tensor) -> Any:
+    """Actions of one observer's states: scalar ones as a list of Python numbers, others as their tensor of rows."""
+    return actions.tolist() if actions.dim() == 1 else actions

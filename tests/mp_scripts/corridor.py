@@ -8,6 +8,7 @@ best policy always steps right and earns ``length`` per episode.
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 
@@ -52,3 +53,37 @@ def corridor() -> Corridor:
 def broken_corridor() -> Corridor:
     """A corridor whose third step raises."""
     return Corridor(fail_at=3)
+
+
+class Drift:
+    """A seeded environment whose episodes differ in length and rewards with the seed (and the actions).
+
+    ``reset(seed)`` reseeds its generator; each step earns a drawn reward plus
+    the action, and the episode ends after a drawn 3 to 6 steps (terminated on
+    an even length, truncated on an odd one). Given the same seed and actions,
+    it plays the same episodes.
+    """
+
+    def __init__(self) -> None:
+        self.random = random.Random()
+        self.left = 0
+        self.position = 0.0
+
+    def reset(self, seed: int | None = None) -> tuple[list[float], dict[str, Any]]:
+        if seed is not None:
+            self.random.seed(seed)
+        self.left = self.random.randint(3, 6)
+        self.length = self.left
+        self.position = self.random.random()
+        return [self.position, 1.0], {}
+
+    def step(self, action: Any) -> tuple[list[float], float, bool, bool, dict[str, Any]]:
+        self.left -= 1
+        self.position += int(action) - 0.5
+        reward = round(self.random.random(), 3) + int(action)
+        ended = self.left == 0
+        return [self.position, 1.0], reward, ended and self.length % 2 == 0, ended and self.length % 2 == 1, {}
+
+
+def drift() -> Drift:
+    return Drift()
