@@ -61,6 +61,8 @@ from actorch._engine.streaming import DEFAULT_WINDOW as DEFAULT_STREAM_WINDOW
 from actorch._engine.streaming import Stream
 from actorch._launch.run import run, serve
 from actorch._stock.agent import Agent, EpisodeStats
+from actorch._stock.collection import Collection
+from actorch._stock.collector import Batch, Collector
 from actorch._stock.group import ActorGroup
 from actorch._stock.observer import Observer, Rollout
 from actorch._stock.parameter_client import ParameterClient
@@ -83,7 +85,10 @@ __all__ = [
     "ActorSystem",
     "ActorchError",
     "Agent",
+    "Batch",
     "Batched",
+    "Collection",
+    "Collector",
     "EndpointError",
     "EpisodeStats",
     "GroupError",

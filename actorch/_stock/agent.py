@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +31,7 @@ from actorch._engine.batching import batched
 from actorch._stock.group import ActorGroup
 from actorch._stock.import_paths import resolve
 from actorch._stock.observer import Observation, Observer, Rollout
+from actorch._stock.policies import PolicyFactory, build_policy, sample_categorical
 
 __all__ = ["Agent", "EpisodeStats"]
 
@@ -96,7 +96,7 @@ class Agent(Actor):
 
     def __init__(
         self,
-        policy: nn.Module | Callable[[], nn.Module] | str,
+        policy: PolicyFactory,
         *,
         observers: str = "rl/observers/*",
         optimizer: type[torch.optim.Optimizer] | str = "torch.optim:Adam",
@@ -110,14 +110,9 @@ class Agent(Actor):
             raise ValueError(f"gamma must be within [0, 1], not {gamma!r}")
         if not 0.0 < smoothing <= 1.0:
             raise ValueError(f"smoothing must be within (0, 1], not {smoothing!r}")
-        if isinstance(policy, nn.Module):
-            module = policy
-        else:
-            with torch.random.fork_rng(devices=[]):
-                if seed is not None:
-                    torch.default_generator.manual_seed(seed)
-                module = resolve(policy, "policy factory")()
-        self.policy: nn.Module = module.to(self.device)  # before the optimizer, which keeps state beside it
+        self.policy: nn.Module = build_policy(
+            policy, self.device, seed
+        )  # before the optimizer, which keeps state beside it
         self.optimizer = resolve(optimizer, "optimizer")(self.policy.parameters(), lr=lr)
         self.generator = torch.Generator(device=self.device)
         if seed is not None:
@@ -311,10 +306,7 @@ class Agent(Actor):
 
         ``states`` are on the agent's device; so are the actions and log-probabilities returned.
         """
-        probs = self.policy(states)
-        actions = torch.multinomial(probs.detach(), 1, generator=self.generator).squeeze(1)
-        log_probs = torch.log(probs.gather(1, actions.unsqueeze(1)).squeeze(1).clamp_min(1e-12))
-        return actions, log_probs
+        return sample_categorical(self.policy(states), self.generator)
 
     def returns(self, rollout: Rollout) -> torch.Tensor:
         """Discounted returns of a rollout, restarting where an episode ended."""

@@ -17,10 +17,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy
+import torch
 
 from actorch._stock.import_paths import resolve
 
-__all__ = ["EnvFactory", "EnvSet", "Steps"]
+__all__ = ["EnvFactory", "EnvPlayer", "EnvSet", "Steps"]
 
 EnvFactory = Callable[[], Any] | str
 """A function returning an environment (or a vector environment), or its ``"module:function"`` path."""
@@ -185,3 +186,33 @@ def _build(factory: EnvFactory) -> Any:
 def _as_array(values: list[Any]) -> Any:
     """``values`` as the NumPy array a vector environment takes."""
     return numpy.asarray(values)
+
+
+class EnvPlayer:
+    """What the actors that play environments share: their environments, and the hooks that convert for them.
+
+    Mixed into :class:`~actorch.Observer` and :class:`~actorch.Collector`.
+    """
+
+    envs: EnvSet
+    num_envs: int
+    max_steps: int
+
+    def _open_envs(self, env: EnvFactory | Sequence[EnvFactory], num_envs: int | None, max_steps: int) -> None:
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, not {max_steps!r}")
+        self.envs = EnvSet(env, num_envs)
+        self.num_envs = self.envs.count
+        self.max_steps = max_steps
+
+    async def on_stop(self) -> None:
+        """Close the environments."""
+        self.envs.close()
+
+    def to_state(self, observation: Any) -> torch.Tensor:
+        """An environment's observation as the float32 tensor the policy takes."""
+        return torch.as_tensor(observation, dtype=torch.float32)
+
+    def to_env(self, action: Any) -> Any:
+        """An action as the environment takes it: a number, or a tensor as a NumPy array (from any device)."""
+        return action.numpy(force=True) if isinstance(action, torch.Tensor) else action

@@ -24,7 +24,7 @@ import torch
 from actorch._actors.actor import Actor
 from actorch._actors.ref import ActorRef
 from actorch._base.codec import serializable
-from actorch._stock.envs import EnvFactory, EnvSet
+from actorch._stock.envs import EnvFactory, EnvPlayer
 
 __all__ = ["Observation", "Observer", "Rollout"]
 
@@ -62,7 +62,7 @@ class Rollout:
     actions: torch.Tensor | None = field(default=None, repr=False)
 
 
-class Observer(Actor):
+class Observer(EnvPlayer, Actor):
     """Plays environments against an agent: sends states, receives actions, returns what each saw.
 
     Args:
@@ -90,19 +90,11 @@ class Observer(Actor):
         seed: int | None = None,
         max_steps: int = 10_000,
     ) -> None:
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, not {max_steps!r}")
-        self.envs = EnvSet(env, num_envs)
-        self.num_envs = self.envs.count
+        self._open_envs(env, num_envs, max_steps)
         self.env: Any = self.envs.vector if self.envs.vector is not None else self.envs.envs[0]
         """The environment (the first one, or the vector environment)."""
         self.seed = seed
-        self.max_steps = max_steps
         self.key = self.name or f"{type(self).__name__}#{self.ref.rank}:{id(self):x}"
-
-    async def on_stop(self) -> None:
-        """Close the environments."""
-        self.envs.close()
 
     async def run(self, agent: ActorRef[Any], steps: int | None = None, *, batch: bool = True) -> Rollout:
         """Play one environment against ``agent`` and return what was seen.
@@ -288,14 +280,6 @@ class Observer(Actor):
         if self.num_envs == 1:
             return self.to_state(observations[0])
         return torch.stack([self.to_state(observation) for observation in observations])
-
-    def to_state(self, observation: Any) -> torch.Tensor:
-        """An environment's observation as the float32 tensor the agent's policy takes."""
-        return torch.as_tensor(observation, dtype=torch.float32)
-
-    def to_env(self, action: Any) -> Any:
-        """The agent's action as the environment takes it: a number, or a tensor as a NumPy array (from any device)."""
-        return action.numpy(force=True) if isinstance(action, torch.Tensor) else action
 
 
 def _split_actions(replies: Any) -> list[Any]:

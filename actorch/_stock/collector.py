@@ -1,0 +1,370 @@
+"""``Collector``: a worker that plays its environments with its own copy of the policy, and ``Batch``, what it sends.
+
+The other design of RL collection. Where the agent keeps the one policy and
+answers every step of every observer (one message per step), a collector
+holds a copy of a small policy and steps its K environments itself, sending
+the learner (or a replay buffer) one :class:`Batch` of ``frames_per_batch``
+transitions at a time: one message per batch instead of one per step. The
+learner keeps the copies in sync by broadcasting its weights
+(:meth:`Collection.publish <actorch.Collection.publish>`), or the collectors
+pull them from a :class:`~actorch.ParameterServer`; every batch is stamped with
+the version of the weights that produced all of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from actorch._actors.actor import Actor
+from actorch._actors.ref import ActorRef
+from actorch._base.codec import serializable
+from actorch._stock.envs import EnvFactory, EnvPlayer, Steps
+from actorch._stock.policies import PolicyFactory, build_policy, sample_categorical
+
+__all__ = ["Batch", "Collector"]
+
+_YIELD_EVERY = 0.005
+"""Seconds of stepping after which a collector lets its node's loop run (weights and other calls come in)."""
+
+
+@serializable(23)
+@dataclass
+class Batch:
+    """Transitions a collector gathered with one version of the policy: ``steps`` steps of each of its environments.
+
+    Tensors are time-major: ``[steps, envs, ...]``.
+
+    Attributes:
+        collector: The collector's name (or key).
+        version: The version of the policy weights that acted in every step.
+        observations: The state acted on, ``[steps, envs, *state]``.
+        actions: The action taken, ``[steps, envs, *action]``.
+        log_probs: Its log-probability under the acting policy, ``[steps, envs]``.
+        rewards: The reward, ``[steps, envs]``, float32.
+        terminated: Whether the episode ended in a terminal state there, ``[steps, envs]``.
+        truncated: Whether it was cut short there (a time limit), ``[steps, envs]``.
+        next_observations: The state after the step (an ended episode's last
+            one, not the next episode's first), ``[steps, envs, *state]``.
+        episode_returns: The total reward of each episode that ended in the batch.
+        episode_lengths: The length of each of those episodes, in the same order.
+    """
+
+    collector: str
+    version: int
+    observations: torch.Tensor = field(repr=False)
+    actions: torch.Tensor = field(repr=False)
+    log_probs: torch.Tensor = field(repr=False)
+    rewards: torch.Tensor = field(repr=False)
+    terminated: torch.Tensor = field(repr=False)
+    truncated: torch.Tensor = field(repr=False)
+    next_observations: torch.Tensor = field(repr=False)
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+
+    @property
+    def frames(self) -> int:
+        """Transitions in the batch: steps times environments."""
+        return int(self.rewards.numel())
+
+    @property
+    def dones(self) -> torch.Tensor:
+        """Whether an episode ended at each step, terminated or truncated."""
+        return self.terminated | self.truncated
+
+    def transitions(self) -> dict[str, torch.Tensor]:
+        """The batch flattened to ``[frames, ...]`` per field, as ``ReplayBuffer.extend`` takes it."""
+        flat = {
+            "observations": self.observations,
+            "actions": self.actions,
+            "log_probs": self.log_probs,
+            "rewards": self.rewards,
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+            "next_observations": self.next_observations,
+        }
+        return {key: value.reshape(-1, *value.shape[2:]) for key, value in flat.items()}
+
+
+class Collector(EnvPlayer, Actor):
+    """Plays K environments with its own copy of the policy and hands out batches of what it saw.
+
+    The policy maps states ``[batch, *state]`` to action probabilities
+    ``[batch, actions]``, as the agent's does; override :meth:`act` for
+    another kind. Weights change only between batches: a batch is all one
+    version. Hand batches out as a stream (:meth:`batches`, which
+    :class:`~actorch.Collection` reads from many collectors at once), one at a
+    time (:meth:`collect`), or straight into a replay buffer (:meth:`fill`).
+
+    Args:
+        env: An environment factory (or path), a list of them, or a factory of
+            a Gymnasium vector environment, as :class:`~actorch.Observer` takes.
+        policy: A function building the policy module (or its path), run on
+            this node; or a module.
+        num_envs: How many environments to build from ``env``.
+        frames_per_batch: Transitions per batch, a multiple of the number of environments.
+        seed: Seeds the environments (environment ``i`` gets ``seed + i``), the
+            policy's initial weights and the action sampling.
+        max_steps: Longest single episode: one that runs longer is truncated.
+
+    Raises:
+        ValueError: If ``frames_per_batch`` is not a positive multiple of the
+            number of environments, ``max_steps`` is below 1, or the
+            environments do not add up (see :class:`~actorch.Observer`).
+    """
+
+    max_concurrency = 8  # weights and statistics come in while a stream or a fill runs
+
+    def __init__(
+        self,
+        env: EnvFactory | Sequence[EnvFactory],
+        policy: PolicyFactory,
+        *,
+        num_envs: int | None = None,
+        frames_per_batch: int = 1000,
+        seed: int | None = None,
+        max_steps: int = 10_000,
+    ) -> None:
+        self._open_envs(env, num_envs, max_steps)
+        if not isinstance(frames_per_batch, int) or frames_per_batch < 1 or frames_per_batch % self.num_envs:
+            raise ValueError(
+                f"frames_per_batch must be a positive multiple of the {self.num_envs} environments, "
+                f"not {frames_per_batch!r}"
+            )
+        self.frames_per_batch = frames_per_batch
+        self.policy = build_policy(policy, self.device, seed)
+        self.policy.eval()
+        self.policy.requires_grad_(False)
+        self.generator = torch.Generator(device=self.device)
+        if seed is not None:
+            self.generator.manual_seed(seed)
+        self.seed = seed
+        self.version = 0
+        """The version of the weights the policy holds (0: its initial ones)."""
+        self.key = self.name or f"{type(self).__name__}#{self.ref.rank}:{id(self):x}"
+        self._pending: tuple[Mapping[str, torch.Tensor], int] | None = None
+        self._newer = asyncio.Event()  # set when weights of a new version arrive
+        self._states: torch.Tensor | None = None  # the states to act on next, once the environments were reset
+        self._returns = [0.0] * self.num_envs
+        self._lengths = [0] * self.num_envs
+        self._counts = {"batches": 0, "frames": 0, "episodes": 0, "weights": 0}
+        self._seconds = 0.0
+
+    async def set_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> int:
+        """Take the policy's weights of ``version``, from the next batch on; return the version held then.
+
+        Weights older than (or as old as) those held are ignored, so a slow
+        broadcast never rolls a collector back. ``weights`` is a state dict of
+        the policy (or a part of one: the rest stay).
+
+        Raises:
+            TypeError: If ``version`` is not an int.
+        """
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise TypeError(f"version must be an int, not {type(version).__qualname__}")
+        self._check_weights(weights)
+        newest = self._pending[1] if self._pending is not None else self.version
+        if version > newest:
+            self._pending = (weights, version)
+            self._newer.set()
+            self._newer = asyncio.Event()
+        return max(version, newest)
+
+    async def batches(self, count: int | None = None, *, server: ActorRef[Any] | None = None) -> AsyncIterator[Batch]:
+        """Collect batch after batch, yielding each as it is done: ``ref.stream(Collector.batches)``.
+
+        The next batch is collected while the stream has room for it (its
+        window), so the collector works while the learner learns.
+
+        Args:
+            count: Batches to collect, or None for as many as the consumer takes.
+            server: A :class:`~actorch.ParameterServer` (of the same policy) to
+                pull newer weights from before each batch.
+
+        Raises:
+            ValueError: If ``count`` is below 1.
+        """
+        _check_count(count)
+        made = 0
+        while count is None or made < count:
+            if server is not None:
+                await self._pull(server)
+            yield await self._batch()
+            made += 1
+
+    async def collect(self, min_version: int = 0, *, server: ActorRef[Any] | None = None) -> Batch:
+        """Collect one batch, first waiting for weights of at least ``min_version``.
+
+        Args:
+            min_version: The oldest weights the batch may be made with; the
+                collector waits for newer ones to arrive (:meth:`set_weights`).
+            server: A parameter server to pull newer weights from first.
+        """
+        if server is not None:
+            await self._pull(server)
+        while max(self.version, self._pending[1] if self._pending is not None else 0) < min_version:
+            await self._newer.wait()
+        return await self._batch()
+
+    async def fill(self, buffer: Any, batches: int | None = None, *, server: ActorRef[Any] | None = None) -> int:
+        """Collect batches into ``buffer`` until ``batches`` are in, or for ever; return the transitions added.
+
+        Each batch goes in as :meth:`Batch.transitions` (one ``extend`` call),
+        and the next is collected while it travels.
+
+        Args:
+            buffer: A ``ReplayBuffer`` ref (or any actor with an ``extend``
+                endpoint), or a ``ShardedReplayBuffer``.
+            batches: Batches to add, or None until the call is cancelled or the collector stops.
+            server: A parameter server to pull newer weights from before each batch.
+
+        Raises:
+            ValueError: If ``batches`` is below 1.
+        """
+        _check_count(batches)
+        added = 0
+        pending: asyncio.Future[Any] | None = None
+        async for batch in self.batches(batches, server=server):
+            if pending is not None:
+                await pending
+            pending = asyncio.ensure_future(_extend(buffer, batch.transitions()))
+            added += batch.frames
+        if pending is not None:
+            await pending
+        return added
+
+    async def statistics(self) -> dict[str, Any]:
+        """Batches, frames and episodes collected, weight versions taken, the version held, frames per second."""
+        seconds = self._seconds
+        return {
+            **self._counts,
+            "version": self.version,
+            "envs": self.num_envs,
+            "frames_per_second": self._counts["frames"] / seconds if seconds else 0.0,
+        }
+
+    def act(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample one action per state; return ``(actions, log_probs)``, each ``[batch]``. Runs without a graph."""
+        return sample_categorical(self.policy(states), self.generator)
+
+    # ------------------------------------------------------------------ internals
+
+    async def _pull(self, server: ActorRef[Any]) -> None:
+        held = self._pending[1] if self._pending is not None else self.version
+        parameters = await server.call("pull", held, device="cpu")
+        if parameters is not None:
+            await self.set_weights(parameters.tensors, parameters.version)
+
+    def _check_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Refuse weights that name no part of the policy or have another shape: they would never take effect."""
+        own = self.policy.state_dict()
+        unknown = [name for name in weights if name not in own]
+        if unknown:
+            raise ValueError(f"the policy of {self.key} has no {', '.join(map(repr, unknown))} (it has {list(own)})")
+        for name, tensor in weights.items():
+            if not isinstance(tensor, torch.Tensor) or tensor.shape != own[name].shape:
+                shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__qualname__
+                raise ValueError(f"{name!r} must be a tensor of shape {tuple(own[name].shape)}, got {shape}")
+
+    def _install(self) -> None:
+        """Load the newest weights that came, between batches."""
+        if self._pending is None:
+            return
+        weights, version = self._pending
+        self._pending = None
+        self.policy.load_state_dict(dict(weights), strict=False)
+        self.version = version
+        self._counts["weights"] += 1
+
+    async def _batch(self) -> Batch:
+        """Step every environment ``frames_per_batch / envs`` times with the policy; yield to the loop now and then."""
+        self._install()
+        if self._states is None:
+            observations = self.envs.reset(self.seed)
+            self._states = torch.stack([self.to_state(observation) for observation in observations])
+        steps, count = self.frames_per_batch // self.num_envs, self.num_envs
+        playing = list(range(count))
+        states = self._states
+        seen, taken, probabilities, nexts = [], [], [], []
+        rewards = torch.empty((steps, count), dtype=torch.float32)
+        terminated = torch.empty((steps, count), dtype=torch.bool)
+        truncated = torch.empty((steps, count), dtype=torch.bool)
+        returns: list[float] = []
+        lengths: list[int] = []
+        started = time.perf_counter()
+        pause = started + _YIELD_EVERY
+        for step in range(steps):
+            with torch.no_grad():
+                actions, log_probs = self.act(states)
+            wire = actions.tolist() if actions.dim() == 1 else [self.to_env(action) for action in actions]
+            outcome = self.envs.step(wire, playing)
+            rewards[step] = torch.tensor(outcome.rewards)
+            ends = list(outcome.terminated)
+            cuts = self._cut(outcome)
+            terminated[step] = torch.tensor(ends)
+            truncated[step] = torch.tensor(cuts)
+            self._account(outcome.rewards, ends, cuts, returns, lengths)
+            seen.append(states)
+            taken.append(actions)
+            probabilities.append(log_probs)
+            nexts.append(torch.stack([self.to_state(observation) for observation in outcome.final]))
+            states = torch.stack([self.to_state(observation) for observation in outcome.observations])
+            if time.perf_counter() >= pause:
+                await asyncio.sleep(0)
+                pause = time.perf_counter() + _YIELD_EVERY
+        self._states = states
+        self._seconds += time.perf_counter() - started
+        self._counts["batches"] += 1
+        self._counts["frames"] += steps * count
+        self._counts["episodes"] += len(returns)
+        return Batch(
+            self.key,
+            self.version,
+            torch.stack(seen),
+            torch.stack(taken),
+            torch.stack(probabilities),
+            rewards,
+            terminated,
+            truncated,
+            torch.stack(nexts),
+            returns,
+            lengths,
+        )
+
+    def _cut(self, outcome: Steps) -> list[bool]:
+        """The step's truncations, with episodes that reach ``max_steps`` cut here too (their environments reset)."""
+        cuts = list(outcome.truncated)
+        for index, length in enumerate(self._lengths):
+            if not (outcome.terminated[index] or cuts[index]) and length + 1 >= self.max_steps:
+                cuts[index] = True
+                outcome.observations[index] = self.envs.reset_one(index)
+        return cuts
+
+    def _account(
+        self, rewards: list[float], ends: list[bool], cuts: list[bool], returns: list[float], lengths: list[int]
+    ) -> None:
+        """Add a step's rewards to each environment's episode; record the episodes that ended."""
+        for index, reward in enumerate(rewards):
+            self._returns[index] += reward
+            self._lengths[index] += 1
+            if ends[index] or cuts[index]:
+                returns.append(self._returns[index])
+                lengths.append(self._lengths[index])
+                self._returns[index] = 0.0
+                self._lengths[index] = 0
+
+
+async def _extend(buffer: Any, transitions: dict[str, torch.Tensor]) -> Any:
+    if isinstance(buffer, ActorRef):
+        return await buffer.call("extend", transitions)
+    return await buffer.extend(transitions)
+
+
+def _check_count(count: int | None) -> None:
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
+        raise ValueError(f"count must be an int >= 1 or None, not {count!r}")

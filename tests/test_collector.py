@@ -1,0 +1,269 @@
+"""Collector and Collection in an in-process world: batches, weights and versions, lag, buffers, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import pytest
+import torch
+from _mp import SCRIPTS
+from torch import nn
+
+import actorch
+from actorch import Batch, Collection, Collector, ParameterServer, ReplayBuffer
+from actorch.testing import LocalWorld
+
+sys.path.insert(0, str(SCRIPTS))
+from corridor import broken_corridor, corridor, drift
+
+
+def policy() -> nn.Module:
+    """Two observation features to two action probabilities."""
+    return nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 2), nn.Softmax(dim=-1))
+
+
+class AlwaysRight(nn.Module):
+    """A policy with one weight: the probability of action 1 is ``sigmoid(weight)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1))
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        right = torch.sigmoid(self.weight).expand(len(states))
+        return torch.stack([1 - right, right], dim=1)
+
+
+def always_right() -> nn.Module:
+    return AlwaysRight()
+
+
+async def spawn(world: LocalWorld, count: int = 2, **kwargs: Any) -> list[actorch.ActorRef[Collector]]:
+    options = {"num_envs": 2, "frames_per_batch": 8, "seed": 0, **kwargs}
+    env = options.pop("env", corridor)
+    made = options.pop("policy", policy)
+    return [
+        await world[0].spawn(
+            Collector, args=(env, made), kwargs=options, name=f"rl/collectors/{index}", on=1 + index % 2
+        )
+        for index in range(count)
+    ]
+
+
+async def test_collector_batch_holds_every_step_of_every_environment_time_major(world: LocalWorld) -> None:
+    [collector] = await spawn(world, 1, num_envs=3, frames_per_batch=30, env=drift)
+    batch = await collector.call(Collector.collect)
+    assert isinstance(batch, Batch)
+    assert batch.collector == "rl/collectors/0"
+    assert batch.version == 0
+    assert batch.frames == 30
+    assert batch.observations.shape == (10, 3, 2)
+    assert batch.next_observations.shape == (10, 3, 2)
+    for field in (batch.actions, batch.log_probs, batch.rewards, batch.terminated, batch.truncated):
+        assert field.shape == (10, 3)
+    assert batch.terminated.dtype == torch.bool
+    assert bool(batch.dones.any()), "drift's episodes last 3 to 6 steps"
+    # a step's next state is the state acted on next, except where the episode ended (its environment was reset)
+    same = (batch.next_observations[:-1] == batch.observations[1:]).all(dim=2)
+    assert bool((same | batch.dones[:-1]).all())
+    assert len(batch.episode_returns) == int(batch.dones.sum()) == len(batch.episode_lengths)
+    assert all(3 <= length <= 6 for length in batch.episode_lengths[:1])  # the first episodes began in this batch
+    probabilities = batch.log_probs.exp()
+    assert bool(((probabilities > 0) & (probabilities <= 1)).all())
+
+
+async def test_collector_goes_on_where_its_last_batch_ended(world: LocalWorld) -> None:
+    [collector] = await spawn(world, 1, frames_per_batch=4)
+    first = await collector.call(Collector.collect)
+    second = await collector.call(Collector.collect)
+    assert torch.equal(second.observations[0], first.next_observations[-1])  # the corridor lasts 8 steps: no reset yet
+    statistics = await collector.call(Collector.statistics)
+    assert statistics["batches"] == 2
+    assert statistics["frames"] == 8
+    assert statistics["frames_per_second"] > 0
+
+
+async def test_collector_counts_episode_returns_across_batches(world: LocalWorld) -> None:
+    [collector] = await spawn(world, 1, num_envs=1, frames_per_batch=3, policy=always_right)
+    await collector.call(Collector.set_weights, {"weight": torch.tensor([50.0])}, 1)  # always steps right
+    batches = [await collector.call(Collector.collect) for _ in range(4)]  # 12 steps: one corridor of 8, then 4
+    assert [batch.episode_returns for batch in batches] == [[], [], [8.0], []]
+    assert [batch.episode_lengths for batch in batches] == [[], [], [8], []]
+    assert [batch.version for batch in batches] == [1, 1, 1, 1]
+
+
+async def test_collector_takes_new_weights_between_batches_and_stamps_their_version(world: LocalWorld) -> None:
+    [collector] = await spawn(world, 1, num_envs=1, frames_per_batch=8, policy=always_right)
+    assert await collector.call(Collector.set_weights, {"weight": torch.tensor([-50.0])}, 3) == 3
+    stays = await collector.call(Collector.collect)
+    assert stays.version == 3
+    assert stays.actions.sum() == 0
+    assert await collector.call(Collector.set_weights, {"weight": torch.tensor([50.0])}, 2) == 3  # older: ignored
+    assert (await collector.call(Collector.collect)).actions.sum() == 0
+    await collector.call(Collector.set_weights, {"weight": torch.tensor([50.0])}, 4)
+    moves = await collector.call(Collector.collect)
+    assert moves.version == 4
+    assert moves.actions.sum() == 8
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ({"nope": torch.zeros(1)}, r"has no 'nope'"),
+        ({"weight": torch.zeros(3)}, r"'weight' must be a tensor of shape \(1,\), got \(3,\)"),
+    ],
+)
+async def test_collector_refuses_weights_that_would_never_take_effect(
+    world: LocalWorld, weights: dict[str, torch.Tensor], message: str
+) -> None:
+    [collector] = await spawn(world, 1, policy=always_right)
+    with pytest.raises(ValueError, match=message):
+        await collector.call(Collector.set_weights, weights, 1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"frames_per_batch": 7}, "frames_per_batch must be a positive multiple of the 2 environments"),
+        ({"max_steps": 0}, "max_steps must be >= 1"),
+        ({"num_envs": 0}, "num_envs must be an int >= 1"),
+    ],
+)
+async def test_collector_refuses_bad_options(world: LocalWorld, kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        await spawn(world, 1, **kwargs)
+
+
+async def test_collector_truncates_episodes_at_max_steps(world: LocalWorld) -> None:
+    [collector] = await spawn(world, 1, num_envs=1, frames_per_batch=10, max_steps=3, policy=always_right)
+    batch = await collector.call(Collector.collect)
+    assert batch.truncated[:, 0].tolist() == [False, False, True] * 3 + [False]
+    assert batch.episode_lengths == [3, 3, 3]
+    assert batch.observations[3, 0, 0] == 0.0  # the environment was reset after the cut
+
+
+async def test_collector_fills_a_replay_buffer_with_flat_transitions(world: LocalWorld) -> None:
+    [collector] = await spawn(world, 1)
+    buffer = await world[0].spawn(ReplayBuffer, args=(100,), on=2)
+    assert await collector.call(Collector.fill, buffer, 3) == 24
+    assert await buffer.call(ReplayBuffer.size) == 24
+    sample = await buffer.call(ReplayBuffer.sample, 5)
+    assert sample.data["observations"].shape == (5, 2)
+    assert sample.data["next_observations"].shape == (5, 2)
+    with pytest.raises(ValueError, match="count must be an int >= 1 or None"):
+        await collector.call(Collector.fill, buffer, 0)
+
+
+async def test_collector_pulls_newer_weights_from_a_parameter_server(world: LocalWorld) -> None:
+    server = await world[0].spawn(ParameterServer, args=(always_right,), kwargs={"optimizer_kwargs": {"lr": 1.0}}, on=2)
+    [collector] = await spawn(world, 1, num_envs=1, policy=always_right)
+    assert (await collector.call(Collector.collect, server=server)).version == 0
+    await server.call(ParameterServer.push, {"weight": torch.tensor([-50.0])})  # one step: weight 50
+    batch = await collector.call(Collector.collect, server=server)
+    assert batch.version == 1
+    assert batch.actions.sum() == 8
+
+
+async def test_collection_reads_every_collector_and_publishes_to_all(world: LocalWorld) -> None:
+    refs = await spawn(world, 3, policy=always_right)
+    learner = AlwaysRight()
+    # A collector whose batches are always ready first must not starve the others.
+    async with asyncio.timeout(10), Collection(refs, window=2) as collection:
+        seen: set[str] = set()
+        async for batch in collection:
+            seen.add(batch.collector)
+            if len(seen) == 3:
+                break
+        with torch.no_grad():
+            learner.weight.fill_(50.0)
+        assert await collection.publish(learner) == 1
+        assert collection.version == 1
+        async for batch in collection:
+            if batch.version == 1:
+                assert batch.actions.sum() == 8
+                break
+        statistics = collection.statistics()
+    assert seen == {"rl/collectors/0", "rl/collectors/1", "rl/collectors/2"}
+    assert statistics["published"] == 1
+    assert statistics["batches"] >= 4
+    assert statistics["frames"] == 8 * statistics["batches"]
+
+
+@pytest.mark.parametrize("on_lag", ["drop", "wait"])
+async def test_collection_never_hands_out_a_batch_older_than_max_lag(world: LocalWorld, on_lag: Any) -> None:
+    refs = await spawn(world, 2, policy=always_right)
+    learner = AlwaysRight()
+    lags = []
+    async with Collection(refs, max_lag=0, on_lag=on_lag, window=2) as collection:
+        taken = 0
+        async for batch in collection:
+            lags.append(collection.version - batch.version)
+            taken += 1
+            await collection.publish(learner)  # every batch taken moves the learner on
+            if taken == 6:
+                break
+        statistics = collection.statistics()
+    assert lags == [0] * 6
+    set_aside = statistics["dropped"] + statistics["asked_again"]
+    assert set_aside > 0, "two collectors and a publish per batch: some batches fell behind"
+    assert statistics["dropped" if on_lag == "wait" else "asked_again"] == 0
+
+
+async def test_collection_asks_collectors_in_wait_mode_for_fresh_enough_weights(world: LocalWorld) -> None:
+    [collector] = await spawn(world, 1, policy=always_right)
+    async with Collection([collector], max_lag=1, on_lag="wait", version=5) as collection:
+        waiting = collection.__anext__()  # asks for weights of version 4 at least: none came yet
+        learner = AlwaysRight()
+        with torch.no_grad():
+            learner.weight.fill_(50.0)
+        task: asyncio.Task[Batch] = asyncio.ensure_future(waiting)
+        await asyncio.sleep(0.05)
+        assert not task.done(), "the collector waits for weights it may act with"
+        await collection.publish(learner, 4)
+        batch = await task
+    assert batch.version == 4
+    assert batch.actions.sum() == 8
+
+
+async def test_collection_leaves_out_a_failing_collector_and_goes_on(world: LocalWorld) -> None:
+    good = await spawn(world, 1, env=corridor)
+    broken = await world[0].spawn(
+        Collector, args=(broken_corridor, policy), kwargs={"frames_per_batch": 8}, name="rl/collectors/broken", on=2
+    )
+    async with Collection([*good, broken]) as collection:
+        with pytest.raises(actorch.RemoteError, match="collapsed") as caught:
+            async for _ in collection:
+                pass
+        assert any("rl/collectors/broken" in note for note in getattr(caught.value, "__notes__", []))
+        batch = await collection.__anext__()
+        assert batch.collector == "rl/collectors/0"
+        assert collection.statistics()["collectors"] == 1
+        assert collection.statistics()["failed"] == 1
+
+
+async def test_collection_ends_when_every_stream_has_ended(world: LocalWorld) -> None:
+    refs = await spawn(world, 2)
+    collection = Collection(refs)
+    for source, count in zip(collection._sources, (2, 3), strict=True):
+        source.stream = source.ref.stream(Collector.batches, count)  # streams of two and three batches
+    assert len([batch async for batch in collection]) == 5
+    await collection.aclose()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_lag": -1}, "max_lag must be an int >= 0 or None"),
+        ({"on_lag": "skip"}, "on_lag must be 'drop' or 'wait'"),
+        ({"on_lag": "wait"}, "on_lag='wait' needs a max_lag"),
+        ({"window": 0}, "window must be an int >= 1"),
+    ],
+)
+async def test_collection_refuses_bad_options(world: LocalWorld, kwargs: dict[str, Any], message: str) -> None:
+    refs = await spawn(world, 1)
+    with pytest.raises(ValueError, match=message):
+        Collection(refs, **kwargs)
+    with pytest.raises(ValueError, match="at least one collector"):
+        Collection([])
