@@ -204,7 +204,7 @@ class Caller(NodeSide):
                         f"cannot call {pending.endpoint!r} of {pending.label}: the actor has stopped"
                     )
                 else:
-                    error = rebuild_error(payload)
+                    error = rebuild_error(payload, pending.label, pending.endpoint)
                 pending.set_exception(error)
                 return
             pending.set_result(None if payload is None else self.codec.decode(payload, tensors, self, pending.device))
@@ -296,9 +296,9 @@ class Caller(NodeSide):
                     task.uncancel()
                     raise cell.interrupted(endpoint, by_caller=False) from None
                 raise
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any handler error goes back to the caller
                 cell.check_fatal(exc)
-                raise handler_error(exc) from exc
+                raise handler_error(exc, label, endpoint) from None
             failed = False
             return result
         finally:
@@ -329,7 +329,7 @@ class Caller(NodeSide):
             if cell is None or cell.stopping:
                 raise ActorStoppedError(f"cannot call {endpoint!r}: {label} is stopped")
             future: asyncio.Future[Any] = self.loop.create_future()
-            message = Message(endpoint, args, kwargs, key, chain, deadline, LocalReply(future))
+            message = Message(endpoint, args, kwargs, key, chain, deadline, LocalReply(future, label))
             message.autograd = current_context_id()  # its handler runs in another task: it takes the context along
             cell.deliver(message)
             try:

@@ -19,10 +19,11 @@ __all__ = ["LocalReply", "TellDone", "log_tell_failure"]
 class LocalReply(Reply):
     """Settles a caller's future on this node as a remote reply would."""
 
-    __slots__ = ("future",)
+    __slots__ = ("future", "label")
 
-    def __init__(self, future: asyncio.Future[Any]) -> None:
+    def __init__(self, future: asyncio.Future[Any], label: str) -> None:
         self.future = future
+        self.label = label  # the actor called, as the caller's ref names it
 
     def result(self, message: Message, value: Any) -> None:
         """Hand the caller the handler's result."""
@@ -32,7 +33,9 @@ class LocalReply(Reply):
     def error(self, message: Message, exc: BaseException, origin: Origin) -> None:
         """Raise ``exc`` at the caller, as a ``RemoteError`` if the handler raised it."""
         if not self.future.done():
-            self.future.set_exception(handler_error(exc) if origin == Origin.HANDLER else exc)
+            if origin == Origin.HANDLER:
+                exc = handler_error(exc, self.label, message.endpoint)
+            self.future.set_exception(exc)
 
 
 class TellDone(Reply):

@@ -295,7 +295,7 @@ class _LocalLink(Outlet, _Link, Reply):
 
     def error(self, message: Message, exc: BaseException, origin: Origin) -> None:
         if origin == Origin.HANDLER:
-            exc = handler_error(exc)
+            exc = handler_error(exc, self.opening.label, self.opening.endpoint)
         self._end(exc)
 
     def _end(self, error: BaseException | None) -> None:
@@ -489,7 +489,7 @@ class Streams(NodeSide):
                 )
             )
         else:
-            link.end(rebuild_error(payload))
+            link.end(rebuild_error(payload, link.opening.label, link.opening.endpoint))
 
     # ------------------------------------------------------------------ producing
 
