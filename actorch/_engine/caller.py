@@ -26,7 +26,7 @@ from actorch._base.errors import (
 )
 from actorch._engine.calls import RemoteCall
 from actorch._engine.message import CallContext, Message, Origin, current_call
-from actorch._engine.replies import LocalReply
+from actorch._engine.replies import LocalReply, log_heard_failure
 from actorch._engine.side import NodeSide, SideParts
 from actorch._engine.wire import CALL, CANCEL, TELL, check_size, handler_error, rebuild_error
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
@@ -287,7 +287,7 @@ class Caller(NodeSide):
             try:
                 coroutine = cell.open(endpoint, args, kwargs)
             except EndpointError as exc:
-                self.log.warning("message refused", actor=cell.label, endpoint=endpoint, error=f"EndpointError: {exc}")
+                log_heard_failure(self.log, cell.label, endpoint, exc, Origin.RUNTIME)
                 raise
             try:
                 result = await coroutine
@@ -297,6 +297,7 @@ class Caller(NodeSide):
                     raise cell.interrupted(endpoint, by_caller=False) from None
                 raise
             except Exception as exc:  # noqa: BLE001 - any handler error goes back to the caller
+                log_heard_failure(self.log, cell.label, endpoint, exc, Origin.HANDLER)
                 cell.check_fatal(exc)
                 raise handler_error(exc, label, endpoint) from None
             failed = False

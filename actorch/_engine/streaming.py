@@ -502,7 +502,7 @@ class Streams(NodeSide):
         received.outlet, outlet.message = outlet, received
         cell = self.cells.get(actor_id)
         if cell is None:
-            self.log.info("stream refused: actor stopped", src=src, actor=actor_id, endpoint=endpoint)
+            self.log.debug("stream refused: actor stopped", src=src, actor=actor_id, endpoint=endpoint)
             gone = ActorStoppedError(
                 f"no longer hosts actor #{actor_id}; stream {endpoint!r} refused (node {self.rank})"
             )
