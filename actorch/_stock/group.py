@@ -255,6 +255,11 @@ def error_kind(exc: BaseException) -> str:
     return exc.type_name.rpartition(".")[2] if isinstance(exc, RemoteError) else type(exc).__name__
 
 
+def failure_reason(exc: BaseException) -> str:
+    """A member's error in one line for a ``GroupError``'s message: ``ValueError: its message``."""
+    return f"{error_kind(exc)}: {exc}"
+
+
 def _describe(ref: ActorRef[Any]) -> str:
     if ref.name is not None:
         return f"actor {ref.name!r} on node {ref.rank}"
