@@ -37,6 +37,7 @@ from typing import Any
 from actorch._base import errors
 from actorch._base.errors import MessageTooLargeError, RemoteError, remote_error
 from actorch._engine.message import Origin
+from actorch._transport.autograd import explain_context_clash
 
 __all__ = [
     "CALL",
@@ -72,14 +73,18 @@ def error_payload(exc: BaseException, origin: Origin) -> list[Any]:
 
     A ``RemoteError`` passed on (a handler that did not catch its own call's
     error) travels under its original type name, so the next caller can still
-    catch it as that class.
+    catch it as that class. torch's error for a second distributed autograd
+    context on the loop's thread gets a note that names the fix.
     """
     if isinstance(exc, RemoteError):
         name = exc.type_name
     else:
         kind = type(exc)
         name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    text = _handler_traceback(exc) if origin == Origin.HANDLER else ""
+    text = ""
+    if origin == Origin.HANDLER:
+        explain_context_clash(exc)
+        text = _handler_traceback(exc)
     return [int(origin), name, str(exc), text, os.getpid(), socket.gethostname()]
 
 
