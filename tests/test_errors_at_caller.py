@@ -61,6 +61,9 @@ class Faulty(actorch.Actor):
     async def relay_custom(self, other: actorch.ActorRef[Faulty]) -> None:
         await other.call(Faulty.fail_custom)
 
+    def summary(self) -> str:  # a plain helper: legal on an actor, but no endpoint
+        return "helper"
+
 
 async def test_handler_exception_arrives_as_remote_error_and_original_class(world: LocalWorld, on: int) -> None:
     faulty = await world[0].spawn(Faulty, on=on)
@@ -180,6 +183,23 @@ async def test_unknown_endpoint_error_lists_the_known_endpoints(world: LocalWorl
         known = "echo, fail_custom, fail_group, fail_needy, fail_value, make_set, relay_custom, sleep"
         with pytest.raises(actorch.EndpointError, match=known):
             await faulty.call("missing")
+
+
+async def test_calling_a_plain_def_method_says_to_make_it_async(world: LocalWorld, on: int) -> None:
+    faulty = await world[0].spawn(Faulty, name="errors/plain", on=on)
+    expected = (
+        rf"^'summary' of actor 'errors/plain' \(Faulty\) on node {on} is a plain `def` method of Faulty, and only "
+        r"`async def` methods are endpoints: make it `async def summary\(...\)`, and run blocking work in it "
+        r"with `await asyncio.to_thread\(...\)`"
+    )
+    async with asyncio.timeout(5):
+        with pytest.raises(actorch.EndpointError, match=expected):
+            await faulty.call(Faulty.summary)  # type: ignore[call-overload]  # mypy sees it too
+        with pytest.raises(actorch.EndpointError, match=expected):
+            await faulty.call("summary")
+    with pytest.raises(actorch.EndpointError, match=expected):
+        faulty.tell("summary")
+    assert "summary" not in endpoints_of(Faulty)
 
 
 async def test_endpoint_error_is_also_a_type_error(world: LocalWorld, on: int) -> None:

@@ -299,7 +299,9 @@ class Cell:
         if handler is None:
             if endpoint in self.batched and outlet is not None:
                 raise EndpointError(wrong_verb(endpoint, self.label, streaming=False))
-            raise EndpointError(unknown_endpoint(endpoint, self.label, [*self.endpoints, *self.batched]))
+            raise EndpointError(
+                unknown_endpoint(endpoint, self.label, [*self.endpoints, *self.batched], type(self.instance))
+            )
         if (endpoint in self.streaming) != (outlet is not None):
             raise EndpointError(wrong_verb(endpoint, self.label, streaming=outlet is None))
         try:
