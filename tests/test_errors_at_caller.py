@@ -116,6 +116,12 @@ async def test_same_node_handler_error_stays_reachable_as_the_context(world: Loc
     assert type(original) is ValueError
     assert str(original) == "kept"
     assert info.value.__suppress_context__ is True, "its traceback is printed once, in the note"
+    try:
+        raise KeyError("being handled by the caller")
+    except KeyError:
+        with pytest.raises(ValueError, match="again") as again:
+            await faulty.call(Faulty.fail_value, "again")
+    assert str(again.value.__context__) == "again", "the handler's error, not the caller's"
 
 
 async def test_remote_error_passed_on_by_a_handler_keeps_its_class(world: LocalWorld, on: int) -> None:

@@ -210,6 +210,7 @@ class Stream(Generic[T]):
             self._link = await self._streams.open(self, self._opening, self._window)
         except Exception as exc:  # noqa: BLE001 - raised where the items are asked for, like the stream's own errors
             self._end = exc
+            await asyncio.sleep(0)  # it may have failed at once: a loop that retries must not starve the node
 
     def _take(self) -> T:
         item: T = self._items.popleft()
