@@ -9,7 +9,15 @@ import textwrap
 
 import pytest
 
-from actorch._transport.autograd import NO_CONTEXT, bound, current_context_id, force_context_id, supported
+from actorch._transport.autograd import (
+    CONTEXT_CLASH_HINT,
+    NO_CONTEXT,
+    bound,
+    current_context_id,
+    explain_context_clash,
+    force_context_id,
+    supported,
+)
 
 pytestmark = pytest.mark.skipif(not supported(), reason="this build of torch does not export the context accessors")
 
@@ -93,3 +101,15 @@ def test_in_autograd_context_needs_a_system_on_torch_rpc() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert "refused: distributed autograd needs a system on torch RPC" in done.stdout, done.stderr
+
+
+def test_explain_context_clash_notes_the_fix_once_on_torchs_error_only() -> None:
+    clash = RuntimeError("Already have an autograd context id for this thread.")
+    explain_context_clash(clash)
+    explain_context_clash(clash)  # a batch's error is answered once per call: still one note
+    assert clash.__notes__ == [CONTEXT_CLASH_HINT]
+    assert "actorch.in_autograd_context" in CONTEXT_CLASH_HINT
+    other = RuntimeError("something else")
+    explain_context_clash(other)
+    explain_context_clash(ValueError("Already have an autograd context id for this thread."))
+    assert not hasattr(other, "__notes__")

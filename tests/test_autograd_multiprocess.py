@@ -18,7 +18,7 @@ def autograd() -> Finished:
 
 def test_autograd_run_returns_and_leaves_no_process(autograd: Finished) -> None:
     autograd.assert_clean_exit(0)
-    assert autograd.returned() == {"main": "returned", "checks": 9}, autograd.report()
+    assert autograd.returned() == {"main": "returned", "checks": 10}, autograd.report()
 
 
 @pytest.mark.parametrize(
@@ -56,6 +56,16 @@ def test_two_tasks_of_one_node_hold_two_contexts_at_once(autograd: Finished) -> 
     assert first != second
     # the second task's input was twice the first's: its weight gradient is twice as large
     assert result["norms"] == [[pytest.approx(8.0), pytest.approx(4.0)], [pytest.approx(16.0), pytest.approx(4.0)]]
+
+
+def test_a_second_raw_context_on_one_node_names_in_autograd_context(autograd: Finished) -> None:
+    result = autograd.result("clash")
+    assert isinstance(result["first"], int), result
+    assert result["second_is_runtime_error"] is True
+    printed = result["second_printed"]
+    assert "actorch.RemoteError(RuntimeError): Already have an autograd context id for this thread" in printed
+    assert "Two distributed autograd contexts were open at once on this node" in printed
+    assert "`await actorch.in_autograd_context(step, ...)`" in printed
 
 
 def test_backward_whose_gradients_go_to_a_killed_node_fails_within_the_rpc_timeout(autograd: Finished) -> None:

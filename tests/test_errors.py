@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import traceback
 
 import pytest
 
@@ -145,6 +146,46 @@ def test_mixed_remote_error_stays_mixed_after_pickling() -> None:
     assert isinstance(copy, ValueError)
     assert (copy.type_name, copy.message, copy.remote_traceback) == ("ValueError", "bad", "tb text")
     assert str(copy) == "bad"
+
+
+def test_mixed_remote_error_class_prints_under_a_public_name() -> None:
+    assert traceback.format_exception_only(remote_error("ValueError", "bad")) == [
+        "actorch.RemoteError(ValueError): bad\n"
+    ]
+    custom = remote_error(path_of(CustomError), "custom")
+    assert type(custom).__module__ == "actorch"
+    assert type(custom).__qualname__ == f"RemoteError({path_of(CustomError)})"
+
+
+def test_remote_error_raised_in_shows_the_remote_traceback_in_a_note() -> None:
+    text = 'Traceback (most recent call last):\n  File "m.py", line 3, in f\nValueError: bad\n'
+    error = remote_error("ValueError", "bad", text, "Raised in 'f' of actor 'a' on node 1, pid 7 on host h")
+    assert error.__notes__ == [
+        "Raised in 'f' of actor 'a' on node 1, pid 7 on host h:\n"
+        '  Traceback (most recent call last):\n    File "m.py", line 3, in f\n  ValueError: bad'
+    ]
+    assert error.remote_traceback == text, "the attribute keeps the text as it came"
+    printed = "".join(traceback.format_exception(error))
+    assert printed.index("actorch.RemoteError(ValueError): bad") < printed.index('    File "m.py", line 3')
+
+
+def test_remote_error_without_a_traceback_has_no_note() -> None:
+    assert not hasattr(remote_error("ValueError", "bad", "", "Raised in 'f'"), "__notes__")
+
+
+def test_remote_error_keeps_its_notes_after_pickling() -> None:
+    error = remote_error("ValueError", "bad", "tb text", "Raised in 'f'")
+    error.add_note("in member 1")
+    copy = pickle.loads(pickle.dumps(error))
+    assert isinstance(copy, ValueError)
+    assert copy.__notes__ == ["Raised in 'f':\n  tb text", "in member 1"]
+
+
+def test_kind_of_names_a_remote_error_by_its_original_class() -> None:
+    assert _errors.kind_of(remote_error(path_of(CustomError), "custom")) == "CustomError"
+    assert _errors.kind_of(RemoteError("nowhere.Gone", "lost")) == "Gone"
+    assert _errors.kind_of(KeyError("k")) == "KeyError"
+    assert _errors.describe(remote_error("ValueError", "bad")) == "ValueError: bad"
 
 
 def test_remote_error_can_be_caught_as_the_original_class() -> None:

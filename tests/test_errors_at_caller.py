@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import traceback
 
 import pytest
 
@@ -57,6 +58,12 @@ class Faulty(actorch.Actor):
     async def _secret(self) -> str:
         return "secret"
 
+    async def relay_custom(self, other: actorch.ActorRef[Faulty]) -> None:
+        await other.call(Faulty.fail_custom)
+
+    def summary(self) -> str:  # a plain helper: legal on an actor, but no endpoint
+        return "helper"
+
 
 async def test_handler_exception_arrives_as_remote_error_and_original_class(world: LocalWorld, on: int) -> None:
     faulty = await world[0].spawn(Faulty, on=on)
@@ -88,11 +95,54 @@ async def test_remote_error_carries_the_remote_traceback_text(world: LocalWorld,
     assert "ValueError: with traceback" in text
 
 
+async def test_remote_error_prints_the_handler_frames_under_the_local_ones(world: LocalWorld, on: int) -> None:
+    faulty = await world[0].spawn(Faulty, name="errors/printed", on=on)
+    async with asyncio.timeout(5):
+        with pytest.raises(ValueError, match="printed") as info:
+            await faulty.call(Faulty.fail_value, "printed")
+    printed = "".join(traceback.format_exception(info.value))
+    heading = f"Raised in 'fail_value' of actor 'errors/printed' (Faulty) on node {on}, pid "
+    assert printed.index("actorch.RemoteError(ValueError): printed") < printed.index(heading)
+    assert printed.index("      raise ValueError(message)") > printed.index(heading)
+    assert "cell.py" not in info.value.remote_traceback, "the runtime's frames that ran the handler are left out"
+
+
+async def test_same_node_handler_error_stays_reachable_as_the_context(world: LocalWorld) -> None:
+    faulty = await world[0].spawn(Faulty, on=0)
+    async with asyncio.timeout(5):
+        with pytest.raises(ValueError, match="kept") as info:
+            await faulty.call(Faulty.fail_value, "kept")
+    original = info.value.__context__
+    assert type(original) is ValueError
+    assert str(original) == "kept"
+    assert info.value.__suppress_context__ is True, "its traceback is printed once, in the note"
+    try:
+        raise KeyError("being handled by the caller")
+    except KeyError:
+        with pytest.raises(ValueError, match="again") as again:
+            await faulty.call(Faulty.fail_value, "again")
+    assert str(again.value.__context__) == "again", "the handler's error, not the caller's"
+
+
+async def test_remote_error_passed_on_by_a_handler_keeps_its_class(world: LocalWorld, on: int) -> None:
+    relay = await world[0].spawn(Faulty, on=on)
+    faulty = await world[0].spawn(Faulty, on=2)
+    async with asyncio.timeout(5):
+        with pytest.raises(CustomError) as info:
+            await relay.call(Faulty.relay_custom, faulty)
+    assert info.value.type_name == f"{__name__}.CustomError"  # type: ignore[attr-defined]
+    note = info.value.__notes__[0]
+    assert note.startswith("Raised in 'relay_custom' of actor Faulty#")
+    assert "\n  Raised in 'fail_custom' of actor Faulty#" in note, "the inner hop's note, indented under the outer"
+    assert "on node 2, pid" in note
+
+
 async def test_remote_error_of_a_test_module_class_is_an_instance_of_it(world: LocalWorld, on: int) -> None:
     faulty = await world[0].spawn(Faulty, on=on)
     async with asyncio.timeout(5):
-        with pytest.raises(CustomError, match=r"^custom failure$") as info:
+        with pytest.raises(CustomError) as info:
             await faulty.call(Faulty.fail_custom)
+    assert str(info.value) == "custom failure"
     assert isinstance(info.value, actorch.RemoteError)
     assert info.value.type_name == f"{__name__}.CustomError"
 
@@ -136,9 +186,26 @@ async def test_bad_call_raises_endpoint_error_and_the_actor_keeps_serving(
 async def test_unknown_endpoint_error_lists_the_known_endpoints(world: LocalWorld, on: int) -> None:
     faulty = await world[0].spawn(Faulty, on=on)
     async with asyncio.timeout(5):
-        known = "echo, fail_custom, fail_group, fail_needy, fail_value, make_set, sleep"
+        known = "echo, fail_custom, fail_group, fail_needy, fail_value, make_set, relay_custom, sleep"
         with pytest.raises(actorch.EndpointError, match=known):
             await faulty.call("missing")
+
+
+async def test_calling_a_plain_def_method_says_to_make_it_async(world: LocalWorld, on: int) -> None:
+    faulty = await world[0].spawn(Faulty, name="errors/plain", on=on)
+    expected = (
+        rf"^'summary' of actor 'errors/plain' \(Faulty\) on node {on} is a plain `def` method of Faulty, and only "
+        r"`async def` methods are endpoints: make it `async def summary\(...\)`, and run blocking work in it "
+        r"with `await asyncio.to_thread\(...\)`"
+    )
+    async with asyncio.timeout(5):
+        with pytest.raises(actorch.EndpointError, match=expected):
+            await faulty.call(Faulty.summary)  # type: ignore[call-overload]  # mypy sees it too
+        with pytest.raises(actorch.EndpointError, match=expected):
+            await faulty.call("summary")
+    with pytest.raises(actorch.EndpointError, match=expected):
+        faulty.tell("summary")
+    assert "summary" not in endpoints_of(Faulty)
 
 
 async def test_endpoint_error_is_also_a_type_error(world: LocalWorld, on: int) -> None:

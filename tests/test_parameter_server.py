@@ -203,6 +203,13 @@ async def test_parameter_server_refuses_a_factory_that_is_not_a_model(world: Loc
         await world[0].spawn(ParameterServer, args=("tests.nowhere:model",), on=1)
 
 
+async def test_parameter_server_refuses_a_built_module_and_says_what_to_pass(world: LocalWorld, on: int) -> None:
+    with pytest.raises(TypeError, match="takes a function that builds the model, not a built Linear module") as info:
+        await world[0].spawn(ParameterServer, args=(nn.Linear(4, 4),), on=on)
+    assert "functools.partial(ModuleClass, ...)" in str(info.value)
+    assert "'package.module:make_model'" in str(info.value)
+
+
 async def test_parameter_server_takes_import_paths_in_strict_mode() -> None:
     async with local_world(2, strict=True) as world:
         server = await world[0].spawn(
@@ -316,6 +323,33 @@ async def test_parameter_client_names_the_failed_shard() -> None:
         assert caught.value.failed == [1]
         assert isinstance(caught.value.exceptions[0], actorch.ActorStoppedError)
         assert any("parameter shard 1" in note for note in caught.value.exceptions[0].__notes__)
+
+
+async def test_parameter_client_with_one_server_says_why_its_push_failed(world: LocalWorld) -> None:
+    [server] = await spawn_shards(world, 1)
+    client = ParameterClient([server])
+    with pytest.raises(actorch.GroupError) as caught:
+        await client.push({"0.weight": torch.ones(3, 3)})
+    assert str(caught.value).startswith(
+        "1 of 1 parameter shards failed: shard 0 (<ActorRef actor 'ps/0' (ParameterServer) on node 0>): "
+        "ValueError: '0.weight' must be a tensor of shape (8, 8), got (3, 3)"
+    )
+    assert isinstance(caught.value.exceptions[0], ValueError)
+
+
+async def test_parameter_client_names_each_failed_shard_and_its_reason(world: LocalWorld) -> None:
+    shards = await spawn_shards(world, 3)
+    client = ParameterClient(shards)
+    names = [await shard.call(ParameterServer.names) for shard in shards]
+    with pytest.raises(actorch.GroupError) as caught:
+        await client.push({names[0][0]: torch.ones(2), names[2][0]: torch.ones(7)})
+    assert str(caught.value) == (
+        "2 of 3 parameter shards failed: "
+        f"shard 0 ({shards[0]!r}): ValueError: {names[0][0]!r} must be a tensor of shape (8, 8), got (2,); "
+        f"shard 2 ({shards[2]!r}): ValueError: {names[2][0]!r} must be a tensor of shape (8,), got (7,) "
+        "(2 sub-exceptions)"
+    )
+    assert caught.value.failed == [0, 2]
 
 
 def test_parameter_client_needs_a_server() -> None:

@@ -129,7 +129,7 @@ def broadcast_tell(refs: Iterable[ActorRef[Any]], method: Any, /, *args: Any, **
         cls = None if ref._class_path in checked else resolve_class(ref._class_path)
         if cls is not None:
             try:
-                check_call(endpoints_of(cls), endpoint, args, kwargs, ref._label)
+                check_call(endpoints_of(cls), endpoint, args, kwargs, ref._label, cls)
             except Exception as exc:  # noqa: BLE001 - this actor's refusal, raised with the others' below
                 outcomes[index] = exc
                 continue

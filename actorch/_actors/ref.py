@@ -198,7 +198,7 @@ class ActorRef(Generic[A]):
         endpoint = method if type(method) is str else endpoint_name(method)
         cls = resolve_class(self._class_path)
         if cls is not None:
-            check_call(endpoints_of(cls), endpoint, args, kwargs, self._label)
+            check_call(endpoints_of(cls), endpoint, args, kwargs, self._label, cls)
         self._caller.tell(self._rank, self._actor_id, endpoint, args, kwargs, self._label)
 
     async def wait_stopped(self) -> ActorExit:

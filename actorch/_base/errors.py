@@ -22,13 +22,16 @@ The tree::
 
 A remote exception whose class can be imported on the caller is raised as an
 instance of both ``RemoteError`` and that class, so ``except ValueError`` works
-across nodes.
+across nodes. That class prints as ``actorch.RemoteError(ValueError)``, and the
+error carries a note (PEP 678) with the remote traceback, so that Python prints
+the remote frames under the local ones.
 """
 
 from __future__ import annotations
 
 import builtins
 import pkgutil
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,6 +54,7 @@ __all__ = [
     "SystemClosedError",
     "UnsupportedError",
     "describe",
+    "kind_of",
     "remote_error",
 ]
 
@@ -85,7 +89,8 @@ class RemoteError(ActorchError):
         return f"RemoteError({self.type_name}: {self.message!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (remote_error, (self.type_name, self.message, self.remote_traceback))
+        # the state keeps the notes, where the remote traceback is shown
+        return (remote_error, (self.type_name, self.message, self.remote_traceback), self.__dict__ or None)
 
 
 class EndpointError(ActorchError, TypeError):
@@ -181,7 +186,12 @@ _mixed_classes: dict[type[BaseException], type[RemoteError]] = {}
 
 def describe(exc: BaseException) -> str:
     """An exception in one line for logs and messages: ``Type: message``."""
-    return f"{type(exc).__name__}: {exc}"
+    return f"{kind_of(exc)}: {exc}"
+
+
+def kind_of(exc: BaseException) -> str:
+    """The class name that says what went wrong: a remote error's original class (``ValueError``)."""
+    return exc.type_name.rpartition(".")[2] if isinstance(exc, RemoteError) else type(exc).__name__
 
 
 def _import_exception_class(type_name: str) -> type[BaseException] | None:
@@ -198,22 +208,46 @@ def _import_exception_class(type_name: str) -> type[BaseException] | None:
     return found if isinstance(found, type) and issubclass(found, Exception) else None
 
 
-def remote_error(type_name: str, message: str, remote_traceback: str = "") -> RemoteError:
+def _mixed_class(original: type[BaseException]) -> type[RemoteError] | None:
+    """``RemoteError`` mixed with ``original``, printed as ``actorch.RemoteError(ValueError)``; None if it cannot be."""
+    mixed = _mixed_classes.get(original)
+    if mixed is None:
+        shown = (
+            original.__qualname__
+            if original.__module__ == "builtins"
+            else f"{original.__module__}.{original.__qualname__}"
+        )
+        name = f"RemoteError({shown})"
+        try:
+            mixed = type(name, (RemoteError, original), {"__module__": "actorch", "__qualname__": name})
+        except TypeError:  # layout conflict, e.g. two builtin bases
+            return None
+        _mixed_classes[original] = mixed
+    return mixed
+
+
+def remote_error(type_name: str, message: str, remote_traceback: str = "", raised_in: str = "") -> RemoteError:
     """Build the ``RemoteError`` for a remote exception, mixed with its class when importable.
 
     The mixed instance is created without calling the original ``__init__`` (its
     signature is unknown), so ``args`` is ``(message,)`` and ``str()`` is the message.
+    With ``raised_in`` (where the handler ran: actor, endpoint, node, process),
+    the error gets a note that shows the remote traceback under that line, which
+    Python prints after the error's own traceback.
     """
+    error = _remote_error(type_name, message, remote_traceback)
+    if raised_in and remote_traceback:
+        error.add_note(f"{raised_in}:\n{textwrap.indent(remote_traceback.rstrip(), '  ')}")
+    return error
+
+
+def _remote_error(type_name: str, message: str, remote_traceback: str) -> RemoteError:
     original = _import_exception_class(type_name)
     if original is None or issubclass(original, RemoteError):
         return RemoteError(type_name, message, remote_traceback)
-    mixed = _mixed_classes.get(original)
+    mixed = _mixed_class(original)
     if mixed is None:
-        try:
-            mixed = type(original.__name__, (RemoteError, original), {"__module__": __name__})
-        except TypeError:  # layout conflict, e.g. two builtin bases
-            return RemoteError(type_name, message, remote_traceback)
-        _mixed_classes[original] = mixed
+        return RemoteError(type_name, message, remote_traceback)
     try:
         error = mixed.__new__(mixed)
         RemoteError.__init__(error, type_name, message, remote_traceback)

@@ -143,7 +143,7 @@ class Callee(NodeSide):
             )
         if cell is None:
             if call_id is not None:
-                self.log.info("call refused: actor stopped", src=src, actor=label, endpoint=endpoint)
+                self.log.debug("call refused: actor stopped", src=src, actor=label, endpoint=endpoint)
             gone = ActorStoppedError(f"no longer hosts actor #{actor_id}; {endpoint!r} refused (node {self.rank})")
             received.reply.error(received, gone, Origin.GONE)
             return

@@ -13,7 +13,7 @@ import asyncio
 import itertools
 from collections.abc import Coroutine
 from time import perf_counter_ns
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from actorch._base.deadline import inherited_deadline
 from actorch._base.errors import (
@@ -26,7 +26,7 @@ from actorch._base.errors import (
 )
 from actorch._engine.calls import RemoteCall
 from actorch._engine.message import CallContext, Message, Origin, current_call
-from actorch._engine.replies import LocalReply
+from actorch._engine.replies import LocalReply, log_heard_failure
 from actorch._engine.side import NodeSide, SideParts
 from actorch._engine.wire import CALL, CANCEL, TELL, check_size, handler_error, rebuild_error
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
@@ -94,7 +94,8 @@ class Caller(NodeSide):
                 call.waiting = self.loop.create_task(self._launch_when_room(call, body, tensors, chain, deadline))
         except Exception as exc:  # noqa: BLE001 - raised where the call is awaited, like a coroutine's error
             call.settled()
-            call.set_exception(exc)
+            # after the loop ran once: a retry loop around a call that fails at once cannot starve the node
+            self.loop.call_soon(_fail, call, exc)
         return call
 
     async def _call_on_loop(
@@ -204,7 +205,7 @@ class Caller(NodeSide):
                         f"cannot call {pending.endpoint!r} of {pending.label}: the actor has stopped"
                     )
                 else:
-                    error = rebuild_error(payload)
+                    error = rebuild_error(payload, pending.label, pending.endpoint)
                 pending.set_exception(error)
                 return
             pending.set_result(None if payload is None else self.codec.decode(payload, tensors, self, pending.device))
@@ -258,7 +259,7 @@ class Caller(NodeSide):
             "waiting there (mailbox_size); a call would wait for room, a tell cannot"
         )
 
-    async def _call_local(
+    async def _call_local(  # noqa: RET503 - it ends in _raise_after_a_turn, which raises
         self,
         actor_id: int,
         endpoint: str,
@@ -271,7 +272,7 @@ class Caller(NodeSide):
         """Call an actor of this node: in the caller's task when the mailbox allows, else through the queue."""
         cell = self.cells.get(actor_id)
         if cell is None or cell.stopping:
-            raise ActorStoppedError(f"cannot call {endpoint!r}: {label} is stopped")
+            await _raise_after_a_turn(ActorStoppedError(f"cannot call {endpoint!r}: {label} is stopped"))
         key = self.new_key()
         if endpoint in cell.batched or not cell.can_start(chain):
             return await self._call_queued(actor_id, endpoint, args, kwargs, chain, label, deadline, key)
@@ -283,24 +284,28 @@ class Caller(NodeSide):
         deadline_token = inherited_deadline.set(deadline)  # for a caller that is another task
         started = perf_counter_ns()
         failed = True
+        error: Exception
         try:
             try:
                 coroutine = cell.open(endpoint, args, kwargs)
             except EndpointError as exc:
-                self.log.warning("message refused", actor=cell.label, endpoint=endpoint, error=f"EndpointError: {exc}")
-                raise
-            try:
-                result = await coroutine
-            except asyncio.CancelledError:
-                if cell.inline.was_evicted(task):  # the actor stopped, not the caller
-                    task.uncancel()
-                    raise cell.interrupted(endpoint, by_caller=False) from None
-                raise
-            except Exception as exc:
-                cell.check_fatal(exc)
-                raise handler_error(exc) from exc
-            failed = False
-            return result
+                log_heard_failure(self.log, cell.label, endpoint, exc, Origin.RUNTIME)
+                error = exc
+            else:
+                try:
+                    result = await coroutine
+                except asyncio.CancelledError:
+                    if cell.inline.was_evicted(task):  # the actor stopped, not the caller
+                        task.uncancel()
+                        raise cell.interrupted(endpoint, by_caller=False) from None
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any handler error goes back to the caller
+                    log_heard_failure(self.log, cell.label, endpoint, exc, Origin.HANDLER)
+                    cell.check_fatal(exc)
+                    error = handler_error(exc, label, endpoint)  # keeps exc as its (unprinted) context
+                else:
+                    failed = False
+                    return result
         finally:
             inherited_deadline.reset(deadline_token)
             current_call.reset(token)
@@ -308,6 +313,7 @@ class Caller(NodeSide):
             cell.leave(key)
             (cell.metrics.get(endpoint) or cell.stats(endpoint)).record(perf_counter_ns() - started, failed)
             cell.wake()
+        await _raise_after_a_turn(error)  # out of the actor now; the handler may have raised before it awaited
 
     async def _call_queued(
         self,
@@ -329,7 +335,7 @@ class Caller(NodeSide):
             if cell is None or cell.stopping:
                 raise ActorStoppedError(f"cannot call {endpoint!r}: {label} is stopped")
             future: asyncio.Future[Any] = self.loop.create_future()
-            message = Message(endpoint, args, kwargs, key, chain, deadline, LocalReply(future))
+            message = Message(endpoint, args, kwargs, key, chain, deadline, LocalReply(future, label))
             message.autograd = current_context_id()  # its handler runs in another task: it takes the context along
             cell.deliver(message)
             try:
@@ -339,3 +345,19 @@ class Caller(NodeSide):
                 raise
         finally:
             self.flow.release(target)
+
+
+async def _raise_after_a_turn(error: Exception) -> NoReturn:
+    """Raise ``error`` once the loop has run: a retry loop around a call that fails at once cannot starve the node."""
+    await asyncio.sleep(0)
+    context = error.__context__
+    try:
+        raise error
+    finally:
+        error.__context__ = context  # not the exception a caller may be handling: a same-node handler's own
+
+
+def _fail(call: RemoteCall[Any], exc: BaseException) -> None:
+    """Settle a call that failed before it was sent, unless its caller gave it up meanwhile."""
+    if not call.done():
+        call.set_exception(exc)

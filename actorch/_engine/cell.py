@@ -28,7 +28,7 @@ from actorch._engine.flow import FlowControl
 from actorch._engine.inline import InlineCalls
 from actorch._engine.message import CallContext, ItemRefused, Message, Origin, Outlet, Reply, current_call
 from actorch._engine.metrics import EndpointStats
-from actorch._engine.replies import TellDone
+from actorch._engine.replies import TellDone, log_heard_failure
 from actorch._engine.wire import is_refusal
 from actorch._transport.autograd import NO_CONTEXT, bound
 from actorch._transport.base import PORT_HOLD
@@ -299,7 +299,9 @@ class Cell:
         if handler is None:
             if endpoint in self.batched and outlet is not None:
                 raise EndpointError(wrong_verb(endpoint, self.label, streaming=False))
-            raise EndpointError(unknown_endpoint(endpoint, self.label, [*self.endpoints, *self.batched]))
+            raise EndpointError(
+                unknown_endpoint(endpoint, self.label, [*self.endpoints, *self.batched], type(self.instance))
+            )
         if (endpoint in self.streaming) != (outlet is not None):
             raise EndpointError(wrong_verb(endpoint, self.label, streaming=outlet is None))
         try:
@@ -462,15 +464,24 @@ class Cell:
             self.batcher.fail_open(error)
 
     def fail(self, message: Message, exc: BaseException, origin: Origin = Origin.RUNTIME) -> None:
-        """Answer ``message`` with an error (a tell's reply logs it: nobody waits for it)."""
+        """Answer ``message`` with an error, and log it as loud as nobody else hears it.
+
+        A call's or a stream's caller hears the error: it is logged at debug
+        level only. A refused tell is a warning; a tell whose handler raised is
+        logged by its reply, as an error.
+        """
         if message.runs is not None:  # a batch not run: each of its calls gets the error
             assert self.batcher is not None
             self.batcher.fail_unrun(message, exc, origin)
             return
-        if is_refusal(exc, origin):
-            self.log.warning("message refused", actor=self.label, endpoint=message.endpoint, error=describe(exc))
-        if message.reply is not None:
-            message.reply.error(message, exc, origin)
+        reply = message.reply
+        if isinstance(reply, TellDone):
+            if is_refusal(exc, origin):
+                self.log.warning("message refused", actor=self.label, endpoint=message.endpoint, error=describe(exc))
+        elif origin == Origin.HANDLER or is_refusal(exc, origin):
+            log_heard_failure(self.log, self.label, message.endpoint, exc, origin)
+        if reply is not None:
+            reply.error(message, exc, origin)
 
     def refuse_all(self) -> None:
         """Refuse every message from now on: the actor is stopping or gone."""

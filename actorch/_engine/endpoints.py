@@ -32,11 +32,27 @@ def endpoint_name(method: Any) -> str:
     return name
 
 
-def unknown_endpoint(endpoint: str, label: str, known: Iterable[str]) -> str:
-    """The message for a call to an endpoint the actor does not have, or that is private."""
+def unknown_endpoint(endpoint: str, label: str, known: Iterable[str], cls: type | None = None) -> str:
+    """The message for a call to an endpoint the actor does not have, or that is private.
+
+    A public plain ``def`` method of ``cls`` (the actor's class) is no endpoint:
+    the message for calling one says to make it ``async def``.
+    """
     if endpoint.startswith("_"):
         return f"{endpoint!r} of {label} is private: endpoints are public async methods"
+    if cls is not None and _is_plain_method(cls, endpoint):
+        return (
+            f"{endpoint!r} of {label} is a plain `def` method of {cls.__qualname__}, and only `async def` methods "
+            f"are endpoints: make it `async def {endpoint}(...)`, and run blocking work in it with "
+            "`await asyncio.to_thread(...)` so that the node's other actors keep running"
+        )
     return f"{label} has no endpoint {endpoint!r} (endpoints: {', '.join(sorted(known)) or 'none'})"
+
+
+def _is_plain_method(cls: type, name: str) -> bool:
+    """Whether ``cls.name`` is a plain (not ``async``) method: a helper or a hook, which callers cannot call."""
+    value = inspect.getattr_static(cls, name, None)
+    return inspect.isfunction(value) and not (inspect.iscoroutinefunction(value) or inspect.isasyncgenfunction(value))
 
 
 def is_streaming(handler: object) -> bool:
@@ -58,9 +74,14 @@ def wrong_verb(endpoint: str, label: str, *, streaming: bool) -> str:
 
 
 def check_call(
-    endpoints: Mapping[str, Endpoint], endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any], label: str
+    endpoints: Mapping[str, Endpoint],
+    endpoint: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    label: str,
+    cls: type | None = None,
 ) -> None:
-    """Raise ``EndpointError`` unless ``endpoint`` is one of ``endpoints`` and takes these arguments."""
+    """Raise ``EndpointError`` unless ``endpoint`` is one of ``endpoints`` (``cls``'s) and takes these arguments."""
     handler = endpoints.get(endpoint)
     if not kwargs and handler is not None:
         shape = _shapes.get(handler)
@@ -72,7 +93,7 @@ def check_call(
             raise error
         return
     if handler is None:
-        raise EndpointError(unknown_endpoint(endpoint, label, endpoints))
+        raise EndpointError(unknown_endpoint(endpoint, label, endpoints, cls))
     if is_streaming(handler):
         raise EndpointError(wrong_verb(endpoint, label, streaming=True))
     if not kwargs:

@@ -1,6 +1,8 @@
 """Where the outcome of a message goes when its sender is on this node, or did not wait (a tell).
 
 A remote caller's reply is the callee's (:class:`~actorch._engine.callee.CallReply`).
+How loud a failure is logged depends on who hears it: one its caller hears is
+logged at debug level; a tell's, which nobody hears, as an error.
 """
 
 from __future__ import annotations
@@ -13,16 +15,17 @@ from actorch._engine.flow import FlowControl
 from actorch._engine.message import Message, Origin, Reply
 from actorch._engine.wire import error_payload, handler_error, is_refusal
 
-__all__ = ["LocalReply", "TellDone", "log_tell_failure"]
+__all__ = ["LocalReply", "TellDone", "log_heard_failure", "log_tell_failure"]
 
 
 class LocalReply(Reply):
     """Settles a caller's future on this node as a remote reply would."""
 
-    __slots__ = ("future",)
+    __slots__ = ("future", "label")
 
-    def __init__(self, future: asyncio.Future[Any]) -> None:
+    def __init__(self, future: asyncio.Future[Any], label: str) -> None:
         self.future = future
+        self.label = label  # the actor called, as the caller's ref names it
 
     def result(self, message: Message, value: Any) -> None:
         """Hand the caller the handler's result."""
@@ -32,7 +35,9 @@ class LocalReply(Reply):
     def error(self, message: Message, exc: BaseException, origin: Origin) -> None:
         """Raise ``exc`` at the caller, as a ``RemoteError`` if the handler raised it."""
         if not self.future.done():
-            self.future.set_exception(handler_error(exc) if origin == Origin.HANDLER else exc)
+            if origin == Origin.HANDLER:
+                exc = handler_error(exc, self.label, message.endpoint)
+            self.future.set_exception(exc)
 
 
 class TellDone(Reply):
@@ -79,3 +84,9 @@ def log_tell_failure(log: Any, label: str, message: Message, exc: BaseException,
         error=describe(exc),
         traceback=error_payload(exc, origin)[3] or None,
     )
+
+
+def log_heard_failure(log: Any, label: str, endpoint: str, exc: BaseException, origin: Origin) -> None:
+    """Log, at debug level, a call that failed on this node: its caller hears the error, so it is no news here."""
+    event = "handler failed" if origin == Origin.HANDLER else "message refused"
+    log.debug(event, actor=label, endpoint=endpoint, error=describe(exc))

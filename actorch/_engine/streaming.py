@@ -210,6 +210,7 @@ class Stream(Generic[T]):
             self._link = await self._streams.open(self, self._opening, self._window)
         except Exception as exc:  # noqa: BLE001 - raised where the items are asked for, like the stream's own errors
             self._end = exc
+            await asyncio.sleep(0)  # it may have failed at once: a loop that retries must not starve the node
 
     def _take(self) -> T:
         item: T = self._items.popleft()
@@ -295,7 +296,7 @@ class _LocalLink(Outlet, _Link, Reply):
 
     def error(self, message: Message, exc: BaseException, origin: Origin) -> None:
         if origin == Origin.HANDLER:
-            exc = handler_error(exc)
+            exc = handler_error(exc, self.opening.label, self.opening.endpoint)
         self._end(exc)
 
     def _end(self, error: BaseException | None) -> None:
@@ -489,7 +490,7 @@ class Streams(NodeSide):
                 )
             )
         else:
-            link.end(rebuild_error(payload))
+            link.end(rebuild_error(payload, link.opening.label, link.opening.endpoint))
 
     # ------------------------------------------------------------------ producing
 
@@ -502,7 +503,7 @@ class Streams(NodeSide):
         received.outlet, outlet.message = outlet, received
         cell = self.cells.get(actor_id)
         if cell is None:
-            self.log.info("stream refused: actor stopped", src=src, actor=actor_id, endpoint=endpoint)
+            self.log.debug("stream refused: actor stopped", src=src, actor=actor_id, endpoint=endpoint)
             gone = ActorStoppedError(
                 f"no longer hosts actor #{actor_id}; stream {endpoint!r} refused (node {self.rank})"
             )

@@ -5,13 +5,13 @@ Wire messages are msgpack arrays, the envelope of a message; their first item is
     [CALL,   call_id, actor_id, endpoint, remaining_s | None, chain, body | None]
     [TELL,   0,       actor_id, endpoint, None,               (),    body | None]
     [REPLY,  call_id, True,  body | None]            the result
-    [REPLY,  call_id, False, [origin, type, message, traceback]]
+    [REPLY,  call_id, False, [origin, type, message, traceback, pid, host]]
     [CANCEL, call_id]
     [CREDIT, [actor_id, count, ...]]              tells done with, per actor (see ``flow``)
     [STREAM, stream_id, actor_id, endpoint, remaining_s | None, chain, body | None, window]
     [ITEM,   stream_id, body]                     one item of a stream, in order (see ``streaming``)
     [END,    stream_id, True, None]               the producer's generator finished
-    [END,    stream_id, False, [origin, type, message, traceback]]
+    [END,    stream_id, False, [origin, type, message, traceback, pid, host]]
     [MORE,   stream_id, count]                    the consumer took ``count`` more items: credits
     [CLOSE,  stream_id]                           the consumer left the stream: stop the producer
     [CAST,   [call_id, ...] | None, [actor_id, ...], endpoint, remaining_s | None, chain, body | None]
@@ -22,16 +22,22 @@ Wire messages are msgpack arrays, the envelope of a message; their first item is
 beside it. An error's :class:`~actorch._engine.message.Origin` says what the
 caller raises: a ``RemoteError`` for the handler's error, the same actorch error
 for the runtime's, ``ActorStoppedError`` for an actor its node no longer hosts.
+A handler's error carries its traceback as text, without the runtime's frames
+that ran the handler, and the process it was raised in; the caller shows both
+in a note under the actor and endpoint it called.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import traceback
 from typing import Any
 
 from actorch._base import errors
 from actorch._base.errors import MessageTooLargeError, RemoteError, remote_error
 from actorch._engine.message import Origin
+from actorch._transport.autograd import explain_context_clash
 
 __all__ = [
     "CALL",
@@ -58,19 +64,57 @@ STREAM, ITEM, END, MORE, CLOSE = 5, 6, 7, 8, 9
 CAST = 10
 
 
+_RUNTIME_FILES = os.path.dirname(os.path.dirname(__file__)) + os.sep
+_STOCK_FILES = os.path.join(_RUNTIME_FILES, "_stock") + os.sep
+
+
 def error_payload(exc: BaseException, origin: Origin) -> list[Any]:
-    """``[origin, type name, message, traceback text]`` of an error, for a reply."""
-    kind = type(exc)
-    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    text = "".join(traceback.format_exception(exc)) if origin == Origin.HANDLER else ""
-    return [int(origin), name, str(exc), text]
+    """``[origin, type name, message, traceback text, pid, host]`` of an error, for a reply.
 
-
-def rebuild_error(payload: list[Any]) -> BaseException:
-    """The exception a caller raises for an error reply's payload (``GONE`` is the caller's to word)."""
-    origin, type_name, message, text = payload
+    A ``RemoteError`` passed on (a handler that did not catch its own call's
+    error) travels under its original type name, so the next caller can still
+    catch it as that class. torch's error for a second distributed autograd
+    context on the loop's thread gets a note that names the fix.
+    """
+    if isinstance(exc, RemoteError):
+        name = exc.type_name
+    else:
+        kind = type(exc)
+        name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    text = ""
     if origin == Origin.HANDLER:
-        return remote_error(type_name, message, text)
+        explain_context_clash(exc)
+        text = _handler_traceback(exc)
+    return [int(origin), name, str(exc), text, os.getpid(), socket.gethostname()]
+
+
+def _handler_traceback(exc: BaseException) -> str:
+    """The traceback of a handler's error as text, from the first frame that is not the runtime's own.
+
+    The frames of the runtime that ran the handler (the mailbox worker, the
+    deadline and device wrappers) say nothing about the error; the stock
+    actors' frames are user-level code and stay.
+    """
+    summary = traceback.TracebackException.from_exception(exc)
+    frames = summary.stack
+    start = next((index for index, frame in enumerate(frames) if not _is_runtime(frame.filename)), 0)
+    if start:
+        summary.stack = traceback.StackSummary.from_list(frames[start:])
+    return "".join(summary.format())
+
+
+def _is_runtime(filename: str) -> bool:
+    return filename.startswith(_RUNTIME_FILES) and not filename.startswith(_STOCK_FILES)
+
+
+def rebuild_error(payload: list[Any], label: str, endpoint: str) -> BaseException:
+    """The exception a caller of ``endpoint`` of ``label`` raises for an error reply's payload.
+
+    (``GONE`` is the caller's to word.)
+    """
+    origin, type_name, message, text, pid, host = payload
+    if origin == Origin.HANDLER:
+        return remote_error(type_name, message, text, _raised_in(label, endpoint, pid, host))
     if type_name == "TimeoutError":
         return TimeoutError(message)
     cls = getattr(errors, type_name.rpartition(".")[2], None)
@@ -82,11 +126,22 @@ def rebuild_error(payload: list[Any]) -> BaseException:
     return errors.ActorchError(f"{type_name}: {message}")
 
 
-def handler_error(exc: BaseException) -> RemoteError:
-    """What a local caller raises for a handler's exception: what a remote caller would get."""
-    _, type_name, message, text = error_payload(exc, Origin.HANDLER)
-    error = remote_error(type_name, message, text)
-    error.__cause__ = exc
+def _raised_in(label: str, endpoint: str, pid: int, host: str) -> str:
+    """The line above a remote traceback: the endpoint, the actor and its node, the process."""
+    return f"Raised in {endpoint!r} of {label}, pid {pid} on host {host}; the remote traceback"
+
+
+def handler_error(exc: BaseException, label: str, endpoint: str) -> RemoteError:
+    """What a caller on this node raises for a handler's exception: what a remote caller would get.
+
+    ``exc`` itself stays reachable as the error's ``__context__`` (for a
+    debugger), but is not printed: the note shows its traceback, as for a
+    remote caller.
+    """
+    _, type_name, message, text, pid, host = error_payload(exc, Origin.HANDLER)
+    error = remote_error(type_name, message, text, _raised_in(label, endpoint, pid, host))
+    error.__context__ = exc
+    error.__suppress_context__ = True
     return error
 
 

@@ -4,7 +4,8 @@ A plain object, not an actor: a trainer builds it from the refs of the
 :class:`~actorch.ParameterServer` shards and pulls from and pushes to all of
 them at once, as if they were one server. It remembers each shard's version, so
 a pull transfers only the shards that changed, and a shard's failure reaches the
-trainer as a ``GroupError`` that names the shard. Given a ``device``, it moves
+trainer as a ``GroupError`` whose message names each failed shard and its error,
+with one shard as with many. Given a ``device``, it moves
 the parameters it receives there, all shards' in one transfer per pull.
 """
 
@@ -18,6 +19,7 @@ import torch
 
 from actorch._actors.ref import ActorRef
 from actorch._base.errors import GroupError
+from actorch._stock.group import failure_reason
 from actorch._stock.parameter_server import Parameters, ParameterServer
 from actorch._stock.transfer import DeviceLike, as_device, to_device
 
@@ -123,9 +125,9 @@ class ParameterClient:
             self._update([r if isinstance(r, Parameters) else None for r in results])
             for index, error in failed:
                 error.add_note(f"parameter shard {index}: {self.servers[index]!r}")
-            names = ", ".join(f"{i} ({self.servers[i]!r})" for i, _ in failed)
+            reasons = "; ".join(f"shard {i} ({self.servers[i]!r}): {failure_reason(error)}" for i, error in failed)
             raise GroupError(
-                f"{len(failed)} of {len(self.servers)} parameter shards failed: {names}",
+                f"{len(failed)} of {len(self.servers)} parameter shards failed: {reasons}",
                 [error for _, error in failed if isinstance(error, Exception)],
                 results,
             )

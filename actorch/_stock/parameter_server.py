@@ -134,6 +134,8 @@ class ParameterServer(Actor):
     parameters, their gradients and the optimizer's state all live there.
 
     Raises:
+        TypeError: If ``model`` is a built ``nn.Module``: the server builds its
+            own, so pass what builds it.
         ValueError: If an option is out of range or an import path does not resolve.
     """
 
@@ -160,6 +162,13 @@ class ParameterServer(Actor):
         index, count = shard
         if not 0 <= index < count:
             raise ValueError(f"shard must be (index, count) with 0 <= index < count, not {tuple(shard)}")
+        if isinstance(model, nn.Module):  # callable too: calling it would run its forward() with no input
+            raise TypeError(
+                f"ParameterServer builds its model on its own node: it takes a function that builds the model, "
+                f"not a built {type(model).__qualname__} module. Pass a function that takes no arguments and "
+                f"returns the module (def make_model(): return ...), functools.partial(ModuleClass, ...), or the "
+                f"function's import path ('package.module:make_model')"
+            )
         module = resolve(model, "model factory")()
         if not isinstance(module, nn.Module):
             raise ValueError(f"the model factory returned a {type(module).__qualname__}, not a torch.nn.Module")

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from actorch._actors.ref import ActorRef
 from actorch._base.errors import GroupError
+from actorch._stock.group import failure_reason
 from actorch._stock.prioritized_replay import PrioritizedReplayBuffer
 from actorch._stock.replay import ReplayBuffer, Sample
 from actorch._stock.transfer import DeviceLike, as_device
@@ -251,9 +252,7 @@ class ShardedReplayBuffer:
             results[shard] = outcome
         for shard, error in failed:
             error.add_note(f"replay shard {shard}: {self.shards[shard]!r}")
-        named = ", ".join(
-            f"shard {shard} ({self.shards[shard]!r}): {type(error).__name__}: {error}" for shard, error in failed
-        )
+        named = ", ".join(f"shard {shard} ({self.shards[shard]!r}): {failure_reason(error)}" for shard, error in failed)
         raise GroupError(
             f"{what} failed on {len(failed)} of {len(shards)} replay shards: {named}", [e for _, e in failed], results
         )

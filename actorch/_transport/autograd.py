@@ -28,7 +28,15 @@ import torch.distributed.autograd as dist_autograd
 from actorch._base.errors import UnsupportedError
 from actorch._base.steps import stepwise
 
-__all__ = ["NO_CONTEXT", "bound", "current_context_id", "force_context_id", "in_autograd_context", "supported"]
+__all__ = [
+    "NO_CONTEXT",
+    "bound",
+    "current_context_id",
+    "explain_context_clash",
+    "force_context_id",
+    "in_autograd_context",
+    "supported",
+]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -74,6 +82,27 @@ def force_context_id(context_id: int) -> int:
     if previous != context_id:
         _functions[1](context_id)
     return previous
+
+
+CONTEXT_CLASH = "Already have an autograd context id for this thread"
+"""What torch says when a thread that holds a distributed autograd context opens another."""
+
+CONTEXT_CLASH_HINT = (
+    "Two distributed autograd contexts were open at once on this node: torch keeps one per thread, a node's "
+    "actors share the event loop's thread, and `with dist_autograd.context()` keeps its context current across "
+    "awaits. Open each with `await actorch.in_autograd_context(step, ...)`, which makes the context current only "
+    "while `step` runs, so tasks of one node can hold contexts of their own at once."
+)
+
+
+def explain_context_clash(exc: BaseException) -> None:
+    """Add a note naming the cause and the fix to torch's error for a second context on the loop's thread."""
+    if (
+        isinstance(exc, RuntimeError)
+        and CONTEXT_CLASH in str(exc)
+        and CONTEXT_CLASH_HINT not in getattr(exc, "__notes__", ())
+    ):
+        exc.add_note(CONTEXT_CLASH_HINT)
 
 
 def bound(awaitable: Awaitable[T], context_id: int) -> Awaitable[T]:

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import time
+import traceback
 from typing import Any
 
 # isort: off
@@ -54,6 +55,11 @@ class Stage(actorch.Actor):
 
     async def forward_from_rref(self, x_rref: Any) -> torch.Tensor:
         return self.layer(x_rref.to_here())
+
+    async def hold_raw_context(self, seconds: float) -> int:
+        with dist_autograd.context() as context_id:  # current across the await: the node's thread is taken
+            await asyncio.sleep(seconds)
+            return int(context_id)
 
     async def gradient_norms(self, context_id: int) -> list[float]:
         found = dist_autograd.get_gradients(context_id)
@@ -132,6 +138,21 @@ async def two_contexts(system: actorch.ActorSystem) -> dict[str, Any]:
     return {"contexts": [first["context"], second["context"]], "norms": [first["norms"], second["norms"]]}
 
 
+async def clash(system: actorch.ActorSystem) -> dict[str, Any]:
+    """Two actors of rank 1 each open torch's own context: the second opener hears the cause and the fix."""
+    first = await system.spawn(Stage, args=(3,), on=1)
+    second = await system.spawn(Stage, args=(4,), on=1)
+    outcomes = await asyncio.gather(
+        first.call(Stage.hold_raw_context, 0.5), second.call(Stage.hold_raw_context, 0.0), return_exceptions=True
+    )
+    error = outcomes[1]
+    return {
+        "first": outcomes[0] if isinstance(outcomes[0], int) else repr(outcomes[0]),
+        "second_is_runtime_error": isinstance(error, RuntimeError),
+        "second_printed": "".join(traceback.format_exception(error)) if isinstance(error, BaseException) else None,
+    }
+
+
 async def lost_node(system: actorch.ActorSystem) -> dict[str, Any]:
     """A backward whose gradients must go to a node that died fails, within torch's RPC timeout at worst."""
     stages = [await system.lookup("stage/1"), await system.lookup("stage/2")]
@@ -158,6 +179,7 @@ async def main(system: actorch.ActorSystem) -> dict[str, Any]:
         check("batched", batched),
         check("rrefs", through_rrefs, used=(0, 1)),
         ("two_contexts", two_contexts),
+        ("clash", clash),
         ("lost_node", lost_node),  # last: it kills rank 2
     ]
     return await run_checks(system, checks)
