@@ -139,7 +139,9 @@ def _add_status(commands: argparse._SubParsersAction[_Parser]) -> None:
     where.add_argument("--pid", type=_count, help="the system of this host whose rank 0 has this pid")
     where.add_argument("--list", action="store_true", help="list the systems running on this host, and end")
     status.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
-    status.add_argument("--interval", type=_seconds, default=1.0, help="seconds between refreshes (1)")
+    status.add_argument(
+        "--interval", type=_seconds, default=1.0, metavar="SECONDS", help="seconds between refreshes (1)"
+    )
     status.add_argument("--count", type=_positive, metavar="N", help="with --watch: stop after N refreshes")
     status.add_argument("--json", action="store_true", help="print the status as JSON (schema in docs/operations.md)")
     status.set_defaults(func=status_command)
@@ -158,7 +160,11 @@ def _add_stop(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     stop.add_argument("--pid", type=_count, help="the system whose rank 0 has this pid (needed when several run)")
     stop.add_argument(
-        "--timeout", type=_seconds, default=60.0, help="seconds to wait for rank 0 to exit (60); 1 if it did not"
+        "--timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="seconds to wait for rank 0 to exit (60); past them, exit code 1",
     )
     stop.set_defaults(func=stop_command)
 
