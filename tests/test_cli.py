@@ -430,18 +430,20 @@ def _ctrl_c_while_watching(tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(90)
-def test_stop_ends_the_system_of_this_host(tmp_path: Path) -> None:
-    system = Script([*ACTORCH, "run", str(SCRIPTS / "ops.py"), str(tmp_path)])
+def test_stop_ends_a_system_run_through_torchrun_in_order(tmp_path: Path) -> None:
+    system = Script([*ACTORCH, "run", "-n", "2", str(SCRIPTS / "ops.py"), str(tmp_path)])
     try:
         wait_for_file(tmp_path / "ready", system, 60)
         (found,) = running_systems()
         assert found.status is None  # it serves no status, and is found all the same
+        assert found.launcher == system.proc.pid  # actorch run is torchrun's agent
         stopped = actorch_cli("stop", "--timeout", "30")
         assert stopped.returncode == 0, stopped.stderr
         assert stopped.stdout.strip() == f"actorch stop: stopped the system of pid {found.pid} ({found.script})"
         assert not found.running()
     finally:
         finished = system.finish(30)
-    assert not finished.timed_out, finished.report()
-    assert not finished.leftovers, finished.report()
-    assert running_systems() == []
+    finished.assert_clean_exit(130)  # stopped as Ctrl-C stops it: in order, every rank following rank 0
+    assert "Traceback" not in finished.stderr, finished.report()
+    assert finished.stderr.rstrip().splitlines()[-1] == "actorch run: interrupted"
+    assert running_systems() == []  # rank 0 withdrew its runtime file on its way out

@@ -152,8 +152,9 @@ def _add_stop(commands: argparse._SubParsersAction[_Parser]) -> None:
         "stop",
         help="shut a system of this host down gracefully",
         description=(
-            "Send SIGTERM to rank 0 of a system running on this host (found by its runtime file), which ends main "
-            "and shuts the system down as when main returns, and wait until rank 0 has exited."
+            "Ask a system running on this host (found by its runtime file) to shut down in order, and wait until "
+            "it has: SIGINT to torchrun's agent when one started it (as Ctrl-C, so the agent restarts nothing), "
+            "else SIGTERM to rank 0."
         ),
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,

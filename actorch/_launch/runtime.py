@@ -125,6 +125,10 @@ class RunningSystem:
         """Whether rank 0's process still runs (not gone, not a zombie, its pid not reused)."""
         return _alive(self.pid, self.pid_start)
 
+    def launcher_running(self) -> bool:
+        """Whether rank 0 has a launcher (torchrun's agent) and it still runs."""
+        return self.launcher is not None and _alive(self.launcher, None)
+
     @property
     def script(self) -> str:
         """What rank 0 runs, as a user would recognise it (its script and arguments)."""
