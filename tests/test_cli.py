@@ -58,9 +58,10 @@ def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def launcher_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``actorch run`` sets these in its own process before it launches: put them back after the test."""
+    """``actorch run`` (and torchrun's agent) set these in its own process: put them back after the test."""
     monkeypatch.setenv("ACTORCH_WORLD_SIZE", "unset by the test")
     monkeypatch.setenv("ACTORCH_STATUS_PORT", "unset by the test")
+    monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "set by torchrun's agent before it fails")
 
 
 # ---------------------------------------------------------------------- bad input: one line, exit code 2
@@ -80,6 +81,9 @@ def launcher_env(monkeypatch: pytest.MonkeyPatch) -> None:
         (["run", "--status-port", "http", "examples/quickstart.py"], "expected a port"),
         (["run", "--nnodes", "1:2:3", "examples/quickstart.py"], 'not in "MIN:MAX" format'),
         (["run", "--nnodes", "two", "examples/quickstart.py"], "invalid literal"),
+        (["run", "-n", "2", "--redirects", "9", "examples/quickstart.py"], "9 does not match"),
+        (["run", "-n", "2", "--rdzv-conf", "nonsense", "examples/quickstart.py"], "must have a value"),
+        (["run", "-n", "2", "--rdzv-backend", "nosuch", "examples/quickstart.py"], "'nosuch' is not registered"),
         (["status", "--address", "127.0.0.1:abc"], "expected HOST:PORT, not '127.0.0.1:abc'"),
         (["status", "--address", "127.0.0.1"], "expected HOST:PORT"),
         (["status", "--address", ":8470"], "expected HOST:PORT"),

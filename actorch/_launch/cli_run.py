@@ -103,6 +103,11 @@ def _torchrun(parser: argparse.ArgumentParser, args: argparse.Namespace, handed:
             raise KeyboardInterrupt from None
         print(f"actorch run: ended by {signal.Signals(exc.sigval).name}", file=sys.stderr)
         return 128 + int(exc.sigval)
+    except ValueError as exc:  # a setting torchrun only checks once it starts (an unknown rendezvous backend)
+        parser.exit(2, f"actorch run: error: {exc}\n")
+    except Exception as exc:  # noqa: BLE001 - the agent's own frames would say nothing more
+        print(f"actorch run: the launch failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
