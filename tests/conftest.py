@@ -9,8 +9,9 @@ import path per class, ``actors:Counter``, which every node can resolve.
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -36,6 +37,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:
     """The tests' loops are the one ``actorch.run`` makes (other loops are tested where a test says so)."""
     return {"deadline-loop": new_event_loop}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The systems the suite runs announce themselves in a directory of its own, not the user's.
+
+    The scripts it starts inherit it, so ``actorch status`` and ``actorch stop``
+    in a test see only the suite's systems.
+    """
+    saved = os.environ.get("ACTORCH_RUNTIME_DIR")
+    os.environ["ACTORCH_RUNTIME_DIR"] = str(tmp_path_factory.mktemp("runtime"))
+    yield
+    if saved is None:
+        os.environ.pop("ACTORCH_RUNTIME_DIR", None)
+    else:
+        os.environ["ACTORCH_RUNTIME_DIR"] = saved
 
 
 @pytest.fixture

@@ -1,23 +1,34 @@
-"""The ``actorch`` command as a user runs it: ``actorch run``, ``actorch status``, the metrics, and bad input.
+"""The ``actorch`` command as a user runs it: ``actorch run``, ``status``, ``stop``, the metrics, and bad input.
 
-Every case is a subprocess. ``actorch run -n 2 --status-port P`` starts a
-system (``tests/mp_scripts/ops.py``) that stays up until the test is done with
-it; ``actorch status`` and an HTTP client then read rank 0's status endpoint.
+Bad input and failures are tested in this process through the command's
+``main``; what needs a real system or a real terminal's Ctrl-C is a
+subprocess. ``actorch run -n 2 --status-port 0`` starts a system
+(``tests/mp_scripts/ops.py``) that stays up until the test is done with it;
+``actorch status`` finds it by its runtime file, and an HTTP client reads rank
+0's status endpoint.
 """
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _mp import REPO, SCRIPTS, Script, free_port, run_argv, script_env, wait_for_file
 
-from actorch._launch import cli
+from actorch._launch import cli, cli_run
+from actorch._launch.runtime import running_systems
 
 ACTORCH = [sys.executable, "-m", "actorch"]
 
@@ -27,6 +38,30 @@ def actorch_cli(*args: str, timeout: float = 30.0) -> subprocess.CompletedProces
     return subprocess.run(
         [*ACTORCH, *args], cwd=REPO, env=script_env("cli"), capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+def one_line(err: str) -> str:
+    """The one line of ``err``; fails if there are more, or a traceback."""
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    return err.strip()
+
+
+@pytest.fixture
+def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty runtime directory of this test's own (no system runs, as far as the command can see)."""
+    path = tmp_path / "runtime"
+    monkeypatch.setenv("ACTORCH_RUNTIME_DIR", str(path))
+    monkeypatch.delenv("ACTORCH_STATUS_PORT", raising=False)
+    return path
+
+
+@pytest.fixture
+def launcher_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``actorch run`` (and torchrun's agent) set these in its own process: put them back after the test."""
+    monkeypatch.setenv("ACTORCH_WORLD_SIZE", "unset by the test")
+    monkeypatch.setenv("ACTORCH_STATUS_PORT", "unset by the test")
+    monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "set by torchrun's agent before it fails")
 
 
 # ---------------------------------------------------------------------- bad input: one line, exit code 2
@@ -39,22 +74,60 @@ def actorch_cli(*args: str, timeout: float = 30.0) -> subprocess.CompletedProces
         (["launch"], "invalid choice: 'launch'"),
         (["run"], "no script given"),
         (["run", "-n", "0", "examples/quickstart.py"], "expected an int >= 1"),
+        (["run", "-n", "many", "examples/quickstart.py"], "expected an int >= 1"),
+        (["run", "--max-restarts", "-1", "examples/quickstart.py"], "expected an int >= 0, not '-1'"),
+        (["run", "--max-restarts", "x", "examples/quickstart.py"], "expected an int >= 0"),
         (["run", "--master-port", "99999", "examples/quickstart.py"], "expected a port"),
-        (["status"], "give --port or --address"),
+        (["run", "--status-port", "http", "examples/quickstart.py"], "expected a port"),
+        (["run", "--nnodes", "1:2:3", "examples/quickstart.py"], 'not in "MIN:MAX" format'),
+        (["run", "--nnodes", "two", "examples/quickstart.py"], "invalid literal"),
+        (["run", "-n", "2", "--redirects", "9", "examples/quickstart.py"], "9 does not match"),
+        (["run", "-n", "2", "--rdzv-conf", "nonsense", "examples/quickstart.py"], "must have a value"),
+        (["run", "-n", "2", "--rdzv-backend", "nosuch", "examples/quickstart.py"], "'nosuch' is not registered"),
+        (["status", "--address", "127.0.0.1:abc"], "expected HOST:PORT, not '127.0.0.1:abc'"),
+        (["status", "--address", "127.0.0.1"], "expected HOST:PORT"),
+        (["status", "--address", ":8470"], "expected HOST:PORT"),
+        (["status", "--address", "http://h:80/x:1"], "expected HOST:PORT"),
+        (["status", "--address", "h:70000"], "expected a port (1..65535)"),
         (["status", "--port", "1", "--address", "h:1"], "not allowed with argument"),
         (["status", "--port", "1", "--interval", "0"], "expected seconds"),
+        (["status", "--port", "1", "--interval", "nan"], "expected seconds"),
+        (["status", "--pid", "-3"], "expected an int >= 0, not '-3'"),
+        (["stop", "--timeout", "forever"], "expected seconds"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(
-    args: list[str], says: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    args: list[str], says: str, capsys: pytest.CaptureFixture[str], runtime_dir: Path, launcher_env: None
 ) -> None:
-    monkeypatch.delenv("ACTORCH_STATUS_PORT", raising=False)
     with pytest.raises(SystemExit) as ended:
         cli.main(args)
     assert ended.value.code == 2
-    err = capsys.readouterr().err
-    assert says in err
-    assert len(err.strip().splitlines()) == 1, err
+    assert says in one_line(capsys.readouterr().err)
+
+
+def test_a_bad_status_port_in_the_environment_is_one_line_and_exit_code_2(
+    capsys: pytest.CaptureFixture[str], runtime_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACTORCH_STATUS_PORT", "http")
+    with pytest.raises(SystemExit) as ended:
+        cli.main(["status"])
+    assert ended.value.code == 2
+    assert "ACTORCH_STATUS_PORT must be a port" in one_line(capsys.readouterr().err)
+
+
+def test_a_taken_status_port_is_refused_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, launcher_env: None
+) -> None:
+    monkeypatch.setattr(cli_run, "_torchrun", lambda *args: pytest.fail("the launch went on"))
+    monkeypatch.setattr(os, "execv", lambda *args: pytest.fail("the script was started"))
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        for nproc in ("1", "2"):
+            with pytest.raises(SystemExit) as ended:
+                cli.main(["run", "-n", nproc, "--status-port", str(port), "examples/quickstart.py"])
+            assert ended.value.code == 2
+            line = one_line(capsys.readouterr().err)
+            assert line == f"actorch run: error: --status-port: status port {port} on 127.0.0.1 is in use"
 
 
 @pytest.mark.parametrize(
@@ -62,35 +135,128 @@ def test_bad_input_is_one_line_and_exit_code_2(
     [
         (["run", "no/such/script.py"], "no such script: no/such/script.py"),
         (["run", "--bogus", "examples/quickstart.py"], "unrecognized arguments: --bogus"),
+        (["status", "--address", "127.0.0.1:abc"], "expected HOST:PORT"),
     ],
 )
 def test_bad_input_from_the_shell_is_one_line_and_exit_code_2(args: list[str], says: str) -> None:
     done = actorch_cli(*args)
     assert done.returncode == 2, done
-    assert says in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "Traceback" not in done.stderr
+    assert says in one_line(done.stderr)
 
 
 def test_help_is_complete_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
     helps = {}
-    for args in ([], ["run"], ["status"]):
+    for args in ([], ["run"], ["status"], ["stop"]):
         with pytest.raises(SystemExit) as ended:
             cli.main([*args, "--help"])
         assert ended.value.code == 0
         helps[tuple(args)] = capsys.readouterr().out
         assert "examples:" in helps[tuple(args)]
-    for flag in ("-n", "--status-port", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--rdzv-endpoint"):
-        assert flag in helps[("run",)]
-    for flag in ("--port", "--address", "--watch", "--interval", "--count", "--json"):
+    for flag in (*cli_run.TORCHRUN_FLAGS, "nproc_per_node", "status_port"):
+        assert f"--{flag.replace('_', '-')}" in helps[("run",)]
+    for flag in ("--port", "--address", "--pid", "--list", "--watch", "--interval", "--count", "--json"):
         assert flag in helps[("status",)]
+    for flag in ("--pid", "--timeout"):
+        assert flag in helps[("stop",)]
     assert "actorch run" in actorch_cli("--help").stdout  # the command a user types: python -m actorch
 
 
-def test_status_of_nothing_says_so_with_exit_code_1() -> None:
-    done = actorch_cli("status", "--port", str(free_port()))
-    assert done.returncode == 1
-    assert "no status at 127.0.0.1:" in done.stderr
+# ---------------------------------------------------------------------- failures: one line, exit code 1
+
+
+class _Answers(http.server.BaseHTTPRequestHandler):
+    """Another service on the port: an HTML page, JSON of another kind, or 404."""
+
+    def do_GET(self) -> None:
+        kind = self.server.kind  # type: ignore[attr-defined]
+        if kind == "404":
+            self.send_error(404)
+            return
+        body = b"<html>hello</html>" if kind == "html" else b'{"nodes": "not these"}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def other_service() -> Iterator[http.server.HTTPServer]:
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Answers)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+@pytest.fixture
+def not_http() -> Iterator[int]:
+    """A port where a service answers with a banner that is not HTTP, then closes."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            with connection:
+                connection.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    listener.close()
+    thread.join(5)
+
+
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("html", "the answer is not JSON (is it another service?)"),
+        ("json", "the answer is JSON of another kind"),
+        ("404", "it answered HTTP 404 Not Found (is it another service?)"),
+    ],
+)
+def test_status_of_another_http_service_is_one_line_and_exit_code_1(
+    kind: str,
+    says: str,
+    other_service: http.server.HTTPServer,
+    capsys: pytest.CaptureFixture[str],
+    runtime_dir: Path,
+) -> None:
+    other_service.kind = kind  # type: ignore[attr-defined]
+    port = other_service.server_address[1]
+    with pytest.raises(SystemExit) as ended:
+        cli.main(["status", "--port", str(port)])
+    assert ended.value.code == 1
+    assert one_line(capsys.readouterr().err) == f"actorch status: error: no actorch status at 127.0.0.1:{port}: {says}"
+
+
+def test_status_of_a_service_that_is_not_http_is_one_line_and_exit_code_1(
+    not_http: int, capsys: pytest.CaptureFixture[str], runtime_dir: Path
+) -> None:
+    with pytest.raises(SystemExit) as ended:
+        cli.main(["status", "--address", f"127.0.0.1:{not_http}", "--watch"])
+    assert ended.value.code == 1
+    assert "the answer is not HTTP" in one_line(capsys.readouterr().err)
+
+
+def test_status_of_nothing_says_so_with_exit_code_1(capsys: pytest.CaptureFixture[str], runtime_dir: Path) -> None:
+    for args, says in (
+        (["status", "--port", str(free_port())], "no status at 127.0.0.1:"),
+        (["status"], "no actorch system runs on this host"),
+        (["status", "--pid", "4194305"], "no actorch system whose rank 0 has pid 4194305"),
+        (["stop"], "no actorch system runs on this host"),
+    ):
+        with pytest.raises(SystemExit) as ended:
+            cli.main(args)
+        assert ended.value.code == 1, args
+        assert says in one_line(capsys.readouterr().err)
 
 
 # ---------------------------------------------------------------------- actorch run
@@ -98,11 +264,16 @@ def test_status_of_nothing_says_so_with_exit_code_1() -> None:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(90)
-def test_run_starts_the_quickstart_on_two_local_processes() -> None:
-    run = run_argv([*ACTORCH, "run", "-n", "2", "examples/quickstart.py"], timeout=75)
+def test_run_starts_the_quickstart_on_two_local_processes_with_a_log_file_per_rank(tmp_path: Path) -> None:
+    run = run_argv(
+        [*ACTORCH, "run", "-n", "2", "--log-dir", str(tmp_path), "--redirects", "3", "examples/quickstart.py"],
+        timeout=75,
+    )
     run.assert_clean_exit(0)
-    assert "main runs on node 0 of a 2-node system" in run.stdout
-    assert "on node 1" in run.stdout
+    logs = {path.parent.name: path.read_text() for path in tmp_path.glob("*/attempt_0/*/stdout.log")}
+    assert "main runs on node 0 of a 2-node system" in logs["0"]
+    assert "on node 1] started at 10" in logs["1"]
+    assert "main runs on" not in run.stdout  # redirected: the console has none of it
 
 
 @pytest.mark.multiprocess
@@ -114,32 +285,86 @@ def test_run_with_torchruns_flags_hands_over_to_torch_distributed_run() -> None:
     assert "main runs on node 0 of a 2-node system" in run.stdout
 
 
-# ---------------------------------------------------------------------- actorch status and the metrics
+@pytest.mark.multiprocess
+@pytest.mark.timeout(90)
+def test_a_failed_run_ends_with_torchruns_summary_naming_rank_0s_error(tmp_path: Path) -> None:
+    run = run_argv([*ACTORCH, "run", "-n", "2", str(SCRIPTS / "main_raises.py"), str(tmp_path)], timeout=75)
+    run.assert_clean_exit(1)
+    summary = run.stderr[run.stderr.index("Root Cause") :]
+    assert "rank      : 0 (local_rank: 0)" in summary
+    assert "MainFailedError: main failed on purpose" in summary  # rank 0's own traceback, from its error file
+    assert run.stderr.rstrip().splitlines()[-1].startswith(f"actorch run: {SCRIPTS / 'main_raises.py'} failed: rank 0")
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
-def test_status_watch_json_and_metrics_of_a_live_system(tmp_path: Path) -> None:
-    port = free_port()
-    system = Script([*ACTORCH, "run", "-n", "2", "--status-port", str(port), str(SCRIPTS / "ops.py"), str(tmp_path)])
+def test_a_restarted_group_gets_a_snapshotting_actors_state_back(tmp_path: Path) -> None:
+    run = run_argv(
+        [*ACTORCH, "run", "-n", "2", "--max-restarts", "1", str(SCRIPTS / "restart.py"), str(tmp_path)], timeout=100
+    )
+    run.assert_clean_exit(0)
+    assert run.result("attempt0") == {"check": "attempt0", "size": 0, "restored": False}
+    assert run.result("attempt1") == {"check": "attempt1", "size": 10, "restored": True}  # the group restarted
+    assert "RETURNED 10" in run.stdout
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(90)
+def test_a_script_without_the_main_guard_fails_naming_the_workers_error_and_the_fix(tmp_path: Path) -> None:
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import actorch\n\n\n"
+        "async def main(system: actorch.ActorSystem) -> None:\n"
+        "    pass\n\n\n"
+        "actorch.run(main, world_size=2)\n"
+    )
+    run = run_argv([sys.executable, str(script)], timeout=75)
+    run.assert_clean_exit(1)
+    last = run.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("RuntimeError: actor system failed to start: actorch-node1 exited with code 1: ")
+    assert f"{script} calls actorch.run() when it is imported" in last
+    assert 'put the call under `if __name__ == "__main__":`' in last
+
+
+# ---------------------------------------------------------------------- a live system: status, metrics, Ctrl-C
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_status_finds_watches_and_scrapes_a_live_system_and_ctrl_c_ends_it(tmp_path: Path) -> None:
+    system = Script([*ACTORCH, "run", "-n", "2", "--status-port", "0", str(SCRIPTS / "ops.py"), str(tmp_path)])
     try:
         wait_for_file(tmp_path / "ready", system, 60)
+        (found,) = running_systems()  # status_port=0: the port it took is in its runtime file
+        assert found.argv == [str(SCRIPTS / "ops.py"), str(tmp_path)]
+        assert found.world_size == 2
+        address = found.status
+        assert address is not None
+        assert address.startswith("127.0.0.1:")
 
-        once = actorch_cli("status", "--port", str(port))
+        listed = actorch_cli("status", "--list")
+        assert listed.returncode == 0, listed.stderr
+        assert str(found.pid) in listed.stdout
+        assert address in listed.stdout
+
+        once = actorch_cli("status")  # no flags: the one system of this host
         assert once.returncode == 0, once.stderr
         assert "nodes (2)" in once.stdout
         assert "ops/counter0" in once.stdout
         assert "ops/counter1" in once.stdout
         assert "alive" in once.stdout
 
-        watched = actorch_cli("status", "--port", str(port), "--watch", "--count", "3", "--interval", "0.2")
+        watched = actorch_cli("status", "--watch", "--count", "3", "--interval", "0.2")
         assert watched.returncode == 0, watched.stderr
         assert watched.stdout.count("--- ") == 3  # three refreshes, each headed when not on a terminal
         assert watched.stdout.count("nodes (2)") == 3
 
-        raw = json.loads(actorch_cli("status", "--port", str(port), "--json").stdout)
+        raw = json.loads(actorch_cli("status", "--json").stdout)
+        assert raw["schema"] == 1
         assert [node["rank"] for node in raw["nodes"]] == [0, 1]
         counters = {actor["name"]: actor for node in raw["nodes"] for actor in node["actors"]}
+        for counter in counters.values():
+            assert counter["handled"] == sum(endpoint["calls"] for endpoint in counter["endpoints"].values())
         add = counters["ops/counter1"]["endpoints"]["add"]
         assert add["calls"] >= 20
         assert add["errors"] == 0
@@ -147,7 +372,7 @@ def test_status_watch_json_and_metrics_of_a_live_system(tmp_path: Path) -> None:
         assert 0 < add["p50"] <= add["p99"] < 1.0
         assert raw["nodes"][1]["statistics"]["bytes_received"] > 0
 
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://{address}"
         with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
             metrics = answer.read().decode()
         assert 'actorch_messages_handled_total{actor_class="Counter",endpoint="add",node="1"}' in metrics
@@ -162,8 +387,67 @@ def test_status_watch_json_and_metrics_of_a_live_system(tmp_path: Path) -> None:
                 urllib.request.urlopen(urllib.request.Request(f"{url}{path}", method=method), timeout=10)
             assert refused.value.code == code
             refused.value.close()
+
+        watched_ctrl_c = _ctrl_c_while_watching(tmp_path)
+        assert watched_ctrl_c.returncode == 0  # Ctrl-C is how a watch ends
+        assert watched_ctrl_c.stderr == ""
+    except BaseException:
+        system.kill()
+        raise
+    system.signal_group(signal.SIGINT)  # Ctrl-C in the terminal of actorch run
+    finished = system.finish(60)
+    finished.assert_clean_exit(130)
+    assert "Traceback" not in finished.stderr, finished.report()
+    assert finished.stderr.rstrip().splitlines()[-1] == "actorch run: interrupted"
+    assert running_systems() == []  # its runtime file went with it
+
+
+def _ctrl_c_while_watching(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``actorch status --watch`` in a session of its own, Ctrl-C'd (SIGINT to its group) after its first refresh."""
+    out, err = tmp_path / "watch.out", tmp_path / "watch.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        watcher = subprocess.Popen(
+            [*ACTORCH, "status", "--watch", "--interval", "0.2"],
+            cwd=REPO,
+            env=script_env("cli-watch"),
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "nodes (2)" not in out.read_text():
+            assert watcher.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, "no refresh in 60 s"
+            time.sleep(0.05)
+        os.killpg(watcher.pid, signal.SIGINT)
+        code = watcher.wait(30)
     finally:
-        (tmp_path / "done").write_text("done")
-        finished = system.finish(60)
-    finished.assert_clean_exit(0)
-    assert "RETURNED 'watched'" in finished.stdout
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+    return subprocess.CompletedProcess(watcher.args, code, out.read_text(), err.read_text())
+
+
+# ---------------------------------------------------------------------- actorch stop
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(90)
+def test_stop_ends_a_system_run_through_torchrun_in_order(tmp_path: Path) -> None:
+    system = Script([*ACTORCH, "run", "-n", "2", str(SCRIPTS / "ops.py"), str(tmp_path)])
+    try:
+        wait_for_file(tmp_path / "ready", system, 60)
+        (found,) = running_systems()
+        assert found.status is None  # it serves no status, and is found all the same
+        assert found.launcher == system.proc.pid  # actorch run is torchrun's agent
+        stopped = actorch_cli("stop", "--timeout", "30")
+        assert stopped.returncode == 0, stopped.stderr
+        assert stopped.stdout.strip() == f"actorch stop: stopped the system of pid {found.pid} ({found.script})"
+        assert not found.running()
+    finally:
+        finished = system.finish(30)
+    finished.assert_clean_exit(130)  # stopped as Ctrl-C stops it: in order, every rank following rank 0
+    assert "Traceback" not in finished.stderr, finished.report()
+    assert finished.stderr.rstrip().splitlines()[-1] == "actorch run: interrupted"
+    assert running_systems() == []  # rank 0 withdrew its runtime file on its way out

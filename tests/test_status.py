@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sys
 from typing import Any
 
@@ -17,8 +18,9 @@ from actors import Counter
 import actorch
 from actorch._engine.metrics import EndpointStats, bucket_of, bucket_upper
 from actorch._launch import run as run_module
+from actorch._launch.cli_tables import status_tables
 from actorch._launch.prometheus import LE_BOUNDS, metrics_text
-from actorch._launch.status import StatusServer, gather_status
+from actorch._launch.status import STATUS_SCHEMA, StatusServer, gather_status
 from actorch.testing import LocalWorld
 
 
@@ -68,7 +70,12 @@ async def test_every_handled_message_is_counted_under_its_endpoint(world: LocalW
     assert actor["endpoints"]["add"]["calls"] == 6  # calls and the tell
     assert actor["endpoints"]["explode"]["errors"] == 1
     assert actor["endpoints"]["get"]["calls"] == 1
+    assert actor["handled"] == 8  # as its endpoints count, not its on_start (nor any hook)
     assert actor["queued"] == 0
+    assert status["schema"] == STATUS_SCHEMA
+    _, actors = status_tables(status, None)
+    assert list(actors.columns[4].cells) == [str(a["handled"]) for n in status["nodes"] for a in n["actors"]]
+    assert "8" in actors.columns[4].cells
     node = status["nodes"][on]
     assert node["uptime"] > 0
     if on != 0:
@@ -157,6 +164,18 @@ def test_run_refuses_bad_status_ports_and_world_sizes(
 
     with pytest.raises(ValueError, match=match):
         actorch.run(main, configure_logs=False, **kwargs)
+
+
+def test_run_refuses_a_taken_status_port_before_any_worker_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run_module, "_launch_local", lambda *args: pytest.fail("workers started"))
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+
+        async def main(system: actorch.ActorSystem) -> None:
+            raise AssertionError("main must not run")
+
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=f"status port {port} on 127.0.0.1 is in use"):
+            actorch.run(main, world_size=3, status_port=port, configure_logs=False)
 
 
 def test_actorch_run_sets_the_world_size_in_place_of_the_scripts(monkeypatch: pytest.MonkeyPatch) -> None:

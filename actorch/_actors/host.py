@@ -339,6 +339,7 @@ class ActorHost:
         for cell in node.cells():
             if cell.actor_id <= SYSTEM_IDS:
                 continue
+            endpoints = {endpoint: stats.snapshot() for endpoint, stats in sorted(cell.metrics.items())}
             actors.append(
                 {
                     "id": cell.actor_id,
@@ -346,7 +347,10 @@ class ActorHost:
                     "class": type(cell.instance).__qualname__,
                     "label": cell.label,
                     **cell.statistics(),
-                    "endpoints": {endpoint: stats.snapshot() for endpoint, stats in sorted(cell.metrics.items())},
+                    # What its endpoints handled, as the endpoints count it: the cell's own count also
+                    # holds its lifecycle hooks (on_start...), and a batch run there is one message.
+                    "handled": sum(stats["calls"] for stats in endpoints.values()),
+                    "endpoints": endpoints,
                 }
             )
         return {

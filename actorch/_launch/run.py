@@ -28,8 +28,10 @@ from actorch._actors.system import ActorSystem, open_system
 from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig, is_count, is_number
 from actorch._base.errors import NodeLostError
 from actorch._launch.eventloop import InterruptPolicy, Watchdog, run_bounded
+from actorch._launch.guard import WORKER_OF_ENV, refuse_run_while_imported, worker_report
 from actorch._launch.logs import configure_logging
-from actorch._launch.status import STATUS_PORT_ENV, StatusServer
+from actorch._launch.runtime import Announcement, status_address
+from actorch._launch.status import STATUS_PORT_ENV, StatusServer, check_status_port
 from actorch._transport.base import Transport
 from actorch._transport.elastic import ElasticRpcTransport, prepare_join
 from actorch._transport.inprocess import InProcessHub
@@ -200,6 +202,7 @@ def run(
     Returns:
         What ``main`` returned. If ``main`` raised, the exception propagates after shutdown.
     """
+    refuse_run_while_imported()
     if not is_number(liveness_timeout, inclusive=False):
         raise ValueError(f"liveness_timeout must be a positive number of seconds, not {liveness_timeout!r}")
     if configure_logs:
@@ -229,6 +232,8 @@ def run(
         raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {port!r}")
     world_size, launcher_sized = _requested_world_size(world_size)
     under_torchrun = all(var in os.environ for var in _TORCHRUN_VARS)
+    if plan.status is not None and not (under_torchrun and os.environ["RANK"] != "0"):
+        check_status_port(*plan.status)  # a taken port fails here, before any worker starts
     if elastic:
         return _launch_elastic(main, world_size, host, plan, port, under_torchrun=under_torchrun)
     if under_torchrun:
@@ -303,8 +308,9 @@ def _launch_local(main: Main[T], world_size: int, host: str, plan: _Plan, port: 
     listener = listen_socket(host, port)
     port = listener.getsockname()[1]
     context = multiprocessing.get_context("spawn")
-    saved = {key: os.environ.get(key) for key in _QUIET_ENV}
-    os.environ.update(_QUIET_ENV)
+    worker_env = {**_QUIET_ENV, WORKER_OF_ENV: str(os.getpid())}
+    saved = {key: os.environ.get(key) for key in worker_env}
+    os.environ.update(worker_env)
     try:
         workers = [
             context.Process(
@@ -414,7 +420,7 @@ async def _start(transport: Transport, plan: _Plan, workers: list[Any] | None = 
         dead = [worker for worker in workers or () if worker.exitcode is not None]
         if dead and not starting.done():
             starting.cancel()
-            codes = ", ".join(f"{worker.name} exited with code {worker.exitcode}" for worker in dead)
+            codes = ", ".join(_exit_of(worker) for worker in dead)
             raise RuntimeError(f"actor system failed to start: {codes}")
     starting.result()
     if plan.tune_gc:
@@ -423,6 +429,12 @@ async def _start(transport: Transport, plan: _Plan, workers: list[Any] | None = 
         node = host.node
         host.node.on_peer_lost(lambda rank, why: None if rank in node.left else _kill_lost(workers, rank))
     return system, host
+
+
+def _exit_of(worker: Any) -> str:
+    """How a local worker ended during the start: its exit code, and the reason it reported, if any."""
+    report = worker_report(worker.pid)
+    return f"{worker.name} exited with code {worker.exitcode}" + (f": {report}" if report else "")
 
 
 def _kill_lost(workers: list[Any], rank: int) -> None:
@@ -443,20 +455,34 @@ async def _lead(main: Main[T], transport: Transport, plan: _Plan, workers: list[
     system, host = await _start(transport, plan, workers)
     failed = True
     status = None
+    announced = Announcement(system.world_size, None)
     try:
         if plan.status is not None:
             status = StatusServer(host, *plan.status)
             await status.start()
+            announced.status = status_address(plan.status[0], status.port)
+        _announce(announced, host)
         result = await main(system)
         failed = False
         return result
     finally:
+        announced.withdraw()
         if status is not None:
             await status.close()
         silent = await asyncio.shield(_shutdown_world(host, failed))
         if workers:
             for rank in silent:
                 _kill_lost(workers, rank)  # its loop is stuck: do not wait for its watchdog
+
+
+def _announce(announced: Announcement, host: ActorHost) -> None:
+    """Write rank 0's runtime file, for ``actorch status`` and ``actorch stop``; a failure is only logged."""
+    try:
+        path = announced.publish()
+    except OSError as exc:
+        host.node.log.warning("runtime file not written: actorch status will not find this system", error=str(exc))
+    else:
+        host.node.log.debug("runtime file written", path=str(path))
 
 
 async def _shutdown_world(host: ActorHost, failed: bool) -> list[int]:

@@ -5,23 +5,29 @@ Rank 0 serves it only when asked (``run(status_port=...)`` or
 answers ``GET /status`` with the whole system as JSON, ``GET /metrics`` with
 Prometheus' text format when ``prometheus_client`` is installed, and refuses
 everything else: it changes nothing in the system. ``actorch status`` is its
-client.
+client. The JSON carries ``"schema": STATUS_SCHEMA``; docs/operations.md lists
+every field, and a change to them raises the version.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import socket
 import time
 from typing import Any
 
 from actorch._actors.host import ActorHost
 from actorch._actors.service import NodeService
+from actorch._transport.network import family
 
-__all__ = ["STATUS_PORT_ENV", "StatusServer", "gather_status"]
+__all__ = ["STATUS_PORT_ENV", "STATUS_SCHEMA", "StatusServer", "check_status_port", "gather_status"]
 
 STATUS_PORT_ENV = "ACTORCH_STATUS_PORT"
 """Environment variable that asks rank 0 to serve the status on this port (as ``run(status_port=...)``)."""
+STATUS_SCHEMA = 1
+"""Version of the status JSON's fields (its ``schema`` field); docs/operations.md lists them."""
 NODE_TIMEOUT = 2.0
 """Seconds a node has to answer a status request; one that does not is shown as not answering."""
 _MAX_REQUEST = 8192
@@ -44,7 +50,25 @@ async def gather_status(host: ActorHost) -> dict[str, Any]:
             return {"rank": rank, "unanswered": repr(exc)}
 
     nodes = await asyncio.gather(*(one(rank) for rank in node.ranks()))
-    return {"time": time.time(), "world_size": node.world_size, "nodes": list(nodes)}
+    return {"schema": STATUS_SCHEMA, "time": time.time(), "world_size": node.world_size, "nodes": list(nodes)}
+
+
+def check_status_port(host: str, port: int) -> None:
+    """Fail now, before any worker starts, if rank 0 could not serve the status at ``host:port``.
+
+    It binds as the server will (address reuse on, so a port in TIME_WAIT
+    passes) and lets go at once; port 0 always passes.
+
+    Raises:
+        OSError: The port is taken, or the address is not this host's; the message says which.
+    """
+    with socket.socket(family(host), socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            why = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be used ({exc.strerror or exc})"
+            raise OSError(exc.errno, f"status port {port} on {host} {why}") from None
 
 
 class StatusServer:

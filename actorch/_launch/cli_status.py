@@ -1,0 +1,215 @@
+"""``actorch status`` and ``actorch stop``: find a system, show what its rank 0 serves, ask it to shut down.
+
+A system is found by an address given on the command line, by
+``ACTORCH_STATUS_PORT``, or by the runtime file its rank 0 writes on this host
+(``actorch._launch.runtime``). What cannot be read is one line on stderr: exit
+code 2 when the command line is at fault (or it does not say which of several
+systems), 1 when the system is not there or does not answer as an actorch
+status does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any, NoReturn
+
+from actorch._launch.runtime import RunningSystem, running_systems, runtime_dir
+from actorch._launch.status import STATUS_PORT_ENV, STATUS_SCHEMA
+
+__all__ = ["StatusUnavailable", "fetch_status", "status_command", "stop_command"]
+
+_MAX_ANSWER = 64 << 20
+"""Bytes of an answer read at most (a status of thousands of actors is a few MB)."""
+
+
+class StatusUnavailable(Exception):  # noqa: N818 - reads as what happened
+    """Raised when an address gives no actorch status: nothing answers, or something else does."""
+
+
+def _fail(command: str, message: str, code: int = 1) -> NoReturn:
+    print(f"actorch {command}: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+# ---------------------------------------------------------------------- finding a system
+
+
+def _systems(command: str) -> list[RunningSystem]:
+    try:
+        return running_systems()
+    except OSError as exc:
+        _fail(command, f"cannot read the runtime directory: {exc}")
+
+
+def _one_system(command: str, pid: int | None) -> RunningSystem:
+    """The system of this host that the command means: the one with rank 0's ``pid``, or the only one."""
+    systems = _systems(command)
+    if pid is not None:
+        for system in systems:
+            if system.pid == pid:
+                return system
+        _fail(command, f"no actorch system whose rank 0 has pid {pid} runs on this host (actorch status --list)")
+    if not systems:
+        _fail(command, f"no actorch system runs on this host (none has a runtime file in {runtime_dir()})")
+    if len(systems) > 1:
+        _print_systems(systems)
+        _fail(command, f"{len(systems)} actorch systems run on this host: pick one with --pid PID", 2)
+    return systems[0]
+
+
+def _address(args: argparse.Namespace) -> str:
+    """Where the status is: ``--address``, ``--port``, ``ACTORCH_STATUS_PORT``, else the runtime file's."""
+    if args.address is not None:
+        return str(args.address)
+    if args.port is not None:
+        return f"127.0.0.1:{args.port}"
+    port = os.environ.get(STATUS_PORT_ENV)
+    if args.pid is None and port and port != "0":  # 0 asks a system for a free port: find which it took
+        if not port.isdigit() or int(port) > 65535:
+            _fail("status", f"{STATUS_PORT_ENV} must be a port (1..65535), not {port!r}", 2)
+        return f"127.0.0.1:{port}"
+    system = _one_system("status", args.pid)
+    if system.status is None:
+        _fail(
+            "status",
+            f"the system of pid {system.pid} ({system.script}) serves no status: "
+            "start it with actorch run --status-port PORT, or run(..., status_port=PORT)",
+        )
+    return system.status
+
+
+def _print_systems(systems: list[RunningSystem]) -> None:
+    from rich.console import Console  # noqa: PLC0415 - only these commands need rich
+    from rich.table import Table  # noqa: PLC0415
+
+    table = Table(title=f"actorch systems on this host ({len(systems)})", title_justify="left")
+    for column in ("pid", "status", "nodes", "started", "command"):
+        table.add_column(column, justify="right" if column in ("pid", "nodes") else "left")
+    for system in systems:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(system.started))
+        table.add_row(str(system.pid), system.status or "-", str(system.world_size), started, system.script)
+    (Console() if sys.stdout.isatty() else Console(width=200)).print(table)
+
+
+# ---------------------------------------------------------------------- actorch status
+
+
+def fetch_status(address: str, timeout: float = 10.0) -> dict[str, Any]:
+    """The status that rank 0 serves at ``address`` (``host:port``), checked to be one.
+
+    Raises:
+        StatusUnavailable: Nothing answers there, or what answers is not an
+            actorch status of a schema this version reads; the message says which.
+    """
+    try:
+        with urllib.request.urlopen(f"http://{address}/status", timeout=timeout) as answer:
+            raw = answer.read(_MAX_ANSWER)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        raise StatusUnavailable(
+            f"no actorch status at {address}: it answered HTTP {exc.code} {exc.reason} (is it another service?)"
+        ) from None
+    except http.client.RemoteDisconnected:
+        raise StatusUnavailable(f"no status at {address}: it closed the connection without answering") from None
+    except http.client.HTTPException:
+        raise StatusUnavailable(f"no actorch status at {address}: the answer is not HTTP (another service?)") from None
+    except OSError as exc:
+        raise StatusUnavailable(f"no status at {address} ({_reason(exc)})") from None
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        raise StatusUnavailable(
+            f"no actorch status at {address}: the answer is not JSON (is it another service?)"
+        ) from None
+    if not isinstance(found, dict) or not isinstance(found.get("nodes"), list) or "schema" not in found:
+        raise StatusUnavailable(f"no actorch status at {address}: the answer is JSON of another kind")
+    if found["schema"] != STATUS_SCHEMA:
+        raise StatusUnavailable(
+            f"the status at {address} has schema {found['schema']!r}; this actorch reads schema {STATUS_SCHEMA}"
+        )
+    return found
+
+
+def _reason(exc: OSError) -> str:
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, OSError):
+        return exc.reason.strerror or str(exc.reason)
+    if isinstance(exc, urllib.error.URLError):
+        return str(exc.reason)
+    return exc.strerror or str(exc)
+
+
+def status_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``actorch status``: print the status once, as JSON, or ``--watch``-ing; the exit code."""
+    if args.list:
+        _print_systems(_systems("status"))
+        return 0
+    address = _address(args)
+    from rich.console import Console  # noqa: PLC0415 - only this command needs rich
+
+    from actorch._launch.cli_tables import status_tables  # noqa: PLC0415 - needs rich
+
+    console = Console() if sys.stdout.isatty() else Console(width=200)  # piped: whole rows, never wrapped
+    previous: dict[str, Any] | None = None
+    refreshes = 0
+    while True:
+        try:
+            current = fetch_status(address)
+        except StatusUnavailable as exc:
+            _fail("status", str(exc))
+        if args.json:
+            print(json.dumps(current), flush=True)
+        else:
+            if args.watch:
+                if console.is_terminal:
+                    console.clear()
+                else:
+                    console.print(f"--- {time.strftime('%H:%M:%S')} ({address})")
+            for table in status_tables(current, previous):
+                console.print(table)
+        refreshes += 1
+        if not args.watch or (args.count is not None and refreshes >= args.count):
+            return 0
+        previous = current
+        time.sleep(args.interval)
+
+
+# ---------------------------------------------------------------------- actorch stop
+
+
+def stop_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``actorch stop``: ask a system of this host to shut down in order, then wait until it has; the exit code.
+
+    Rank 0 started by torchrun's agent (``actorch run -n N``, ``torchrun``): the
+    agent gets SIGINT, as on Ctrl-C, and passes it to every rank; rank 0 leads
+    the shutdown, the others follow it, and the agent restarts nothing. SIGTERM
+    to rank 0 alone would end a rank of the group, which the agent counts as a
+    failure (and restarts with ``--max-restarts``). Otherwise rank 0 gets
+    SIGTERM, as from a scheduler.
+    """
+    system = _one_system("stop", args.pid)
+    through_launcher = system.launcher_running()
+    target, how = (system.launcher, signal.SIGINT) if through_launcher else (system.pid, signal.SIGTERM)
+    assert target is not None
+    try:
+        os.kill(target, how)
+    except ProcessLookupError:
+        print(f"actorch stop: the system of pid {system.pid} had already ended")
+        return 0
+    except PermissionError as exc:
+        _fail("stop", f"cannot signal pid {target}: {exc.strerror}")
+    deadline = time.monotonic() + args.timeout
+    while system.running() or (through_launcher and system.launcher_running()):
+        if time.monotonic() >= deadline:
+            who = f"its launcher (pid {target})" if through_launcher else f"rank 0 (pid {system.pid})"
+            _fail("stop", f"{who} has not exited {args.timeout:g} s after {how.name}")
+        time.sleep(0.05)
+    print(f"actorch stop: stopped the system of pid {system.pid} ({system.script})")
+    return 0

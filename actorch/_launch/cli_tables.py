@@ -1,0 +1,86 @@
+"""The tables ``actorch status`` prints: one row per node, one row per actor (rates between two refreshes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["status_tables"]
+
+
+def status_tables(current: dict[str, Any], previous: dict[str, Any] | None) -> list[Any]:
+    """The nodes table and the actors table of one status (rates against ``previous``, else since start)."""
+    from rich.table import Table  # noqa: PLC0415 - only this command needs rich
+
+    elapsed = current["time"] - previous["time"] if previous is not None else None
+    before = {node["rank"]: node for node in previous["nodes"]} if previous is not None else {}
+    nodes = Table(title=f"nodes ({current['world_size']})", title_justify="left")
+    for column in ("rank", "host", "pid", "devices", "label", "state", "actors", "msgs/s in", "msgs/s out"):
+        nodes.add_column(column, justify="right" if column.startswith(("rank", "pid", "actors", "msgs")) else "left")
+    actors = Table(title="actors", title_justify="left")
+    for column in ("actor", "class", "node", "queued", "handled", "errors", "p50", "p99", "calls/s"):
+        actors.add_column(column, justify="left" if column in ("actor", "class") else "right")
+    for node in current["nodes"]:
+        rank = node["rank"]
+        if "statistics" not in node:
+            state = f"lost: {node['lost']}" if "lost" in node else "not answering"
+            nodes.add_row(str(rank), "", "", "", "", state, "", "", "")
+            continue
+        stats, old = node["statistics"], before.get(rank, {}).get("statistics")
+        span = elapsed if old is not None and elapsed else node["uptime"]
+        incoming = _in(stats) - (_in(old) if old else 0)
+        outgoing = _out(stats) - (_out(old) if old else 0)
+        nodes.add_row(
+            str(rank),
+            node["host"],
+            str(node["pid"]),
+            ", ".join(node["devices"]) or "-",
+            node["label"] or "",
+            "alive",
+            str(len(node["actors"])),
+            _rate(incoming, span),
+            _rate(outgoing, span),
+        )
+        old_actors = {actor["id"]: actor for actor in before.get(rank, {}).get("actors", [])}
+        for actor in node["actors"]:
+            endpoints = actor["endpoints"].values()
+            calls = actor["handled"]
+            errors = sum(endpoint["errors"] for endpoint in endpoints)
+            was = old_actors.get(actor["id"])
+            done = calls - was["handled"] if was is not None else calls
+            actors.add_row(
+                actor["name"] or f"#{actor['id']}",
+                actor["class"],
+                str(rank),
+                str(actor["queued"]),
+                str(calls),
+                str(errors),
+                _worst(endpoints, "p50"),
+                _worst(endpoints, "p99"),
+                _rate(done, span),
+            )
+    return [nodes, actors]
+
+
+def _in(stats: dict[str, int]) -> int:
+    return stats["calls_received"] + stats["tells_received"]
+
+
+def _out(stats: dict[str, int]) -> int:
+    return stats["calls_sent"] + stats["tells_sent"]
+
+
+def _rate(count: float, seconds: float) -> str:
+    return f"{count / seconds:,.1f}" if seconds > 0 else "-"
+
+
+def _worst(endpoints: Any, key: str) -> str:
+    """The largest of the endpoints' ``key`` quantile, as a duration (an actor's slowest endpoint rules)."""
+    found = [endpoint[key] for endpoint in endpoints if endpoint[key] is not None]
+    if not found:
+        return "-"
+    seconds = max(found)
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
