@@ -17,6 +17,7 @@ import inspect
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -337,18 +338,20 @@ def _launch_local(main: Main[T], world_size: int, host: str, plan: _Plan, port: 
 
 
 def _interrupts(plan: _Plan, workers: list[Any] | None = None) -> InterruptPolicy:
-    """Ctrl-C's bounds on rank 0, from ``stop_grace``; a forced end kills the local workers.
+    """Ctrl-C's and SIGTERM's bounds on rank 0, from ``stop_grace``; a forced end kills the local workers.
 
     ``main`` gets ``stop_grace + 1`` seconds to take the interrupt, as a
     stopping actor's handlers get ``stop_grace`` (the second keeps
     ``stop_grace=0`` from racing the signal handler), and the orderly shutdown
-    then gets the bound that ``run`` keeps after ``main`` ends.
+    then gets the bound that ``run`` keeps after ``main`` ends. SIGTERM (what
+    schedulers send) ends the run the same way: every actor stops in order.
     """
     grace = plan.config.stop_grace
     return InterruptPolicy(
         respond_within=grace + 1.0,
         finish_within=4 * grace + 12.0,
         on_force=(lambda: _kill_workers(workers)) if workers else None,
+        terminate=True,
     )
 
 
@@ -390,6 +393,26 @@ async def _leave_when(asked: asyncio.Event, host: ActorHost) -> None:
     await asked.wait()
     host.node.log.info("SIGTERM: leaving the system")
     host.begin_leave()
+
+
+def _follow_rank0_on_sigterm(watchdog: Watchdog) -> None:
+    """On SIGTERM, let rank 0 lead the shutdown (it most likely got one too), and exit by force if it does not.
+
+    A process forked from this one (a data loader's worker) still ends on
+    SIGTERM. Only in the main thread, and only where SIGTERM is at its default.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return
+    owner = os.getpid()
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        watchdog.arm("SIGTERM (rank 0 did not end the system)")
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _on_signal(signum: int, handler: Callable[[], None]) -> bool:
@@ -573,8 +596,11 @@ async def _serve_async(world: _World, plan: _Plan) -> int:
 
     transport.lost_in_thread = on_lost
     # SIGTERM makes a node of an elastic system leave gracefully; one that comes while it joins waits for the join.
+    # A static world's node waits for rank 0 to end the system (a scheduler signals every process), bounded.
     terminated = asyncio.Event()
     leave_on_term = transport.elastic and _on_signal(signal.SIGTERM, terminated.set)
+    if not transport.elastic:
+        _follow_rank0_on_sigterm(watchdog)
     try:
         _, host = await _start(transport, plan)
     except BaseException:
