@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, attach, class_path
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import torch
     import torch.distributed as dist
 
-__all__ = ["ActorSystem", "NodeInfo", "open_system"]
+__all__ = ["ActorSystem", "NodeInfo", "hand_over", "open_system"]
 
 A = TypeVar("A", bound=Actor)
 
@@ -51,6 +51,11 @@ def open_system(transport: Transport, config: SystemConfig) -> tuple[ActorSystem
     return system, host
 
 
+def hand_over(system: ActorSystem, shutdown: Callable[[], Awaitable[None]]) -> None:
+    """Let ``system.shutdown()`` end what this process drives (``actorch.start``'s system, ``connect``'s node)."""
+    system._shutdown = shutdown
+
+
 def _attach(instance: Actor, ref: ActorRef[Any], *, system: ActorSystem) -> None:
     attach(instance, ref, system)
 
@@ -63,10 +68,11 @@ class ActorSystem:
     """
 
     _host: ActorHost
+    _shutdown: Callable[[], Awaitable[None]] | None = None
     config: SystemConfig
 
     def __init__(self) -> None:
-        raise TypeError("ActorSystem objects are made by actorch.run()")
+        raise TypeError("ActorSystem objects are made by actorch.run(), actorch.start() and actorch.connect()")
 
     def __repr__(self) -> str:
         return f"<ActorSystem node {self.rank} of {self.world_size}>"
@@ -143,6 +149,27 @@ class ActorSystem:
             return
         await host.services[target].call(NodeService.leave)
         await host.wait_gone(target, 2 * self.config.stop_grace + 10.0)
+
+    async def shutdown(self) -> None:
+        """End what this process drives: the whole system from ``actorch.start``, this node from ``actorch.connect``.
+
+        A system from ``start`` shuts down as ``run`` ends one when ``main``
+        returns: every actor on every node stops (``on_stop`` runs, within
+        ``stop_grace``) and the local worker processes exit. A node from
+        ``connect`` leaves the system, which goes on (see ``leave``). Both are
+        bounded, and a second call waits for the first. ``async with`` does
+        it on exit.
+
+        Raises:
+            UnsupportedError: This system came from ``actorch.run`` (return
+                from ``main`` instead), or this is a node serving actors.
+        """
+        if self._shutdown is None:
+            raise UnsupportedError(
+                f"node {self.rank} is not driven by actorch.start() or actorch.connect(): a system from "
+                "actorch.run() shuts down when main returns"
+            )
+        await self._shutdown()
 
     async def spawn(
         self,
