@@ -59,6 +59,14 @@ def test_a_program_that_returns_without_shutting_down_still_stops_every_actor_an
 
 
 @pytest.mark.timeout(120)
+def test_a_process_that_exits_with_its_started_system_up_takes_its_workers_along(tmp_path: Path) -> None:
+    # Without the exit hook, multiprocessing would wait for the worker, which outlives SIGTERM by 2 * stop_grace.
+    run = run_script("driver.py", "exits", str(tmp_path), timeout=30)
+    run.assert_clean_exit(0)
+    assert run.result("exits")["where"][0] == 1
+
+
+@pytest.mark.timeout(120)
 def test_the_workers_of_a_started_system_end_when_its_process_is_killed(tmp_path: Path) -> None:
     script = Script(script_argv("driver.py", "killed", str(tmp_path)))
     try:

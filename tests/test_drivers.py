@@ -7,6 +7,8 @@ forms are in ``test_driver_multiprocess`` and ``test_notebook``.
 from __future__ import annotations
 
 import asyncio
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +90,19 @@ async def test_start_cancelled_while_it_opens_shuts_down_what_it_opened() -> Non
 
 async def _opened(opening: Any) -> actorch.ActorSystem:
     return await opening
+
+
+async def test_a_class_defined_in_a_notebook_cell_is_spawned_on_this_node_only(
+    world: LocalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    interactive = types.ModuleType("__main__")  # a kernel's __main__: no file that a worker could import
+    cell = type("CellCounter", (Counter,), {"__module__": "__main__"})
+    interactive.CellCounter = cell  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "__main__", interactive)
+    here = await world[0].spawn(cell)
+    assert await here.call(Counter.add) == 1
+    with pytest.raises(TypeError, match=r"cannot spawn CellCounter on node 1: .*\(a \.py file beside the notebook\)"):
+        await world[0].spawn(cell, on=1)
 
 
 async def test_shutdown_belongs_to_systems_this_process_drives(world: LocalWorld) -> None:

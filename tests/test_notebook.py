@@ -11,6 +11,7 @@ the same actor at once.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import uuid
@@ -22,9 +23,12 @@ from _mp import MARKER_ENV, REPO, leftovers_after, script_env
 
 nbformat = pytest.importorskip("nbformat", reason="needs the test extra: pip install -e '.[test]'")
 nbclient = pytest.importorskip("nbclient", reason="needs the test extra: pip install -e '.[test]'")
-pytest.importorskip("ipykernel", reason="needs the test extra: pip install -e '.[test]'")
 
-pytestmark = pytest.mark.multiprocess
+pytestmark = [
+    pytest.mark.multiprocess,
+    # Not imported here: the kernel imports it (this process would then count as one, see wake_for_interrupts).
+    pytest.mark.skipif(importlib.util.find_spec("ipykernel") is None, reason="needs the test extra (ipykernel)"),
+]
 
 NOTEBOOK = REPO / "examples" / "notebook.ipynb"
 

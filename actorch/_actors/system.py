@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -54,6 +55,12 @@ def open_system(transport: Transport, config: SystemConfig) -> tuple[ActorSystem
 def hand_over(system: ActorSystem, shutdown: Callable[[], Awaitable[None]]) -> None:
     """Let ``system.shutdown()`` end what this process drives (``actorch.start``'s system, ``connect``'s node)."""
     system._shutdown = shutdown
+
+
+def _defined_interactively(cls: type) -> bool:
+    """Whether ``cls`` lives in a ``__main__`` without a file (a notebook, ``python -c``): no other process has it."""
+    main = sys.modules.get("__main__")
+    return cls.__module__ == "__main__" and main is not None and getattr(main, "__file__", None) is None
 
 
 def _attach(instance: Actor, ref: ActorRef[Any], *, system: ActorSystem) -> None:
@@ -275,6 +282,12 @@ class ActorSystem:
         gpus: int,
     ) -> ActorRef[A]:
         """Reserve ``name`` for node ``rank``, have the node build the actor there, bind the name."""
+        if rank != self.rank and _defined_interactively(cls):
+            raise TypeError(
+                f"cannot spawn {cls.__qualname__} on node {rank}: it is defined in the __main__ of an interactive "
+                "session (a notebook cell), which other processes cannot import; define it in a module (a .py "
+                "file beside the notebook) and import it from there"
+            )
         if name is not None:
             await self._host.registry.call(Registry.reserve, name, rank)
         try:

@@ -11,6 +11,8 @@ Usage: ``python driver.py MODE TMPDIR``, where MODE is:
   and returns without shutting it down.
 - ``killed``: starts a two-process system, writes ``TMPDIR/ready`` with the
   worker's pid, and waits; the test kills this process.
+- ``exits``: starts a two-process system in a loop it never closes, and
+  exits (``sys.exit``) with the system up.
 
 Each check prints one ``RESULT {json}``; a joiner's output goes to
 ``TMPDIR/<mode>.out``.
@@ -132,6 +134,14 @@ async def killed() -> None:
     await asyncio.Event().wait()
 
 
+def exits() -> None:
+    loop = asyncio.new_event_loop()
+    system = loop.run_until_complete(actorch.start(world_size=2, stop_grace=20.0))
+    worker = loop.run_until_complete(system.spawn(Stopper, args=(str(TMP / "on_stop_rank1"),), on=1))
+    emit("exits", where=loop.run_until_complete(worker.call(Stopper.where)))
+    sys.exit(0)  # no shutdown, no clean-up of the loop: only the exit hook is left
+
+
 if __name__ == "__main__":
     if MODE == "joiners":
         emit("joiners", **actorch.run(joiners, world_size=2, elastic=True, stop_grace=1.0))
@@ -143,3 +153,5 @@ if __name__ == "__main__":
         asyncio.run(forgot())
     elif MODE == "killed":
         asyncio.run(killed())
+    elif MODE == "exits":
+        exits()
