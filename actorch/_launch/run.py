@@ -622,6 +622,11 @@ def serve(
         address: The system's ``host:port`` (rank 0's); None reads ``ACTORCH_ADDRESS``.
         name: A label for this node, shown in ``system.nodes`` (``NodeInfo.label``).
         setup: As ``run``'s: called with this node's rank before it serves.
+            A ``setup`` whose first parameter is named ``system`` (or
+            annotated ``ActorSystem``) is called instead with the node's
+            system once the node has joined (it may spawn, look up and call;
+            the node serves meanwhile); if it raises, the node leaves and
+            ``serve`` raises the error.
         join_timeout: Seconds to wait for the system to answer.
         log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
         configure_logs: Configure structlog here (unless the program already did).
