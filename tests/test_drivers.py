@@ -17,6 +17,7 @@ from _mp import free_port
 from actors import Counter, Slow, Stopper
 
 import actorch
+from actorch._launch import connect as connect_module
 from actorch.testing import LocalWorld
 
 
@@ -158,3 +159,9 @@ def test_connect_refuses_bad_arguments_before_anything_is_sent(
 async def test_connect_to_an_address_nothing_serves_ends_in_a_join_error() -> None:
     with pytest.raises(actorch.JoinError, match=r"nothing answered within 0\.5 s"):
         await actorch.connect(f"127.0.0.1:{free_port()}", join_timeout=0.5, configure_logs=False)
+
+
+async def test_connect_refuses_a_process_that_already_runs_a_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connect_module, "active_transport", object)  # as while run() or start() runs
+    with pytest.raises(RuntimeError, match="already runs a node"):
+        await actorch.connect("127.0.0.1:1", configure_logs=False)

@@ -25,6 +25,7 @@ from actorch._launch.run import SHUTDOWN_TIMEOUT, _plan_from, _rpc_transport, _s
 from actorch._launch.start import Opening, wake_for_interrupts
 from actorch._transport.elastic import prepare_join
 from actorch._transport.membership import TOKEN_ENV
+from actorch._transport.rpc import active_transport
 
 __all__ = ["connect"]
 
@@ -68,7 +69,7 @@ def connect(
             missing token), does not take new nodes, is shutting down, or
             nothing answered within ``join_timeout``.
         ValueError: No address, a malformed one, a bad ``name`` or ``join_timeout``.
-        RuntimeError: (when awaited) This process already runs a node, or no event loop runs here.
+        RuntimeError: (when awaited) This process already runs a node on torch RPC.
     """
     host, port = join_target("connect", address, name, join_timeout)
     if token is not None and not isinstance(token, str):
@@ -80,7 +81,8 @@ def connect(
 
 
 async def _join(address: str, port: int, token: str, name: str | None, join_timeout: float) -> ActorSystem:
-    asyncio.get_running_loop()  # RuntimeError outside a loop
+    if active_transport() is not None:  # before a rank is taken in the system
+        raise RuntimeError("this process already runs a node on torch RPC (one per process): shut it down first")
     joining: dict[str, Any] = {}
 
     def ask() -> None:  # blocking store calls, bounded by join_timeout: in a thread, off the loop

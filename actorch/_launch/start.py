@@ -202,8 +202,8 @@ def start(
 
     Raises:
         ValueError: A bad option, or ``elastic`` with device maps.
-        RuntimeError: (when awaited) no event loop runs here, this process
-            already runs a system, or a worker failed to start.
+        RuntimeError: (when awaited) This process already runs a system, or
+            a worker failed to start.
         UnsupportedError: Under torchrun, whose world ``run`` joins instead.
     """
     plan = _plan(
@@ -301,7 +301,6 @@ class _Driven:
 
 
 async def _open(plan: _Plan, world_size: int, host: str, port: int, token: str | None) -> ActorSystem:
-    asyncio.get_running_loop()  # RuntimeError outside a loop
     if _Driven.current is not None or active_transport() is not None:
         raise RuntimeError(
             "this process already runs an actor system: shut it down (await system.shutdown()) before starting another"
