@@ -243,9 +243,9 @@ class _Driven:
     current: _Driven | None = None
     """The system this process runs now, if any (torch RPC is one per process)."""
 
-    def __init__(self, workers: list[Any]) -> None:
+    def __init__(self) -> None:
         loop = asyncio.get_running_loop()
-        self.workers = workers
+        self.workers: list[Any] = []  # the local worker processes, once started
         self.opened: asyncio.Future[ActorSystem] = loop.create_future()
         self._release = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -305,23 +305,29 @@ async def _open(plan: _Plan, world_size: int, host: str, port: int, token: str |
         raise RuntimeError(
             "this process already runs an actor system: shut it down (await system.shutdown()) before starting another"
         )
-    transport: Transport
-    if world_size == 1 and token is None:
-        workers: list[Any] = []
-        transport = InProcessHub(1).transport(0)
-    else:
-        listener = listen_socket(host, port)
-        port = listener.getsockname()[1]
-        workers = _spawn_workers(world_size, host, port, plan, token)
-        try:
-            transport = _rank0_transport(world_size, host, port, plan, listener, token)
-        except BaseException:
-            _kill_workers(workers)
-            listener.close()
-            raise
-    driven = _Driven.current = _Driven(workers)
+    driven = _Driven.current = _Driven()  # from here on, another start() in this process is refused
+    try:
+        transport = _launch(driven, plan, world_size, host, port, token)
+    except BaseException:
+        _Driven.current = None
+        raise
     driven.lead(transport, plan)
     return await driven.opened
+
+
+def _launch(driven: _Driven, plan: _Plan, world_size: int, host: str, port: int, token: str | None) -> Transport:
+    """Rank 0's transport; the other ranks' processes started (into ``driven.workers``), if there are any."""
+    if world_size == 1 and token is None:
+        return InProcessHub(1).transport(0)
+    listener = listen_socket(host, port)
+    port = listener.getsockname()[1]
+    driven.workers = _spawn_workers(world_size, host, port, plan, token)
+    try:
+        return _rank0_transport(world_size, host, port, plan, listener, token)
+    except BaseException:
+        _kill_workers(driven.workers)
+        listener.close()
+        raise
 
 
 async def _reap(workers: list[Any], *, kill: bool) -> None:
