@@ -1,7 +1,8 @@
 """actorch: an asyncio actor runtime for PyTorch over ``torch.distributed.rpc``.
 
 Define ``Actor`` subclasses with ``async`` methods, start a system with
-:func:`run`, spawn actors on any rank by name, and ``await ref.call(...)`` them.
+:func:`run` (or :func:`start` from a running event loop, such as a notebook's),
+spawn actors on any rank by name, and ``await ref.call(...)`` them.
 """
 
 # This module is the facade: users import actorch (and actorch.testing), never
@@ -17,7 +18,7 @@ Define ``Actor`` subclasses with ``async`` methods, start a system with
 #                batched endpoints, the caller and callee sides, and the Node composing them
 #   _actors/     Actor, ActorRef, the ActorHost of a node's actors, supervision, the
 #                registry, membership events, the node service, and the ActorSystem handle
-#   _launch/     run(): processes, torchrun, the bounded event loop and watchdog, logging
+#   _launch/     run(), start(), connect(): processes, torchrun, the bounded event loop and watchdog, logging
 #   _stock/      ready-made actors, written only against the public names below
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ from actorch._base.tensorfile import load_tensors, save_tensors
 from actorch._engine.batching import Batched, batched
 from actorch._engine.streaming import DEFAULT_WINDOW as DEFAULT_STREAM_WINDOW
 from actorch._engine.streaming import Stream
+from actorch._launch.connect import connect
 from actorch._launch.run import run, serve
+from actorch._launch.start import start
 from actorch._stock.agent import Agent, EpisodeStats
 from actorch._stock.collection import Collection
 from actorch._stock.collector import Batch, Collector
@@ -128,6 +131,7 @@ __all__ = [
     "batched",
     "broadcast",
     "broadcast_tell",
+    "connect",
     "dim_partitioner",
     "in_autograd_context",
     "load_tensors",
@@ -136,6 +140,7 @@ __all__ = [
     "save_tensors",
     "serializable",
     "serve",
+    "start",
     "sum_reducer",
 ]
 

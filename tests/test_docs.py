@@ -19,8 +19,8 @@ In the Markdown, each of these goes on its own line:
 
 - ``<!-- skip: next "needs torchrun" -->`` before a block that cannot run
   here; the reason is required. A reason reading ``"an excerpt of
-  examples/foo.py"`` also checks that the block's code lines are lines of
-  that file.
+  examples/foo.py"`` (or ``foo.ipynb``) also checks that the block's code
+  lines are lines of that file (of its code cells).
 - ``<!-- run-as-script -->`` before a whole program that needs real
   processes: it runs as ``python <page>.py`` and must exit with 0.
 - ``<!-- invisible-code-block: python``, code, ``-->``: set-up that readers
@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import inspect
 import itertools
+import json
 import os
 import re
 import subprocess
@@ -71,7 +72,7 @@ LOCAL_WORLD_OPTIONS = ("strict", "lookup_timeout", "stop_grace", "mailbox_size",
 SNIPPET = re.compile(r'\A\s*--8<--\s+"([^"]+)"\s*\Z')
 SCRIPT_TIMEOUT = 120.0
 """Seconds a block run as a script may take, worker processes included."""
-EXCERPT = re.compile(r"excerpt of (\S+\.py)\b")
+EXCERPT = re.compile(r"excerpt of (\S+\.(?:py|ipynb))\b")
 FENCE = re.compile(r"^[ \t]*(?:[-*+][ \t]+)?(`{3,}|~{3,})[ \t]*([^\s`]*)[^\n]*$", re.MULTILINE)
 
 
@@ -357,6 +358,14 @@ def _code_lines(source: str) -> list[str]:
     return [line for line in lines if line and not line.startswith("#") and line != "..."]
 
 
+def _source_text(path: Path) -> str:
+    """A file's text; a notebook's is the source of its code cells."""
+    if path.suffix != ".ipynb":
+        return path.read_text()
+    cells = json.loads(path.read_text())["cells"]
+    return "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
+
+
 @pytest.mark.parametrize("page", LOADED, ids=[page.name for page in LOADED])
 def test_excerpts_match_their_source(page: Page) -> None:
     """A block skipped as "an excerpt of path.py" holds only lines of that file (comments aside)."""
@@ -369,6 +378,6 @@ def test_excerpts_match_their_source(page: Page) -> None:
             continue
         source = ROOT / found[1]
         assert source.is_file(), f"{page.name}, line {skip.line}: {found[1]} does not exist"
-        known = set(_code_lines(source.read_text()))
+        known = set(_code_lines(_source_text(source)))
         missing = [line for line in _code_lines(str(block.parsed)) if line not in known]
         assert not missing, f"{page.name}, line {block.line}: not in {found[1]}: {missing}"

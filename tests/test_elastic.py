@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -149,6 +150,25 @@ def test_joining_a_store_that_is_not_an_elastic_system_is_refused() -> None:
 def test_joining_an_address_nothing_serves_ends_in_a_join_error() -> None:
     with pytest.raises(actorch.JoinError, match=r"cannot reach an actorch system at 127\.0\.0\.1"):
         prepare_join("127.0.0.1", free_port(), 0.5)
+
+
+def test_serve_gives_up_on_an_address_nothing_serves_within_its_join_timeout() -> None:
+    # torch's store client alone retried for 2-3 times this long; serve() keeps actorch's own deadline.
+    join_timeout = 4.0
+    outcome: list[BaseException] = []
+
+    def join() -> None:
+        try:
+            actorch.serve(f"127.0.0.1:{free_port()}", join_timeout=join_timeout, configure_logs=False)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    joining = threading.Thread(target=join, daemon=True)
+    joining.start()
+    joining.join(join_timeout + 2.0)
+    assert not joining.is_alive(), "serve() was still trying to join 2 s past its join_timeout"
+    assert isinstance(outcome[0], actorch.JoinError), outcome
+    assert "nothing answered within 4 s" in str(outcome[0])
 
 
 def test_an_elastic_transport_refuses_device_maps() -> None:

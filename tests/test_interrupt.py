@@ -1,8 +1,9 @@
-"""Ctrl-C on a two-process system: orderly while ``main`` awaits, forced in bounded time when it is stuck in torch.
+"""Ctrl-C and SIGTERM on a two-process system: orderly while ``main`` awaits, forced in bounded time when stuck.
 
 Each test runs ``mp_scripts/interrupt.py`` in its own session, sends SIGINT
-the way a terminal does (to rank 0, or to the whole process group) and checks
-the exit code, the line on stderr and that no process is left behind.
+the way a terminal does (to rank 0, or to the whole process group), or SIGTERM
+as a scheduler does, and checks the exit code, the line on stderr and that no
+process is left behind.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Protocol
 import pytest
 from _mp import Finished, Script, script_argv, torchrun_argv, wait_for_file
 
-from actorch._launch.eventloop import INTERRUPT_EXIT_CODE
+from actorch._launch.eventloop import INTERRUPT_EXIT_CODE, TERMINATE_EXIT_CODE
 
 pytestmark = pytest.mark.multiprocess
 
@@ -143,6 +144,25 @@ def test_ctrl_c_under_torchrun_while_main_awaits_stops_every_rank_in_order(start
     assert not run.timed_out, f"Ctrl-C did not end the run{run.report()}"
     assert FORCED_LINE not in run.stderr, f"the agent's one SIGINT must not count as Ctrl-C twice{run.report()}"
     assert run.result("interrupted")["type"] == "KeyboardInterrupt"
+    for rank in (0, 1):
+        assert (tmp_path / f"on_stop_rank{rank}").exists(), f"on_stop on rank {rank} did not run{run.report()}"
+    assert not run.leftovers, f"processes were left behind{run.report()}"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("target", ["leader", "group"])
+def test_sigterm_to_rank_0_stops_every_actor_in_order(target: str, start: Start, tmp_path: Path) -> None:
+    # A scheduler signals rank 0 (a container's first process), or every process of the job (SLURM).
+    script = start("awaiting", GRACE)
+    if target == "group":
+        script.signal_group(signal.SIGTERM)
+    else:
+        script.signal_leader(signal.SIGTERM)
+    run = script.finish(timeout=4 * GRACE + 12.0 + MARGIN)  # the orderly shutdown's bound
+    assert not run.timed_out, f"SIGTERM did not end the run{run.report()}"
+    assert run.returncode == TERMINATE_EXIT_CODE, run.report()
+    assert "exits with code" not in run.stderr, f"the run was ended by force{run.report()}"
+    assert "Traceback" not in run.stderr, run.report()
     for rank in (0, 1):
         assert (tmp_path / f"on_stop_rank{rank}").exists(), f"on_stop on rank {rank} did not run{run.report()}"
     assert not run.leftovers, f"processes were left behind{run.report()}"

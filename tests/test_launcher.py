@@ -16,7 +16,13 @@ import pytest
 import structlog
 
 import actorch
-from actorch._launch.eventloop import INTERRUPT_EXIT_CODE, LEFTOVER_WAIT, InterruptWatcher, run_bounded
+from actorch._launch.eventloop import (
+    INTERRUPT_EXIT_CODE,
+    LEFTOVER_WAIT,
+    TERMINATE_EXIT_CODE,
+    InterruptWatcher,
+    run_bounded,
+)
 from actorch._transport.rpc_setup import RpcOptions
 
 
@@ -185,6 +191,18 @@ def test_interrupt_watcher_ends_a_process_whose_main_thread_is_stuck_in_torch() 
     assert "Ctrl-C did not reach main within 0.5 s" in done.stderr
     assert "; cleaned up; process" in done.stderr, "on_force runs before the exit"
     assert "not reached" not in done.stdout
+
+
+@pytest.mark.timeout(90)
+def test_interrupt_watcher_ends_a_run_stuck_in_torch_on_sigterm_with_its_exit_code() -> None:
+    done = run_interrupted(
+        "async def main():\n"
+        "    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()\n"
+        "    torch.futures.Future().wait()\n"
+        "run_bounded(main(), interrupts=InterruptPolicy(respond_within=0.5, terminate=True))\n"
+    )
+    assert done.returncode == TERMINATE_EXIT_CODE, done.stderr
+    assert "SIGTERM did not reach main within 0.5 s" in done.stderr
 
 
 @pytest.mark.timeout(90)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Iterable, Mapping
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, attach, class_path
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     import torch
     import torch.distributed as dist
 
-__all__ = ["ActorSystem", "NodeInfo", "open_system"]
+__all__ = ["ActorSystem", "NodeInfo", "hand_over", "open_system"]
 
 A = TypeVar("A", bound=Actor)
 
@@ -51,6 +52,17 @@ def open_system(transport: Transport, config: SystemConfig) -> tuple[ActorSystem
     return system, host
 
 
+def hand_over(system: ActorSystem, shutdown: Callable[[], Awaitable[None]]) -> None:
+    """Let ``system.shutdown()`` end what this process drives (``actorch.start``'s system, ``connect``'s node)."""
+    system._shutdown = shutdown
+
+
+def _defined_interactively(cls: type) -> bool:
+    """Whether ``cls`` lives in a ``__main__`` without a file (a notebook, ``python -c``): no other process has it."""
+    main = sys.modules.get("__main__")
+    return cls.__module__ == "__main__" and main is not None and getattr(main, "__file__", None) is None
+
+
 def _attach(instance: Actor, ref: ActorRef[Any], *, system: ActorSystem) -> None:
     attach(instance, ref, system)
 
@@ -63,10 +75,11 @@ class ActorSystem:
     """
 
     _host: ActorHost
+    _shutdown: Callable[[], Awaitable[None]] | None = None
     config: SystemConfig
 
     def __init__(self) -> None:
-        raise TypeError("ActorSystem objects are made by actorch.run()")
+        raise TypeError("ActorSystem objects are made by actorch.run(), actorch.start() and actorch.connect()")
 
     def __repr__(self) -> str:
         return f"<ActorSystem node {self.rank} of {self.world_size}>"
@@ -143,6 +156,27 @@ class ActorSystem:
             return
         await host.services[target].call(NodeService.leave)
         await host.wait_gone(target, 2 * self.config.stop_grace + 10.0)
+
+    async def shutdown(self) -> None:
+        """End what this process drives: the whole system from ``actorch.start``, this node from ``actorch.connect``.
+
+        A system from ``start`` shuts down as ``run`` ends one when ``main``
+        returns: every actor on every node stops (``on_stop`` runs, within
+        ``stop_grace``) and the local worker processes exit. A node from
+        ``connect`` leaves the system, which goes on (see ``leave``). Both are
+        bounded, and a second call waits for the first. ``async with`` does
+        it on exit.
+
+        Raises:
+            UnsupportedError: This system came from ``actorch.run`` (return
+                from ``main`` instead), or this is a node serving actors.
+        """
+        if self._shutdown is None:
+            raise UnsupportedError(
+                f"node {self.rank} is not driven by actorch.start() or actorch.connect(): a system from "
+                "actorch.run() shuts down when main returns"
+            )
+        await self._shutdown()
 
     async def spawn(
         self,
@@ -248,6 +282,12 @@ class ActorSystem:
         gpus: int,
     ) -> ActorRef[A]:
         """Reserve ``name`` for node ``rank``, have the node build the actor there, bind the name."""
+        if rank != self.rank and _defined_interactively(cls):
+            raise TypeError(
+                f"cannot spawn {cls.__qualname__} on node {rank}: it is defined in the __main__ of an interactive "
+                "session (a notebook cell), which other processes cannot import; define it in a module (a .py "
+                "file beside the notebook) and import it from there"
+            )
         if name is not None:
             await self._host.registry.call(Registry.reserve, name, rank)
         try:

@@ -27,14 +27,22 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypeVar
 
 import structlog
 
 from actorch._base.deadline import DeadlineLoop
 
-__all__ = ["INTERRUPT_EXIT_CODE", "LEFTOVER_WAIT", "InterruptPolicy", "InterruptWatcher", "Watchdog", "run_bounded"]
+__all__ = [
+    "INTERRUPT_EXIT_CODE",
+    "LEFTOVER_WAIT",
+    "TERMINATE_EXIT_CODE",
+    "InterruptPolicy",
+    "InterruptWatcher",
+    "Watchdog",
+    "run_bounded",
+]
 
 T = TypeVar("T")
 
@@ -42,6 +50,8 @@ LEFTOVER_WAIT = 2.0
 """Seconds tasks still running when the main coroutine ends get to finish after being cancelled."""
 INTERRUPT_EXIT_CODE = 130
 """Exit code of a process that Ctrl-C ended by force: 128 + SIGINT, as shells report a process ended by Ctrl-C."""
+TERMINATE_EXIT_CODE = 143
+"""Exit code of a run that SIGTERM ended (in order, or by force): 128 + SIGTERM, as shells report it."""
 SAME_PRESS = 0.1
 """Seconds within which two SIGINTs count as one Ctrl-C (a launcher may forward the terminal's own)."""
 
@@ -63,11 +73,15 @@ class InterruptPolicy:
         on_force: Called on the watcher's thread just before a forced exit
             (to kill local worker processes); returns what it did, for the
             line written to stderr.
+        terminate: SIGTERM (what schedulers send) ends the run as Ctrl-C
+            does, in order and within the same bounds; the process then
+            exits with ``TERMINATE_EXIT_CODE``.
     """
 
     respond_within: float = 11.0
     finish_within: float = 52.0
     on_force: Callable[[], str] | None = None
+    terminate: bool = False
 
 
 def run_bounded(coro: Coroutine[Any, Any, T], *, interrupts: InterruptPolicy | None = None) -> T:
@@ -80,9 +94,12 @@ def run_bounded(coro: Coroutine[Any, Any, T], *, interrupts: InterruptPolicy | N
     the main thread has not taken the interrupt within
     ``interrupts.respond_within`` seconds (it is blocked in a call that Python
     cannot interrupt), or when the clean-up is not over
-    ``interrupts.finish_within`` seconds after it did. Elsewhere (in another
-    thread, or where the program handles or ignores SIGINT itself) signals are
-    left alone. The SIGINT handler and the wakeup fd are restored on return.
+    ``interrupts.finish_within`` seconds after it did. With
+    ``interrupts.terminate``, SIGTERM does the same (where the program left it
+    at its default), and the run then raises ``SystemExit(TERMINATE_EXIT_CODE)``.
+    Elsewhere (in another thread, or where the program handles or ignores
+    SIGINT itself) signals are left alone. The handlers and the wakeup fd are
+    restored on return.
 
     Args:
         coro: The coroutine to run.
@@ -94,6 +111,7 @@ def run_bounded(coro: Coroutine[Any, Any, T], *, interrupts: InterruptPolicy | N
 
     Raises:
         KeyboardInterrupt: Ctrl-C cancelled ``coro``.
+        SystemExit: SIGTERM cancelled ``coro`` (``interrupts.terminate``); its code is ``TERMINATE_EXIT_CODE``.
         RuntimeError: An event loop is already running in this thread.
     """
     try:
@@ -106,34 +124,14 @@ def run_bounded(coro: Coroutine[Any, Any, T], *, interrupts: InterruptPolicy | N
     loop = DeadlineLoop()  # a call reads its caller's asyncio.timeout scopes in one lookup there
     asyncio.set_event_loop(loop)
     main = loop.create_task(coro)
-    interrupted = 0
-    watcher: InterruptWatcher | None = None
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        nonlocal interrupted
-        interrupted += 1
-        if watcher is not None:
-            watcher.acknowledge()
-        if interrupted == 1 and not main.done():
-            loop.call_soon_threadsafe(main.cancel)
-            return
-        if watcher is not None and interrupted > 1:
-            return  # the watcher saw it too, and ends the process at once
-        raise KeyboardInterrupt
-
-    handles_sigint = (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    )
-    if handles_sigint:
-        watcher = InterruptWatcher(interrupts or InterruptPolicy())
-        signal.signal(signal.SIGINT, on_sigint)
+    signals = _MainSignals(loop, main, interrupts or InterruptPolicy())
     try:
         try:
             return loop.run_until_complete(main)
         except asyncio.CancelledError:
-            if interrupted:
-                raise KeyboardInterrupt from None
+            ending = signals.ending()
+            if ending is not None:
+                raise ending from None
             raise
         finally:
             try:
@@ -142,12 +140,72 @@ def run_bounded(coro: Coroutine[Any, Any, T], *, interrupts: InterruptPolicy | N
                 asyncio.set_event_loop(None)
                 loop.close()
     finally:
+        signals.restore()
+
+
+class _MainSignals:
+    """Ctrl-C, and SIGTERM where the policy asks, for one ``run_bounded``: each cancels the main task, watched.
+
+    Only in the main thread, and only for signals the program left at their
+    defaults; ``restore`` puts the defaults back and closes the watcher.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, main: asyncio.Task[Any], policy: InterruptPolicy) -> None:
+        self._loop = loop
+        self._main = main
+        self.interrupted = 0
+        self.terminated = False
+        self.watcher: InterruptWatcher | None = None
+        self.sigint = (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        )
+        self.sigterm = self.sigint and policy.terminate and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        if self.sigint:
+            self.watcher = InterruptWatcher(policy if self.sigterm else replace(policy, terminate=False))
+            signal.signal(signal.SIGINT, self._on_sigint)
+        if self.sigterm:
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def __repr__(self) -> str:
+        return f"<_MainSignals interrupted={self.interrupted} terminated={self.terminated}>"
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.interrupted += 1
+        if self.watcher is not None:
+            self.watcher.acknowledge()
+        if self.interrupted == 1 and not self._main.done():
+            self._loop.call_soon_threadsafe(self._main.cancel)
+            return
+        if self.watcher is not None and self.interrupted > 1:
+            return  # the watcher saw it too, and ends the process at once
+        raise KeyboardInterrupt
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self.watcher is not None:
+            self.watcher.acknowledge()
+        if not self.terminated and not self._main.done():
+            self.terminated = True
+            self._loop.call_soon_threadsafe(self._main.cancel)
+
+    def ending(self) -> BaseException | None:
+        """What the run raises when a signal cancelled the main task; None if none did."""
+        if self.interrupted:
+            return KeyboardInterrupt()
+        if self.terminated:
+            return SystemExit(TERMINATE_EXIT_CODE)
+        return None
+
+    def restore(self) -> None:
+        """Give the signals back their default handlers and stop watching."""
         try:
-            if handles_sigint:
+            if self.sigint:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
+            if self.sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
         finally:
-            if watcher is not None:
-                watcher.close()
+            if self.watcher is not None:
+                self.watcher.close()
 
 
 def _finish(loop: asyncio.AbstractEventLoop) -> None:
@@ -179,7 +237,9 @@ class InterruptWatcher:
     ``acknowledge``) within ``policy.respond_within`` seconds, and then end
     the run within ``policy.finish_within`` seconds; a second Ctrl-C ends the
     process at once. Ending it means calling ``policy.on_force``, writing one
-    line to stderr and ``os._exit``. Create and close it in the main thread.
+    line to stderr and ``os._exit``. With ``policy.terminate``, SIGTERM counts
+    as a press too, and a run it began ends with ``TERMINATE_EXIT_CODE``.
+    Create and close it in the main thread.
     """
 
     current: ClassVar[InterruptWatcher | None] = None
@@ -188,6 +248,7 @@ class InterruptWatcher:
     def __init__(self, policy: InterruptPolicy) -> None:
         self.policy = policy
         self.presses = 0
+        self._first_signal = signal.SIGINT
         self._first_press: float | None = None
         self._last_press = float("-inf")
         self._acknowledged_at: float | None = None
@@ -210,9 +271,16 @@ class InterruptWatcher:
         return f"<InterruptWatcher respond_within={self.policy.respond_within:g}s {state}>"
 
     def acknowledge(self) -> None:
-        """Note that the main thread took an interrupt (call it from the SIGINT handler; it takes no lock)."""
+        """Note that the main thread took an interrupt (call it from the signal handler; it takes no lock).
+
+        The watcher's thread is woken to count its new deadline: it may have
+        read the signal first, and be waiting out the longer one.
+        """
         if self._acknowledged_at is None:
             self._acknowledged_at = time.monotonic()
+            if not self._closed:
+                with contextlib.suppress(OSError):  # the pipe is full, or closing: the thread is awake anyway
+                    os.write(self._write_fd, b"\0")
 
     def close(self) -> None:
         """Stop watching: give the wakeup fd back to its previous owner and end the thread."""
@@ -255,25 +323,31 @@ class InterruptWatcher:
             with contextlib.suppress(OSError):  # its owner still hears of its signals
                 os.write(self._previous_fd, data)
         now = time.monotonic()
-        if signal.SIGINT not in data or now - self._last_press < SAME_PRESS:
+        pressed = [signum for signum in self._counted() if signum in data]
+        if not pressed or now - self._last_press < SAME_PRESS:
             return
         self._last_press = now
         self.presses += 1
         if self._first_press is None:
             self._first_press = now
+            self._first_signal = pressed[0]
         if self.presses > 1:
-            self._force("a second Ctrl-C")
+            self._force(f"a second {_press_name(pressed[0])}")
+
+    def _counted(self) -> tuple[signal.Signals, ...]:
+        return (signal.SIGINT, signal.SIGTERM) if self.policy.terminate else (signal.SIGINT,)
 
     def _deadline(self) -> tuple[float | None, str]:
         if self._first_press is None:
             return None, ""
+        what = _press_name(self._first_signal)
         if self._acknowledged_at is None:
             return self._first_press + self.policy.respond_within, (
-                f"Ctrl-C did not reach main within {self.policy.respond_within:g} s "
+                f"{what} did not reach main within {self.policy.respond_within:g} s "
                 "(its thread is blocked in a call that Python cannot interrupt)"
             )
         return self._acknowledged_at + self.policy.finish_within, (
-            f"the shutdown after Ctrl-C did not end within {self.policy.finish_within:g} s"
+            f"the shutdown after {what} did not end within {self.policy.finish_within:g} s"
         )
 
     def _force(self, reason: str) -> None:
@@ -287,12 +361,17 @@ class InterruptWatcher:
                 except Exception as exc:  # noqa: BLE001 - the process ends anyway
                     done = f"could not end the local workers ({exc!r})"
             steps = "; ".join(filter(None, [reason, done]))
+            code = TERMINATE_EXIT_CODE if self._first_signal == signal.SIGTERM else INTERRUPT_EXIT_CODE
             with contextlib.suppress(Exception):
                 sys.stdout.flush()
             with contextlib.suppress(Exception):
-                sys.stderr.write(f"actorch: {steps}; process {os.getpid()} exits with code {INTERRUPT_EXIT_CODE}\n")
+                sys.stderr.write(f"actorch: {steps}; process {os.getpid()} exits with code {code}\n")
                 sys.stderr.flush()
-            os._exit(INTERRUPT_EXIT_CODE)
+            os._exit(code)
+
+
+def _press_name(signum: int) -> str:
+    return "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
 
 
 def _forget_watcher_in_child() -> None:

@@ -17,10 +17,12 @@ import inspect
 import multiprocessing
 import os
 import signal
+import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 from actorch._actors.host import ActorHost
 from actorch._actors.service import NodeService
@@ -60,6 +62,8 @@ OLD_GC_THRESHOLD = 100
 
 Setup = Callable[[int], object]
 """A function run on every node with its rank before the node serves (may return an awaitable)."""
+SystemSetup = Callable[[ActorSystem], object]
+"""A ``serve`` setup that asks for the node's system: run once the node has joined (may return an awaitable)."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,72 @@ def run(
         What ``main`` returned. If ``main`` raised, the exception propagates after shutdown.
     """
     refuse_run_while_imported()
+    plan = _plan(
+        strict=strict,
+        transport=transport,
+        lookup_timeout=lookup_timeout,
+        stop_grace=stop_grace,
+        liveness_timeout=liveness_timeout,
+        mailbox_size=mailbox_size,
+        max_message_size=max_message_size,
+        rpc_timeout=rpc_timeout,
+        rpc_threads=rpc_threads,
+        device_maps=device_maps,
+        devices=devices,
+        setup=setup,
+        tune_gc=tune_gc,
+        status=(status_host, status_port),
+        log_level=log_level,
+        configure_logs=configure_logs,
+    )
+    if not _is_port(port):
+        raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {port!r}")
+    world_size, launcher_sized = _requested_world_size(world_size)
+    under_torchrun = all(var in os.environ for var in _TORCHRUN_VARS)
+    if plan.status is not None and not (under_torchrun and os.environ["RANK"] != "0"):
+        check_status_port(*plan.status)  # a taken port fails here, before any worker starts
+    if elastic:
+        return _launch_elastic(main, world_size, host, plan, port, under_torchrun=under_torchrun)
+    if under_torchrun:
+        world = _World(
+            int(os.environ["RANK"]),
+            int(os.environ["WORLD_SIZE"]),
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+        )
+        if world_size is not None and world_size != world.world_size and not launcher_sized:
+            raise ValueError(f"run(world_size={world_size}) but torchrun started {world.world_size} processes")
+        if world.rank != 0:
+            _serve(world, plan)
+        return run_bounded(_lead(main, _rpc_transport(world, plan.options), plan), interrupts=_interrupts(plan))
+    if world_size is None or world_size == 1:
+        hub = InProcessHub(1)
+        return run_bounded(_lead(main, hub.transport(0), plan), interrupts=_interrupts(plan))
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, not {world_size!r}")
+    return _launch_local(main, world_size, host, plan, port)
+
+
+def _plan(
+    *,
+    strict: bool,
+    transport: str,
+    lookup_timeout: float,
+    stop_grace: float,
+    liveness_timeout: float,
+    mailbox_size: int,
+    max_message_size: int,
+    rpc_timeout: float,
+    rpc_threads: int,
+    device_maps: DeviceMapSpec,
+    devices: str,
+    setup: Setup | None,
+    tune_gc: bool,
+    status: tuple[str, int | None],
+    log_level: str | None,
+    configure_logs: bool,
+) -> _Plan:
+    """Check ``run``'s options (``start`` takes the same) and make the plan every node starts with."""
     if not is_number(liveness_timeout, inclusive=False):
         raise ValueError(f"liveness_timeout must be a positive number of seconds, not {liveness_timeout!r}")
     if configure_logs:
@@ -227,33 +297,26 @@ def run(
     )
     if setup is not None and not callable(setup):
         raise TypeError(f"setup must be a function of the node's rank, not {setup!r}")
-    plan = _Plan(config, options, setup, tune_gc=tune_gc, status=_status_address(status_host, status_port))
-    if not _is_port(port):
-        raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {port!r}")
-    world_size, launcher_sized = _requested_world_size(world_size)
-    under_torchrun = all(var in os.environ for var in _TORCHRUN_VARS)
-    if plan.status is not None and not (under_torchrun and os.environ["RANK"] != "0"):
-        check_status_port(*plan.status)  # a taken port fails here, before any worker starts
-    if elastic:
-        return _launch_elastic(main, world_size, host, plan, port, under_torchrun=under_torchrun)
-    if under_torchrun:
-        world = _World(
-            int(os.environ["RANK"]),
-            int(os.environ["WORLD_SIZE"]),
-            os.environ["MASTER_ADDR"],
-            int(os.environ["MASTER_PORT"]),
+    if setup is not None and takes_system(setup):
+        raise TypeError(
+            f"setup {getattr(setup, '__qualname__', setup)!r} asks for the system, but run() and start() call "
+            "setup with the node's rank before the node serves (only serve() hands a setup the system)"
         )
-        if world_size is not None and world_size != world.world_size and not launcher_sized:
-            raise ValueError(f"run(world_size={world_size}) but torchrun started {world.world_size} processes")
-        if world.rank != 0:
-            _serve(world, plan)
-        return run_bounded(_lead(main, _rpc_transport(world, options), plan), interrupts=_interrupts(plan))
-    if world_size is None or world_size == 1:
-        hub = InProcessHub(1)
-        return run_bounded(_lead(main, hub.transport(0), plan), interrupts=_interrupts(plan))
-    if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int, not {world_size!r}")
-    return _launch_local(main, world_size, host, plan, port)
+    return _Plan(config, options, setup, tune_gc=tune_gc, status=_status_address(*status))
+
+
+def takes_system(setup: Callable[..., object]) -> bool:
+    """Whether ``setup`` asks for the node's system: its first parameter is named ``system`` or annotated so."""
+    try:
+        parameters = list(inspect.signature(setup).parameters.values())
+    except (TypeError, ValueError):  # a callable without a signature takes the rank, as always
+        return False
+    if not parameters:
+        return False
+    first = parameters[0]
+    annotation = first.annotation
+    named = annotation.rpartition(".")[2] if isinstance(annotation, str) else getattr(annotation, "__name__", None)
+    return first.name == "system" or annotation is ActorSystem or named == "ActorSystem"
 
 
 def _is_port(port: object) -> bool:
@@ -294,19 +357,34 @@ def _launch_elastic(
     main: Main[T], world_size: int | None, host: str, plan: _Plan, port: int, *, under_torchrun: bool
 ) -> T:
     """Start an elastic system of ``world_size`` local nodes (None: 1) that newcomers may join."""
+    token = _elastic_token(world_size, plan, under_torchrun=under_torchrun)
+    return _launch_local(main, world_size or 1, host, plan, port, token)
+
+
+def _elastic_token(world_size: int | None, plan: _Plan, *, under_torchrun: bool) -> str:
+    """Check an elastic launch's options; the join token (``ACTORCH_JOIN_TOKEN``, else a new one)."""
     if under_torchrun:
         raise ValueError("elastic=True starts from a plain script, not under torchrun (torchrun fixes the world)")
     if plan.options.device_maps is not None and plan.options.device_maps != "auto":
         raise ValueError("an elastic system has no device maps (GPU tensors are staged): leave device_maps alone")
     if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
-    token = os.environ.get(TOKEN_ENV) or new_token()
-    return _launch_local(main, world_size or 1, host, plan, port, token)
+    return os.environ.get(TOKEN_ENV) or new_token()
 
 
 def _launch_local(main: Main[T], world_size: int, host: str, plan: _Plan, port: int, token: str | None = None) -> T:
     listener = listen_socket(host, port)
     port = listener.getsockname()[1]
+    workers = _spawn_workers(world_size, host, port, plan, token)
+    try:
+        transport = _rank0_transport(world_size, host, port, plan, listener, token)
+        return run_bounded(_lead(main, transport, plan, workers), interrupts=_interrupts(plan, workers))
+    finally:
+        _reap(workers)
+
+
+def _spawn_workers(world_size: int, host: str, port: int, plan: _Plan, token: str | None) -> list[Any]:
+    """Start ranks 1 to ``world_size - 1`` as local processes that serve actors (rank 0's store is at ``port``)."""
     context = multiprocessing.get_context("spawn")
     worker_env = {**_QUIET_ENV, WORKER_OF_ENV: str(os.getpid())}
     saved = {key: os.environ.get(key) for key in worker_env}
@@ -329,32 +407,35 @@ def _launch_local(main: Main[T], world_size: int, host: str, plan: _Plan, port: 
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    try:
-        transport: RpcTransport
-        if token is None:
-            transport = RpcTransport(0, world_size, host, port, plan.options, listener)
-        else:
-            transport = ElasticRpcTransport(
-                0, host, port, plan.options, token=token, initial=world_size, listener=listener, shared=_shared(plan)
-            )
-        return run_bounded(_lead(main, transport, plan, workers), interrupts=_interrupts(plan, workers))
-    finally:
-        _reap(workers)
+    return workers
+
+
+def _rank0_transport(
+    world_size: int, host: str, port: int, plan: _Plan, listener: socket.socket, token: str | None
+) -> RpcTransport:
+    """Rank 0's torch RPC transport for a local launch; elastic when there is a join ``token``."""
+    if token is None:
+        return RpcTransport(0, world_size, host, port, plan.options, listener)
+    return ElasticRpcTransport(
+        0, host, port, plan.options, token=token, initial=world_size, listener=listener, shared=_shared(plan)
+    )
 
 
 def _interrupts(plan: _Plan, workers: list[Any] | None = None) -> InterruptPolicy:
-    """Ctrl-C's bounds on rank 0, from ``stop_grace``; a forced end kills the local workers.
+    """Ctrl-C's and SIGTERM's bounds on rank 0, from ``stop_grace``; a forced end kills the local workers.
 
     ``main`` gets ``stop_grace + 1`` seconds to take the interrupt, as a
     stopping actor's handlers get ``stop_grace`` (the second keeps
     ``stop_grace=0`` from racing the signal handler), and the orderly shutdown
-    then gets the bound that ``run`` keeps after ``main`` ends.
+    then gets the bound that ``run`` keeps after ``main`` ends. SIGTERM (what
+    schedulers send) ends the run the same way: every actor stops in order.
     """
     grace = plan.config.stop_grace
     return InterruptPolicy(
         respond_within=grace + 1.0,
         finish_within=4 * grace + 12.0,
         on_force=(lambda: _kill_workers(workers)) if workers else None,
+        terminate=True,
     )
 
 
@@ -396,6 +477,26 @@ async def _leave_when(asked: asyncio.Event, host: ActorHost) -> None:
     await asked.wait()
     host.node.log.info("SIGTERM: leaving the system")
     host.begin_leave()
+
+
+def _follow_rank0_on_sigterm(watchdog: Watchdog) -> None:
+    """On SIGTERM, let rank 0 lead the shutdown (it most likely got one too), and exit by force if it does not.
+
+    A process forked from this one (a data loader's worker) still ends on
+    SIGTERM. Only in the main thread, and only where SIGTERM is at its default.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return
+    owner = os.getpid()
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        watchdog.arm("SIGTERM (rank 0 did not end the system)")
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _on_signal(signum: int, handler: Callable[[], None]) -> bool:
@@ -529,7 +630,7 @@ def serve(
     address: str | None = None,
     *,
     name: str | None = None,
-    setup: Setup | None = None,
+    setup: Setup | SystemSetup | None = None,
     join_timeout: float = 60.0,
     log_level: str | None = None,
     configure_logs: bool = True,
@@ -547,6 +648,11 @@ def serve(
         address: The system's ``host:port`` (rank 0's); None reads ``ACTORCH_ADDRESS``.
         name: A label for this node, shown in ``system.nodes`` (``NodeInfo.label``).
         setup: As ``run``'s: called with this node's rank before it serves.
+            A ``setup`` whose first parameter is named ``system`` (or
+            annotated ``ActorSystem``) is called instead with the node's
+            system once the node has joined (it may spawn, look up and call;
+            the node serves meanwhile); if it raises, the node leaves and
+            ``serve`` raises the error.
         join_timeout: Seconds to wait for the system to answer.
         log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
         configure_logs: Configure structlog here (unless the program already did).
@@ -562,20 +668,30 @@ def serve(
     """
     if configure_logs:
         configure_logging(log_level)
+    host, port = join_target("serve", address, name, join_timeout)
+    if setup is not None and not callable(setup):
+        raise TypeError(f"setup must be a function of the node's rank or of its system, not {setup!r}")
+    joined = cast(SystemSetup, setup) if setup is not None and takes_system(setup) else None
+    rank, shared = prepare_join(host, port, join_timeout)
+    plan = _plan_from(shared, None if joined else cast(Setup | None, setup), join_timeout)
+    world = _World(rank, 0, host, port, os.environ.get(TOKEN_ENV, ""), name)
+    return run_bounded(_serve_async(world, plan, joined))
+
+
+def join_target(caller: str, address: str | None, name: str | None, join_timeout: float) -> tuple[str, int]:
+    """Check what joining a system takes (for ``serve`` and ``connect``); the system's host and port.
+
+    ``address`` None reads ``ACTORCH_ADDRESS``.
+    """
     address = address or os.environ.get(ADDRESS_ENV)
     if not address:
-        raise ValueError(f"serve() needs the system's address: pass address= or set {ADDRESS_ENV}")
+        raise ValueError(f"{caller}() needs the system's address: pass address= or set {ADDRESS_ENV}")
     host, port = parse_address(address)
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ValueError(f"name must be a non-empty str or None, not {name!r}")
     if not is_number(join_timeout, inclusive=False):
         raise ValueError(f"join_timeout must be a positive number of seconds, not {join_timeout!r}")
-    if setup is not None and not callable(setup):
-        raise TypeError(f"setup must be a function of the node's rank, not {setup!r}")
-    rank, shared = prepare_join(host, port, join_timeout)
-    plan = _plan_from(shared, setup, join_timeout)
-    world = _World(rank, 0, host, port, os.environ.get(TOKEN_ENV, ""), name)
-    return run_bounded(_serve_async(world, plan))
+    return host, port
 
 
 def _serve(world: _World, plan: _Plan) -> NoReturn:
@@ -589,7 +705,12 @@ def _serve(world: _World, plan: _Plan) -> NoReturn:
     raise SystemExit(run_bounded(_serve_async(world, plan)))
 
 
-async def _serve_async(world: _World, plan: _Plan) -> int:
+async def _serve_async(world: _World, plan: _Plan, joined: SystemSetup | None = None) -> int:
+    """Serve actors as node ``world.rank`` until the system ends or this node leaves; the exit code.
+
+    ``joined`` (``serve``'s ``setup`` that asks for the system) is called once
+    the node has joined; if it raises, the node leaves and the error propagates.
+    """
     transport = _rpc_transport(world, plan.options)
     watchdog = Watchdog(2 * plan.config.stop_grace + SHUTDOWN_TIMEOUT)
 
@@ -599,16 +720,22 @@ async def _serve_async(world: _World, plan: _Plan) -> int:
 
     transport.lost_in_thread = on_lost
     # SIGTERM makes a node of an elastic system leave gracefully; one that comes while it joins waits for the join.
+    # A static world's node waits for rank 0 to end the system (a scheduler signals every process), bounded.
     terminated = asyncio.Event()
     leave_on_term = transport.elastic and _on_signal(signal.SIGTERM, terminated.set)
+    if not transport.elastic:
+        _follow_rank0_on_sigterm(watchdog)
     try:
-        _, host = await _start(transport, plan)
+        system, host = await _start(transport, plan)
     except BaseException:
         if leave_on_term:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
         raise
     leaving = asyncio.ensure_future(_leave_when(terminated, host))
+    failed: Exception | None = None
     try:
+        if joined is not None:
+            failed = await _set_up(joined, system, host)
         await host.wait_ended()
         host.node.departing = True
         await host.stop_all()
@@ -617,7 +744,22 @@ async def _serve_async(world: _World, plan: _Plan) -> int:
         if leave_on_term:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
         await host.node.close()
+    if failed is not None:
+        raise failed
     if host.exit_code is None:
         host.node.log.error("rank 0 was lost; this node shut down", why=host.node.lost.get(0))
         return 1
     return host.exit_code
+
+
+async def _set_up(setup: SystemSetup, system: ActorSystem, host: ActorHost) -> Exception | None:
+    """Run a ``setup`` that takes the system, on a node that has joined; if it raises, begin the leave and say why."""
+    try:
+        done = setup(system)
+        if inspect.isawaitable(done):
+            await done
+    except Exception as exc:  # noqa: BLE001 - handed back once the node has left
+        host.node.log.error("setup failed; this node leaves the system", error=repr(exc))
+        host.begin_leave()
+        return exc
+    return None

@@ -66,17 +66,59 @@ def prepare_join(host: str, port: int, timeout: float) -> tuple[int, dict[str, A
         JoinError: Nothing answers there within ``timeout`` seconds, or the
             system there does not take new nodes.
     """
-    try:
-        with cpp_errors_quiet():
-            store, prefixed = rendezvous_store((host, port), 1, 1, RpcOptions(init_timeout=timeout), None)
-    except Exception as exc:  # noqa: BLE001 - torch's store says why in its own words
-        raise JoinError(f"cannot reach an actorch system at {host}:{port}: {exc}") from None
+    store, prefixed = _reach_store(host, port, timeout)
     try:
         members = Membership(prefixed)
         members.wait_elastic(min(timeout, 5.0))
         return members.take_rank(), members.settings()
     finally:
         del store
+
+
+def _reach_store(host: str, port: int, timeout: float) -> tuple[Any, Any]:
+    """Connect to rank 0's store at ``host:port`` within ``timeout`` seconds, as ``rendezvous_store`` gives it.
+
+    torch's store client retries past its own timeout (twice it, and more, where
+    nothing listens). So a plain socket first waits for something to listen
+    there, until the deadline; then the store connects in a daemon thread that
+    is given up on at the deadline (something listens but does not answer as
+    a store), and ends by itself when torch gives up.
+    """
+    limit = time.monotonic() + timeout
+    _wait_listening(host, port, limit, timeout)
+    reached: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            with cpp_errors_quiet():
+                reached["store"] = rendezvous_store((host, port), 1, 1, RpcOptions(init_timeout=timeout), None)
+        except Exception as exc:  # noqa: BLE001 - torch's store says why in its own words
+            reached["error"] = exc
+
+    connecting = threading.Thread(target=connect, name="actorch-join", daemon=True)
+    connecting.start()
+    connecting.join(max(limit - time.monotonic(), 0.0))
+    if "store" in reached:
+        found: tuple[Any, Any] = reached["store"]
+        return found
+    why = reached.get("error", f"nothing answered within {timeout:g} s")
+    raise JoinError(f"cannot reach an actorch system at {host}:{port}: {why}")
+
+
+def _wait_listening(host: str, port: int, limit: float, timeout: float) -> None:
+    """Return once a TCP connection to ``host:port`` succeeds; ``JoinError`` at ``limit`` (monotonic) if none did."""
+    while True:
+        left = limit - time.monotonic()
+        try:
+            socket.create_connection((host, port), timeout=max(min(left, 1.0), 0.01)).close()
+        except OSError as exc:  # refused, unreachable, unresolved: it may come up before the deadline
+            if time.monotonic() + POLL >= limit:
+                raise JoinError(
+                    f"cannot reach an actorch system at {host}:{port}: nothing answered within {timeout:g} s ({exc})"
+                ) from None
+            time.sleep(POLL)
+        else:
+            return
 
 
 class ElasticRpcTransport(RpcTransport):

@@ -1,0 +1,126 @@
+"""``actorch.connect``: join a running elastic system from a running event loop, and drive it from there.
+
+``serve`` gives a joining process to the system: it serves actors until the
+system ends. ``connect`` makes the process a driver too, as rank 0's ``main``
+is: the node joins the same way (a fresh rank, rank 0's settings, the join
+token), hosts what is spawned on it, and hands the caller its ``ActorSystem``
+to spawn, look up and call with. Leaving the ``async with`` block (or
+``await system.shutdown()``) makes the node leave gracefully, as
+``system.leave()`` does; the system goes on. If the system ends first (rank 0
+returned from ``main``, or was lost), the node stops its actors and closes,
+and what the driver does with it then fails with actorch's errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from typing import Any
+
+from actorch._actors.host import ActorHost
+from actorch._actors.system import ActorSystem, hand_over
+from actorch._launch.logs import configure_logging
+from actorch._launch.run import SHUTDOWN_TIMEOUT, _plan_from, _rpc_transport, _start, _World, join_target
+from actorch._launch.start import Opening, wake_for_interrupts
+from actorch._transport.elastic import prepare_join
+from actorch._transport.membership import TOKEN_ENV
+from actorch._transport.rpc import active_transport
+
+__all__ = ["connect"]
+
+
+def connect(
+    address: str | None = None,
+    *,
+    token: str | None = None,
+    name: str | None = None,
+    join_timeout: float = 60.0,
+    log_level: str | None = None,
+    configure_logs: bool = True,
+) -> Opening:
+    """Join a running elastic system as a node of this process, and drive it from the running event loop.
+
+    ``async with actorch.connect("10.0.0.5:29500") as system:`` joins the
+    system started with ``run(..., elastic=True)`` (or ``start``) under a
+    fresh rank, with the settings it was started with, and gives this node's
+    ``ActorSystem``: spawn (here or on any node), look up and call as rank 0's
+    ``main`` does; actors spawned on this node run in this process. On leaving
+    the block the node leaves gracefully, as ``system.leave()`` does: its
+    actors stop (queued messages finish within ``stop_grace``, ``on_stop``
+    runs), every node sees ``NodeLeft``, and the system goes on.
+    ``system = await actorch.connect(...)`` and ``await system.shutdown()`` do
+    the same in two steps.
+
+    Args:
+        address: The system's ``host:port`` (rank 0's); None reads ``ACTORCH_ADDRESS``.
+        token: The system's join token; None reads ``ACTORCH_JOIN_TOKEN``.
+        name: A label for this node, shown in ``system.nodes`` (``NodeInfo.label``).
+        join_timeout: Seconds to wait for the system to answer.
+        log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
+        configure_logs: Configure structlog here (unless the program already did).
+
+    Returns:
+        An ``Opening``: await it for the system, or use it in ``async with``.
+        Bad arguments raise here, before anything is sent.
+
+    Raises:
+        JoinError: (when awaited) The system refused this node (a wrong or
+            missing token), does not take new nodes, is shutting down, or
+            nothing answered within ``join_timeout``.
+        ValueError: No address, a malformed one, a bad ``name`` or ``join_timeout``.
+        RuntimeError: (when awaited) This process already runs a node on torch RPC.
+    """
+    host, port = join_target("connect", address, name, join_timeout)
+    if token is not None and not isinstance(token, str):
+        raise TypeError(f"token must be a str or None, not {token!r}")
+    if configure_logs:
+        configure_logging(log_level)
+    secret = token if token is not None else os.environ.get(TOKEN_ENV, "")
+    return Opening(f"actorch.connect({host}:{port})", lambda: _join(host, port, secret, name, join_timeout))
+
+
+async def _join(address: str, port: int, token: str, name: str | None, join_timeout: float) -> ActorSystem:
+    if active_transport() is not None:  # before a rank is taken in the system
+        raise RuntimeError("this process already runs a node on torch RPC (one per process): shut it down first")
+    joining: dict[str, Any] = {}
+
+    def ask() -> None:  # blocking store calls, bounded by join_timeout: in a thread, off the loop
+        joining["rank"], joining["shared"] = prepare_join(address, port, join_timeout)
+
+    await asyncio.to_thread(ask)
+    plan = dataclasses.replace(_plan_from(joining["shared"], None, join_timeout), tune_gc=False)
+    transport = _rpc_transport(_World(joining["rank"], 0, address, port, token, name), plan.options)
+    system, host = await _start(transport, plan)
+    follower = asyncio.get_running_loop().create_task(_follow(host), name=f"actorch-node{host.rank}")
+    hand_over(system, lambda: _leave(host, follower))
+    return system
+
+
+async def _follow(host: ActorHost) -> None:
+    """Close the node once the system has ended for it: rank 0 ended it or was lost, or this node left."""
+    waking = wake_for_interrupts()
+    try:
+        await host.wait_ended()
+        host.node.departing = True
+        await host.stop_all()
+    finally:
+        if waking is not None:
+            waking.cancel()
+        await host.node.close()
+    if host.exit_code is None:
+        host.node.log.warning("rank 0 was lost; this node closed", why=host.node.lost.get(0))
+
+
+async def _leave(host: ActorHost, follower: asyncio.Task[None]) -> None:
+    """Leave the system gracefully, unless it has ended already, and wait (bounded) until the node has closed."""
+    if not follower.done() and host.exit_code is None and not host.node.closed:
+        host.begin_leave()
+    limit = 2 * host.config.stop_grace + 2 * SHUTDOWN_TIMEOUT
+    try:
+        async with asyncio.timeout(limit):
+            await asyncio.shield(follower)
+    except TimeoutError:
+        host.node.log.error("the node did not leave in time; closing it", seconds=limit)
+        follower.cancel()
+        await asyncio.wait([follower])
