@@ -18,7 +18,7 @@ from actors import Counter
 from fake_gpus import FakeAccelerator, installed
 
 import actorch
-from actorch._base.codec import Codec, serializable, tensor_path
+from actorch._base.codec import INLINE_TENSOR_BYTES, Codec, serializable, tensor_path
 from actorch._base.devices import TensorRoute, on_device, parse_device
 from actorch._transport.autograd import NO_CONTEXT
 from actorch._transport.base import Port
@@ -130,6 +130,10 @@ def test_run_refuses_an_unknown_devices_policy_and_a_bad_map_before_starting() -
 # ---------------------------------------------------------------- staging in the codec
 
 
+LARGE = INLINE_TENSOR_BYTES // 4 + 1
+"""Elements of a float32 CPU tensor too large to ride inside a message's bytes: it takes the side list."""
+
+
 @serializable(101)
 @dataclasses.dataclass
 class Step:
@@ -141,7 +145,7 @@ def test_a_tensor_no_map_covers_is_staged_through_the_host_and_moved_to_the_rece
     fake: FakeAccelerator,
 ) -> None:
     codec = Codec()
-    on_cpu = torch.ones(2)
+    on_cpu = torch.ones(LARGE)  # a small one would ride inside the bytes
     body, tensors = codec.encode([(meta(2), on_cpu), {}], route=TensorRoute(1), arguments=True)
     assert fake.staged == 1
     assert tensors[0].device.type == "cpu"
@@ -163,11 +167,11 @@ def test_a_tensor_on_a_mapped_device_travels_as_it_is(fake: FakeAccelerator) -> 
 
 
 def test_a_told_tensor_staged_is_a_copy_and_a_mapped_one_is_cloned(fake: FakeAccelerator) -> None:
-    mapped = torch.ones(2)
+    mapped = torch.ones(LARGE)
     _, tensors = Codec().encode([meta(2), mapped], copy_tensors=True, route=TensorRoute(1))
     assert fake.staged == 1
     assert tensors[1] is not mapped
-    assert tensors[1].tolist() == [1.0, 1.0]
+    assert torch.equal(tensors[1], mapped)
 
 
 def test_strict_refuses_with_the_tensors_path_its_device_and_the_missing_map(fake: FakeAccelerator) -> None:

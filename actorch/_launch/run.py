@@ -698,7 +698,8 @@ def _serve(world: _World, plan: _Plan) -> NoReturn:
     """Entry point of a worker rank: serve actors until rank 0 ends the system, then exit.
 
     The exit code is 0 when rank 0 ended the system after ``main`` returned,
-    and 1 when ``main`` raised or rank 0 was lost.
+    and 1 when ``main`` raised (0 under torchrun, whose summary then names
+    rank 0's error) or rank 0 was lost.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # rank 0 leads the shutdown on Ctrl-C
     configure_logging()
@@ -749,6 +750,10 @@ async def _serve_async(world: _World, plan: _Plan, joined: SystemSetup | None = 
     if host.exit_code is None:
         host.node.log.error("rank 0 was lost; this node shut down", why=host.node.lost.get(0))
         return 1
+    if host.exit_code and "TORCHELASTIC_RUN_ID" in os.environ:
+        # main failed on rank 0, which reports it. torchrun names the first process to fail as the root
+        # cause of the run: a worker that ended with it would take the place of main's error in the summary.
+        return 0
     return host.exit_code
 
 
