@@ -53,7 +53,7 @@ def assert_raised(outcome: dict[str, Any], *classes: str) -> dict[str, Any]:
 @pytest.mark.timeout(FIRST_USE)
 def test_normal_run_returns_mains_result_and_leaves_no_process(basics: Finished) -> None:
     basics.assert_clean_exit(0)
-    assert basics.returned() == {"main": "returned", "checks": 16}, basics.report()
+    assert basics.returned() == {"main": "returned", "checks": 17}, basics.report()
 
 
 def assert_no_torch_noise(run: Finished) -> None:
@@ -244,6 +244,15 @@ def test_tensors_round_trip_and_told_tensors_are_copied(basics: Finished) -> Non
     assert r["nested_equal"] is True
     assert r["view_equal"] is True
     assert r["told_sums"] == [0.0] * 5, "a tensor mutated right after tell() arrived mutated"
+
+
+@pytest.mark.timeout(FIRST_USE)
+def test_fast_lane_and_torch_rpc_messages_keep_their_order(basics: Finished) -> None:
+    lanes = basics.result("lanes")
+    assert lanes["order"] == list(range(300))
+    assert lanes["lane_bundles"] > 0, "small messages went on the fast lane"
+    assert lanes["tensor_bytes"] >= 43 * 65536, "the 64 KiB tensors went through torch RPC"
+    assert lanes["remote_lane_bundles"] > 0, "replies came back on the fast lane"
 
 
 @pytest.mark.timeout(FIRST_USE)

@@ -30,6 +30,12 @@ def test_run_refuses_rpc_threads_that_are_not_a_positive_int(value: Any) -> None
         actorch.run(rank_and_marker, world_size=2, rpc_threads=value, configure_logs=False)
 
 
+@pytest.mark.parametrize("value", [1, "yes", None])
+def test_run_refuses_a_fast_lane_that_is_not_a_bool(value: Any) -> None:
+    with pytest.raises(ValueError, match="fast_lane must be True or False"):
+        actorch.run(rank_and_marker, world_size=2, fast_lane=value, configure_logs=False)
+
+
 def test_run_refuses_a_setup_that_is_not_a_function() -> None:
     with pytest.raises(TypeError, match="setup must be a function of the node's rank"):
         actorch.run(rank_and_marker, world_size=2, setup="seed", configure_logs=False)  # type: ignore[arg-type]

@@ -1,5 +1,6 @@
 import asyncio
 import os
+import socket
 import time
 
 import torch
@@ -8,7 +9,7 @@ from actorch._transport import rpc as _rpc_transport
 from actorch._transport.base import PORT_HOLD, NodeInfo, Port
 from actorch._transport.bridge import Inbox
 from actorch._transport.inprocess import InProcessHub
-from actorch._transport.network import interface_chosen, interface_towards
+from actorch._transport.network import address_towards, interface_chosen, interface_towards
 from actorch._transport.rpc import RpcTransport
 from actorch._transport.rpc_setup import RpcOptions
 
@@ -208,6 +209,22 @@ async def test_rpc_losing_a_peer_answers_its_watch_and_held_batches_expelled():
 def test_the_interface_towards_loopback_is_lo_and_an_unreachable_host_gives_none():
     assert interface_towards("127.0.0.1", 29500) == "lo"
     assert interface_towards("no-such-host.invalid", 29500) is None
+
+
+def test_the_fast_lane_listens_where_tensorpipe_does(monkeypatch):
+    monkeypatch.delenv("TP_SOCKET_IFNAME", raising=False)
+    assert address_towards("127.0.0.1", 29500) == "127.0.0.1"
+    assert address_towards("::1", 29500) == "::1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # this machine's route to another address
+            probe.connect(("10.255.255.1", 1))
+            expected = probe.getsockname()[0]
+    except OSError:
+        expected = None  # no route out of this machine at all
+    if expected is not None:
+        assert address_towards("10.255.255.1", 29500) == expected
+    monkeypatch.setenv("TP_SOCKET_IFNAME", "lo")  # the user's choice of interface wins, as for TensorPipe
+    assert address_towards("10.255.255.1", 29500) == "127.0.0.1"
 
 
 def test_the_interface_is_chosen_only_while_torch_starts_and_a_users_choice_wins(monkeypatch):

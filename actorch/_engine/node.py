@@ -305,11 +305,13 @@ class Node:
 
         Bytes are those of message envelopes and bodies, sent and received;
         tensor bytes sent are counted apart (``tensor_bytes_sent``).
+        ``lane_bundles_sent`` counts the bundles that went on the fast lane.
         """
         transport = self.transport
         return {
             "bytes_sent": sum(transport.bytes_sent.values()),
             "tensor_bytes_sent": sum(transport.tensor_bytes_sent.values()),
+            "lane_bundles_sent": transport.lane_bundles_sent,
             "bytes_received": self.bytes_received,
             "calls_sent": self.caller.calls_sent,
             "tells_sent": self.caller.tells_sent,

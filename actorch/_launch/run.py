@@ -106,6 +106,7 @@ def run(
     *,
     strict: bool = False,
     transport: str = "uv",
+    fast_lane: bool = True,
     host: str = "127.0.0.1",
     lookup_timeout: float = 30.0,
     stop_grace: float = 10.0,
@@ -135,6 +136,10 @@ def run(
         strict: Refuse to send values that would need pickle.
         transport: TensorPipe transport, ``"uv"`` (default; idles at ~0 % CPU)
             or ``"shm"`` (lower latency, busy-spins a core per idle process).
+        fast_lane: Send the bundles of messages that carry no tensors of their
+            own (small tensors ride inside messages) on direct TCP connections
+            between nodes rather than torch RPC: about a tenth of the CPU and
+            the latency. False sends everything through torch RPC.
         host: Address of rank 0 for local launches; loopback unless you mean otherwise.
         lookup_timeout: Seconds ``lookup`` waits for a name without a deadline.
         stop_grace: Seconds a stopping actor's messages may run before cancellation.
@@ -210,6 +215,7 @@ def run(
     plan = _plan(
         strict=strict,
         transport=transport,
+        fast_lane=fast_lane,
         lookup_timeout=lookup_timeout,
         stop_grace=stop_grace,
         liveness_timeout=liveness_timeout,
@@ -257,6 +263,7 @@ def _plan(
     *,
     strict: bool,
     transport: str,
+    fast_lane: bool,
     lookup_timeout: float,
     stop_grace: float,
     liveness_timeout: float,
@@ -290,6 +297,7 @@ def _plan(
         device_maps=device_maps,
         strict_devices=devices == "strict",
         transport=transport,
+        lane=fast_lane,
         num_worker_threads=rpc_threads,
         rpc_timeout=rpc_timeout,
         heartbeat_interval=liveness_timeout / 5,

@@ -138,6 +138,7 @@ def start(
     *,
     strict: bool = False,
     transport: str = "uv",
+    fast_lane: bool = True,
     host: str = "127.0.0.1",
     lookup_timeout: float = 30.0,
     stop_grace: float = 10.0,
@@ -177,6 +178,7 @@ def start(
             every node in this process.
         strict: As ``run``'s.
         transport: As ``run``'s.
+        fast_lane: As ``run``'s.
         host: As ``run``'s.
         lookup_timeout: As ``run``'s.
         stop_grace: As ``run``'s.
@@ -210,6 +212,7 @@ def start(
     plan = _plan(
         strict=strict,
         transport=transport,
+        fast_lane=fast_lane,
         lookup_timeout=lookup_timeout,
         stop_grace=stop_grace,
         liveness_timeout=liveness_timeout,

@@ -125,6 +125,7 @@ class NodeInfo:
         pid: Its process id.
         devices: Its accelerator devices (``("cuda:0", "cuda:1")``), empty without a GPU.
         label: The name it was given when it joined (``actorch.serve(name=...)``), if any.
+        lane: Where its fast lane listens (``host:port``), if it has one.
     """
 
     rank: int
@@ -133,6 +134,7 @@ class NodeInfo:
     pid: int
     devices: tuple[str, ...] = ()
     label: str | None = None
+    lane: str | None = None
 
 
 class Transport(ABC):
@@ -154,6 +156,8 @@ class Transport(ABC):
         self._outgoing: dict[int, Bundle] = {}
         self._flush_scheduled = False
         self.bundles_sent = 0
+        self.lane_bundles_sent = 0
+        """Bundles sent on a fast lane rather than the transport's main path (they count among ``bundles_sent``)."""
         self.messages_sent = 0
         self.bytes_sent: dict[int, int] = {}
         """Bytes of message envelopes and bodies sent in bundles, by destination rank (not the tensors)."""

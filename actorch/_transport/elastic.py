@@ -185,7 +185,7 @@ class ElasticRpcTransport(RpcTransport):
         if self.rank == 0:
             store = self._rendezvous_store()
             members = self._members = Membership(store)
-            self._add_peer(own_info(0, accelerator().inventory(), self._label))
+            self._add_peer(own_info(0, accelerator().inventory(), self._label, self._open_lane(store)))
             self._bring_up(lambda: self._start_agent(store, options))
             members.open(self._initial, self._shared)
             threading.Thread(target=self._admit_newcomers, name="actorch-admission", daemon=True).start()
@@ -209,7 +209,7 @@ class ElasticRpcTransport(RpcTransport):
     def _join(self, store: Any, members: Membership, options: Any) -> None:
         """Ask rank 0 to join, meet the members it names, bring the agent up, and wait to be welcomed."""
         timeout = self._options.init_timeout
-        me = own_info(self.rank, accelerator().inventory(), self._label)
+        me = own_info(self.rank, accelerator().inventory(), self._label, self._open_lane(store))
         members.ask(me, self._token)
         for info in members.wait_answer(self.rank, timeout):
             self._add_peer(info, TensorRoute(info.rank, strict=self._options.strict_devices))

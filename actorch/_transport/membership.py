@@ -74,13 +74,21 @@ def _proof(token: str, rank: int, host: str, pid: int) -> str:
 
 def facts_of(info: NodeInfo) -> dict[str, Any]:
     """What the store carries of a node (json-ready)."""
-    return {"rank": info.rank, "host": info.host, "pid": info.pid, "devices": list(info.devices), "label": info.label}
+    return {
+        "rank": info.rank,
+        "host": info.host,
+        "pid": info.pid,
+        "devices": list(info.devices),
+        "label": info.label,
+        "lane": info.lane,
+    }
 
 
 def info_of(facts: dict[str, Any]) -> NodeInfo:
     """The node ``facts_of`` described."""
     rank = int(facts["rank"])
-    return NodeInfo(rank, f"node{rank}", facts["host"], int(facts["pid"]), tuple(facts["devices"]), facts["label"])
+    devices = tuple(facts["devices"])
+    return NodeInfo(rank, f"node{rank}", facts["host"], int(facts["pid"]), devices, facts["label"], facts.get("lane"))
 
 
 @dataclass(frozen=True)
@@ -223,6 +231,6 @@ class Membership:
             raise JoinError(f"lost the system's store while joining: {exc}") from exc
 
 
-def own_info(rank: int, devices: Sequence[str], label: str | None) -> NodeInfo:
-    """This process as a node of rank ``rank``."""
-    return NodeInfo(rank, f"node{rank}", socket.gethostname(), os.getpid(), tuple(devices), label)
+def own_info(rank: int, devices: Sequence[str], label: str | None, lane: str | None = None) -> NodeInfo:
+    """This process as a node of rank ``rank`` (its fast lane listening at ``lane``, if it has one)."""
+    return NodeInfo(rank, f"node{rank}", socket.gethostname(), os.getpid(), tuple(devices), label, lane)

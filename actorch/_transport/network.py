@@ -15,7 +15,7 @@ import socket
 import struct
 from collections.abc import Iterator
 
-__all__ = ["family", "interface_chosen", "interface_towards", "is_loopback", "listen_socket"]
+__all__ = ["address_towards", "family", "interface_chosen", "interface_towards", "is_loopback", "listen_socket"]
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
@@ -32,6 +32,37 @@ def family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
+def address_towards(host: str, port: int) -> str:
+    """The address to listen on for peers that reach this node as TensorPipe does.
+
+    The IPv4 address of the interface named by ``TP_SOCKET_IFNAME`` if set,
+    else loopback's for a loopback ``host``, else the address this machine
+    reaches ``host`` from (a UDP socket's ``connect`` only picks a route and a
+    source address: nothing is sent).
+    """
+    chosen = os.environ.get("TP_SOCKET_IFNAME")
+    if chosen:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as query:
+            address = _interface_address(query, chosen)
+        if address is not None:
+            return address
+    if is_loopback(host):
+        return "::1" if host == "::1" else "127.0.0.1"
+    with socket.socket(family(host), socket.SOCK_DGRAM) as probe:
+        probe.connect((host, port or 1))
+        return str(probe.getsockname()[0])
+
+
+def _interface_address(query: socket.socket, name: str) -> str | None:
+    """The IPv4 address of interface ``name``, or None if it has none."""
+    request = struct.pack("256s", name.encode()[:15])
+    try:
+        answer = fcntl.ioctl(query.fileno(), _SIOCGIFADDR, request)
+    except OSError:
+        return None
+    return socket.inet_ntoa(answer[20:24])
+
+
 def interface_towards(host: str, port: int) -> str | None:
     """The local interface whose IPv4 address this machine uses to reach ``host``, or None.
 
@@ -43,12 +74,7 @@ def interface_towards(host: str, port: int) -> str | None:
             local = probe.getsockname()[0]
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as query:
             for _, name in socket.if_nameindex():
-                request = struct.pack("256s", name.encode()[:15])
-                try:
-                    answer = fcntl.ioctl(query.fileno(), _SIOCGIFADDR, request)
-                except OSError:
-                    continue  # no IPv4 address on this interface
-                if socket.inet_ntoa(answer[20:24]) == local:
+                if _interface_address(query, name) == local:  # None: no IPv4 address on this interface
                     return name
     except OSError:
         return None

@@ -37,10 +37,12 @@ from actorch._base.errors import UnsupportedError
 from actorch._transport.autograd import NO_CONTEXT, current_context_id, force_context_id
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 from actorch._transport.bridge import Inbox, in_daemon_thread
-from actorch._transport.network import interface_chosen, interface_towards, is_loopback
+from actorch._transport.lane import Lane
+from actorch._transport.network import address_towards, interface_chosen, interface_towards, is_loopback
 from actorch._transport.rpc_setup import (
     RpcOptions,
     exchange_node_facts,
+    lane_secret,
     quiet_cpp_logs,
     rendezvous_store,
     resolve_device_maps,
@@ -174,7 +176,7 @@ class RpcTransport(Transport):
         self._next_seq: dict[int, int] = {}
         self._workers: dict[int, Any] = {}  # rank -> torch WorkerInfo, for sends
         self._expected: dict[int, int] = {}
-        self._held: dict[int, dict[int, tuple[Bundle, torch.futures.Future[Any], int]]] = {}
+        self._held: dict[int, dict[int, tuple[Bundle, torch.futures.Future[Any] | None, int]]] = {}
         self._heard: dict[int, float] = {}  # when each peer was last heard from (monotonic; RPC threads write)
         self._routes: dict[int, TensorRoute] = {}
         self._watchers: dict[int, torch.futures.Future[Any]] = {}
@@ -185,6 +187,7 @@ class RpcTransport(Transport):
         self._closing = False
         self._inbox: Inbox[tuple[int, int, Any]]
         self._routes_direct = False  # whether any device map is set (received CUDA tensors are waited for)
+        self._lane: Lane | None = None  # the fast lane, for bundles without tensors of their own
 
     def __repr__(self) -> str:
         host, port = self._master
@@ -200,9 +203,14 @@ class RpcTransport(Transport):
         self._inbox_loop = loop
         _active = self
         try:
+            if self._options.lane:
+                self._lane = Lane(loop, self.rank, b"", self._from_lane, self._peer_lost)
+                await self._lane.start(address_towards(*self._master))
             await in_daemon_thread(self._init_rpc)
         except BaseException:
             _active = None
+            if self._lane is not None:
+                await self._lane.close()
             raise
 
     def _watch_peers(self) -> None:
@@ -232,6 +240,8 @@ class RpcTransport(Transport):
             self._held.setdefault(rank, {})
             if route is not None:
                 self._routes[rank] = route
+            if self._lane is not None and info.lane is not None:
+                self._lane.connect(rank, info.lane)
             self._heard[rank] = time.monotonic()  # last: from here on, its bundles are taken
         self._peers[rank] = info
         self.world_size = len(self._peers)
@@ -244,8 +254,11 @@ class RpcTransport(Transport):
         self._heard.pop(rank, None)
         self._peers.pop(rank, None)
         self.world_size = len(self._peers)
+        if self._lane is not None:
+            self._lane.forget(rank)
         for _, response, _ in self._held.pop(rank, {}).values():
-            response.set_result(None)
+            if response is not None:
+                response.set_result(None)
         watcher = self._watchers.pop(rank, None)
         if watcher is not None:
             watcher.set_result(None)
@@ -308,15 +321,16 @@ class RpcTransport(Transport):
     def _init_rpc(self) -> None:
         quiet_cpp_logs()
         store = self._rendezvous_store()
-        facts = exchange_node_facts(store, self.rank, self.world_size, accelerator().inventory())
-        hosts, inventories = [host for host, _, _ in facts], [inventory for _, _, inventory in facts]
+        lane = self._open_lane(store)
+        facts = exchange_node_facts(store, self.rank, self.world_size, accelerator().inventory(), lane)
+        hosts, inventories = [host for host, _, _, _ in facts], [inventory for _, _, inventory, _ in facts]
         device_maps = resolve_device_maps(self._options.device_maps, self.rank, inventories, hosts)
         options = tensorpipe_options(self._options, device_maps)
         self._routes_direct = bool(device_maps)
-        for rank, (host, pid, inventory) in enumerate(facts):
+        for rank, (host, pid, inventory, address) in enumerate(facts):
             pairs = device_maps.get(rank)
             route = TensorRoute(rank, frozenset(pairs or ()), strict=self._options.strict_devices)
-            self._add_peer(NodeInfo(rank, worker_name(rank), host, pid, inventory), route)
+            self._add_peer(NodeInfo(rank, worker_name(rank), host, pid, inventory, lane=address), route)
 
         def static_agent() -> None:
             rpc._init_rpc_backend(  # type: ignore[no-untyped-call]
@@ -330,6 +344,13 @@ class RpcTransport(Transport):
 
         self._bring_up(static_agent)
         self._watch_peers()
+
+    def _open_lane(self, store: Any) -> str | None:
+        """Take the world's secret for the fast lane (from the init thread); the lane's address, if it has one."""
+        if self._lane is None:
+            return None
+        self._lane.secret = lane_secret(store, self.rank)  # before peers learn the address: hellos prove it
+        return self._lane.address
 
     def _bring_up(self, make_agent: Callable[[], None]) -> None:
         """Run ``make_agent`` (it starts this rank's torch RPC agent) as ``init_rpc`` would, on the right interface."""
@@ -377,6 +398,8 @@ class RpcTransport(Transport):
         watchers, self._watchers = self._watchers, {}
         for watcher in watchers.values():
             watcher.set_result(None)
+        if self._lane is not None:
+            await self._lane.close()  # what was written leaves first
         try:
             await in_daemon_thread(lambda: rpc.shutdown(graceful=False))
         finally:
@@ -398,6 +421,13 @@ class RpcTransport(Transport):
         super().reply(dest, port, message, tensors)
 
     def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
+        lane = self._lane
+        if lane is not None and not bundle[1] and not in_context:
+            seq = self._next_seq.get(dest)
+            if seq is not None and dest not in self._lost_ranks and lane.send(dest, seq, bundle[0]):
+                self._next_seq[dest] = seq + 1
+                self.lane_bundles_sent += 1
+                return
         if in_context or current_context_id() == NO_CONTEXT:
             self._rpc_bundle(dest, bundle)
             return
@@ -455,6 +485,14 @@ class RpcTransport(Transport):
 
         return on_watch_done
 
+    def _from_lane(self, src: int, seq: int, messages: list[bytes]) -> None:
+        """A bundle that came on the fast lane: refused from a lost or unknown node, else taken in link order."""
+        if src not in self._heard or src in self._lost_ranks:
+            self._on_inbox((src, _REFUSED, (messages, {})))
+            return
+        self._heard[src] = time.monotonic()
+        self._on_inbox((src, seq, ((messages, {}), None, NO_CONTEXT)))  # no response to reply on: replies go apart
+
     def _on_inbox(self, item: tuple[int, int, Any]) -> None:  # noqa: PLR0911 - one branch per kind of item
         src, seq, payload = item
         if seq == _LOST:
@@ -472,7 +510,8 @@ class RpcTransport(Transport):
         if src in self._lost_ranks or src in self._gone:
             if seq != _UNORDERED:
                 payload, response, _ = payload
-                response.set_result(EXPELLED)
+                if response is not None:
+                    response.set_result(EXPELLED)
             self._receive(src, payload, None)
             return
         if seq == _UNORDERED:
@@ -484,7 +523,8 @@ class RpcTransport(Transport):
         held = self._held[src]
         while True:
             bundle, response, context_id = payload
-            self._receive(src, bundle, Port(self._inbox_loop, response.set_result, context_id))
+            port = None if response is None else Port(self._inbox_loop, response.set_result, context_id)
+            self._receive(src, bundle, port)
             seq += 1
             if seq not in held:
                 break
@@ -497,9 +537,12 @@ class RpcTransport(Transport):
         self._lost_ranks.add(rank)
         held = self._held.get(rank, {})
         for _, response, _ in held.values():
-            response.set_result(EXPELLED)
+            if response is not None:
+                response.set_result(EXPELLED)
         held.clear()
         watcher = self._watchers.pop(rank, None)
         if watcher is not None:
             watcher.set_result(EXPELLED)  # if the peer is only stale, it hears that we count it lost
+        if self._lane is not None:
+            self._lane.forget(rank)  # ranks are never reused: its connections close for good
         self._report_lost(rank, why)

@@ -27,6 +27,7 @@ __all__ = [
     "RpcOptions",
     "cpp_errors_quiet",
     "exchange_node_facts",
+    "lane_secret",
     "normalize_device_maps",
     "quiet_cpp_logs",
     "rendezvous_store",
@@ -160,6 +161,8 @@ class RpcOptions:
             :func:`normalize_device_maps`); ``"auto"`` by default.
         strict_devices: Refuse accelerator tensors no device map covers,
             rather than stage them through host memory.
+        lane: Send bundles that carry no tensors of their own on the fast
+            lane (direct TCP connections between nodes) rather than torch RPC.
     """
 
     transport: str = "uv"
@@ -170,11 +173,14 @@ class RpcOptions:
     liveness_timeout: float = 2.5
     device_maps: Any = field(default=AUTO)
     strict_devices: bool = False
+    lane: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device_maps", normalize_device_maps(self.device_maps))
         if self.transport not in ("uv", "shm"):
             raise ValueError(f"transport must be 'uv' or 'shm', not {self.transport!r}")
+        if not isinstance(self.lane, bool):
+            raise ValueError(f"fast_lane must be True or False, not {self.lane!r}")
         if not is_count(self.num_worker_threads):
             raise ValueError(f"rpc_threads must be an int >= 1, not {self.num_worker_threads!r}")
         if not is_number(self.rpc_timeout):
@@ -251,14 +257,26 @@ def rendezvous_store(
 
 
 def exchange_node_facts(
-    store: Any, rank: int, world_size: int, devices: Sequence[str]
-) -> list[tuple[str, int, tuple[str, ...]]]:
-    """Every rank's host name, pid and accelerator devices, shared through the store before torch RPC starts."""
-    store.set(f"actorch/peer/{rank}", f"{socket.gethostname()}|{os.getpid()}|{','.join(devices)}")
+    store: Any, rank: int, world_size: int, devices: Sequence[str], lane: str | None = None
+) -> list[tuple[str, int, tuple[str, ...], str | None]]:
+    """Every rank's host name, pid, accelerator devices and fast lane, shared through the store before torch RPC."""
+    store.set(f"actorch/peer/{rank}", f"{socket.gethostname()}|{os.getpid()}|{','.join(devices)}|{lane or ''}")
     keys = [f"actorch/peer/{peer}" for peer in range(world_size)]
     store.wait(keys)
     facts = []
     for raw in store.multi_get(keys):
-        host, pid, found = bytes(raw).decode().split("|")
-        facts.append((host, int(pid), tuple(filter(None, found.split(",")))))
+        host, pid, found, address = bytes(raw).decode().split("|")
+        facts.append((host, int(pid), tuple(filter(None, found.split(","))), address or None))
     return facts
+
+
+_SECRET_KEY = "actorch/lane-secret"  # noqa: S105 - the store key the secret is kept under, not a secret
+
+
+def lane_secret(store: Any, rank: int) -> bytes:
+    """The world's fast-lane secret: rank 0 makes it and puts it in the store, the others read it there."""
+    if rank == 0:
+        secret = os.urandom(16)
+        store.set(_SECRET_KEY, secret)
+        return secret
+    return bytes(store.get(_SECRET_KEY))

@@ -143,8 +143,16 @@ class Recorder(actorch.Actor):
         self.log.append([caller, index])
         return index
 
+    async def append_with(self, caller: str, index: int, payload: Any) -> int:
+        """Append, with a payload (a tensor large enough to travel by torch RPC rather than the fast lane)."""
+        self.log.append([caller, index])
+        return index
+
     async def entries(self) -> list[Any]:
         return self.log
+
+    async def node_statistics(self) -> dict[str, Any]:
+        return self.system.statistics()
 
 
 class Sender(actorch.Actor):

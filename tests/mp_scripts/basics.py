@@ -386,6 +386,29 @@ async def check_tensors(system: actorch.ActorSystem) -> dict[str, Any]:
     }
 
 
+async def check_lanes(system: actorch.ActorSystem) -> dict[str, Any]:
+    """Messages that go by the fast lane and by torch RPC, interleaved, arrive in the order they were sent."""
+    recorder = await system.spawn(Recorder, on=1)
+    before = system.statistics()
+    remote_before = await recorder.call(Recorder.node_statistics)
+    calls = []
+    for index in range(300):
+        if index % 7 == 0:  # 64 KiB: too large to ride inside the message, so torch RPC carries it
+            calls.append(asyncio.ensure_future(recorder.call(Recorder.append_with, "main", index, torch.zeros(16384))))
+            await asyncio.sleep(0)
+        else:
+            recorder.tell(Recorder.append, "main", index)
+    await asyncio.gather(*calls)
+    after = system.statistics()
+    remote_after = await recorder.call(Recorder.node_statistics)
+    return {
+        "order": [index for _, index in await recorder.call(Recorder.entries)],
+        "lane_bundles": after["lane_bundles_sent"] - before["lane_bundles_sent"],
+        "tensor_bytes": after["tensor_bytes_sent"] - before["tensor_bytes_sent"],
+        "remote_lane_bundles": remote_after["lane_bundles_sent"] - remote_before["lane_bundles_sent"],
+    }
+
+
 CHECKS: list[tuple[str, Check]] = [
     ("call_tell", check_call_tell),
     ("spawn_where", check_spawn_where),
@@ -403,6 +426,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("endpoint_errors", check_endpoint_errors),
     ("stopped", check_stopped),
     ("tensors", check_tensors),
+    ("lanes", check_lanes),
 ]
 
 

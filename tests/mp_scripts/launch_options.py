@@ -4,7 +4,8 @@ Usage:
     python launch_options.py long SECONDS [RPC_TIMEOUT]   a handler computing SECONDS without awaiting
     python launch_options.py setup                        set-up on every node, then read back from actors
     python launch_options.py setup-fails                  set-up raising on rank 1: the system does not start
-    python launch_options.py replies                      three slow calls sent at once: when each reply arrives
+    python launch_options.py replies                      three slow calls sent at once: when each reply arrives,
+                                                          with the fast lane and without
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ class Busy(actorch.Actor):
         started = time.monotonic()
         time.sleep(seconds)  # noqa: ASYNC251 - the work of one micro-batch, without awaiting
         return [started, time.monotonic()]
+
+    async def lane_bundles(self) -> int:
+        """Bundles this node sent on the fast lane."""
+        return int(self.system.statistics()["lane_bundles_sent"])
 
     async def prepared(self) -> dict[str, Any]:
         return {
@@ -85,7 +90,8 @@ async def replies(system: actorch.ActorSystem) -> dict[str, Any]:
         return span
 
     spans = await asyncio.gather(one(), one(), one())  # sent together, in one bundle
-    return {"spans": spans, "arrived": arrived}
+    lanes = [system.statistics()["lane_bundles_sent"], await busy.call(Busy.lane_bundles)]
+    return {"spans": spans, "arrived": arrived, "lane_bundles": lanes}
 
 
 def main() -> None:
@@ -106,7 +112,7 @@ def main() -> None:
         else:
             value = {"failed": None}
     else:
-        value = actorch.run(replies, world_size=2)
+        value = {"lane": actorch.run(replies, world_size=2), "rpc": actorch.run(replies, world_size=2, fast_lane=False)}
     print("RETURNED " + json.dumps(value), flush=True)
 
 
