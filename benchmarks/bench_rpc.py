@@ -4,8 +4,12 @@ Both sides use the very same torch RPC agent (actorch's transport initialises it
 so transport settings are identical. Each measurement alternates raw and actorch
 rounds and reports the median of the rounds.
 
-    python benchmarks/bench_rpc.py                 # uv and shm transports
-    python benchmarks/bench_rpc.py --transport uv --rounds 5
+    python benchmarks/bench_rpc.py                 # uv and shm transports, with the fast lane and without
+    python benchmarks/bench_rpc.py --transport uv --lane on --rounds 5
+
+actorch sends messages without tensors of their own on its fast lane (direct
+TCP connections) unless ``run(fast_lane=False)``; ``--lane off`` measures
+actorch on torch RPC alone, the path it had before the lane.
 """
 
 from __future__ import annotations
@@ -216,8 +220,8 @@ async def bench(
     return results
 
 
-def report(transport: str, res: dict[str, Any]) -> None:
-    print(f"\n== transport {transport} (medians of rounds) ==")
+def report(transport: str, lane: bool, res: dict[str, Any]) -> None:
+    print(f"\n== transport {transport}, fast lane {'on' if lane else 'off'} (medians of rounds) ==")
     rows = [
         (
             "(a) sequential no-op round trip",
@@ -259,16 +263,19 @@ def report(transport: str, res: dict[str, Any]) -> None:
     print(f"idle CPU per process (rank 0, rank 1): {res['idle_cpu_percent']} %")
 
 
-def run_one(transport: str, rounds: int, calls: int, in_flight: int, bursts: int, mb: int) -> dict[str, Any]:
+def run_one(
+    transport: str, lane: bool, rounds: int, calls: int, in_flight: int, bursts: int, mb: int
+) -> dict[str, Any]:
     async def main(system: actorch.ActorSystem) -> dict[str, Any]:
         return await bench(system, rounds, calls, in_flight, bursts, mb)
 
-    return actorch.run(main, world_size=2, transport=transport)
+    return actorch.run(main, world_size=2, transport=transport, fast_lane=lane)
 
 
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--transport", choices=["uv", "shm", "both"], default="both")
+    parser.add_argument("--lane", choices=["on", "off", "both"], default="both", help="actorch's fast lane")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=1000, help="sequential calls per round")
     parser.add_argument("--in-flight", type=int, default=2000)
@@ -277,11 +284,14 @@ def cli() -> None:
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     transports = ["uv", "shm"] if args.transport == "both" else [args.transport]
+    lanes = [True, False] if args.lane == "both" else [args.lane == "on"]
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.rounds} rounds")
     results = {}
     for transport in transports:
-        results[transport] = run_one(transport, args.rounds, args.calls, args.in_flight, args.bursts, args.mb)
-        report(transport, results[transport])
+        for lane in lanes:
+            key = f"{transport}, lane {'on' if lane else 'off'}"
+            results[key] = run_one(transport, lane, args.rounds, args.calls, args.in_flight, args.bursts, args.mb)
+            report(transport, lane, results[key])
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)

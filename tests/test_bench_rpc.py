@@ -14,7 +14,8 @@ NUMBER = r"[\d.]+"
 
 
 def test_bench_rpc_prints_every_row_with_the_asyncio_floor() -> None:
-    argv = [sys.executable, str(REPO / "benchmarks" / "bench_rpc.py"), "--transport", "uv", "--rounds", "1"]
+    argv = [sys.executable, str(REPO / "benchmarks" / "bench_rpc.py"), "--transport", "uv", "--lane", "on"]
+    argv += ["--rounds", "1"]
     argv += ["--calls", "50", "--in-flight", "100", "--bursts", "1", "--mb", "1"]
     finished = run_argv(argv, timeout=180.0)
     finished.assert_clean_exit(0)
