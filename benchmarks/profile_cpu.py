@@ -7,7 +7,8 @@ asyncio at both ends and nothing else, ``bench_rpc.bridged_noop``); and
 and of both whole processes, per call. On a machine with few cores a
 sequential round trip keeps them busy, so CPU spent anywhere is latency.
 
-    python benchmarks/profile_cpu.py --rounds 5
+    python benchmarks/profile_cpu.py --rounds 5               # actorch on its fast lane
+    python benchmarks/profile_cpu.py --rounds 5 --lane off    # actorch on torch RPC alone
 """
 
 from __future__ import annotations
@@ -83,13 +84,15 @@ def cli() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2000, help="sequential calls per round and way")
     parser.add_argument("--transport", choices=["uv", "shm"], default="uv")
+    parser.add_argument("--lane", choices=["on", "off"], default="on", help="actorch's fast lane")
     args = parser.parse_args()
 
     async def main(system: actorch.ActorSystem) -> dict[str, list[float]]:
         return await measure(system, args.rounds, args.calls)
 
-    results = actorch.run(main, world_size=2, transport=args.transport)
+    results = actorch.run(main, world_size=2, transport=args.transport, fast_lane=args.lane == "on")
     print(f"medians of {args.rounds} rounds of {args.calls} sequential no-op calls, microseconds per call")
+    print(f"actorch's fast lane: {args.lane}")
     print(f"{'':8}" + "".join(f"{column:>16}" for column in COLUMNS))
     for name, row in results.items():
         print(f"{name:8}" + "".join(f"{value:16.1f}" for value in row))
