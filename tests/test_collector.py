@@ -156,6 +156,15 @@ async def test_collector_fills_a_replay_buffer_with_flat_transitions(world: Loca
         await collector.call(Collector.fill, buffer, 0)
 
 
+async def test_collector_fills_the_shards_of_a_sharded_replay_buffer(world: LocalWorld) -> None:
+    [collector] = await spawn(world, 1)
+    shards = [await world[0].spawn(ReplayBuffer, args=(100,), on=rank) for rank in (0, 2)]
+    assert await collector.call(Collector.fill, shards, 4) == 32
+    sizes = [await shard.call(ReplayBuffer.size) for shard in shards]
+    assert sum(sizes) == 32
+    assert min(sizes) > 0, "the batches were spread over the shards"
+
+
 async def test_collector_pulls_newer_weights_from_a_parameter_server(world: LocalWorld) -> None:
     server = await world[0].spawn(ParameterServer, args=(always_right,), kwargs={"optimizer_kwargs": {"lr": 1.0}}, on=2)
     [collector] = await spawn(world, 1, num_envs=1, policy=always_right)

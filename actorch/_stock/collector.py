@@ -26,6 +26,7 @@ from actorch._actors.ref import ActorRef
 from actorch._base.codec import serializable
 from actorch._stock.envs import EnvFactory, EnvPlayer, Steps
 from actorch._stock.policies import PolicyFactory, build_policy, sample_categorical
+from actorch._stock.sharded_replay import ShardedReplayBuffer
 
 __all__ = ["Batch", "Collector"]
 
@@ -218,8 +219,10 @@ class Collector(EnvPlayer, Actor):
         and the next is collected while it travels.
 
         Args:
-            buffer: A ``ReplayBuffer`` ref (or any actor with an ``extend``
-                endpoint), or a ``ShardedReplayBuffer``.
+            buffer: A ``ReplayBuffer`` ref (or a ref to any actor with an
+                ``extend`` endpoint), or a list of refs to replay buffers, the
+                shards of one buffer: the collector writes them as a
+                ``ShardedReplayBuffer`` would, spreading its batches over them.
             batches: Batches to add, or None until the call is cancelled or the collector stops.
             server: A parameter server to pull newer weights from before each batch.
 
@@ -227,6 +230,8 @@ class Collector(EnvPlayer, Actor):
             ValueError: If ``batches`` is below 1.
         """
         _check_count(batches)
+        if isinstance(buffer, (list, tuple)):
+            buffer = ShardedReplayBuffer(buffer)
         added = 0
         pending: asyncio.Future[Any] | None = None
         async for batch in self.batches(batches, server=server):
