@@ -116,3 +116,13 @@ async def test_lane_that_closes_reports_nobody_lost(pair: tuple[Peer, Peer]) -> 
     await asyncio.sleep(0.05)
     assert zero.lost == []
     assert [rank for rank, _ in one.lost] == [0]  # the other side sees it go, as torch RPC's watch would
+
+
+async def test_lane_tells_a_peer_it_counts_lost_so_and_the_peer_hears_it_once(pair: tuple[Peer, Peer]) -> None:
+    zero, one = pair
+    zero.lane.expel(1)
+    await until(lambda: one.lost)
+    await asyncio.sleep(0.05)
+    assert one.lost == [(0, "node 0 counts this node lost (it was silent too long)")]
+    assert zero.lost == []  # it expelled the peer: nothing more to report
+    assert not zero.lane.send(1, 0, [b"x"])

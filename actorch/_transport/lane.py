@@ -36,6 +36,7 @@ _HELLO = b"actorch-lane/1"
 _HEADER = struct.Struct("<IQI")  # frame length (after these 4 bytes), sequence number, message count
 _LENGTH = struct.Struct("<I")
 _MAX_FRAME = 1 << 31
+_EXPEL = (1 << 64) - 1  # a frame's sequence number that says: the sender counts this node lost
 
 LaneDelivery = Callable[[int, int, list[bytes]], None]
 """Called on the loop with a bundle that came on the lane: the sender's rank, its sequence number, its messages."""
@@ -71,6 +72,10 @@ class _Inbound(asyncio.Protocol):
                     return
             else:
                 _, seq, count = _HEADER.unpack_from(buffer, start)
+                if seq == _EXPEL:
+                    self._lane.expelled_by(self.src)
+                    start = end
+                    continue
                 messages: list[bytes] = []
                 at = start + _HEADER.size
                 for _ in range(count):
@@ -217,6 +222,29 @@ class Lane:
         inbound = self.inbound.pop(rank, None)
         if inbound is not None and inbound._transport is not None:
             inbound._transport.close()
+
+    def expel(self, rank: int) -> None:
+        """This node counts ``rank`` lost: tell it so, and close the connection to it for good.
+
+        The connection from it stays open, and what comes on it is refused
+        above, so that the peer (if it was only stalled) reads the news before
+        it sees any connection close. It closes when the peer's process ends.
+        """
+        self._forgotten.add(rank)
+        connecting = self._connecting.pop(rank, None)
+        if connecting is not None:
+            connecting.cancel()
+        transport = self.outbound.pop(rank, None)
+        if transport is not None:
+            transport.write(_HEADER.pack(_HEADER.size - 4, _EXPEL, 0))
+            transport.close()  # after what was written
+
+    def expelled_by(self, rank: int) -> None:
+        """Peer ``rank`` says it counts this node lost: this node counts it lost in turn."""
+        if self.closing or rank in self._reported:
+            return
+        self._reported.add(rank)
+        self._lost(rank, f"node {rank} counts this node lost (it was silent too long)")
 
     def closed_by(self, rank: int, exc: Exception | None) -> None:
         """A connection to or from ``rank`` closed: unless this node or that peer meant it, the peer is lost."""

@@ -544,5 +544,5 @@ class RpcTransport(Transport):
         if watcher is not None:
             watcher.set_result(EXPELLED)  # if the peer is only stale, it hears that we count it lost
         if self._lane is not None:
-            self._lane.forget(rank)  # ranks are never reused: its connections close for good
+            self._lane.expel(rank)  # if it is only stale, it hears that we count it lost
         self._report_lost(rank, why)
