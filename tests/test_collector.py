@@ -108,6 +108,23 @@ async def test_collector_takes_new_weights_between_batches_and_stamps_their_vers
     assert moves.actions.sum() == 8
 
 
+async def test_collector_keeps_the_weights_of_a_version_while_the_learner_trains_on(world: LocalWorld) -> None:
+    # On the learner's own node the call passes the learner's tensors themselves, not a copy.
+    collector = await world[0].spawn(
+        Collector, args=(corridor, always_right), kwargs={"num_envs": 1, "frames_per_batch": 8}, on=0
+    )
+    learner = AlwaysRight()
+    with torch.no_grad():
+        learner.weight.fill_(-50.0)
+    async with Collection([collector]) as collection:
+        await collection.publish(learner)
+        with torch.no_grad():
+            learner.weight.fill_(50.0)  # a learning step in place, after version 1 was published
+        batch = await collector.call(Collector.collect)
+    assert batch.version == 1
+    assert batch.actions.sum() == 0, "version 1 never steps right"
+
+
 @pytest.mark.parametrize(
     ("weights", "message"),
     [

@@ -160,7 +160,10 @@ class Collector(EnvPlayer, Actor):
 
         Weights older than (or as old as) those held are ignored, so a slow
         broadcast never rolls a collector back. ``weights`` is a state dict of
-        the policy (or a part of one: the rest stay).
+        the policy (or a part of one: the rest stay). They are copied as they
+        arrive: a call from the same node passes the caller's own tensors,
+        which a learner goes on training, and the version must stay the
+        weights it was sent with.
 
         Raises:
             TypeError: If ``version`` is not an int.
@@ -170,7 +173,7 @@ class Collector(EnvPlayer, Actor):
         self._check_weights(weights)
         newest = self._pending[1] if self._pending is not None else self.version
         if version > newest:
-            self._pending = (weights, version)
+            self._pending = ({name: tensor.detach().clone() for name, tensor in weights.items()}, version)
             self._newer.set()
             self._newer = asyncio.Event()
         return max(version, newest)
