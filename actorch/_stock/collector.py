@@ -100,6 +100,8 @@ class Collector(EnvPlayer, Actor):
     version. Hand batches out as a stream (:meth:`batches`, which
     :class:`~actorch.Collection` reads from many collectors at once), one at a
     time (:meth:`collect`), or straight into a replay buffer (:meth:`fill`).
+    A batch given up on midway (cancelled, past its deadline, its stream
+    closed) is lost, and the next one starts where the environments are.
 
     Args:
         env: An environment factory (or path), a list of them, or a factory of
@@ -317,10 +319,10 @@ class Collector(EnvPlayer, Actor):
             probabilities.append(log_probs)
             nexts.append(torch.stack([self.to_state(observation) for observation in outcome.final]))
             states = torch.stack([self.to_state(observation) for observation in outcome.observations])
+            self._states = states  # kept step by step: a batch cancelled midway leaves them where the envs are
             if time.perf_counter() >= pause:
                 await asyncio.sleep(0)
                 pause = time.perf_counter() + _YIELD_EVERY
-        self._states = states
         self._seconds += time.perf_counter() - started
         self._counts["batches"] += 1
         self._counts["frames"] += steps * count
