@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
+import time
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from actorch import Batch, Collection, Collector, ParameterServer, ReplayBuffer
 from actorch.testing import LocalWorld
 
 sys.path.insert(0, str(SCRIPTS))
-from corridor import broken_corridor, corridor, drift
+from corridor import Corridor, broken_corridor, corridor, drift
 
 
 def policy() -> nn.Module:
@@ -38,6 +39,22 @@ class AlwaysRight(nn.Module):
 
 def always_right() -> nn.Module:
     return AlwaysRight()
+
+
+class SlowCorridor(Corridor):
+    """A corridor of 1,000 cells whose every step takes a millisecond: a batch given up on stops midway."""
+
+    made: ClassVar[list[SlowCorridor]] = []
+
+    def __init__(self) -> None:
+        super().__init__(length=1000)
+        self.stepped = asyncio.Event()
+        SlowCorridor.made.append(self)
+
+    def step(self, action: Any) -> tuple[list[float], float, bool, bool, dict[str, Any]]:
+        time.sleep(0.001)
+        self.stepped.set()
+        return super().step(action)
 
 
 async def spawn(world: LocalWorld, count: int = 2, **kwargs: Any) -> list[actorch.ActorRef[Collector]]:
@@ -85,6 +102,22 @@ async def test_collector_goes_on_where_its_last_batch_ended(world: LocalWorld) -
     assert statistics["frames_per_second"] > 0
 
 
+async def test_collector_goes_on_from_where_its_environments_are_after_a_batch_given_up(world: LocalWorld) -> None:
+    [collector] = await spawn(world, 1, num_envs=1, frames_per_batch=200, env=SlowCorridor, policy=always_right)
+    await collector.call(Collector.set_weights, {"weight": torch.tensor([50.0])}, 1)  # always steps right
+    given_up = asyncio.ensure_future(collector.call(Collector.collect))  # 200 steps: 0.2 s at least
+    async with asyncio.timeout(10):
+        await SlowCorridor.made[-1].stepped.wait()
+    given_up.cancel()  # midway: the handler is cancelled where it lets the loop run
+    with pytest.raises(asyncio.CancelledError):
+        await given_up
+    batch = await collector.call(Collector.collect)
+    cells = (batch.observations[:, 0, 0] * 1000).round()
+    following = (batch.next_observations[:, 0, 0] * 1000).round()
+    assert torch.equal(following - cells, torch.ones(200)), "every transition is one cell right of the state acted on"
+    assert cells[0] > 0, "the batch starts where the cancelled one left the environment"
+
+
 async def test_collector_counts_episode_returns_across_batches(world: LocalWorld) -> None:
     [collector] = await spawn(world, 1, num_envs=1, frames_per_batch=3, policy=always_right)
     await collector.call(Collector.set_weights, {"weight": torch.tensor([50.0])}, 1)  # always steps right
@@ -106,6 +139,23 @@ async def test_collector_takes_new_weights_between_batches_and_stamps_their_vers
     moves = await collector.call(Collector.collect)
     assert moves.version == 4
     assert moves.actions.sum() == 8
+
+
+async def test_collector_keeps_the_weights_of_a_version_while_the_learner_trains_on(world: LocalWorld) -> None:
+    # On the learner's own node the call passes the learner's tensors themselves, not a copy.
+    collector = await world[0].spawn(
+        Collector, args=(corridor, always_right), kwargs={"num_envs": 1, "frames_per_batch": 8}, on=0
+    )
+    learner = AlwaysRight()
+    with torch.no_grad():
+        learner.weight.fill_(-50.0)
+    async with Collection([collector]) as collection:
+        await collection.publish(learner)
+        with torch.no_grad():
+            learner.weight.fill_(50.0)  # a learning step in place, after version 1 was published
+        batch = await collector.call(Collector.collect)
+    assert batch.version == 1
+    assert batch.actions.sum() == 0, "version 1 never steps right"
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ from _mp import _SCRUBBED, REPO
 from rich.console import Console
 
 EXAMPLES = REPO / "examples"
-LONG_EXAMPLES = ["reinforce.py", "batch_timing.py", "parameter_server.py", "replay.py"]
+LONG_EXAMPLES = ["reinforce.py", "batch_timing.py", "parameter_server.py", "replay.py", "collect_train.py"]
 ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 BAR = "━"  # rich's bar character
 LINES = ["Episode 1\tLast reward: 20.00", "Episode 2\tLast reward: 30.00", "Episode 3\tLast reward: 40.00"]

@@ -71,3 +71,40 @@ def test_batch_timing_example_prints_its_table_and_figure(tmp_path: Path) -> Non
     assert all(float(batched) > 0 and float(plain) > 0 for _, batched, plain, _ in rows)
     assert "process start-up excluded" in out
     assert figure.read_bytes().startswith(b"\x89PNG")
+
+
+PROGRESS = re.compile(
+    r"^frames\s+([\d,]+)\s+version\s+(\d+)\s+episodes\s+([\d,]+)\s+return\s+([\d.]+) \(last (\d+)\)", re.MULTILINE
+)
+DONE = re.compile(
+    r"^done: mean return ([\d.]+), ([\d,]+) frames, ([\d.]+) s, ([\d,]+) fps \((\d+) collectors? x (\d+) envs",
+    re.MULTILINE,
+)
+
+
+def test_collect_train_example_learns_until_its_target_and_prints_its_figures() -> None:
+    args = ["--target", "60", "--window", "10", "--max-frames", "40000", "--envs", "4", "--frames-per-batch", "128"]
+    out = run_example("collect_train.py", *args, "--no-progress")
+    lines = PROGRESS.findall(out)
+    assert lines, out
+    assert float(lines[-1][3]) >= 60.0, "the last line is the one that reached the target"
+    assert "reached the target: mean return" in out, out
+    assert "(target 60 over 10)" in out
+    done = DONE.search(out)
+    assert done, out
+    assert float(done.group(1)) >= 60.0
+    assert 0 < int(done.group(2).replace(",", "")) < 40000
+    assert float(done.group(3)) > 0
+    assert int(done.group(4).replace(",", "")) > 0
+    assert done.group(5, 6) == ("2", "4")
+
+
+def test_collect_train_example_stops_at_its_frame_budget_with_streamed_batches() -> None:
+    args = ["--max-frames", "1024", "--workers", "1", "--envs", "2", "--frames-per-batch", "256", "--on-lag", "drop"]
+    out = run_example("collect_train.py", *args, "--no-progress")
+    assert "did not reach the target" in out, out
+    done = DONE.search(out)
+    assert done, out
+    assert int(done.group(2).replace(",", "")) == 1024, "four batches of 256"
+    assert done.group(5, 6) == ("1", "2")
+    assert "max lag 1, 0 stale batches set aside" in out

@@ -101,6 +101,8 @@ class Collector(EnvPlayer, Actor):
     version. Hand batches out as a stream (:meth:`batches`, which
     :class:`~actorch.Collection` reads from many collectors at once), one at a
     time (:meth:`collect`), or straight into a replay buffer (:meth:`fill`).
+    A batch given up on midway (cancelled, past its deadline, its stream
+    closed) is lost, and the next one starts where the environments are.
 
     Args:
         env: An environment factory (or path), a list of them, or a factory of
@@ -161,7 +163,10 @@ class Collector(EnvPlayer, Actor):
 
         Weights older than (or as old as) those held are ignored, so a slow
         broadcast never rolls a collector back. ``weights`` is a state dict of
-        the policy (or a part of one: the rest stay).
+        the policy (or a part of one: the rest stay). They are copied as they
+        arrive: a call from the same node passes the caller's own tensors,
+        which a learner goes on training, and the version must stay the
+        weights it was sent with.
 
         Raises:
             TypeError: If ``version`` is not an int.
@@ -171,7 +176,7 @@ class Collector(EnvPlayer, Actor):
         self._check_weights(weights)
         newest = self._pending[1] if self._pending is not None else self.version
         if version > newest:
-            self._pending = (weights, version)
+            self._pending = ({name: tensor.detach().clone() for name, tensor in weights.items()}, version)
             self._newer.set()
             self._newer = asyncio.Event()
         return max(version, newest)
@@ -319,10 +324,10 @@ class Collector(EnvPlayer, Actor):
             probabilities.append(log_probs)
             nexts.append(torch.stack([self.to_state(observation) for observation in outcome.final]))
             states = torch.stack([self.to_state(observation) for observation in outcome.observations])
+            self._states = states  # kept step by step: a batch cancelled midway leaves them where the envs are
             if time.perf_counter() >= pause:
                 await asyncio.sleep(0)
                 pause = time.perf_counter() + _YIELD_EVERY
-        self._states = states
         self._seconds += time.perf_counter() - started
         self._counts["batches"] += 1
         self._counts["frames"] += steps * count
