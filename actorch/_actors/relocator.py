@@ -254,7 +254,7 @@ class Relocator(Actor):
     def _unavailable(self) -> dict[int, str]:
         host = self._host
         unavailable = dict.fromkeys(host.leaving, "leaving the system")
-        unavailable.update({rank: f"lost ({why})" for rank, why in host.node.lost.items()})
+        unavailable.update(dict.fromkeys(host.node.lost, "lost"))
         unavailable[0] = RANK_0
         return unavailable
 
