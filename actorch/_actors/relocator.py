@@ -169,7 +169,7 @@ class Relocator(Actor):
     # ------------------------------------------------------------------ moving
 
     def _start_move(self, origin: Origin, entry: _Relocatable, lost: int) -> None:
-        entry.moving = task = asyncio.get_running_loop().create_task(self._move(origin, entry, lost))
+        entry.moving = task = self._host.node.loop.create_task(self._move(origin, entry, lost))
         self._moves.add(task)
         task.add_done_callback(self._moves.discard)
         entry.notify()

@@ -27,7 +27,7 @@ class Restart:
     With ``relocate=True`` the actor also outlives its node: when the node is
     lost, the actor is started again on another live node from the last
     snapshot it saved (``Actor.save_snapshot``), under the same name, and its
-    refs follow it (see ``docs/guides/relocation.md``).
+    refs follow it (see the relocation guide).
 
     Attributes:
         max_restarts: Restarts allowed within ``within`` seconds; one more
