@@ -349,3 +349,47 @@ async def test_a_gpu_actor_moves_to_a_node_with_a_free_gpu_past_one_whose_gpu_is
             await world[0].spawn(Counter, gpus=1, on=2)  # node 2's only GPU is held
             world.kill(1)
             assert (await learner.call(Tally.where))[0] == 3
+
+
+class EagerSaver(actorch.Actor):
+    """Saves a snapshot in ``on_start``: on its first node, and on each node it moves to."""
+
+    def __init__(self) -> None:
+        self.starts = 0
+
+    def restore(self, state: int) -> None:
+        self.starts = state
+
+    async def on_start(self) -> None:
+        self.starts += 1
+        await self.save_snapshot(self.starts)
+
+    async def started(self) -> int:
+        return self.starts
+
+
+async def test_an_actor_may_save_in_on_start_before_its_adoption_and_on_the_node_it_moves_to(
+    world4: LocalWorld,
+) -> None:
+    eager = await world4[0].spawn(EagerSaver, on=1, restart=RELOCATE)
+    assert relocator(world4).statistics()["snapshots"] == 1
+    world4.kill(1)
+    assert await eager.call(EagerSaver.started) == 2  # restored 1, then its on_start counted and saved 2
+    world4.kill(eager.rank)
+    assert await eager.call(EagerSaver.started) == 3
+
+
+class FailsAfterSaving(actorch.Actor):
+    def restore(self, state: int) -> None:
+        pass
+
+    async def on_start(self) -> None:
+        await self.save_snapshot(1)
+        raise OSError("no dataset here")
+
+
+async def test_a_relocatable_actor_that_fails_to_start_is_forgotten_with_what_it_saved(world4: LocalWorld) -> None:
+    with pytest.raises(OSError, match="no dataset here"):
+        await world4[0].spawn(FailsAfterSaving, on=2, restart=RELOCATE)
+    assert relocator(world4)._unadopted == {}
+    assert relocator(world4).statistics()["relocatable"] == 0

@@ -173,8 +173,11 @@ class ActorHost:
                         "actor failed to start; starting it again", actor=cell.label, error=repr(exc), attempt=failures
                     )
                 await asyncio.sleep(restart.delay(failures))
-        except BaseException:
+        except BaseException as exc:
+            unstarted = self.relocatables.drop(cell.actor_id) if origin is None else None
             self._remove(cell)
+            if unstarted is not None:  # rank 0 may hold what its on_start saved
+                await asyncio.shield(self.relocatables.forget(unstarted, ActorExit("failed", describe(exc))))
             raise
         if restart is not None:
             self.supervisor.adopt(cell.actor_id, cls, args, kwargs, restart)

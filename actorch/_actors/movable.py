@@ -86,9 +86,12 @@ class MovableRef(ActorRef[A]):
             if error is not None:
                 sent.set_exception(error)
                 return
-            sent.set_result(
-                self._caller.call(self._rank, self._actor_id, endpoint, args, kwargs, self._label, deadline)
-            )
+            try:
+                call = self._caller.call(self._rank, self._actor_id, endpoint, args, kwargs, self._label, deadline)
+            except Exception as exc:  # noqa: BLE001 - the caller's error, raised where it awaits
+                sent.set_exception(exc)
+            else:
+                sent.set_result(call)
 
         self._wait_for_home(send)
         return _call_when_sent(sent)

@@ -62,6 +62,7 @@ class _Relocatable:
     home: Origin  # where it lives now: (rank, actor id)
     state: tuple[Any] | None = None  # the last snapshot it saved, if any
     moving: asyncio.Task[None] | None = None  # while it is being built again elsewhere
+    target: int | None = None  # the node it is being built on, while it moves
     moves: int = 0
     failures: deque[float] = field(default_factory=deque)
     changed: asyncio.Future[None] | None = None  # set (and dropped) when home or moving changes
@@ -93,6 +94,7 @@ class Relocator(Actor):
     def __init__(self, host: RelocationHost) -> None:
         self._host = host
         self._actors: dict[Origin, _Relocatable] = {}
+        self._unadopted: dict[Origin, tuple[Any]] = {}  # snapshots saved by on_start, before the adoption
         self._ended: OrderedDict[Origin, ActorExit] = OrderedDict()  # how actors no longer here ended
         self._moves: set[asyncio.Task[None]] = set()
         self._counts = {"relocated": 0, "not_relocated": 0, "snapshots": 0}
@@ -100,27 +102,36 @@ class Relocator(Actor):
     async def adopt(self, spec: RelocationSpec) -> None:
         """Relocate the actor ``spec`` says when its node is lost (its host calls this once it started)."""
         origin = spec.origin
+        state = self._unadopted.pop(origin, None)
         if origin[0] in self._host.node.lost:
             raise NodeLostError(f"{spec.label(origin)} cannot be relocated: its node was lost as it started")
-        self._actors[origin] = _Relocatable(spec, origin)
+        self._actors[origin] = _Relocatable(spec, origin, state)
 
     async def keep(self, origin: Origin, rank: int, state: Any) -> None:
         """Keep ``state`` as the last snapshot of the actor ``origin``, sent by its instance on ``rank``.
 
+        The instance may be starting (its ``on_start`` saves): on its first
+        node before it is adopted, or on the node it is moving to.
+
         Raises:
             ActorStoppedError: That instance no longer hosts the actor (it moved on, or stopped).
         """
-        entry = self._actors.get((origin[0], origin[1]))
-        if entry is None or entry.home[0] != rank or entry.moving is not None:
+        origin = (origin[0], origin[1])
+        entry = self._actors.get(origin)
+        if entry is None and rank == origin[0] and origin not in self._ended:
+            self._unadopted[origin] = (state,)
+        elif entry is not None and rank == (entry.home[0] if entry.moving is None else entry.target):
+            entry.state = (state,)
+        else:
             where = "it stopped" if entry is None else f"it lives on node {entry.home[0]} now"
             raise ActorStoppedError(f"a snapshot from node {rank} is not kept: {where}")
-        entry.state = (state,)
         self._counts["snapshots"] += 1
 
     async def forget(self, origin: Origin, exit_: ActorExit) -> None:
         """The actor ``origin`` stopped for good, as ``exit_`` says: it moves no more."""
         origin = (origin[0], origin[1])
         entry = self._actors.pop(origin, None)
+        self._unadopted.pop(origin, None)
         self._end(origin, exit_)
         if entry is not None:
             entry.notify()
@@ -230,7 +241,7 @@ class Relocator(Actor):
             if not candidates:
                 nodes = "; ".join(f"node {rank}: {why}" for rank, why in sorted({**unfit, **refused}.items()))
                 raise _NotMoved(f"no node can host it ({nodes})")
-            rank = candidates[0]
+            rank = entry.target = candidates[0]
             try:
                 ref: ActorRef[Any] = await self._host.services[rank].call(
                     NodeService.spawn,
