@@ -393,3 +393,14 @@ async def test_a_relocatable_actor_that_fails_to_start_is_forgotten_with_what_it
         await world4[0].spawn(FailsAfterSaving, on=2, restart=RELOCATE)
     assert relocator(world4)._unadopted == {}
     assert relocator(world4).statistics()["relocatable"] == 0
+
+
+async def test_after_rank_0_is_lost_a_live_actor_answers_and_a_lost_one_is_not_moved(world4: LocalWorld) -> None:
+    await world4[0].spawn(Tally, name="orphan", on=2, restart=RELOCATE)
+    tally = await world4[3].lookup("orphan")  # node 3's ref
+    world4.kill(0)
+    assert await tally.call(Tally.add) == 1  # its node lives: nothing changes for it
+    world4.kill(2)
+    with pytest.raises(actorch.NodeLostError, match="and so was rank 0, which relocates actors"):
+        await tally.call(Tally.get)
+    assert (await tally.wait_stopped()).reason == "node_lost"

@@ -194,7 +194,14 @@ class MovableRef(ActorRef[A]):
     async def _ask(self, deadline: float | None) -> ActorExit | None:
         """Ask the relocator where the actor lives now and go there; how it ended if it lives nowhere."""
         stale = self._rank
-        found = await self._caller.call(0, RELOCATOR_ID, "home", (self._origin, stale), {}, _RELOCATOR_LABEL, deadline)
+        try:
+            found = await self._caller.call(
+                0, RELOCATOR_ID, "home", (self._origin, stale), {}, _RELOCATOR_LABEL, deadline
+            )
+        except NodeLostError:
+            if 0 not in self._caller.lost:
+                raise
+            return ActorExit("node_lost", f"node {stale} was lost, and so was rank 0, which relocates actors")
         if isinstance(found, ActorExit):
             return found
         if self._rank == stale:  # not moved meanwhile by another call's answer
