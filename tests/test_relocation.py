@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
-from actors import Counter, Holder, Tally
+from actors import Counter, Holder, Store, Tally
 from fake_gpus import FakeAccelerator, installed
 
 import actorch
@@ -404,3 +405,28 @@ async def test_after_rank_0_is_lost_a_live_actor_answers_and_a_lost_one_is_not_m
     with pytest.raises(actorch.NodeLostError, match="and so was rank 0, which relocates actors"):
         await tally.call(Tally.get)
     assert (await tally.wait_stopped()).reason == "node_lost"
+
+
+async def test_an_actor_that_stopped_while_it_was_being_moved_is_stopped_again(world4: LocalWorld) -> None:
+    tally = await world4[0].spawn(Tally, name="late", on=2, restart=actorch.Restart(relocate=True, backoff=0.2))
+    assert isinstance(tally, MovableRef)
+    world4.kill(2)
+    await asyncio.sleep(0)  # the move has begun, and waits its backoff
+    await relocator(world4).forget(tally._origin, actorch.ActorExit("stopped"))  # as if its stop came late
+    with pytest.raises(actorch.ActorStoppedError, match="has stopped"):
+        await tally.call(Tally.get)
+    await asyncio.sleep(0.4)
+    assert [cell.name for host in (world4[1], world4[3]) for cell in host._host.node.cells()] == [None, None]
+    with pytest.raises(actorch.ActorNotFoundError):
+        async with asyncio.timeout(0.2):
+            await world4[0].lookup("late")
+
+
+async def test_a_ref_pickled_inside_a_value_stays_a_ref_that_follows(world4: LocalWorld) -> None:
+    tally = await world4[0].spawn(Tally, on=2, restart=RELOCATE)
+    echoed = await (await world4[0].spawn(Store, on=3)).call(Store.echo, SimpleNamespace(ref=tally))
+    assert isinstance(echoed.ref, MovableRef)
+    assert echoed.ref == tally
+    assert echoed.ref is not tally
+    world4.kill(2)
+    assert await echoed.ref.call(Tally.add) == 1

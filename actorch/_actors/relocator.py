@@ -203,6 +203,12 @@ class Relocator(Actor):
             if spec.name is not None:
                 await self._host.registry.call(Registry.release, spec.name, "node_lost")
             return
+        if self._actors.get(origin) is not entry:  # it stopped for good before its node was lost: no new life
+            log.info("relocated actor had stopped; stopping it again", actor=entry.label)
+            await ref.stop()
+            if spec.name is not None:
+                await self._host.registry.call(Registry.release, spec.name, "stopped")
+            return
         moved_from = entry.label
         entry.home, entry.moving = (ref.rank, ref._actor_id), None
         entry.moves += 1
