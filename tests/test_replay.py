@@ -162,6 +162,7 @@ async def test_replay_buffer_statistics_reports_layout_and_counters(world: Local
         "sampled": 5,
         "samples": 1,
         "snapshots": 0,
+        "saved": 0,
     }
 
 

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 __all__ = ["Actor", "attach", "class_path", "endpoints_of", "has_state_hooks", "place"]
 
 _HOOKS = frozenset({"on_start", "on_stop"})
+_RUNTIME = frozenset({"save_snapshot"})
+"""Methods ``Actor`` gives every actor: never endpoints, and a subclass may not define its own."""
 
 
 class Actor:
@@ -43,7 +45,10 @@ class Actor:
     A handler that raises one of the class's ``fatal_errors`` fails the actor:
     it is restarted if it was spawned with a ``Restart`` policy, else stopped.
     A class that defines ``snapshot()`` and ``restore(state)`` (plain or async)
-    keeps what ``snapshot`` returns across such a restart.
+    keeps what ``snapshot`` returns across such a restart. An actor spawned with
+    ``Restart(relocate=True)`` also outlives its node: it hands the state to
+    keep with :meth:`save_snapshot`, and ``restore(state)`` gets it back on the
+    node it moves to.
 
     Example:
         >>> class Counter(Actor):
@@ -82,6 +87,9 @@ class Actor:
             isinstance(kind, type) and issubclass(kind, BaseException) for kind in fatal
         ):
             raise TypeError(f"{cls.__qualname__}.fatal_errors must be a tuple of exception classes, not {fatal!r}")
+        taken = sorted(_RUNTIME & cls.__dict__.keys())
+        if taken:
+            raise TypeError(f"{cls.__qualname__}.{taken[0]} is a method every actor has from actorch.Actor: rename it")
         found: dict[str, Endpoint] = {}
         for attr in dir(cls):
             value = inspect.getattr_static(cls, attr)
@@ -90,7 +98,7 @@ class Actor:
                     raise TypeError(f"{cls.__qualname__}.{attr} is batched, so an endpoint: its name must be public")
                 found[attr] = value
                 continue
-            if attr.startswith("_") or attr in _HOOKS:
+            if attr.startswith("_") or attr in _HOOKS or attr in _RUNTIME:
                 continue
             if isinstance(value, (staticmethod, classmethod)):
                 continue
@@ -123,10 +131,47 @@ class Actor:
     async def on_stop(self) -> None:
         """Run once after the last message, when the actor stops or the system shuts down."""
 
+    async def save_snapshot(self, state: Any) -> bool:
+        """Keep ``state`` where it outlives this node, as what a relocation hands to ``restore(state)``.
+
+        For an actor spawned with ``Restart(relocate=True)``: ``state`` is sent
+        to rank 0, which keeps the last one saved (tensors travel as tensors,
+        once each, and replace the previous state there). If the actor's node
+        is lost, the actor is started again on another node and its class's
+        ``restore(state)`` gets the last state saved before its ``on_start``;
+        what changed after that save is lost. Returns once rank 0 holds it:
+        until then, ``state`` must not change (an actor that lets handlers
+        interleave holds its writers back meanwhile).
+
+        Returns:
+            Whether the state was kept: False, and nothing sent, for an actor
+            that is not relocatable (spawned without ``Restart(relocate=True)``).
+
+        Raises:
+            TypeError: The class defines no ``restore(state)`` to hand it back to.
+            ActorStoppedError: This instance no longer hosts the actor (its
+                node was counted lost and the actor moved on).
+            SerializationError: ``state`` cannot be sent.
+        """
+        if not callable(getattr(type(self), "restore", None)):
+            raise TypeError(f"{type(self).__qualname__} defines no restore(state): a saved snapshot could not return")
+        return await self._actorch_ref._keep_snapshot(state)
+
 
 def has_state_hooks(cls: type[Actor]) -> bool:
-    """Whether ``cls`` defines ``snapshot()`` and ``restore(state)``, kept across a restart."""
-    return callable(getattr(cls, "snapshot", None)) and callable(getattr(cls, "restore", None))
+    """Whether ``cls`` defines ``snapshot()`` (taking no argument) and ``restore(state)``, kept across a restart.
+
+    A ``snapshot`` that needs arguments is an endpoint of its own (the replay
+    buffer's ``snapshot(path)`` writes a file), not the hook.
+    """
+    snapshot = getattr(cls, "snapshot", None)
+    if not (callable(snapshot) and callable(getattr(cls, "restore", None))):
+        return False
+    try:
+        inspect.signature(snapshot).bind(None)  # self alone
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def endpoints_of(cls: type[Actor]) -> dict[str, Endpoint]:

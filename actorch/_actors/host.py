@@ -22,10 +22,13 @@ import torch
 
 from actorch._actors.actor import Actor, class_path, endpoints_of, has_state_hooks, place
 from actorch._actors.events import EventHub
+from actorch._actors.movable import RELOCATOR_ID
 from actorch._actors.placement import GpuPool, GpuShare
 from actorch._actors.process_groups import ProcessGroups
 from actorch._actors.ref import SERVICE_ID, ActorRef, make_ref
 from actorch._actors.registry import REGISTRY_ID, NameCache, Registry
+from actorch._actors.relocation import Relocatables, RelocationSpec, check_home
+from actorch._actors.relocator import Relocator
 from actorch._actors.restart import ActorExit, Restart
 from actorch._actors.service import NodeService
 from actorch._actors.supervisor import Supervisor
@@ -79,6 +82,7 @@ class ActorHost:
         self.process_groups = ProcessGroups(self.node)
         self.gpus = GpuPool(self.rank, lambda: self.node.transport.peer(self.rank).devices)
         caller = self.node.caller
+        self.relocatables = Relocatables(caller, self.rank)
         self.services = ServiceRefs(caller)
         for rank in range(self.node.world_size):  # a static world's; an elastic one's come as they join
             self.services.meet(rank)
@@ -100,10 +104,11 @@ class ActorHost:
         return f"<ActorHost node {self.rank} actors={len(self.node.cells())}>"
 
     async def start_services(self) -> None:
-        """Host this node's service, and on rank 0 the registry."""
+        """Host this node's service, and on rank 0 the registry and the relocator."""
         await self.build(NodeService, (self,), {}, None, system_id=SERVICE_ID)
         if self.rank == 0:
             await self.build(Registry, (self.services,), {}, None, system_id=REGISTRY_ID)
+            await self.build(Relocator, (self,), {}, None, system_id=RELOCATOR_ID)
 
     # ------------------------------------------------------------------ building
 
@@ -118,16 +123,24 @@ class ActorHost:
         system_id: int | None = None,
         device: str | None = None,
         gpus: int = 0,
+        origin: tuple[int, int] | None = None,
+        kept: tuple[Any] | None = None,
     ) -> ActorRef[A]:
         """Build an actor of ``cls`` on this node and start it (again after a failed start, if ``restart`` allows).
 
         ``device`` overrides the class's device; it must be one this node has.
         ``gpus`` lends the actor that many free GPUs of this node until it
         stops, the first as its device; ``PlacementError`` if they are not free.
+        A relocatable actor (``Restart(relocate=True)``) is adopted by rank 0's
+        relocator once it started; one that moved here has its ``origin``, and
+        ``kept`` holds its last snapshot, restored before ``on_start``.
         """
         node = self.node
         if self.rank in self.leaving and system_id is None:
             raise PlacementError(f"cannot spawn {cls.__qualname__} on node {self.rank}: it is leaving the system")
+        relocatable = restart is not None and restart.relocate
+        if relocatable:
+            check_home(cls.__qualname__, self.rank)
         lent = self.gpus.pick(gpus, f"spawn({cls.__qualname__}, gpus={gpus})") if gpus else ()
         chosen = torch.device(lent[0]) if lent else cls.device if device is None else parse_device(device)
         placed = self.check_device(cls, chosen)
@@ -142,13 +155,15 @@ class ActorHost:
         )
         # No await since pick: no other spawn can have taken these GPUs meanwhile.
         self.gpus.hold(lent, cell.actor_id, name or f"{cls.__qualname__}#{cell.actor_id}")
-        ref: ActorRef[A] = make_ref(node.caller, self.rank, cell.actor_id, name, class_path(cls))
+        if relocatable:
+            self.relocatables.take(cell.actor_id, origin)
+        ref: ActorRef[A] = self.relocatables.ref(cell.actor_id, name, cls)
         self._bind(unborn, ref)
         failures = 0
         try:
             while True:
                 try:
-                    await self.start_instance(cell, cls, args, kwargs, None)
+                    await self.start_instance(cell, cls, args, kwargs, kept)
                     break
                 except Exception as exc:
                     failures += 1
@@ -158,17 +173,31 @@ class ActorHost:
                         "actor failed to start; starting it again", actor=cell.label, error=repr(exc), attempt=failures
                     )
                 await asyncio.sleep(restart.delay(failures))
-        except BaseException:
+        except BaseException as exc:
+            unstarted = self.relocatables.drop(cell.actor_id) if origin is None else None
             self._remove(cell)
+            if unstarted is not None:  # rank 0 may hold what its on_start saved
+                await asyncio.shield(self.relocatables.forget(unstarted, ActorExit("failed", describe(exc))))
             raise
         if restart is not None:
             self.supervisor.adopt(cell.actor_id, cls, args, kwargs, restart)
+        if relocatable and origin is None:
+            assert restart is not None
+            origin = self.relocatables.origin(cell.actor_id)
+            spec = RelocationSpec(origin, class_path(cls), args, kwargs, name, restart, device, gpus)
+            try:
+                await self.relocatables.adopt(spec)
+            except BaseException:
+                unadopted = ActorExit("failed", "rank 0 did not adopt it")
+                await asyncio.shield(self.stop(cell, unadopted, release_name=False))
+                raise
         return ref
 
     def _remove(self, cell: Cell) -> None:
         """Stop hosting ``cell``'s actor and take back the GPUs it held."""
         self.node.remove_actor(cell)
         self.gpus.release(cell.actor_id)
+        self.relocatables.drop(cell.actor_id)
 
     def gpu_share(self) -> GpuShare:
         """This node's GPUs and the actors holding them."""
@@ -196,7 +225,7 @@ class ActorHost:
         """
         old = cell.instance
         instance = cls.__new__(cls)
-        self._bind(instance, make_ref(self.node.caller, self.rank, cell.actor_id, cell.name, class_path(cls)))
+        self._bind(instance, self.relocatables.ref(cell.actor_id, cell.name, cls))
         place(instance, cell.device)
         instance.__init__(*args, **kwargs)  # type: ignore[misc]
         cell.instance = instance
@@ -263,7 +292,10 @@ class ActorHost:
             await self._drain(cell, grace)
             if cell.actor_id not in self._on_stop_ran:
                 await self.run_hook(cell, "on_stop", limit=grace)
+            origin = self.relocatables.drop(cell.actor_id)
             self._remove(cell)
+            if release_name and origin is not None:  # before its name goes: it must not move meanwhile
+                await self.relocatables.forget(origin, exit_)
             if release_name and cell.name is not None:
                 await self.release_name(cell.name, exit_.reason)
             self.supervisor.ended(cell.actor_id, replace(exit_, restarts=cell.restarts))
@@ -397,11 +429,15 @@ class ActorHost:
             self._ended.set()
 
     def _drop_names(self, rank: int, reason: str) -> None:
-        """On rank 0, drop every name of node ``rank`` from the registry."""
+        """On rank 0, drop every name of node ``rank`` from the registry, but those of actors it relocates."""
         if self.rank == 0 and not self.node.closed:
             cell = self.node.cell(REGISTRY_ID)
+            relocator = self.node.cell(RELOCATOR_ID)
+            moving: list[str] = []
+            if reason == "node_lost" and relocator is not None and isinstance(relocator.instance, Relocator):
+                moving = relocator.instance.node_lost(rank)
             if cell is not None and isinstance(cell.instance, Registry):
-                cell.instance.drop_rank(rank, reason)
+                cell.instance.drop_rank(rank, reason, hold=moving)
 
     def _on_peer_joined(self, info: NodeInfo) -> None:
         self.services.meet(info.rank)
@@ -433,7 +469,7 @@ class ActorHost:
         """Leave: announce it, stop every actor (``on_stop`` runs, names go), say it has left, end the node."""
         node = self.node
         self.leaving.add(self.rank)
-        node.log.info("leaving the system", actors=len(node.cells()) - SYSTEM_IDS)
+        node.log.info("leaving the system", actors=sum(cell.actor_id > SYSTEM_IDS for cell in node.cells()))
         await self._tell_peers(NodeService.peer_leaving)
         await self.stop_all(ActorExit("node_left"))
         await self._tell_peers(NodeService.peer_left)

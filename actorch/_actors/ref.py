@@ -236,10 +236,16 @@ class ActorRef(Generic[A]):
                 self._rank, SERVICE_ID, "stop_actor", (self._actor_id,), {}, self._label, current_deadline()
             )
 
+    async def _keep_snapshot(self, state: Any) -> bool:
+        """Keep ``state`` for a relocation (``Actor.save_snapshot``): only a relocatable actor's ref does."""
+        return False
 
-def make_ref(caller: Caller, rank: int, actor_id: int, name: str | None, class_path: str) -> ActorRef[Any]:
-    """A ref to actor ``actor_id`` on ``rank``, sending through ``caller`` (its node's)."""
-    ref: ActorRef[Any] = object.__new__(ActorRef)
+
+def make_ref(
+    caller: Caller, rank: int, actor_id: int, name: str | None, class_path: str, kind: type[ActorRef[Any]] = ActorRef
+) -> ActorRef[Any]:
+    """A ref to actor ``actor_id`` on ``rank``, sending through ``caller`` (its node's); ``kind`` is its class."""
+    ref: ActorRef[Any] = object.__new__(kind)
     ref._caller = caller
     ref._rank = rank
     ref._actor_id = actor_id

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from actorch._actors.actor import Actor
@@ -119,8 +119,12 @@ class Registry(Actor):
         regex = compile_pattern(pattern)
         return [ref for name, ref in sorted(self._refs.items()) if ref is not None and regex.fullmatch(name)]
 
-    def drop_rank(self, rank: int, reason: str = "node_lost") -> None:
-        """Forget every name of a node that was lost or left, reserved ones too (not an endpoint: its host calls it)."""
+    def drop_rank(self, rank: int, reason: str = "node_lost", hold: Collection[str] = ()) -> None:
+        """Forget every name of a node that was lost or left, reserved ones too (not an endpoint: its host calls it).
+
+        The names in ``hold`` (actors rank 0 relocates) are removed too, but
+        stay reserved, for rank 0, until bound to the new home or released.
+        """
         self._lost.add(rank)
         self._subscribers.discard(rank)
         for name in [name for name, holder in self._reserved.items() if holder == rank]:
@@ -130,6 +134,9 @@ class Registry(Actor):
         for name in gone:
             del self._refs[name]
             self._publish("removed", name, None, reason)
+        for name in hold:
+            self._refs[name] = None
+            self._reserved[name] = 0
 
     def _publish(self, kind: str, name: str, ref: ActorRef[Any] | None, reason: str | None) -> None:
         self._seq += 1

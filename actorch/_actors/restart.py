@@ -24,6 +24,11 @@ class Restart:
     If the class defines ``snapshot()`` and ``restore(state)``, the failed
     instance's snapshot is restored into the new one before its ``on_start``.
 
+    With ``relocate=True`` the actor also outlives its node: when the node is
+    lost, the actor is started again on another live node from the last
+    snapshot it saved (``Actor.save_snapshot``), under the same name, and its
+    refs follow it (see the relocation guide).
+
     Attributes:
         max_restarts: Restarts allowed within ``within`` seconds; one more
             failure stops the actor for good.
@@ -31,6 +36,9 @@ class Restart:
         backoff: Seconds to wait before the first restart.
         factor: Growth of the wait for each further failure counted.
         max_backoff: The longest wait between a failure and its restart.
+        relocate: Start the actor again on another node when its node is lost
+            (never on rank 0, which holds the snapshots). A relocation counts
+            as a restart, and waits the same backoff.
     """
 
     max_restarts: int = 3
@@ -38,6 +46,7 @@ class Restart:
     backoff: float = 0.1
     factor: float = 2.0
     max_backoff: float = 10.0
+    relocate: bool = False
 
     def __post_init__(self) -> None:
         if not is_count(self.max_restarts, 0):
@@ -49,6 +58,8 @@ class Restart:
                 raise ValueError(f"{field} must be a finite number of seconds >= 0, not {getattr(self, field)!r}")
         if not is_number(self.factor, 1.0):
             raise ValueError(f"factor must be a finite number >= 1, not {self.factor!r}")
+        if not isinstance(self.relocate, bool):
+            raise TypeError(f"relocate must be True or False, not {self.relocate!r}")
 
     def delay(self, failures: int) -> float:
         """Seconds to wait before restarting after the ``failures``-th failure counted (1 for the first)."""

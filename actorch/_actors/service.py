@@ -31,8 +31,13 @@ class ServiceBackend(Protocol):
         *,
         device: str | None = None,
         gpus: int = 0,
+        origin: tuple[int, int] | None = None,
+        kept: tuple[Any] | None = None,
     ) -> ActorRef[Any]:
-        """Build and start an actor here (on ``device``, if given, or holding ``gpus`` free GPUs)."""
+        """Build and start an actor here (on ``device``, if given, or holding ``gpus`` free GPUs).
+
+        ``origin`` and ``kept``: a relocatable actor moved here, and its last snapshot.
+        """
 
     def gpu_share(self) -> GpuShare:
         """This node's GPUs and the actors holding them."""
@@ -82,17 +87,23 @@ class NodeService(Actor):
         restart: Restart | None = None,
         device: str | None = None,
         gpus: int = 0,
+        origin: tuple[int, int] | None = None,
+        kept: tuple[Any] | None = None,
     ) -> ActorRef[Any]:
         """Build an actor of the class at ``path`` here and run its ``on_start``.
 
         It runs on ``device`` if given; with ``gpus``, it holds that many free
         GPUs of this node (``PlacementError`` if they are not free) and runs on
-        the first.
+        the first. ``origin`` is given when rank 0's relocator moves a
+        relocatable actor here: where it was first started, and ``kept`` its
+        last snapshot (restored before ``on_start``), if it saved one.
         """
         cls = resolve_class(path)
         if cls is None:
             raise ImportError(f"cannot import actor class {path!r} on node {self._backend.rank}")
-        return await self._backend.build(cls, tuple(args), kwargs, name, restart, device=device, gpus=gpus)
+        return await self._backend.build(
+            cls, tuple(args), kwargs, name, restart, device=device, gpus=gpus, origin=origin, kept=kept
+        )
 
     async def gpus(self) -> tuple[tuple[str, ...], dict[str, str]]:
         """This node's GPUs, and those actors hold with the actor holding each."""

@@ -19,7 +19,7 @@ from typing import Any
 from actorch._actors.actor import Actor
 from actorch._actors.restart import ActorExit, Restart
 
-__all__ = ["EXITS_KEPT", "RestartSpec", "Supervisor"]
+__all__ = ["EXITS_KEPT", "RestartSpec", "Supervisor", "count_failure"]
 
 EXITS_KEPT = 4096
 """How many ended actors a node remembers, for ``wait_stopped`` calls that come late."""
@@ -33,6 +33,16 @@ class RestartSpec:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     restart: Restart
+
+
+def count_failure(history: deque[float], restart: Restart) -> int:
+    """Add a failure now to ``history``; how many of it count against ``restart`` (this one included)."""
+    now = time.monotonic()
+    history.append(now)
+    if restart.within is not None:
+        while history and history[0] < now - restart.within:
+            history.popleft()
+    return len(history)
 
 
 class Supervisor:
@@ -60,13 +70,7 @@ class Supervisor:
 
     def count_failure(self, actor_id: int, restart: Restart) -> int:
         """Record a failure now; how many count against ``restart`` (this one included)."""
-        now = time.monotonic()
-        history = self._failures.setdefault(actor_id, deque())
-        history.append(now)
-        if restart.within is not None:
-            while history and history[0] < now - restart.within:
-                history.popleft()
-        return len(history)
+        return count_failure(self._failures.setdefault(actor_id, deque()), restart)
 
     def ended(self, actor_id: int, exit_: ActorExit) -> None:
         """Record how actor ``actor_id`` ended and wake whoever waits for it."""

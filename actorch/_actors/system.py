@@ -3,7 +3,7 @@
 Each node's :class:`~actorch._actors.host.ActorHost` does the work: it hosts a
 ``NodeService`` actor (id 1) that builds actors spawned on the node, stops and
 watches them, evicts names from the node's cache and takes part in shutdown;
-rank 0 also hosts the ``Registry`` (id 2). :func:`open_system` makes a node's
+rank 0 also hosts the ``Registry`` (id 2) and the ``Relocator`` (id 3). :func:`open_system` makes a node's
 host and its system together, for the launcher and the test worlds.
 """
 
@@ -21,6 +21,8 @@ from actorch._actors.host import ActorHost
 from actorch._actors.placement import GpuShare, candidate_ranks, place_on_gpus
 from actorch._actors.ref import ActorRef, resolve_class
 from actorch._actors.registry import Registry
+from actorch._actors.relocation import check_home, relocatable_homes
+from actorch._actors.relocator import Relocator
 from actorch._actors.restart import Restart
 from actorch._actors.service import NodeService
 from actorch._base.config import SystemConfig, is_count
@@ -203,6 +205,8 @@ class ActorSystem:
                 stops it instead. With a policy, a first start that raises is
                 tried again the same way, and ``spawn`` returns once the actor
                 has started, or raises the last error when the policy is used up.
+                ``Restart(relocate=True)`` also moves it to another node when
+                its node is lost; such an actor never lives on rank 0.
             device: The actor's device (``"cuda:1"``), instead of its class's
                 ``device``; node ``on`` must have it. The actor's hooks and
                 handlers run with it current, as ``self.device``. It holds the
@@ -223,9 +227,10 @@ class ActorSystem:
                 or node ``on`` is leaving the system.
             RemoteError: ``__init__`` or ``on_start`` raised.
             ValueError: ``device`` is not a device, or node ``on`` does not have
-                it; ``gpus`` is not an int >= 0, or comes with ``device``.
+                it; ``gpus`` is not an int >= 0, or comes with ``device``; the
+                actor is relocatable and would live on rank 0.
         """
-        if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls in (NodeService, Registry):
+        if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls in (NodeService, Registry, Relocator):
             raise TypeError(f"spawn() takes an actorch.Actor subclass, not {cls!r}")
         if resolve_class(class_path(cls)) is not cls:
             raise TypeError(
@@ -260,6 +265,8 @@ class ActorSystem:
 
         what = f"spawn({cls.__qualname__}, gpus={gpus}{'' if on is None else f', on={on}'})"
         ranks = candidate_ranks(self.rank, [rank for rank in node.ranks() if rank not in self._host.leaving], on)
+        if restart is not None and restart.relocate:
+            ranks = relocatable_homes(cls.__qualname__, ranks)
         return await place_on_gpus(what, gpus, ranks, self._gpu_share, spawn_there)
 
     async def _gpu_share(self, rank: int) -> GpuShare | None:
@@ -282,6 +289,8 @@ class ActorSystem:
         gpus: int,
     ) -> ActorRef[A]:
         """Reserve ``name`` for node ``rank``, have the node build the actor there, bind the name."""
+        if restart is not None and restart.relocate:
+            check_home(cls.__qualname__, rank)
         if rank != self.rank and _defined_interactively(cls):
             raise TypeError(
                 f"cannot spawn {cls.__qualname__} on node {rank}: it is defined in the __main__ of an interactive "

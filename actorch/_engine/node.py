@@ -36,8 +36,8 @@ __all__ = ["SYSTEM_IDS", "Node", "describe_ranks"]
 
 _KEY_BITS = 48
 
-SYSTEM_IDS = 2
-"""Actor ids 1 and 2 belong to the system's own actors (each node's service, rank 0's registry).
+SYSTEM_IDS = 3
+"""Actor ids 1 to 3 belong to the system's own actors (each node's service, rank 0's registry and relocator).
 
 Their messages are control and some wait long (lookups, ``wait_stopped``), so
 ``mailbox_size`` does not bound them: a full window must never block a stop.

@@ -46,6 +46,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         epsilon: Added to every priority, so that none is zero.
         restore: A snapshot to start from (same kind, capacity and ``alpha``).
         seed: Seeds this buffer's own random generator.
+        snapshot_every: Save the buffer for relocation each time this many
+            more transitions were added (see :class:`ReplayBuffer`).
 
     Raises:
         ValueError: If an argument is out of range.
@@ -63,6 +65,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         epsilon: float = 1e-6,
         restore: str | None = None,
         seed: int | None = None,
+        snapshot_every: int | None = None,
     ) -> None:
         _check_capacity(capacity)
         for label, value in (("alpha", alpha), ("epsilon", epsilon)):
@@ -77,7 +80,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._depth = self._leaves.bit_length() - 1
         # Node 1 is the root, node n's children are 2n and 2n + 1, leaf i is node leaves + i.
         self._tree = torch.zeros(2 * self._leaves, dtype=torch.float64, device=self.device)
-        super().__init__(capacity, restore=restore, seed=seed)
+        super().__init__(capacity, restore=restore, seed=seed, snapshot_every=snapshot_every)
 
     async def sample(self, batch_size: int, beta: float | None = None, *, device: DeviceLike | None = None) -> Sample:
         """Draw ``batch_size`` transitions in proportion to their priorities.

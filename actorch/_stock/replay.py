@@ -14,6 +14,10 @@ drawn there, and a sample leaves from there unless the caller names a device.
 ``sample_stream`` hands a learner batch after batch for as long as it reads,
 waiting (not polling) while the buffer holds too little; ``extend`` and ``add``
 run beside open streams and wake the ones that wait.
+
+A buffer spawned with ``Restart(relocate=True)`` and ``snapshot_every=k``
+saves itself (``Actor.save_snapshot``) every ``k`` transitions added: when its
+node is lost, it starts again on another node holding what the last save held.
 """
 
 from __future__ import annotations
@@ -110,9 +114,16 @@ class ReplayBuffer(Actor):
         restore: A snapshot file (written by :meth:`snapshot` on this node's file
             system) to start from; it must be of the same kind and capacity.
         seed: Seeds this buffer's own random generator, for repeatable sampling.
+        snapshot_every: For a buffer spawned with ``Restart(relocate=True)``:
+            save the whole buffer to rank 0 (``Actor.save_snapshot``) each time
+            this many more transitions were added, so that a relocation after
+            its node is lost restores it, losing at most what came after that
+            save. Each save sends every transition held: the writer that
+            triggers it waits for it, and so do writes and samples meanwhile.
+            Without relocation, nothing is sent.
 
     Raises:
-        ValueError: If ``capacity`` is not a positive int.
+        ValueError: If ``capacity`` or ``snapshot_every`` is not a positive int.
         SnapshotError: If ``restore`` is corrupt, truncated, or of another kind,
             capacity or layout.
         OSError: If ``restore`` cannot be read.
@@ -129,8 +140,12 @@ class ReplayBuffer(Actor):
     # the buffer handled one message at a time.
     max_concurrency = 1 << 16
 
-    def __init__(self, capacity: int, *, restore: str | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self, capacity: int, *, restore: str | None = None, seed: int | None = None, snapshot_every: int | None = None
+    ) -> None:
         self.capacity = _check_capacity(capacity)
+        self._snapshot_every = None if snapshot_every is None else _check_snapshot_every(snapshot_every)
+        self._saved_at = 0  # transitions added when the last snapshot was saved
         self._storage: dict[str, Tensor] = {}
         self._cursor = 0  # the slot the next transition goes to
         self._size = 0
@@ -139,7 +154,7 @@ class ReplayBuffer(Actor):
             self._generator.seed()
         else:
             self._generator.manual_seed(seed)
-        self._counts = {"added": 0, "sampled": 0, "samples": 0, "snapshots": 0}
+        self._counts = {"added": 0, "sampled": 0, "samples": 0, "snapshots": 0, "saved": 0}
         self._streams = 0  # sample streams open
         self._grown = asyncio.Event()  # set (and replaced) when transitions arrive
         self._idle = asyncio.Event()  # clear while a snapshot is being written
@@ -171,6 +186,8 @@ class ReplayBuffer(Actor):
         self._written(slots)
         self._grown.set()  # wakes the streams waiting for transitions
         self._grown = asyncio.Event()
+        if self._snapshot_every is not None and self._counts["added"] - self._saved_at >= self._snapshot_every:
+            await self._save()
         return self._size
 
     async def add(self, transition: dict[str, Tensor]) -> int:
@@ -271,8 +288,25 @@ class ReplayBuffer(Actor):
         self._counts["snapshots"] += 1
         return written
 
+    def restore(self, state: tuple[dict[str, Tensor], dict[str, Any]]) -> None:
+        """Take the state a relocation hands back: what the last save (``snapshot_every``) held.
+
+        Raises:
+            SnapshotError: The state does not fit this buffer (kind, capacity, layout).
+        """
+        if not (isinstance(state, tuple) and len(state) == 2 and isinstance(state[0], dict)):
+            what = type(self).__qualname__
+            raise SnapshotError(f"a relocation snapshot of {what} is (tensors, meta), not a {type(state).__qualname__}")
+        tensors, meta = state
+        self._restore_state("the relocation snapshot", tensors, meta)
+        self._saved_at = self._counts["added"]
+
     async def statistics(self) -> dict[str, Any]:
-        """Counters and layout: size, capacity, device, keys with dtypes and shapes, bytes held."""
+        """Counters and layout: size, capacity, device, keys with dtypes and shapes, bytes held.
+
+        ``snapshots`` counts the files written by :meth:`snapshot`, ``saved``
+        the snapshots kept for relocation (``snapshot_every``).
+        """
         return {
             "kind": self.kind,
             "capacity": self.capacity,
@@ -336,6 +370,16 @@ class ReplayBuffer(Actor):
         if not 1 <= min_size <= self.capacity:
             raise ValueError(f"min_size must be within [1, {self.capacity}] (the capacity), not {min_size}")
         return min_size
+
+    async def _save(self) -> None:
+        """Save the whole buffer for relocation; writes and samples wait until rank 0 holds it."""
+        self._saved_at = self._counts["added"]
+        self._idle.clear()
+        try:
+            saved = await self.save_snapshot(self._snapshot_state())  # views: nothing may write until it is sent
+        finally:
+            self._idle.set()
+        self._counts["saved"] += saved
 
     async def _settled(self) -> None:
         """Wait while a snapshot is being written (the only await a handler makes before its update)."""
@@ -414,7 +458,10 @@ class ReplayBuffer(Actor):
         except OSError as exc:
             what = f"cannot restore {type(self).__qualname__} from {path!r}: {exc.strerror or exc}"
             raise type(exc)(exc.errno, what) from exc
-        where = repr(path)
+        self._restore_state(repr(path), tensors, meta)
+
+    def _restore_state(self, where: str, tensors: dict[str, Tensor], meta: Any) -> None:
+        """Check a snapshot (of a file, or a relocation's) against this buffer, then take it."""
         if not isinstance(meta, dict) or meta.get("format") != SNAPSHOT_FORMAT:
             raise SnapshotError(f"{where} is a tensor file but not a replay buffer snapshot")
         if meta.get("version") != SNAPSHOT_VERSION:
@@ -480,6 +527,12 @@ def _check_batch_size(batch_size: int) -> None:
         raise TypeError(f"batch_size must be an int, not {type(batch_size).__qualname__}")
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, not {batch_size}")
+
+
+def _check_snapshot_every(every: int) -> int:
+    if not isinstance(every, int) or isinstance(every, bool) or every <= 0:
+        raise ValueError(f"snapshot_every must be a positive int of transitions, not {every!r}")
+    return every
 
 
 def _check_capacity(capacity: int) -> int:

@@ -351,3 +351,57 @@ class Producer(actorch.Actor):
 
     async def plain(self) -> int:
         return 1
+
+
+class Holder(actorch.Actor):
+    """Keeps a ref it is given and calls through it later: a ref held away from the caller that made it."""
+
+    def __init__(self) -> None:
+        self.held: actorch.ActorRef[Any] | None = None
+
+    async def hold(self, ref: actorch.ActorRef[Any]) -> None:
+        self.held = ref
+
+    async def call_held(self, endpoint: str, *args: Any) -> Any:
+        assert self.held is not None
+        return await self.held.call(endpoint, *args)
+
+
+class Tally(actorch.Actor):
+    """A relocatable count that saves a snapshot every ``every`` additions; it can hang and say where it runs."""
+
+    max_concurrency = 4  # a hanging call leaves room for others
+
+    def __init__(self, every: int = 5) -> None:
+        self.every = every
+        self.count = 0
+        self.told: list[int] = []
+
+    def restore(self, state: int) -> None:
+        self.count = state
+
+    async def add(self, k: int = 1) -> int:
+        self.count += k
+        if self.count % self.every == 0:
+            await self.save_snapshot(self.count)
+        return self.count
+
+    async def get(self) -> int:
+        return self.count
+
+    async def tell_me(self, value: int) -> None:
+        self.told.append(value)
+
+    async def heard(self) -> list[int]:
+        return self.told
+
+    async def where(self) -> list[int]:
+        return [self.system.rank, os.getpid()]
+
+    async def hang(self, seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return "survived"
+
+    async def upto(self, n: int) -> AsyncIterator[int]:
+        for index in range(n):
+            yield index

@@ -1,0 +1,160 @@
+"""Relocation: actors that outlive their node (``Restart(relocate=True)``), seen from each node.
+
+A relocatable actor lives on any node but rank 0. Once it has started, its
+host has rank 0's :class:`~actorch._actors.relocator.Relocator` adopt it with
+a :class:`RelocationSpec` (how to build it again), and its refs are
+``MovableRef`` objects that follow it. When it stops for good, rank 0 hears so
+and moves it no more. Where it goes when its node is lost is chosen in one
+place, :func:`eligible_nodes`; the relocator does the moving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from actorch._actors.actor import Actor, class_path
+from actorch._actors.movable import RELOCATOR_ID, Origin, movable_ref
+from actorch._actors.ref import ActorRef, make_ref
+from actorch._actors.restart import ActorExit, Restart
+from actorch._base.codec import serializable
+from actorch._base.errors import describe
+from actorch._base.names import actor_label
+from actorch._transport.base import NodeInfo
+
+if TYPE_CHECKING:
+    from actorch._engine.caller import Caller
+
+__all__ = [
+    "RANK_0",
+    "RELOCATOR_PATH",
+    "Relocatables",
+    "RelocationSpec",
+    "check_home",
+    "eligible_nodes",
+    "relocatable_homes",
+]
+
+RELOCATOR_PATH = "actorch._actors.relocator:Relocator"
+"""The relocator's class, as refs to it name it."""
+
+RANK_0 = "rank 0 hosts no relocatable actor (it keeps their snapshots)"
+
+
+def check_home(what: str, rank: int) -> None:
+    """Raise ``ValueError`` if a relocatable actor (``what``) would live on ``rank``: not on rank 0."""
+    if rank == 0:
+        raise ValueError(
+            f"cannot place {what} on node 0 with Restart(relocate=True): rank 0 runs main and keeps the "
+            "snapshots, and its loss ends the system; spawn it on another node (on=1)"
+        )
+
+
+def relocatable_homes(what: str, ranks: list[int]) -> list[int]:
+    """The nodes of ``ranks`` a relocatable actor (``what``) may live on: not rank 0 (``ValueError`` if none)."""
+    homes = [rank for rank in ranks if rank != 0]
+    if not homes:
+        check_home(what, 0)
+    return homes
+
+
+@serializable(30)
+@dataclass(frozen=True)
+class RelocationSpec:
+    """How to build a relocatable actor again, and what its spawn asked of the node hosting it.
+
+    Attributes:
+        origin: Where it was first started, ``(rank, actor id)``: its identity.
+        path: Its class, ``module:Qualname``.
+        args: Positional arguments for ``__init__``.
+        kwargs: Keyword arguments for ``__init__``.
+        name: Its name, if any.
+        restart: Its restart policy.
+        device: The device its spawn named (``device=``), if any.
+        gpus: The GPUs its spawn asked to be lent (``gpus=``).
+    """
+
+    origin: Origin
+    path: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    name: str | None
+    restart: Restart
+    device: str | None = None
+    gpus: int = 0
+
+    def label(self, home: Origin) -> str:
+        """How logs and errors name the actor, living at ``home``."""
+        return actor_label(self.name, self.path.rpartition(":")[2], home[1], home[0])
+
+
+def eligible_nodes(
+    spec: RelocationSpec, nodes: Sequence[NodeInfo], unavailable: Mapping[int, str], load: Mapping[int, int]
+) -> tuple[list[int], dict[int, str]]:
+    """The nodes that may host ``spec``'s actor, best first, and why each other node may not.
+
+    The one place relocation chooses a node. A node qualifies when it is not
+    ``unavailable`` (lost, leaving, rank 0) and has what the spawn asked for:
+    the device named with ``device=``, or at least ``gpus`` GPUs (the node
+    itself checks, as it builds the actor, that enough of them are free). The
+    node hosting the fewest relocatable actors (``load``) comes first, then the
+    lowest rank.
+    """
+    chosen: list[int] = []
+    refused: dict[int, str] = {}
+    for info in nodes:
+        rank = info.rank
+        if rank in unavailable:
+            refused[rank] = unavailable[rank]
+        elif spec.device is not None and spec.device != "cpu" and spec.device not in info.devices:
+            refused[rank] = f"has no {spec.device} ({', '.join(info.devices) or 'no GPU'})"
+        elif len(info.devices) < spec.gpus:
+            refused[rank] = f"has {len(info.devices)} GPU(s), the actor holds {spec.gpus}"
+        else:
+            chosen.append(rank)
+    chosen.sort(key=lambda rank: (load.get(rank, 0), rank))
+    return chosen, refused
+
+
+class Relocatables:
+    """One node's relocatable actors: where each was first started, and what rank 0 hears of them."""
+
+    def __init__(self, caller: Caller, rank: int) -> None:
+        self._caller = caller
+        self.rank = rank
+        self._origins: dict[int, Origin] = {}  # local actor id -> origin
+        self._relocator: ActorRef[Any] = make_ref(caller, 0, RELOCATOR_ID, None, RELOCATOR_PATH)
+
+    def __repr__(self) -> str:
+        return f"<Relocatables node {self.rank} actors={len(self._origins)}>"
+
+    def take(self, actor_id: int, origin: Origin | None) -> None:
+        """Local actor ``actor_id`` is relocatable: first started as ``origin`` (None: here, now)."""
+        self._origins[actor_id] = origin if origin is not None else (self.rank, actor_id)
+
+    def drop(self, actor_id: int) -> Origin | None:
+        """Local actor ``actor_id`` is no longer hosted here; its origin, if it was relocatable."""
+        return self._origins.pop(actor_id, None)
+
+    def ref(self, actor_id: int, name: str | None, cls: type[Actor]) -> ActorRef[Any]:
+        """A ref to local actor ``actor_id``: one that follows it, if it is relocatable."""
+        origin = self._origins.get(actor_id)
+        if origin is None:
+            return make_ref(self._caller, self.rank, actor_id, name, class_path(cls))
+        return movable_ref(self._caller, self.rank, actor_id, name, class_path(cls), origin)
+
+    def origin(self, actor_id: int) -> Origin:
+        """Where local relocatable actor ``actor_id`` was first started."""
+        return self._origins[actor_id]
+
+    async def adopt(self, spec: RelocationSpec) -> None:
+        """Have rank 0 relocate the actor ``spec`` says (just started here) when this node is lost."""
+        await self._relocator.call("adopt", spec)
+
+    async def forget(self, origin: Origin, exit_: ActorExit) -> None:
+        """Tell rank 0 that the actor ``origin`` stopped for good; a failure is logged, not raised."""
+        try:
+            await self._relocator.call("forget", origin, exit_)
+        except Exception as exc:  # noqa: BLE001 - what stopped it matters more; rank 0 may be gone too
+            self._caller.log.warning("rank 0 did not hear that a relocatable actor stopped", error=describe(exc))

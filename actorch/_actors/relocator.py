@@ -1,0 +1,281 @@
+"""The relocator: rank 0's system actor (id 3), which moves relocatable actors whose node is lost.
+
+A relocatable actor is adopted here once it has started: how to build it
+again (a ``RelocationSpec``), where it lives now, and the last snapshot it
+saved (``Actor.save_snapshot`` sends it here). Rank 0 runs ``main`` and holds
+the registry, so its loss ends the system: it is the one place a snapshot
+outlives every node whose loss the system survives, without a shared file
+system. The cost is one transfer of the state per save, and rank 0's memory
+for the last state of each relocatable actor. For the same reason no
+relocatable actor lives on rank 0.
+
+When a node is lost, rank 0's host asks the relocator which of its actors
+move: their names stay reserved meanwhile (lookups wait; nobody else takes
+them). After its policy's backoff (a relocation counts as a restart), each is
+built again on the first node ``relocation.eligible_nodes`` offers, its last
+snapshot restored before its ``on_start``; then its name is bound to the new
+home and the refs that asked where it went (``MovableRef``) are told. When no
+node can host it, or its policy's restarts are used up, the name is released
+and those refs get ``NodeLostError`` saying why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict, deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from actorch._actors.actor import Actor
+from actorch._actors.movable import Origin
+from actorch._actors.ref import ActorRef
+from actorch._actors.registry import Registry
+from actorch._actors.relocation import RANK_0, RelocationSpec, eligible_nodes
+from actorch._actors.restart import ActorExit
+from actorch._actors.service import NodeService
+from actorch._actors.supervisor import EXITS_KEPT, count_failure
+from actorch._base.config import SystemConfig
+from actorch._base.errors import ActorStoppedError, NodeLostError, PlacementError, describe
+
+if TYPE_CHECKING:
+    from actorch._engine.node import Node
+
+__all__ = ["RelocationHost", "Relocator"]
+
+
+class RelocationHost(Protocol):
+    """What the relocator needs of rank 0's actor host: its node, its refs to the services and registry."""
+
+    node: Node
+    config: SystemConfig
+    leaving: set[int]  # nodes leaving the system
+    services: Mapping[int, ActorRef[NodeService]]
+    registry: ActorRef[Registry]
+
+
+@dataclass(eq=False)
+class _Relocatable:
+    """One relocatable actor as rank 0 knows it."""
+
+    spec: RelocationSpec
+    home: Origin  # where it lives now: (rank, actor id)
+    state: tuple[Any] | None = None  # the last snapshot it saved, if any
+    moving: asyncio.Task[None] | None = None  # while it is being built again elsewhere
+    target: int | None = None  # the node it is being built on, while it moves
+    moves: int = 0
+    failures: deque[float] = field(default_factory=deque)
+    changed: asyncio.Future[None] | None = None  # set (and dropped) when home or moving changes
+
+    @property
+    def label(self) -> str:
+        return self.spec.label(self.home)
+
+    def notify(self) -> None:
+        if self.changed is not None and not self.changed.done():
+            self.changed.set_result(None)
+        self.changed = None
+
+    async def wait_change(self) -> None:
+        if self.changed is None:
+            self.changed = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self.changed)
+
+
+class _NotMoved(Exception):  # noqa: N818 - an outcome, raised only between the relocator's own methods
+    """The actor cannot be relocated; the message says why."""
+
+
+class Relocator(Actor):
+    """Rank 0's record of every relocatable actor and its last snapshot; it moves those whose node is lost."""
+
+    max_concurrency = 1 << 30  # refs wait here while their actor moves
+
+    def __init__(self, host: RelocationHost) -> None:
+        self._host = host
+        self._actors: dict[Origin, _Relocatable] = {}
+        self._unadopted: dict[Origin, tuple[Any]] = {}  # snapshots saved by on_start, before the adoption
+        self._ended: OrderedDict[Origin, ActorExit] = OrderedDict()  # how actors no longer here ended
+        self._moves: set[asyncio.Task[None]] = set()
+        self._counts = {"relocated": 0, "not_relocated": 0, "snapshots": 0}
+
+    async def adopt(self, spec: RelocationSpec) -> None:
+        """Relocate the actor ``spec`` says when its node is lost (its host calls this once it started)."""
+        origin = spec.origin
+        state = self._unadopted.pop(origin, None)
+        if origin[0] in self._host.node.lost:
+            raise NodeLostError(f"{spec.label(origin)} cannot be relocated: its node was lost as it started")
+        self._actors[origin] = _Relocatable(spec, origin, state)
+
+    async def keep(self, origin: Origin, rank: int, state: Any) -> None:
+        """Keep ``state`` as the last snapshot of the actor ``origin``, sent by its instance on ``rank``.
+
+        The instance may be starting (its ``on_start`` saves): on its first
+        node before it is adopted, or on the node it is moving to.
+
+        Raises:
+            ActorStoppedError: That instance no longer hosts the actor (it moved on, or stopped).
+        """
+        origin = (origin[0], origin[1])
+        entry = self._actors.get(origin)
+        if entry is None and rank == origin[0] and origin not in self._ended:
+            self._unadopted[origin] = (state,)
+        elif entry is not None and rank == (entry.home[0] if entry.moving is None else entry.target):
+            entry.state = (state,)
+        else:
+            where = "it stopped" if entry is None else f"it lives on node {entry.home[0]} now"
+            raise ActorStoppedError(f"a snapshot from node {rank} is not kept: {where}")
+        self._counts["snapshots"] += 1
+
+    async def forget(self, origin: Origin, exit_: ActorExit) -> None:
+        """The actor ``origin`` stopped for good, as ``exit_`` says: it moves no more."""
+        origin = (origin[0], origin[1])
+        entry = self._actors.pop(origin, None)
+        self._unadopted.pop(origin, None)
+        self._end(origin, exit_)
+        if entry is not None:
+            entry.notify()
+
+    async def home(self, origin: Origin, stale: int) -> Origin | ActorExit:
+        """Where the actor ``origin`` lives, once it no longer lives on node ``stale``; how it ended if nowhere.
+
+        Waits while it moves, and while this node has yet to count ``stale``
+        lost, up to the system's ``lookup_timeout`` (or the caller's deadline).
+        """
+        origin = (origin[0], origin[1])
+        limit = self._host.config.lookup_timeout
+        try:
+            async with asyncio.timeout(limit):
+                while True:
+                    entry = self._actors.get(origin)
+                    if entry is None:
+                        ended = self._ended.get(origin)
+                        why = f"node {stale} was lost and the actor is not relocatable"
+                        return ended or ActorExit("node_lost", why)
+                    if entry.home[0] != stale and entry.moving is None:
+                        return entry.home
+                    await entry.wait_change()
+        except TimeoutError:
+            return ActorExit("node_lost", f"node {stale} was lost and the actor was not relocated within {limit:g} s")
+
+    def node_lost(self, rank: int) -> list[str]:
+        """Node ``rank`` was lost: start moving every actor that lived there; the names to keep reserved for them.
+
+        Not an endpoint: rank 0's host calls it as it hears of the loss,
+        before the registry drops the node's names.
+        """
+        names = []
+        for origin, entry in self._actors.items():
+            if entry.home[0] == rank and entry.moving is None:
+                self._start_move(origin, entry, rank)
+                if entry.spec.name is not None:
+                    names.append(entry.spec.name)
+        return names
+
+    def statistics(self) -> dict[str, int]:
+        """Relocatable actors known, moving now, relocated and not relocated so far, snapshots kept."""
+        moving = sum(1 for entry in self._actors.values() if entry.moving is not None)
+        return {"relocatable": len(self._actors), "moving": moving, **self._counts}
+
+    # ------------------------------------------------------------------ moving
+
+    def _start_move(self, origin: Origin, entry: _Relocatable, lost: int) -> None:
+        entry.moving = task = self._host.node.loop.create_task(self._move(origin, entry, lost))
+        self._moves.add(task)
+        task.add_done_callback(self._moves.discard)
+        entry.notify()
+
+    async def _move(self, origin: Origin, entry: _Relocatable, lost: int) -> None:
+        """Build the actor again elsewhere, bind its name there; or give it up, releasing the name."""
+        spec, log = entry.spec, self._host.node.log
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        try:
+            ref = await self._rebuild(entry, lost)
+        except _NotMoved as exc:
+            why = f"node {lost} was lost, and the actor could not be relocated: {exc}"
+            log.error("actor not relocated", actor=entry.label, why=str(exc))
+            self._counts["not_relocated"] += 1
+            self._actors.pop(origin, None)
+            self._end(origin, ActorExit("node_lost", why, entry.moves))
+            entry.moving = None
+            entry.notify()
+            if spec.name is not None:
+                await self._host.registry.call(Registry.release, spec.name, "node_lost")
+            return
+        if self._actors.get(origin) is not entry:  # it stopped for good before its node was lost: no new life
+            log.info("relocated actor had stopped; stopping it again", actor=entry.label)
+            await ref.stop()
+            if spec.name is not None:
+                await self._host.registry.call(Registry.release, spec.name, "stopped")
+            return
+        moved_from = entry.label
+        entry.home, entry.moving = (ref.rank, ref._actor_id), None
+        entry.moves += 1
+        self._counts["relocated"] += 1
+        if ref.rank in self._host.node.lost:  # lost again while it started there: move on at once
+            self._start_move(origin, entry, ref.rank)
+            return
+        if spec.name is not None:
+            try:
+                await self._host.registry.call(Registry.bind, spec.name, ref)
+            except Exception as exc:  # noqa: BLE001 - its refs still find it; the name follows its next move
+                log.warning("relocated actor's name not bound", actor=entry.label, error=describe(exc))
+        entry.notify()
+        log.info(
+            "actor relocated",
+            actor=moved_from,
+            to_node=ref.rank,
+            snapshot=entry.state is not None,
+            seconds=round(loop.time() - began, 3),
+        )
+
+    async def _rebuild(self, entry: _Relocatable, lost: int) -> ActorRef[Any]:
+        """After the policy's backoff, build the actor on the best node that takes it, its snapshot restored."""
+        spec = entry.spec
+        failures = count_failure(entry.failures, spec.restart)
+        if failures > spec.restart.max_restarts:
+            raise _NotMoved(f"its policy's {failures - 1} restarts were used up")
+        await asyncio.sleep(spec.restart.delay(failures))
+        refused: dict[int, str] = {}
+        while True:
+            load: dict[int, int] = {}
+            for other in self._actors.values():
+                load[other.home[0]] = load.get(other.home[0], 0) + 1
+            chosen, unfit = eligible_nodes(spec, self._host.node.peers(), self._unavailable(), load)
+            candidates = [rank for rank in chosen if rank not in refused]
+            if not candidates:
+                nodes = "; ".join(f"node {rank}: {why}" for rank, why in sorted({**unfit, **refused}.items()))
+                raise _NotMoved(f"no node can host it ({nodes})")
+            rank = entry.target = candidates[0]
+            try:
+                ref: ActorRef[Any] = await self._host.services[rank].call(
+                    NodeService.spawn,
+                    spec.path,
+                    list(spec.args),
+                    spec.kwargs,
+                    spec.name,
+                    spec.restart,
+                    spec.device,
+                    spec.gpus,
+                    spec.origin,
+                    entry.state,
+                )
+            except (PlacementError, NodeLostError) as exc:
+                refused[rank] = describe(exc)
+            except Exception as exc:  # the actor's own code failed there: it would anywhere
+                raise _NotMoved(f"starting it on node {rank} failed: {describe(exc)}") from exc
+            else:
+                return ref
+
+    def _unavailable(self) -> dict[int, str]:
+        host = self._host
+        unavailable = dict.fromkeys(host.leaving, "leaving the system")
+        unavailable.update(dict.fromkeys(host.node.lost, "lost"))
+        unavailable[0] = RANK_0
+        return unavailable
+
+    def _end(self, origin: Origin, exit_: ActorExit) -> None:
+        self._ended[origin] = exit_
+        while len(self._ended) > EXITS_KEPT:
+            self._ended.popitem(last=False)
