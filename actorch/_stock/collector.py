@@ -99,8 +99,9 @@ class Collector(EnvPlayer, Actor):
     ``[batch, actions]``, as the agent's does; override :meth:`act` for
     another kind. Each collector draws its initial weights from its own seed
     and calls them version 0: a learner publishes its own weights before the
-    first batch, so that every batch it takes was played by weights it knows. Weights change only between batches: a batch is all one
-    version. Hand batches out as a stream (:meth:`batches`, which
+    first batch, so that every batch it takes was played by weights it knows.
+    Weights change only between batches: a batch is all one version. Hand
+    batches out as a stream (:meth:`batches`, which
     :class:`~actorch.Collection` reads from many collectors at once), one at a
     time (:meth:`collect`), or straight into a replay buffer (:meth:`fill`).
     A batch given up on midway (cancelled, past its deadline, its stream
