@@ -35,6 +35,7 @@ from actorch._actors.events import MembershipEvent, NameRegistered, NameRemoved,
 from actorch._actors.ref import ActorRef
 from actorch._actors.restart import ActorExit, Restart
 from actorch._actors.system import ActorSystem, NodeInfo
+from actorch._actors.where import Where
 from actorch._base.codec import serializable
 from actorch._base.errors import (
     ActorchError,
@@ -126,6 +127,7 @@ __all__ = [
     "Stream",
     "SystemClosedError",
     "UnsupportedError",
+    "Where",
     "assign_shards",
     "batch_partitioner",
     "batched",

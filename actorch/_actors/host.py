@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import inspect
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -22,7 +22,9 @@ import torch
 
 from actorch._actors.actor import Actor, class_path, endpoints_of, has_state_hooks, place
 from actorch._actors.events import EventHub
+from actorch._actors.holdings import Holdings, node_share
 from actorch._actors.placement import GpuPool, GpuShare
+from actorch._actors.pool import NodePool
 from actorch._actors.process_groups import ProcessGroups
 from actorch._actors.ref import SERVICE_ID, ActorRef, make_ref
 from actorch._actors.registry import REGISTRY_ID, NameCache, Registry
@@ -36,6 +38,7 @@ from actorch._engine.cell import CANCEL_WAIT, Cell
 from actorch._engine.message import CallContext, current_call
 from actorch._engine.node import SYSTEM_IDS, Node
 from actorch._transport.base import NodeInfo, Transport
+from actorch._transport.membership import facts_of
 
 __all__ = ["ActorHost", "Bind"]
 
@@ -78,6 +81,8 @@ class ActorHost:
         self.supervisor = Supervisor(self.rank)
         self.process_groups = ProcessGroups(self.node)
         self.gpus = GpuPool(self.rank, lambda: self.node.transport.peer(self.rank).devices)
+        self.holdings = Holdings(self.rank, lambda: self.node.transport.peer(self.rank).resources)
+        self.pool = NodePool(self)
         caller = self.node.caller
         self.services = ServiceRefs(caller)
         for rank in range(self.node.world_size):  # a static world's; an elastic one's come as they join
@@ -118,17 +123,20 @@ class ActorHost:
         system_id: int | None = None,
         device: str | None = None,
         gpus: int = 0,
+        needs: Mapping[str, float] | None = None,
     ) -> ActorRef[A]:
         """Build an actor of ``cls`` on this node and start it (again after a failed start, if ``restart`` allows).
 
         ``device`` overrides the class's device; it must be one this node has.
         ``gpus`` lends the actor that many free GPUs of this node until it
-        stops, the first as its device; ``PlacementError`` if they are not free.
+        stops, the first as its device; ``needs`` holds other resources for it
+        (``{"cpus": 1}``) as long; ``PlacementError`` if they are not free.
         """
         node = self.node
         if self.rank in self.leaving and system_id is None:
             raise PlacementError(f"cannot spawn {cls.__qualname__} on node {self.rank}: it is leaving the system")
         lent = self.gpus.pick(gpus, f"spawn({cls.__qualname__}, gpus={gpus})") if gpus else ()
+        held = self.holdings.pick(needs, f"spawn({cls.__qualname__})") if needs else {}
         chosen = torch.device(lent[0]) if lent else cls.device if device is None else parse_device(device)
         placed = self.check_device(cls, chosen)
         unborn = cls.__new__(cls)  # holds the cell's place until an instance has started
@@ -140,8 +148,10 @@ class ActorHost:
             actor_id=system_id,
             device=placed,
         )
-        # No await since pick: no other spawn can have taken these GPUs meanwhile.
-        self.gpus.hold(lent, cell.actor_id, name or f"{cls.__qualname__}#{cell.actor_id}")
+        # No await since pick: no other spawn can have taken these GPUs or resources meanwhile.
+        holder = name or f"{cls.__qualname__}#{cell.actor_id}"
+        self.gpus.hold(lent, cell.actor_id, holder)
+        self.holdings.hold(cell.actor_id, held, holder)
         ref: ActorRef[A] = make_ref(node.caller, self.rank, cell.actor_id, name, class_path(cls))
         self._bind(unborn, ref)
         failures = 0
@@ -166,13 +176,18 @@ class ActorHost:
         return ref
 
     def _remove(self, cell: Cell) -> None:
-        """Stop hosting ``cell``'s actor and take back the GPUs it held."""
+        """Stop hosting ``cell``'s actor and take back the GPUs and resources it held."""
         self.node.remove_actor(cell)
         self.gpus.release(cell.actor_id)
+        self.holdings.release(cell.actor_id)
 
     def gpu_share(self) -> GpuShare:
         """This node's GPUs and the actors holding them."""
         return self.gpus.share()
+
+    def resource_share(self) -> dict[str, Any]:
+        """What this node has free and who holds what (``holdings.node_share``)."""
+        return node_share(self.holdings, self.gpus.share())
 
     def check_device(self, cls: type[Actor], device: torch.device) -> torch.device:
         """``device`` if this node has it (the CPU always); else ``ValueError`` naming what it has."""
@@ -354,11 +369,8 @@ class ActorHost:
                 }
             )
         return {
-            "rank": self.rank,
-            "host": info.host,
-            "pid": info.pid,
-            "devices": list(info.devices),
-            "label": info.label,
+            **facts_of(info),  # rank, host, pid, devices, label, resources, owner, parent, pool
+            **node_share(self.holdings, self.gpus.share()),
             "uptime": node.loop.time() - self._born,
             "statistics": node.statistics(),
             "actors": actors,
@@ -411,12 +423,19 @@ class ActorHost:
 
     def check_leave(self, rank: object) -> None:
         """Raise if node ``rank`` may not leave: ``UnsupportedError`` for a static system, ``ValueError`` for rank 0."""
-        if not self.node.transport.elastic:
+        if not self.node.transport.elastic and not self._added(rank):
             raise UnsupportedError("only a node of an elastic system can leave it (run(..., elastic=True))")
         if rank == 0:
             raise ValueError("rank 0 runs main and holds the registry: it cannot leave (return from main instead)")
         if not isinstance(rank, int) or isinstance(rank, bool):
             raise ValueError(f"a node's rank is an int, not {rank!r}")
+
+    def _added(self, rank: object) -> bool:
+        """Whether node ``rank`` is a process started on demand (``add_nodes``): it may leave any system."""
+        try:
+            return self.node.transport.peer(rank).parent is not None  # type: ignore[arg-type]
+        except (KeyError, TypeError):
+            return False
 
     def begin_leave(self) -> None:
         """Start leaving the system, once; the node's process then exits with code 0.
@@ -435,6 +454,7 @@ class ActorHost:
         self.leaving.add(self.rank)
         node.log.info("leaving the system", actors=len(node.cells()) - SYSTEM_IDS)
         await self._tell_peers(NodeService.peer_leaving)
+        await self.pool.close()
         await self.stop_all(ActorExit("node_left"))
         await self._tell_peers(NodeService.peer_left)
         self.exit_code = 0

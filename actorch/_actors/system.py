@@ -19,10 +19,12 @@ from actorch._actors.actor import Actor, attach, class_path
 from actorch._actors.events import MembershipEvent, NameRegistered, NodeJoined, Subscription
 from actorch._actors.host import ActorHost
 from actorch._actors.placement import GpuShare, candidate_ranks, place_on_gpus
-from actorch._actors.ref import ActorRef, resolve_class
+from actorch._actors.ref import ActorRef
 from actorch._actors.registry import Registry
 from actorch._actors.restart import Restart
 from actorch._actors.service import NodeService
+from actorch._actors.system_placement import SystemPlacement, check_spawnable
+from actorch._actors.where import Where
 from actorch._base.config import SystemConfig, is_count
 from actorch._base.deadline import current_deadline
 from actorch._base.devices import parse_device
@@ -67,7 +69,7 @@ def _attach(instance: Actor, ref: ActorRef[Any], *, system: ActorSystem) -> None
     attach(instance, ref, system)
 
 
-class ActorSystem:
+class ActorSystem(SystemPlacement):
     """The actor system as seen from one node: spawn actors, find them by name.
 
     Made by :func:`actorch.run` and handed to ``main``; inside an actor it is
@@ -185,7 +187,7 @@ class ActorSystem:
         args: tuple[Any, ...] = (),
         kwargs: Mapping[str, Any] | None = None,
         name: str | None = None,
-        on: int | None = None,
+        on: int | Where | None = None,
         restart: Restart | None = None,
         device: str | torch.device | None = None,
         gpus: int = 0,
@@ -197,7 +199,9 @@ class ActorSystem:
             args: Positional arguments for ``cls.__init__``.
             kwargs: Keyword arguments for ``cls.__init__``.
             name: A unique, path-shaped name (``rl/observers/3``) to find it by.
-            on: Rank of the node to host it.
+            on: Rank of the node to host it; or a ``Where`` that describes the
+                node (label, host, resources the actor holds until it stops)
+                or asks for a process of the actor's own (see ``Where``).
             restart: Restart the actor when it fails (a handler raises one of
                 its class's ``fatal_errors``, or ``on_start`` raises); None
                 stops it instead. With a policy, a first start that raises is
@@ -220,20 +224,16 @@ class ActorSystem:
             NodeLostError: Node ``on`` was lost.
             PlacementError: No node (or not node ``on``) has ``gpus`` free
                 GPUs (the message says what each node has and who holds it),
-                or node ``on`` is leaving the system.
+                no node fits ``on=Where(...)`` (the message names each node
+                and why), or node ``on`` is leaving the system.
+            UnsupportedError: ``Where(process="own")`` in a system that
+                cannot start node processes (the message says why).
+            JoinError: The actor's own process could not join the system.
             RemoteError: ``__init__`` or ``on_start`` raised.
             ValueError: ``device`` is not a device, or node ``on`` does not have
                 it; ``gpus`` is not an int >= 0, or comes with ``device``.
         """
-        if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls in (NodeService, Registry):
-            raise TypeError(f"spawn() takes an actorch.Actor subclass, not {cls!r}")
-        if resolve_class(class_path(cls)) is not cls:
-            raise TypeError(
-                f"actor class {cls.__qualname__} cannot be imported as {class_path(cls)!r}: define actor "
-                "classes at module level, so every node can import them"
-            )
-        if restart is not None and not isinstance(restart, Restart):
-            raise TypeError(f"restart must be an actorch.Restart or None, not {restart!r}")
+        check_spawnable(cls, restart)
         if not is_count(gpus, 0):
             raise ValueError(f"gpus must be an int >= 0, not {gpus!r}")
         if gpus and device is not None:
@@ -244,6 +244,12 @@ class ActorSystem:
         if name is not None:
             check_name(name)
         placed = None if device is None else str(parse_device(device))
+        if isinstance(on, Where):
+            if gpus or (placed is not None and on.gpus):
+                raise ValueError(f"spawn({cls.__qualname__}): ask for GPUs in Where(gpus=...) alone, without device=")
+            what = f"spawn({cls.__qualname__}, on={on!r})"
+            placed_spawn = self._placed_spawn(cls, args, kwargs, restart, placed)
+            return (await self._placer.spawn(what, on, [name], [name or cls.__qualname__], None, placed_spawn))[0]
         rank = self.rank if on is None else on
         node = self._host.node
         if isinstance(rank, int) and (rank in self._host.leaving or rank in node.left):
@@ -280,6 +286,9 @@ class ActorSystem:
         restart: Restart | None,
         device: str | None,
         gpus: int,
+        needs: Mapping[str, float] | None = None,
+        *,
+        own: bool = False,
     ) -> ActorRef[A]:
         """Reserve ``name`` for node ``rank``, have the node build the actor there, bind the name."""
         if rank != self.rank and _defined_interactively(cls):
@@ -291,8 +300,9 @@ class ActorSystem:
         if name is not None:
             await self._host.registry.call(Registry.reserve, name, rank)
         try:
+            extra = (dict(needs or {}), own) if needs or own else ()  # a plain spawn's message stays as it was
             ref: ActorRef[A] = await self._host.services[rank].call(
-                NodeService.spawn, class_path(cls), list(args), dict(kwargs or {}), name, restart, device, gpus
+                NodeService.spawn, class_path(cls), list(args), dict(kwargs or {}), name, restart, device, gpus, *extra
             )
         except BaseException:
             if name is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import gc
 import inspect
 import multiprocessing
@@ -20,7 +21,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, cast
 
@@ -29,14 +30,24 @@ from actorch._actors.service import NodeService
 from actorch._actors.system import ActorSystem, open_system
 from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig, is_count, is_number
 from actorch._base.errors import NodeLostError
+from actorch._base.resources import check_resources
 from actorch._launch.eventloop import InterruptPolicy, Watchdog, run_bounded
 from actorch._launch.guard import WORKER_OF_ENV, refuse_run_while_imported, worker_report
 from actorch._launch.logs import configure_logging
+from actorch._launch.nodes import (
+    LocalLauncher,
+    ParentWatch,
+    ResourceSpec,
+    can_grow,
+    declared_resources,
+    environment,
+    grow_refusal,
+)
 from actorch._launch.runtime import Announcement, status_address
 from actorch._launch.status import STATUS_PORT_ENV, StatusServer, check_status_port
-from actorch._transport.base import Transport
+from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.elastic import ElasticRpcTransport, prepare_join
-from actorch._transport.inprocess import InProcessHub
+from actorch._transport.lone import LoneTransport
 from actorch._transport.membership import ADDRESS_ENV, TOKEN_ENV, new_token, parse_address
 from actorch._transport.network import listen_socket
 from actorch._transport.rpc import RpcTransport
@@ -85,6 +96,19 @@ class _World:
     port: int
     token: str | None = None  # an elastic world's join token ("" to ask without one); None: a static world
     label: str | None = None
+    traits: NodeTraits | None = None  # what the node says of itself (label, declared resources...), if more than label
+    invited: bool = False  # a process the system started itself (add_nodes): a system that is not elastic takes it
+
+
+@dataclass(frozen=True)
+class _Newcomer:
+    """What a node process started on demand (``add_nodes``) needs to join its system."""
+
+    host: str
+    port: int
+    token: str
+    traits: NodeTraits
+    plan: _Plan
 
 
 def _shared(plan: _Plan) -> dict[str, Any]:
@@ -122,6 +146,7 @@ def run(
     tune_gc: bool = True,
     status_port: int | None = None,
     status_host: str = "127.0.0.1",
+    resources: ResourceSpec = None,
     log_level: str | None = None,
     configure_logs: bool = True,
 ) -> T:
@@ -197,11 +222,20 @@ def run(
             ``/metrics`` with ``actorch[metrics]`` installed; read-only. None
             reads ``ACTORCH_STATUS_PORT``, and serves nothing without it.
         status_host: The address the status is served on; loopback unless you mean otherwise.
+        resources: Amounts of resources the nodes declare, over the CPUs,
+            memory and GPUs they detect, for ``Where`` placement: one mapping
+            for every node (``{"env_slots": 4}``), or mappings by rank
+            (``{1: {"env_slots": 4}}``). See docs/guides/placement.md.
         log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
         configure_logs: Configure structlog here (unless the program already did).
 
     ``actorch run -n N script.py`` sets ``ACTORCH_WORLD_SIZE``, which then
     takes the place of ``world_size``.
+
+    Any system started from a script, elastic or not, can start more node
+    processes while it runs (``system.add_nodes``, ``Where(process="own")``),
+    except under torchrun and with device maps (a system of one process goes
+    on torch RPC the first time it does).
 
     Returns:
         What ``main`` returned. If ``main`` raised, the exception propagates after shutdown.
@@ -231,9 +265,7 @@ def run(
     under_torchrun = all(var in os.environ for var in _TORCHRUN_VARS)
     if plan.status is not None and not (under_torchrun and os.environ["RANK"] != "0"):
         check_status_port(*plan.status)  # a taken port fails here, before any worker starts
-    if elastic:
-        return _launch_elastic(main, world_size, host, plan, port, under_torchrun=under_torchrun)
-    if under_torchrun:
+    if under_torchrun and not elastic:
         world = _World(
             int(os.environ["RANK"]),
             int(os.environ["WORLD_SIZE"]),
@@ -242,15 +274,17 @@ def run(
         )
         if world_size is not None and world_size != world.world_size and not launcher_sized:
             raise ValueError(f"run(world_size={world_size}) but torchrun started {world.world_size} processes")
+        said = NodeTraits(resources=declared_resources(resources, world.world_size).get(world.rank, {}))
+        world = dataclasses.replace(world, traits=said)
         if world.rank != 0:
             _serve(world, plan)
         return run_bounded(_lead(main, _rpc_transport(world, plan.options), plan), interrupts=_interrupts(plan))
-    if world_size is None or world_size == 1:
-        hub = InProcessHub(1)
-        return run_bounded(_lead(main, hub.transport(0), plan), interrupts=_interrupts(plan))
-    if not isinstance(world_size, int) or world_size < 1:
+    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
-    return _launch_local(main, world_size, host, plan, port)
+    traits = _launch_traits(resources, world_size or 1)
+    if elastic:
+        return _launch_elastic(main, world_size, host, plan, port, traits, under_torchrun=under_torchrun)
+    return _launch_local(main, world_size or 1, host, plan, port, traits)
 
 
 def _plan(
@@ -354,11 +388,35 @@ def _requested_world_size(world_size: int | None) -> tuple[int | None, bool]:
 
 
 def _launch_elastic(
-    main: Main[T], world_size: int | None, host: str, plan: _Plan, port: int, *, under_torchrun: bool
+    main: Main[T],
+    world_size: int | None,
+    host: str,
+    plan: _Plan,
+    port: int,
+    traits: list[NodeTraits],
+    *,
+    under_torchrun: bool,
 ) -> T:
     """Start an elastic system of ``world_size`` local nodes (None: 1) that newcomers may join."""
     token = _elastic_token(world_size, plan, under_torchrun=under_torchrun)
-    return _launch_local(main, world_size or 1, host, plan, port, token)
+    return _launch_local(main, world_size or 1, host, plan, port, traits, token)
+
+
+def _launch_traits(resources: ResourceSpec, world_size: int) -> list[NodeTraits]:
+    """What each node of a local launch says of itself: the resources it declares; rank 0 starts node processes."""
+    declared = declared_resources(resources, world_size)
+    return [NodeTraits(resources=declared.get(rank, {}), pool=rank == 0) for rank in range(world_size)]
+
+
+def _open_alone(host: str, port: int, plan: _Plan) -> ElasticRpcTransport:
+    """The elastic world a system of one node opens when it first starts a node process (only those may join)."""
+    listener = listen_socket(host, port)
+    port = listener.getsockname()[1]
+    options = dataclasses.replace(plan.options, device_maps=None)
+    shared = _shared(plan)
+    return ElasticRpcTransport(
+        0, host, port, options, token=new_token(), listener=listener, shared=shared, public=False
+    )
 
 
 def _elastic_token(world_size: int | None, plan: _Plan, *, under_torchrun: bool) -> str:
@@ -372,28 +430,60 @@ def _elastic_token(world_size: int | None, plan: _Plan, *, under_torchrun: bool)
     return os.environ.get(TOKEN_ENV) or new_token()
 
 
-def _launch_local(main: Main[T], world_size: int, host: str, plan: _Plan, port: int, token: str | None = None) -> T:
-    listener = listen_socket(host, port)
-    port = listener.getsockname()[1]
-    workers = _spawn_workers(world_size, host, port, plan, token)
+def _launch_local(
+    main: Main[T],
+    world_size: int,
+    host: str,
+    plan: _Plan,
+    port: int,
+    traits: list[NodeTraits],
+    token: str | None = None,
+) -> T:
+    transport, workers = _local_world(world_size, host, plan, port, traits, token)
     try:
-        transport = _rank0_transport(world_size, host, port, plan, listener, token)
         return run_bounded(_lead(main, transport, plan, workers), interrupts=_interrupts(plan, workers))
     finally:
         _reap(workers)
 
 
-def _spawn_workers(world_size: int, host: str, port: int, plan: _Plan, token: str | None) -> list[Any]:
+def _local_world(
+    world_size: int, host: str, plan: _Plan, port: int, traits: list[NodeTraits], token: str | None = None
+) -> tuple[Transport, list[Any]]:
+    """Rank 0's transport for a local launch, and the other ranks' processes, started.
+
+    An elastic launch has a join ``token``. Any other runs on an elastic world
+    too, private to the node processes it starts itself (``add_nodes``), so
+    that it can start them; except with device maps, which only a static world
+    has. One node alone needs no network until it starts one (``LoneTransport``).
+    """
+    if world_size == 1 and token is None:
+        alone = LoneTransport(functools.partial(_open_alone, host, port, plan))
+        alone.traits = traits[0]
+        return alone, []
+    public = token is not None
+    if token is None and can_grow(plan.options):
+        token = new_token()
+    listener = listen_socket(host, port)
+    port = listener.getsockname()[1]
+    workers = _spawn_workers(world_size, host, port, plan, token, traits)
+    try:
+        return _rank0_transport(world_size, host, port, plan, listener, token, traits[0], public=public), workers
+    except BaseException:
+        _kill_workers(workers)
+        listener.close()
+        raise
+
+
+def _spawn_workers(
+    world_size: int, host: str, port: int, plan: _Plan, token: str | None, traits: list[NodeTraits]
+) -> list[Any]:
     """Start ranks 1 to ``world_size - 1`` as local processes that serve actors (rank 0's store is at ``port``)."""
     context = multiprocessing.get_context("spawn")
-    worker_env = {**_QUIET_ENV, WORKER_OF_ENV: str(os.getpid())}
-    saved = {key: os.environ.get(key) for key in worker_env}
-    os.environ.update(worker_env)
-    try:
+    with environment({**_QUIET_ENV, WORKER_OF_ENV: str(os.getpid())}):
         workers = [
             context.Process(
                 target=_serve,
-                args=(_World(rank, world_size, host, port, token), plan),
+                args=(_World(rank, world_size, host, port, token, traits=traits[rank]), plan),
                 name=f"actorch-node{rank}",
                 daemon=True,
             )
@@ -401,24 +491,38 @@ def _spawn_workers(world_size: int, host: str, port: int, plan: _Plan, token: st
         ]
         for worker in workers:
             worker.start()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     return workers
 
 
 def _rank0_transport(
-    world_size: int, host: str, port: int, plan: _Plan, listener: socket.socket, token: str | None
+    world_size: int,
+    host: str,
+    port: int,
+    plan: _Plan,
+    listener: socket.socket,
+    token: str | None,
+    traits: NodeTraits,
+    *,
+    public: bool = True,
 ) -> RpcTransport:
-    """Rank 0's torch RPC transport for a local launch; elastic when there is a join ``token``."""
+    """Rank 0's torch RPC transport for a local launch; elastic when there is a join ``token`` (``public`` or not)."""
+    transport: RpcTransport
     if token is None:
-        return RpcTransport(0, world_size, host, port, plan.options, listener)
-    return ElasticRpcTransport(
-        0, host, port, plan.options, token=token, initial=world_size, listener=listener, shared=_shared(plan)
-    )
+        transport = RpcTransport(0, world_size, host, port, plan.options, listener)
+    else:
+        transport = ElasticRpcTransport(
+            0,
+            host,
+            port,
+            plan.options if public else dataclasses.replace(plan.options, device_maps=None),
+            token=token,
+            initial=world_size,
+            listener=listener,
+            shared=_shared(plan),
+            public=public,
+        )
+    transport.traits = traits
+    return transport
 
 
 def _interrupts(plan: _Plan, workers: list[Any] | None = None) -> InterruptPolicy:
@@ -434,7 +538,7 @@ def _interrupts(plan: _Plan, workers: list[Any] | None = None) -> InterruptPolic
     return InterruptPolicy(
         respond_within=grace + 1.0,
         finish_within=4 * grace + 12.0,
-        on_force=(lambda: _kill_workers(workers)) if workers else None,
+        on_force=(lambda: _kill_workers(workers)) if workers is not None else None,
         terminate=True,
     )
 
@@ -467,9 +571,16 @@ def tune_gc() -> None:
 
 
 def _rpc_transport(world: _World, options: RpcOptions) -> RpcTransport:
+    transport: RpcTransport
     if world.token is not None:
-        return ElasticRpcTransport(world.rank, world.host, world.port, options, token=world.token, label=world.label)
-    return RpcTransport(world.rank, world.world_size, world.host, world.port, options)
+        transport = ElasticRpcTransport(
+            world.rank, world.host, world.port, options, token=world.token, label=world.label, invited=world.invited
+        )
+    else:
+        transport = RpcTransport(world.rank, world.world_size, world.host, world.port, options)
+    if world.traits is not None:
+        transport.traits = world.traits
+    return transport
 
 
 async def _leave_when(asked: asyncio.Event, host: ActorHost) -> None:
@@ -532,6 +643,46 @@ async def _start(transport: Transport, plan: _Plan, workers: list[Any] | None = 
     return system, host
 
 
+def _give_pool(host: ActorHost, transport: Transport, plan: _Plan, workers: list[Any] | None) -> None:
+    """Let rank 0's node start node processes on this host (``add_nodes``), or say why it cannot."""
+    refusal = grow_refusal(transport, under_torchrun=all(var in os.environ for var in _TORCHRUN_VARS))
+    if refusal is not None or workers is None:
+        host.pool.refusal = refusal or host.pool.refusal
+        return
+    arguments = functools.partial(_newcomer_arguments, plan)
+    host.pool.launcher = LocalLauncher(_serve_newcomer, arguments, transport.invitation, workers)
+
+
+def _newcomer_arguments(plan: _Plan, address: str, token: str, traits: NodeTraits) -> tuple[_Newcomer]:
+    host, port = parse_address(address)
+    options = dataclasses.replace(plan.options, device_maps=None)
+    return (_Newcomer(host, port, token, traits, dataclasses.replace(plan, options=options, status=None)),)
+
+
+def _serve_newcomer(newcomer: _Newcomer) -> NoReturn:
+    """Entry point of a node process started on demand: join the system, serve until it ends or this node leaves.
+
+    It ends as the launch's workers do: Ctrl-C is rank 0's to lead, SIGTERM
+    waits for rank 0 to end the system, and it goes when the process that
+    started it goes (``ParentWatch``). An actor's own process leaves once its
+    actor stops.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    plan = newcomer.plan
+    watch = ParentWatch(2 * plan.config.stop_grace + SHUTDOWN_TIMEOUT)
+    configure_logging()
+    timeout = plan.options.init_timeout
+    rank, _ = prepare_join(newcomer.host, newcomer.port, timeout, invited=True)
+    world = _World(rank, 0, newcomer.host, newcomer.port, newcomer.token, traits=newcomer.traits, invited=True)
+
+    def serving(system: ActorSystem) -> None:
+        watch.serving(system._host)
+        if newcomer.traits.owner is not None:
+            system._host.pool.expect_owner()
+
+    raise SystemExit(run_bounded(_serve_async(world, plan, serving)))
+
+
 def _exit_of(worker: Any) -> str:
     """How a local worker ended during the start: its exit code, and the reason it reported, if any."""
     report = worker_report(worker.pid)
@@ -553,7 +704,9 @@ def _kill_lost(workers: list[Any], rank: int) -> None:
 
 
 async def _lead(main: Main[T], transport: Transport, plan: _Plan, workers: list[Any] | None = None) -> T:
-    system, host = await _start(transport, plan, workers)
+    launched = list(workers or ())  # the launch's own workers, ranks 1..; processes started later join the list
+    system, host = await _start(transport, plan, launched)
+    _give_pool(host, transport, plan, workers)
     failed = True
     status = None
     announced = Announcement(system.world_size, None)
@@ -571,9 +724,8 @@ async def _lead(main: Main[T], transport: Transport, plan: _Plan, workers: list[
         if status is not None:
             await status.close()
         silent = await asyncio.shield(_shutdown_world(host, failed))
-        if workers:
-            for rank in silent:
-                _kill_lost(workers, rank)  # its loop is stuck: do not wait for its watchdog
+        for rank in silent:
+            _kill_lost(launched, rank)  # its loop is stuck: do not wait for its watchdog
 
 
 def _announce(announced: Announcement, host: ActorHost) -> None:
@@ -632,6 +784,8 @@ def serve(
     name: str | None = None,
     setup: Setup | SystemSetup | None = None,
     join_timeout: float = 60.0,
+    resources: Mapping[str, float] | None = None,
+    pool: bool = False,
     log_level: str | None = None,
     configure_logs: bool = True,
 ) -> int:
@@ -654,6 +808,13 @@ def serve(
             the node serves meanwhile); if it raises, the node leaves and
             ``serve`` raises the error.
         join_timeout: Seconds to wait for the system to answer.
+        resources: Amounts of resources this node declares over the CPUs,
+            memory and GPUs it detects (``{"env_slots": 4}``), for ``Where`` placement.
+        pool: Make this node the host agent of its host: ``add_nodes(...,
+            host=...)`` (by this host's name or this node's ``name``) and
+            ``Where(process="own", host=...)`` start their processes here. They
+            end with this node: when it leaves, they leave first; if it dies,
+            they leave by themselves.
         log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
         configure_logs: Configure structlog here (unless the program already did).
 
@@ -664,18 +825,39 @@ def serve(
     Raises:
         JoinError: The system refused this node (a wrong or missing token),
             does not take new nodes, is shutting down, or did not answer.
-        ValueError: No address, a malformed one, or a bad ``name``.
+        ValueError: No address, a malformed one, a bad ``name`` or ``resources``.
     """
     if configure_logs:
         configure_logging(log_level)
     host, port = join_target("serve", address, name, join_timeout)
     if setup is not None and not callable(setup):
         raise TypeError(f"setup must be a function of the node's rank or of its system, not {setup!r}")
+    traits = NodeTraits(name, check_resources(resources), pool=bool(pool))
     joined = cast(SystemSetup, setup) if setup is not None and takes_system(setup) else None
     rank, shared = prepare_join(host, port, join_timeout)
     plan = _plan_from(shared, None if joined else cast(Setup | None, setup), join_timeout)
-    world = _World(rank, 0, host, port, os.environ.get(TOKEN_ENV, ""), name)
-    return run_bounded(_serve_async(world, plan, joined))
+    token = os.environ.get(TOKEN_ENV, "")
+    world = _World(rank, 0, host, port, token, name, traits)
+    children: list[Any] = []
+    launcher = None
+    if pool:
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        launcher = LocalLauncher(
+            _serve_newcomer, functools.partial(_newcomer_arguments, plan), _invitation(address, token), children
+        )
+    try:
+        return run_bounded(_serve_async(world, plan, joined, launcher))
+    finally:
+        _reap(children)
+
+
+def _invitation(address: str, token: str) -> Callable[[], Awaitable[tuple[str, str]]]:
+    """Where a host agent's processes join, and with which token: those it joined with itself."""
+
+    async def invitation() -> tuple[str, str]:
+        return address, token
+
+    return invitation
 
 
 def join_target(caller: str, address: str | None, name: str | None, join_timeout: float) -> tuple[str, int]:
@@ -705,11 +887,14 @@ def _serve(world: _World, plan: _Plan) -> NoReturn:
     raise SystemExit(run_bounded(_serve_async(world, plan)))
 
 
-async def _serve_async(world: _World, plan: _Plan, joined: SystemSetup | None = None) -> int:
+async def _serve_async(
+    world: _World, plan: _Plan, joined: SystemSetup | None = None, launcher: LocalLauncher | None = None
+) -> int:
     """Serve actors as node ``world.rank`` until the system ends or this node leaves; the exit code.
 
     ``joined`` (``serve``'s ``setup`` that asks for the system) is called once
     the node has joined; if it raises, the node leaves and the error propagates.
+    With a ``launcher``, the node starts node processes on its host when asked.
     """
     transport = _rpc_transport(world, plan.options)
     watchdog = Watchdog(2 * plan.config.stop_grace + SHUTDOWN_TIMEOUT)
@@ -731,6 +916,8 @@ async def _serve_async(world: _World, plan: _Plan, joined: SystemSetup | None = 
         if leave_on_term:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
         raise
+    if launcher is not None:
+        host.pool.launcher = launcher
     leaving = asyncio.ensure_future(_leave_when(terminated, host))
     failed: Exception | None = None
     try:

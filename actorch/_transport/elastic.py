@@ -30,7 +30,7 @@ from torch.distributed import rpc
 from actorch._base.devices import TensorRoute, accelerator
 from actorch._base.errors import JoinError, UnsupportedError
 from actorch._transport import rpc as rpc_transport
-from actorch._transport.base import NodeInfo
+from actorch._transport.base import NodeInfo, NodeTraits
 from actorch._transport.membership import (
     ADDRESS_ENV,
     BELL_WAIT,
@@ -59,8 +59,11 @@ def _welcome(facts: str) -> bool:
     return True
 
 
-def prepare_join(host: str, port: int, timeout: float) -> tuple[int, dict[str, Any]]:
+def prepare_join(host: str, port: int, timeout: float, *, invited: bool = False) -> tuple[int, dict[str, Any]]:
     """A fresh rank in the elastic system whose rank 0 serves its store at ``host:port``, and its settings.
+
+    ``invited``: the system itself started this process (``add_nodes``), so a
+    system that is not elastic takes it too.
 
     Raises:
         JoinError: Nothing answers there within ``timeout`` seconds, or the
@@ -69,7 +72,7 @@ def prepare_join(host: str, port: int, timeout: float) -> tuple[int, dict[str, A
     store, prefixed = _reach_store(host, port, timeout)
     try:
         members = Membership(prefixed)
-        members.wait_elastic(min(timeout, 5.0))
+        members.wait_elastic(min(timeout, 5.0), invited=invited)
         return members.take_rank(), members.settings()
     finally:
         del store
@@ -134,9 +137,11 @@ class ElasticRpcTransport(RpcTransport):
         label: A name for this node, shown with it (``NodeInfo.label``).
         listener: Rank 0's listening socket for the store, if already bound.
         shared: On rank 0, the settings every node must run with, for newcomers to read (json-ready).
+        public: On rank 0, whether any process with the token may join (``run(..., elastic=True)``),
+            or only those the system starts itself (``add_nodes``: a system that is not elastic
+            but grows on demand). Newcomers to a private system must be ``invited``.
+        invited: On a newcomer, whether the system itself started this process.
     """
-
-    elastic = True
 
     def __init__(
         self,
@@ -150,13 +155,18 @@ class ElasticRpcTransport(RpcTransport):
         label: str | None = None,
         listener: socket.socket | None = None,
         shared: dict[str, Any] | None = None,
+        public: bool = True,
+        invited: bool = False,
     ) -> None:
         if options.device_maps not in (None, "auto"):
             raise ValueError("an elastic system has no device maps: GPU tensors are staged through host memory")
         super().__init__(rank, 0, master_addr, master_port, options, listener)
         self._token = token
         self._initial = initial
-        self._label = label
+        self.elastic = public
+        self._invited = invited
+        if label is not None:
+            self.traits = NodeTraits(label=label)
         self._shared = shared or {}
         self._members: Membership | None = None
         self._admitted = threading.Condition()
@@ -175,9 +185,17 @@ class ElasticRpcTransport(RpcTransport):
 
     def join_env(self) -> dict[str, str]:
         """``ACTORCH_ADDRESS`` and ``ACTORCH_JOIN_TOKEN`` for a process to join (rank 0 only)."""
+        if not self.elastic:
+            raise UnsupportedError("only an elastic system takes new nodes (run(..., elastic=True))")
         if self.rank != 0 or not self._token:
             raise UnsupportedError("only rank 0 of an elastic system hands out what joining takes")
         return {ADDRESS_ENV: self.address, TOKEN_ENV: self._token}
+
+    async def invitation(self) -> tuple[str, str]:
+        """Where, and with which token, the processes that rank 0 starts join: ``(host:port, token)``."""
+        if self.rank != 0 or not self._token:
+            raise UnsupportedError("only rank 0 of a system hands out what joining takes")
+        return self.address, self._token
 
     def _init_rpc(self) -> None:
         quiet_cpp_logs()
@@ -185,9 +203,9 @@ class ElasticRpcTransport(RpcTransport):
         if self.rank == 0:
             store = self._rendezvous_store()
             members = self._members = Membership(store)
-            self._add_peer(own_info(0, accelerator().inventory(), self._label))
+            self._add_peer(own_info(0, accelerator().inventory(), self.traits))
             self._bring_up(lambda: self._start_agent(store, options))
-            members.open(self._initial, self._shared)
+            members.open(self._initial, self._shared, public=self.elastic)
             threading.Thread(target=self._admit_newcomers, name="actorch-admission", daemon=True).start()
             self._wait_launch_joined()
         else:
@@ -209,7 +227,7 @@ class ElasticRpcTransport(RpcTransport):
     def _join(self, store: Any, members: Membership, options: Any) -> None:
         """Ask rank 0 to join, meet the members it names, bring the agent up, and wait to be welcomed."""
         timeout = self._options.init_timeout
-        me = own_info(self.rank, accelerator().inventory(), self._label)
+        me = own_info(self.rank, accelerator().inventory(), self.traits)
         members.ask(me, self._token)
         for info in members.wait_answer(self.rank, timeout):
             self._add_peer(info, TensorRoute(info.rank, strict=self._options.strict_devices))

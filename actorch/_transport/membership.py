@@ -33,7 +33,7 @@ from datetime import timedelta
 from typing import Any
 
 from actorch._base.errors import JoinError
-from actorch._transport.base import NodeInfo
+from actorch._transport.base import NodeInfo, NodeTraits
 
 __all__ = [
     "ADDRESS_ENV",
@@ -50,6 +50,8 @@ TOKEN_ENV = "ACTORCH_JOIN_TOKEN"  # noqa: S105 - the variable's name, not a secr
 """Environment variable with an elastic system's join token (never on the command line)."""
 POLL = 0.05
 """Seconds between two looks at the store while a newcomer waits for a key (only while it joins)."""
+PRIVATE = "private"
+"""The ``elastic`` key's value in a system that takes only the processes it starts itself."""
 BELL_WAIT = 1.0
 """Seconds rank 0's admission thread waits for the next bell before it looks again (and at whether to stop)."""
 
@@ -74,13 +76,34 @@ def _proof(token: str, rank: int, host: str, pid: int) -> str:
 
 def facts_of(info: NodeInfo) -> dict[str, Any]:
     """What the store carries of a node (json-ready)."""
-    return {"rank": info.rank, "host": info.host, "pid": info.pid, "devices": list(info.devices), "label": info.label}
+    return {
+        "rank": info.rank,
+        "host": info.host,
+        "pid": info.pid,
+        "devices": list(info.devices),
+        "label": info.label,
+        "resources": dict(info.resources),
+        "owner": info.owner,
+        "parent": info.parent,
+        "pool": info.pool,
+    }
 
 
 def info_of(facts: dict[str, Any]) -> NodeInfo:
     """The node ``facts_of`` described."""
     rank = int(facts["rank"])
-    return NodeInfo(rank, f"node{rank}", facts["host"], int(facts["pid"]), tuple(facts["devices"]), facts["label"])
+    return NodeInfo(
+        rank,
+        f"node{rank}",
+        facts["host"],
+        int(facts["pid"]),
+        tuple(facts["devices"]),
+        facts["label"],
+        {str(name): float(amount) for name, amount in facts.get("resources", {}).items()},
+        facts.get("owner"),
+        facts.get("parent"),
+        bool(facts.get("pool", False)),
+    )
 
 
 @dataclass(frozen=True)
@@ -107,14 +130,16 @@ class Membership:
 
     # ---------------------------------------------------------------- rank 0
 
-    def open(self, initial: int, shared: dict[str, Any]) -> None:
+    def open(self, initial: int, shared: dict[str, Any], *, public: bool = True) -> None:
         """Accept newcomers: ranks below ``initial`` are the launch's own; newcomers get the next ones.
 
-        ``shared`` holds the settings every node of the system runs with (json-ready).
+        ``shared`` holds the settings every node of the system runs with
+        (json-ready). A system that is not ``public`` takes only the processes
+        it starts itself (``add_nodes``); others hear that it takes no new nodes.
         """
         self._store.add("ranks", initial)
         self._store.set("settings", json.dumps(shared))
-        self._store.set("elastic", "1")
+        self._store.set("elastic", "1" if public else PRIVATE)
 
     def settings(self) -> dict[str, Any]:
         """The settings every node runs with, as rank 0 published them."""
@@ -169,13 +194,19 @@ class Membership:
 
     # ---------------------------------------------------------------- a newcomer
 
-    def wait_elastic(self, timeout: float) -> None:
+    def wait_elastic(self, timeout: float, *, invited: bool = False) -> None:
         """Wait (up to ``timeout`` s, for a system still starting) until the world accepts newcomers.
+
+        ``invited``: this process was started by the system itself, which a
+        system that is not elastic takes too.
 
         Raises:
             JoinError: It does not: a static world, or not actorch's.
         """
-        self._wait_for("elastic", timeout, "the system does not accept new nodes (start it with elastic=True)")
+        refused = "the system does not accept new nodes (start it with elastic=True)"
+        self._wait_for("elastic", timeout, refused)
+        if not invited and bytes(self._store.get("elastic")).decode() == PRIVATE:
+            raise JoinError(refused)
 
     def take_rank(self) -> int:
         """A fresh rank for this process: one never handed out before."""
@@ -223,6 +254,6 @@ class Membership:
             raise JoinError(f"lost the system's store while joining: {exc}") from exc
 
 
-def own_info(rank: int, devices: Sequence[str], label: str | None) -> NodeInfo:
+def own_info(rank: int, devices: Sequence[str], traits: NodeTraits) -> NodeInfo:
     """This process as a node of rank ``rank``."""
-    return NodeInfo(rank, f"node{rank}", socket.gethostname(), os.getpid(), tuple(devices), label)
+    return traits.info(rank, socket.gethostname(), os.getpid(), tuple(devices))

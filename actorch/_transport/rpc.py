@@ -37,6 +37,7 @@ from actorch._base.errors import UnsupportedError
 from actorch._transport.autograd import NO_CONTEXT, current_context_id, force_context_id
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 from actorch._transport.bridge import Inbox, in_daemon_thread
+from actorch._transport.membership import own_info
 from actorch._transport.network import interface_chosen, interface_towards, is_loopback
 from actorch._transport.rpc_setup import (
     RpcOptions,
@@ -308,15 +309,16 @@ class RpcTransport(Transport):
     def _init_rpc(self) -> None:
         quiet_cpp_logs()
         store = self._rendezvous_store()
-        facts = exchange_node_facts(store, self.rank, self.world_size, accelerator().inventory())
-        hosts, inventories = [host for host, _, _ in facts], [inventory for _, _, inventory in facts]
+        me = own_info(self.rank, accelerator().inventory(), self.traits)
+        infos = exchange_node_facts(store, me, self.world_size)
+        hosts, inventories = [info.host for info in infos], [info.devices for info in infos]
         device_maps = resolve_device_maps(self._options.device_maps, self.rank, inventories, hosts)
         options = tensorpipe_options(self._options, device_maps)
         self._routes_direct = bool(device_maps)
-        for rank, (host, pid, inventory) in enumerate(facts):
-            pairs = device_maps.get(rank)
-            route = TensorRoute(rank, frozenset(pairs or ()), strict=self._options.strict_devices)
-            self._add_peer(NodeInfo(rank, worker_name(rank), host, pid, inventory), route)
+        for info in infos:
+            pairs = device_maps.get(info.rank)
+            route = TensorRoute(info.rank, frozenset(pairs or ()), strict=self._options.strict_devices)
+            self._add_peer(info, route)
 
         def static_agent() -> None:
             rpc._init_rpc_backend(  # type: ignore[no-untyped-call]
