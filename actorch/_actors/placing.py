@@ -17,6 +17,7 @@ agent) on which it is the *owner*: the node leaves when it stops.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -133,6 +134,7 @@ class Placer:
     async def _survey(self, where: Where) -> tuple[dict[int, str], list[int], dict[int, dict[str, float]]]:
         """Why each node that cannot take ``where`` does not, those that can now (best first), what they have free."""
         host = self._host
+        self._changed.clear()  # a node that joins from now on wakes a placement that waits
         refusals: dict[int, str] = {}
         asked: list[NodeInfo] = []
         for info in host.node.peers():
@@ -271,27 +273,28 @@ class Placer:
         timeout: float | None,  # noqa: ASYNC109 - wait_nodes names its bound, as torchelastic's rendezvous does
     ) -> list[NodeInfo]:
         """Wait until ``count`` live nodes (with ``label``) are in the system; them, by rank."""
-        host = self._host
         loop = asyncio.get_running_loop()
         enclosing = current_deadline()
-        limit = loop.time() + (host.config.lookup_timeout if timeout is None else timeout)
-        if timeout is None and enclosing is not None:
-            limit = enclosing
-        while True:
-            self._changed.clear()
-            found = self.live_nodes(label)
-            if len(found) >= count:
-                return found
-            if loop.time() >= limit:
-                with_label = "" if label is None else f" labelled {label!r}"
-                raise TimeoutError(
-                    f"wait_nodes({count}): {len(found)} node{'s' * (len(found) != 1)}{with_label} in time"
-                )
-            try:
-                async with asyncio.timeout_at(limit):
-                    await self._changed.wait()
-            except TimeoutError:
-                continue  # looked at once more, then reported
+        if timeout is not None:
+            limit = loop.time() + timeout
+        else:
+            limit = enclosing if enclosing is not None else loop.time() + self._host.config.lookup_timeout
+        found: list[NodeInfo] = []
+        try:
+            while True:
+                self._changed.clear()
+                found = self.live_nodes(label)
+                if len(found) >= count:
+                    return found
+                if loop.time() >= limit:
+                    raise _too_few(count, label, found)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(limit):
+                        await self._changed.wait()
+        except asyncio.CancelledError:
+            if enclosing is not None and loop.time() >= enclosing:
+                raise _too_few(count, label, found) from None
+            raise
 
     def live_nodes(self, label: str | None = None) -> list[NodeInfo]:
         """The nodes neither lost nor leaving (with ``label``), by rank."""
@@ -309,10 +312,12 @@ class _Attempts:
         self._limit = limit
         self._pause = RETRY_FIRST
         self._scope: asyncio.Timeout | None = None
+        self._enclosing: float | None = None
         self.last: PlacementError | None = None
 
     async def __aenter__(self) -> _Attempts:
-        if self._limit is not None and current_deadline() is None:
+        self._enclosing = current_deadline()  # read now: once expired, a scope is no longer seen
+        if self._limit is not None and self._enclosing is None:
             self._scope = asyncio.timeout(self._limit)
             await self._scope.__aenter__()
         return self
@@ -323,9 +328,10 @@ class _Attempts:
                 await self._scope.__aexit__(kind, error, tb)
         except TimeoutError:
             raise self._expired() from None
-        if isinstance(error, asyncio.CancelledError):
-            enclosing = current_deadline()
-            if enclosing is not None and asyncio.get_running_loop().time() >= enclosing and self.last is not None:
+        enclosing = self._enclosing
+        if isinstance(error, asyncio.CancelledError) and enclosing is not None and self.last is not None:
+            expired = asyncio.get_running_loop().time() >= enclosing
+            if expired:
                 raise self._expired() from None
 
     def _expired(self) -> PlacementError:
@@ -333,12 +339,16 @@ class _Attempts:
 
     async def pause(self) -> None:
         """Wait until a node joins, or a while (longer each time): resources given back are not announced."""
-        self._changed.clear()
         try:
             async with asyncio.timeout(self._pause):
                 await self._changed.wait()
         except TimeoutError:
             self._pause = min(self._pause * 2, RETRY_MOST)
+
+
+def _too_few(count: int, label: str | None, found: Sequence[NodeInfo]) -> TimeoutError:
+    with_label = "" if label is None else f" labelled {label!r}"
+    return TimeoutError(f"wait_nodes({count}): {len(found)} node{'s' * (len(found) != 1)}{with_label} in time")
 
 
 def _short(share: Mapping[str, Any], needs: Mapping[str, float]) -> str | None:

@@ -88,7 +88,10 @@ class NodePool:
     def __init__(self, host: PoolHost) -> None:
         self._host = host
         self.launcher: Launcher | None = None
-        self.refusal = "this node starts no node processes: ask rank 0, or a host agent (`actorch serve --pool`)"
+        self.refusal = (
+            "this node starts no node processes (an in-process world cannot; in a launched system rank 0 and "
+            "host agents, `actorch serve --pool`, do)"
+        )
         """Why this node starts none, when it has no launcher."""
         self._children: dict[int, NodeProcess] = {}  # by pid
         self._ranks: dict[int, int] = {}  # pid -> rank, once joined

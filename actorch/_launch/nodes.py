@@ -137,6 +137,10 @@ class LocalLauncher:
     def __repr__(self) -> str:
         return f"<LocalLauncher processes={len(self._processes)}>"
 
+    def serve(self, host: ActorHost) -> None:
+        """Start node processes for ``host``'s node from now on (its pool's launcher)."""
+        host.pool.launcher = self
+
     async def start(self, traits: Sequence[NodeTraits], env: Mapping[str, str]) -> list[Any]:
         """Start one process per item of ``traits``, with ``env`` added to their environment."""
         address, token = await self._invitation()

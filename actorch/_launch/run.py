@@ -11,6 +11,7 @@ joins one from any process that has the system's address and join token.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -619,12 +620,20 @@ def _on_signal(signum: int, handler: Callable[[], None]) -> bool:
     return True
 
 
-async def _start(transport: Transport, plan: _Plan, workers: list[Any] | None = None) -> tuple[ActorSystem, ActorHost]:
+async def _start(
+    transport: Transport,
+    plan: _Plan,
+    workers: list[Any] | None = None,
+    prepare: Callable[[ActorHost], None] | None = None,
+) -> tuple[ActorSystem, ActorHost]:
+    """Open this node's system and join the world; ``prepare`` gets the host before other nodes can ask it anything."""
     if plan.setup is not None:
         done = plan.setup(transport.rank)
         if inspect.isawaitable(done):
             await done
     system, host = open_system(transport, plan.config)
+    if prepare is not None:
+        prepare(host)
     await host.start_services()
     starting = asyncio.ensure_future(transport.start())
     while not starting.done():
@@ -632,6 +641,10 @@ async def _start(transport: Transport, plan: _Plan, workers: list[Any] | None = 
         dead = [worker for worker in workers or () if worker.exitcode is not None]
         if dead and not starting.done():
             starting.cancel()
+            transport.stop_admitting()  # rank 0 of an elastic world stops waiting for the launch's workers
+            await asyncio.wait([starting])
+            with contextlib.suppress(Exception):  # its agent may be up already: take it down, or the exit aborts
+                await transport.close()
             codes = ", ".join(_exit_of(worker) for worker in dead)
             raise RuntimeError(f"actor system failed to start: {codes}")
     starting.result()
@@ -705,8 +718,9 @@ def _kill_lost(workers: list[Any], rank: int) -> None:
 
 async def _lead(main: Main[T], transport: Transport, plan: _Plan, workers: list[Any] | None = None) -> T:
     launched = list(workers or ())  # the launch's own workers, ranks 1..; processes started later join the list
-    system, host = await _start(transport, plan, launched)
-    _give_pool(host, transport, plan, workers)
+    system, host = await _start(
+        transport, plan, launched, functools.partial(_give_pool, transport=transport, plan=plan, workers=workers)
+    )
     failed = True
     status = None
     announced = Announcement(system.world_size, None)
@@ -911,13 +925,11 @@ async def _serve_async(
     if not transport.elastic:
         _follow_rank0_on_sigterm(watchdog)
     try:
-        system, host = await _start(transport, plan)
+        system, host = await _start(transport, plan, prepare=None if launcher is None else launcher.serve)
     except BaseException:
         if leave_on_term:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
         raise
-    if launcher is not None:
-        host.pool.launcher = launcher
     leaving = asyncio.ensure_future(_leave_when(terminated, host))
     failed: Exception | None = None
     try:

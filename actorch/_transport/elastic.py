@@ -247,10 +247,12 @@ class ElasticRpcTransport(RpcTransport):
         with self._admitted:
             while not expected <= self._joined_ranks:
                 left = limit - time.monotonic()
+                missing = ", ".join(map(str, sorted(expected - self._joined_ranks)))
                 if left <= 0:
-                    missing = ", ".join(map(str, sorted(expected - self._joined_ranks)))
                     raise RuntimeError(f"actor system failed to start: ranks {missing} did not join in time")
-                self._admitted.wait(left)
+                if self._admission_stop.is_set():  # the launch gave up (a worker died)
+                    raise RuntimeError(f"actor system failed to start: ranks {missing} did not join")
+                self._admitted.wait(min(left, POLL))
 
     # ------------------------------------------------------------------ rank 0 admits
 

@@ -343,3 +343,22 @@ class Producer(actorch.Actor):
 
     async def plain(self) -> int:
         return 1
+
+
+class Simulator(actorch.Actor):
+    """Stands for an environment simulator: says where it runs (pid, network namespace), burns CPU on request."""
+
+    async def where(self) -> dict[str, Any]:
+        return {
+            "rank": self.system.rank,
+            "pid": os.getpid(),
+            "env": os.environ.get("POOL_TEST_ENV"),
+            "netns": os.readlink("/proc/self/ns/net"),
+        }
+
+    async def work(self, seconds: float) -> float:
+        """Compute for ``seconds`` of this process's CPU time; the wall time it took."""
+        started, spent = time.monotonic(), time.process_time()
+        while time.process_time() - spent < seconds:
+            sum(range(10_000))
+        return time.monotonic() - started
