@@ -6,14 +6,16 @@ round; the table gives medians of rounds, each side by side with its floor:
 
 - own process: ``spawn(Sim, on=Where(process="own"))`` timed until it returns
   (the process has joined and the actor has started), then one call; the floor
-  is a bare ``python -c "import torch, actorch"``, started and waited for in
-  the same round. The actor is then stopped, and its process leaves.
+  is a bare ``python -c "import torch, actorch"`` in the same round, until it
+  has imported both and until it has exited. The actor is then stopped, and its
+  process leaves.
 - add_nodes(4): four node processes started at once, until all four serve;
   they then leave (``system.leave``), timed too.
 - parallel CPU work: N actors (``--actors``, 2) each computing for ``--work``
   seconds (1.0) of CPU time, all called at once: in processes of their own,
   and the same actors on one node, whose event loop runs them one after the
-  other. The speed-up is the second over the first.
+  other. The speed-up is the second over the first. Beside them, the floor: as
+  many plain Python processes doing the same work, started at once.
 - relocation after a kill: measured by the relocation work
   (``Restart(..., relocate=True)``), not here; its row says so.
 
@@ -56,24 +58,51 @@ class Sim(actorch.Actor):
         return time.perf_counter() - started
 
 
-def bare_process() -> float:
-    """Seconds for ``python -c "import torch, actorch"`` to start, import both and exit."""
+IMPORT = "import sys, torch, actorch; sys.stdout.write('imported\\n'); sys.stdout.flush()"
+BURN = (
+    "import sys, time\n"
+    "spent = time.process_time()\n"
+    "while time.process_time() - spent < float(sys.argv[1]):\n"
+    "    sum(range(10_000))"
+)
+
+
+def bare_process() -> tuple[float, float]:
+    """Seconds for ``python -c "import torch, actorch"`` to have imported both (it says so), and to exit."""
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", "import torch, actorch"], env={**os.environ, **QUIET}, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"python -c 'import torch, actorch' exited with {done.returncode}")
+    with subprocess.Popen([sys.executable, "-c", IMPORT], env={**os.environ, **QUIET}, stdout=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        imported = time.perf_counter()
+        status = proc.wait()
+    if status != 0 or line != b"imported\n":
+        raise RuntimeError(f"python -c {IMPORT!r} failed (exit code {status})")
+    return imported - started, time.perf_counter() - started
+
+
+def plain_processes(count: int, work: float) -> float:
+    """Seconds for ``count`` plain Python processes, started at once, to compute ``work`` s of CPU each and exit."""
+    started = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", BURN, str(work)]) for _ in range(count)]
+    if any(proc.wait() != 0 for proc in procs):
+        raise RuntimeError("a plain burning process failed")
     return time.perf_counter() - started
 
 
 async def own_process(system: actorch.ActorSystem) -> dict[str, float]:
-    floor = await asyncio.to_thread(bare_process)
+    imported, exited = await asyncio.to_thread(bare_process)
     started = time.perf_counter()
     sim = await system.spawn(Sim, on=actorch.Where(process="own"))
     spawned = time.perf_counter()
     await sim.call(Sim.noop)
     answered = time.perf_counter()
     await sim.stop()
-    return {"own_spawn": spawned - started, "own_first_call": answered - started, "bare_import": floor}
+    return {
+        "own_spawn": spawned - started,
+        "own_first_call": answered - started,
+        "bare_import": imported,
+        "bare_exit": exited,
+    }
 
 
 async def add_four(system: actorch.ActorSystem) -> dict[str, float]:
@@ -94,6 +123,7 @@ async def parallel(system: actorch.ActorSystem, actors: int, work: float) -> dic
         timings[f"work_{kind}"] = time.perf_counter() - started
     await asyncio.gather(*(member.stop() for member in (*own, *one_node)))
     timings["speedup"] = timings["work_one_node"] / timings["work_own_processes"]
+    timings["work_plain_processes"] = await asyncio.to_thread(plain_processes, actors, work)
     return timings
 
 
@@ -113,10 +143,10 @@ def report(results: dict[str, list[float]], actors: int, work: float) -> None:
     print(f"{'measurement':<52}{'median':>10}{'floor / other':>18}")
     rows = [
         ("spawn in a process of its own (returns)", "own_spawn", "bare_import"),
-        ("  ... and its first call answered", "own_first_call", None),
+        ("  ... and its first call answered", "own_first_call", "bare_exit"),
         ("add_nodes(4), until all four serve", "add_nodes_4", None),
         ("  then leave(rank) for all four", "leave_4", None),
-        (f"{actors} actors x {work:g} s CPU, own processes", "work_own_processes", None),
+        (f"{actors} actors x {work:g} s CPU, own processes", "work_own_processes", "work_plain_processes"),
         (f"{actors} actors x {work:g} s CPU, one node", "work_one_node", None),
     ]
     for title, key, beside in rows:
@@ -124,7 +154,10 @@ def report(results: dict[str, list[float]], actors: int, work: float) -> None:
         print(f"{title:<52}{median[key]:>9.2f}s{other:>18}")
     print(f"{'speed-up of own processes over one node':<52}{median['speedup']:>9.2f}x")
     print(f"{'relocation after a kill':<52}{'-':>10}  (measured with Restart(relocate=True), not here)")
-    print("\nfloor: python -c 'import torch, actorch', started and waited for in the same round")
+    print(
+        "\nfloors, in the same rounds: python -c 'import torch, actorch' until imported, and until it exited;"
+        f"\n{actors} plain Python processes computing {work:g} s of CPU each, started at once, until they exited"
+    )
 
 
 def main() -> None:
@@ -141,7 +174,7 @@ def main() -> None:
     async def run_all(system: actorch.ActorSystem) -> dict[str, list[float]]:
         return await measure(system, rounds, args.actors, args.work)
 
-    results = actorch.run(run_all, stop_grace=2.0, configure_logs=False)
+    results = actorch.run(run_all, stop_grace=2.0, log_level="warning")
     report(results, args.actors, args.work)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -472,7 +472,8 @@ class ActorHost:
             except Exception as exc:  # noqa: BLE001 - a peer that does not hear sees this node lost instead
                 node.log.warning("node did not hear that this one leaves", peer=rank, error=repr(exc))
 
-        await asyncio.gather(*(one(rank) for rank in node.ranks() if rank != self.rank and rank not in node.lost))
+        others = [rank for rank in node.ranks() if rank != self.rank and rank not in node.lost]
+        await asyncio.gather(*(one(rank) for rank in others if rank not in self.leaving))  # those leaving need not hear
 
     def peer_leaving(self, rank: int) -> None:
         """Node ``rank`` is leaving: spawn nothing there."""

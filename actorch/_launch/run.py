@@ -30,7 +30,7 @@ from actorch._actors.host import ActorHost
 from actorch._actors.service import NodeService
 from actorch._actors.system import ActorSystem, open_system
 from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig, is_count, is_number
-from actorch._base.errors import NodeLostError
+from actorch._base.errors import ActorStoppedError, NodeLostError
 from actorch._base.resources import check_resources
 from actorch._launch.eventloop import InterruptPolicy, Watchdog, run_bounded
 from actorch._launch.guard import WORKER_OF_ENV, refuse_run_while_imported, worker_report
@@ -782,8 +782,8 @@ async def _call_all(host: ActorHost, ranks: list[int], endpoint: Any, limit: flo
         try:
             async with asyncio.timeout(limit):
                 await host.services[rank].call(endpoint, *args)
-        except NodeLostError:
-            return True  # it left already
+        except (NodeLostError, ActorStoppedError):
+            return True  # it is gone already, or it left the system meanwhile
         except Exception as exc:  # noqa: BLE001 - a node that fails here is reported, not fatal
             host.node.log.warning("node did not answer shutdown", peer=rank, error=repr(exc))
             return False

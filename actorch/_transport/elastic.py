@@ -257,9 +257,25 @@ class ElasticRpcTransport(RpcTransport):
     # ------------------------------------------------------------------ rank 0 admits
 
     def _admit_newcomers(self) -> None:
-        """Rank 0's admission thread: take each request in rank order, one at a time."""
-        members = self._members
+        """Rank 0's admission thread: take each request in rank order, one at a time.
+
+        It talks to the store on a connection of its own: a store client
+        serves one request at a time, and the thread's waits for the next bell
+        (up to ``BELL_WAIT``) would otherwise hold up every other use of the
+        store, such as closing it to newcomers when the system ends.
+        """
+        try:
+            own, prefixed = rendezvous_store(self._master, 1, 1, self._options, None)
+        except Exception:  # noqa: BLE001 - the shared connection serves, only slower to close
+            own, prefixed = None, None
+        members = Membership(prefixed) if prefixed is not None else self._members
         assert members is not None
+        try:
+            self._admit_until_stopped(members)
+        finally:
+            del own
+
+    def _admit_until_stopped(self, members: Membership) -> None:
         waiting: set[int] = set()  # ranks handed out whose request has not been taken yet
         seen = 1
         bell = 1
