@@ -62,7 +62,8 @@ from actorch._engine.batching import Batched, batched
 from actorch._engine.streaming import DEFAULT_WINDOW as DEFAULT_STREAM_WINDOW
 from actorch._engine.streaming import Stream
 from actorch._launch.connect import connect
-from actorch._launch.run import run, serve
+from actorch._launch.run import run
+from actorch._launch.serving import serve
 from actorch._launch.start import start
 from actorch._stock.agent import Agent, EpisodeStats
 from actorch._stock.collection import Collection

@@ -17,7 +17,7 @@ import sys
 
 from actorch._base.errors import JoinError
 from actorch._base.resources import check_resources
-from actorch._launch.run import serve
+from actorch._launch.serving import serve
 from actorch._transport.membership import ADDRESS_ENV, TOKEN_ENV
 
 __all__ = ["parse_resource", "serve_command"]

@@ -23,7 +23,7 @@ from actorch._actors.host import ActorHost
 from actorch._actors.system import ActorSystem, hand_over
 from actorch._base.resources import check_resources
 from actorch._launch.logs import configure_logging
-from actorch._launch.run import SHUTDOWN_TIMEOUT, _plan_from, _rpc_transport, _start, _World, join_target
+from actorch._launch.serving import SHUTDOWN_TIMEOUT, _plan_from, _rpc_transport, _start, _World, join_target
 from actorch._launch.start import Opening, wake_for_interrupts
 from actorch._transport.base import NodeTraits
 from actorch._transport.elastic import prepare_join

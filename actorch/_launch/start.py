@@ -30,18 +30,15 @@ from actorch._base.errors import UnsupportedError
 from actorch._launch.nodes import ResourceSpec
 from actorch._launch.run import (
     _TORCHRUN_VARS,
-    JOIN_TIMEOUT,
-    Setup,
     _elastic_token,
     _is_port,
-    _kill_workers,
     _launch_traits,
     _lead,
     _local_world,
-    _Plan,
     _plan,
     _requested_world_size,
 )
+from actorch._launch.serving import JOIN_TIMEOUT, Setup, _kill_workers, _Plan
 from actorch._launch.status import check_status_port
 from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.rpc import active_transport
