@@ -76,6 +76,7 @@ def test_a_static_system_adds_nodes_places_on_them_and_gives_actors_processes_of
     assert env_node["free"]["env_slots"] == 0.0
     assert sum(held["env_slots"] for held in env_node["held"].values()) == 2.0
     assert own["gone_from_nodes"], "an actor's own process leaves the system when the actor stops"
+    assert own["child"] == {"value": 7, "seconds": own["child"]["seconds"]}, "its actor may start processes"
     print(f"two 1 s CPU-bound actors in processes of their own: {own['work_seconds']:.2f} s")  # the benchmark's figure
 
     left = run.result("leave")

@@ -150,7 +150,7 @@ class LocalLauncher:
                 target=self._target,
                 args=self._arguments(address, token, said),
                 name=f"actorch-{said.owner or said.label or 'node'}",
-                daemon=True,
+                daemon=False,  # its actors may start processes (a DataLoader's workers); the launch reaps it
             )
             for said in traits
         ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import signal
 import time
@@ -362,3 +363,10 @@ class Simulator(actorch.Actor):
         while time.process_time() - spent < seconds:
             sum(range(10_000))
         return time.monotonic() - started
+
+    async def start_a_process(self) -> int | None:
+        """Start a child process, as a DataLoader's workers do, and wait for it; its exit code."""
+        child = multiprocessing.get_context("fork").Process(target=os._exit, args=(7,))
+        child.start()
+        await asyncio.to_thread(child.join, 30)
+        return child.exitcode

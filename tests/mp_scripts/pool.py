@@ -62,6 +62,7 @@ async def own_processes(system: actorch.ActorSystem) -> dict[str, Any]:
     walls = await asyncio.gather(*(member.call(Simulator.work, WORK_SECONDS) for member in pair))
     together = time.monotonic() - started
     where = [await member.call(Simulator.where) for member in pair]
+    child = await attempt(pair[1].call(Simulator.start_a_process))
     status = await gather_status(system._host)
     owners = {node["rank"]: node.get("owner") for node in status["nodes"]}
     first = pair[0]
@@ -82,6 +83,7 @@ async def own_processes(system: actorch.ActorSystem) -> dict[str, Any]:
         "env_node": {key: env_node.get(key) for key in ("resources", "free", "held", "parent", "owner", "pool")},
         "left": first.rank in system.lost_nodes,
         "gone_from_nodes": first.rank not in {info.rank for info in system.nodes},
+        "child": child,
     }
 
 
