@@ -13,14 +13,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from fake_gpus import FakeAccelerator, installed
 
 import actorch
 from actorch._actors.where import Where
 from actorch._base.resources import check_resources, describe_amount, detect_resources
 from actorch._launch.cli_serve import parse_resource
-from actorch._launch.nodes import declared_resources
+from actorch._launch.nodes import can_grow, declared_resources, grow_refusal
 from actorch._transport.base import NodeTraits
 from actorch._transport.lone import LoneTransport
+from actorch._transport.rpc import RpcTransport
+from actorch._transport.rpc_setup import RpcOptions
 from actorch.testing import LocalWorld, local_world
 
 
@@ -308,3 +311,30 @@ async def test_a_lone_node_sends_nowhere_until_it_opens_a_world() -> None:
     with pytest.raises(actorch.UnsupportedError):
         alone.make_rref(1)
     await alone.close()
+
+
+def test_connect_and_start_refuse_bad_resources_before_anything_starts() -> None:
+    with pytest.raises(ValueError, match="finite number"):
+        actorch.connect("127.0.0.1:1", resources={"slots": -1}, configure_logs=False)
+    with pytest.raises(ValueError, match="not a resource name"):
+        actorch.start(resources={"": 1}, configure_logs=False)
+
+
+def test_only_systems_on_an_elastic_world_may_grow() -> None:
+    static = RpcTransport(0, 2, "127.0.0.1", 1, RpcOptions())
+    assert "device_maps=None" in str(grow_refusal(static, under_torchrun=False))
+    assert "torchrun" in str(grow_refusal(static, under_torchrun=True))
+    assert grow_refusal(LoneTransport(lambda: pytest.fail("not opened")), under_torchrun=False) is None  # type: ignore[arg-type,return-value]
+    assert can_grow(RpcOptions(device_maps=None))
+    assert not can_grow(RpcOptions(device_maps={"cuda:0": "cuda:0"}))
+
+
+async def test_a_where_spawn_with_gpus_is_lent_devices_and_gives_them_back() -> None:
+    with installed(FakeAccelerator(devices=())):
+        async with local_world(3, devices={2: ("cuda:0", "cuda:1")}) as world:
+            pair = await world[0].spawn(Sim, name="gpu/pair", on=Where(gpus=2))
+            assert pair.rank == 2
+            with pytest.raises(actorch.PlacementError, match=r"node 2: 0 gpus free, needs 1 gpus \(held by gpu/pair\)"):
+                await world[0].spawn(Sim, on=Where(gpus=1))
+            await pair.stop()
+            assert (await world[0].spawn(Sim, on=Where(gpus=1))).rank == 2

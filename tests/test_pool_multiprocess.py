@@ -86,7 +86,7 @@ def test_a_static_system_adds_nodes_places_on_them_and_gives_actors_processes_of
 
 @pytest.fixture
 def held(tmp_path: Path) -> Iterator[tuple[Script, list[int]]]:
-    """``pool.py hold``, once it has started its node and its actor's own process, and those two pids."""
+    """``pool.py hold``, once it has started its node, its actor's own process and a third, and their pids."""
     script = Script(script_argv("pool.py", "hold", str(tmp_path)))
     try:
         wait_for_file(tmp_path / "pids", script, timeout=120)
@@ -110,7 +110,8 @@ def test_processes_started_on_demand_end_with_rank_0_however_it_ends(
     held: tuple[Script, list[int]], how: str, code: int
 ) -> None:
     script, pids = held
-    assert len(pids_alive(pids)) == 2
+    assert len(pids) == 3  # a node, an actor's own process, and a node still starting
+    assert len(pids_alive(pids)) == 3
     if how == "ctrl-c":
         script.signal_group(signal.SIGINT)  # as a terminal does: every process of the group gets it
     elif how == "sigterm":
@@ -127,7 +128,7 @@ def test_processes_started_on_demand_end_with_rank_0_however_it_ends(
 
 
 def agent_argv() -> list[str]:
-    return [sys.executable, "-m", "actorch", "serve", "--pool", "--name", "host-b"]
+    return [sys.executable, "-m", "actorch", "serve", "--pool", "--name", "host-b", "--resource", "b_slots=3"]
 
 
 @pytest.mark.timeout(300)
@@ -165,8 +166,8 @@ def test_a_host_agent_starts_node_processes_and_actors_own_processes_on_its_host
     rank0.assert_clean_exit(0)
     host_b.assert_clean_exit(0)
     found = rank0.result("agent")
-    agent_rank, label, pool = found["agent"]
-    assert (label, pool) == ("host-b", True)
+    agent_rank, label, pool, slots = found["agent"]
+    assert (label, pool, slots) == ("host-b", True, 3.0)
     assert [(parent, label) for _, parent, label in found["added"]] == [(agent_rank, "b-env")] * 2
     assert found["own_node"] == [["b/own", agent_rank]]
     assert found["where"]["placed"]["rank"] in [rank for rank, _, _ in found["added"]]

@@ -37,7 +37,7 @@ async def main(system: actorch.ActorSystem) -> dict[str, Any]:
             unknown = str(exc)
     emit(
         "agent",
-        agent=[agent.rank, agent.label, agent.pool],
+        agent=[agent.rank, agent.label, agent.pool, agent.resources.get("b_slots")],
         added=[[info.rank, info.parent, info.label] for info in added],
         own_node=[(info.owner, info.parent) for info in system.nodes if info.rank == own.rank],
         where=where,

@@ -9,8 +9,9 @@ Usage:
   go (its process leaves and is reaped), has an added node leave, and returns;
   every process it started must be gone with it.
 - ``python pool.py hold TMPDIR``: a one-process ``run(main)`` system adds a node
-  and an actor of its own process, writes their pids to ``TMPDIR/pids``, and
-  waits until the test interrupts it (Ctrl-C, SIGTERM) or kills it.
+  and an actor of its own process, starts adding one more, writes the pids of
+  the three to ``TMPDIR/pids`` while the last still starts, and waits until the
+  test interrupts it (Ctrl-C, SIGTERM) or kills it.
 
 Every check prints one ``RESULT {json}``.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -110,9 +112,12 @@ async def hold(system: actorch.ActorSystem) -> None:
     node = (await system.add_nodes(1))[0]
     own = await system.spawn(Simulator, on=actorch.Where(process="own"))
     where = await own.call(Simulator.where)
-    pids = [node.pid, where["pid"]]
+    starting = asyncio.ensure_future(system.add_nodes(1))  # still starting when the test ends the run
+    await asyncio.sleep(0.5)
+    pids = sorted({node.pid, where["pid"], *(child.pid for child in multiprocessing.active_children())})
     Path(sys.argv[2], "pids").write_text(json.dumps(pids))  # noqa: ASYNC240 - one small file, once
     emit("held", pids=pids, ranks=[node.rank, own.rank])
+    await starting
     await asyncio.sleep(600)
 
 
