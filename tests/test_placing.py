@@ -19,7 +19,9 @@ import actorch
 from actorch._actors.where import Where
 from actorch._base.resources import check_resources, describe_amount, detect_resources
 from actorch._launch.cli_serve import parse_resource
+from actorch._launch.cli_tables import status_tables
 from actorch._launch.nodes import can_grow, declared_resources, grow_refusal
+from actorch._launch.status import gather_status
 from actorch._transport.base import NodeTraits
 from actorch._transport.lone import LoneTransport
 from actorch._transport.rpc import RpcTransport
@@ -338,3 +340,28 @@ async def test_a_where_spawn_with_gpus_is_lent_devices_and_gives_them_back() -> 
                 await world[0].spawn(Sim, on=Where(gpus=1))
             await pair.stop()
             assert (await world[0].spawn(Sim, on=Where(gpus=1))).rank == 2
+
+
+async def test_actorch_status_shows_resources_free_and_whose_process_a_node_is(envs: LocalWorld) -> None:
+    envs._hub.traits[3] = NodeTraits(resources={"cpus": 4}, owner="learner", parent=0)
+    envs._hub.traits[2] = NodeTraits("env", {"env_slots": 1}, parent=0, pool=True)
+    await envs[0].spawn(Sim, on=Where(label="env", resources={"env_slots": 1}))
+    status = await gather_status(envs._hosts[0])
+    nodes, _ = status_tables(status, None)
+    labels, resources = list(nodes.columns[4].cells), list(nodes.columns[5].cells)
+    assert labels == ["", "env", "env (started by node 0) (host agent)", "(own process of learner)"]
+    assert resources[1].startswith("cpus ")
+    assert "env_slots 1/2" in resources[1], "one of node 1's two slots is held"
+    assert "cpus 4/4" in resources[3]
+    older = {
+        **status,
+        "nodes": [
+            {
+                key: value
+                for key, value in status["nodes"][0].items()
+                if key not in ("resources", "free", "held", "owner", "parent", "pool")
+            }
+        ],
+    }
+    old_nodes, _ = status_tables(older, None)
+    assert list(old_nodes.columns[5].cells) == ["-"], "a system of schema 1 shows without resources"

@@ -38,6 +38,8 @@ T = TypeVar("T")
 RETRY_FIRST = 0.05
 """Seconds before a spawn waiting for capacity looks again (doubling up to ``RETRY_MOST``), if no node joined."""
 RETRY_MOST = 1.0
+MEET_WITHIN = 30.0
+"""Seconds a node that asked for node processes waits to be told of them, once they have joined."""
 _EPSILON = 1e-9
 
 SpawnThere = Callable[[int, Mapping[str, float]], Awaitable[T]]
@@ -94,7 +96,7 @@ class Placer:
 
     async def place(self, what: str, where: Where, spawn_there: SpawnThere[T]) -> T:
         """Spawn on the first node that fits ``where``, waiting for one if it says so."""
-        async with self._bounded(what, where) as attempts:
+        async with self._bounded(where) as attempts:
             while True:
                 refusals, fitting, _ = await self._survey(where)
                 for rank in fitting:
@@ -115,7 +117,7 @@ class Placer:
         self, what: str, count: int, where: Where, spread: bool, spawn_there: Callable[[int, int], Awaitable[T]]
     ) -> list[T]:
         """Spawn ``count`` members on nodes that fit ``where``, spread or packed, all or none."""
-        async with self._bounded(what, where) as attempts:
+        async with self._bounded(where) as attempts:
             while True:
                 refusals, fitting, free = await self._survey(where)
                 plan = _plan(count, fitting, free, where.needs(), spread)
@@ -194,9 +196,9 @@ class Placer:
         share = await self._share(rank)
         return "lost" if share is None else _short(share, where.needs())
 
-    def _bounded(self, what: str, where: Where) -> _Attempts:
+    def _bounded(self, where: Where) -> _Attempts:
         limit = None if not where.wait else self._host.config.lookup_timeout
-        return _Attempts(what, self._changed, limit)
+        return _Attempts(self._changed, limit)
 
     # ------------------------------------------------------------------ processes of their own
 
@@ -245,8 +247,17 @@ class Placer:
         ranks: list[int] = await self._host.services[rank].call(
             NodeService.add_nodes, count, label, dict(resources), dict(env), owners
         )
+        return await self._met(ranks)
+
+    async def _met(self, ranks: list[int]) -> list[NodeInfo]:
+        """Nodes ``ranks`` as this node knows them, once it does (rank 0 tells the others as it admits them)."""
         transport = self._host.node.transport
-        return [transport.peer(added) for added in ranks]
+        async with asyncio.timeout(MEET_WITHIN):
+            while True:
+                self._changed.clear()  # cleared first: a node met after the look below still wakes the wait
+                if all(transport.knows(rank) for rank in ranks):
+                    return [transport.peer(rank) for rank in ranks]
+                await self._changed.wait()
 
     def pool_of(self, host: str) -> int:
         """The rank of the live host agent of ``host`` (its host name or label).
@@ -306,8 +317,7 @@ class Placer:
 class _Attempts:
     """The bound of a placement that may wait: its deadline, how long to pause, the last refusal."""
 
-    def __init__(self, what: str, changed: asyncio.Event, limit: float | None) -> None:
-        self._what = what
+    def __init__(self, changed: asyncio.Event, limit: float | None) -> None:
         self._changed = changed
         self._limit = limit
         self._pause = RETRY_FIRST

@@ -17,11 +17,13 @@ reused: a process that comes back joins as a new node.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import socket
 import threading
 import time
+import weakref
 from typing import Any
 
 import structlog
@@ -31,6 +33,7 @@ from actorch._base.devices import TensorRoute, accelerator
 from actorch._base.errors import JoinError, UnsupportedError
 from actorch._transport import rpc as rpc_transport
 from actorch._transport.base import NodeInfo, NodeTraits
+from actorch._transport.bridge import in_daemon_thread
 from actorch._transport.membership import (
     ADDRESS_ENV,
     BELL_WAIT,
@@ -48,6 +51,18 @@ from actorch._transport.rpc_setup import cpp_errors_quiet, quiet_cpp_logs, rende
 __all__ = ["ElasticRpcTransport"]
 
 log = structlog.get_logger("actorch")
+
+
+_admitting: weakref.WeakSet[ElasticRpcTransport] = weakref.WeakSet()
+"""Rank 0 transports whose admission thread may still run, for the exit hook."""
+
+
+@atexit.register
+def _end_admission_at_exit() -> None:
+    """A process that exits with its system up (no shutdown) ends the admission threads first."""
+    for transport in list(_admitting):
+        with contextlib.suppress(Exception):
+            transport.end_admission()
 
 
 def _welcome(facts: str) -> bool:
@@ -172,6 +187,7 @@ class ElasticRpcTransport(RpcTransport):
         self._admitted = threading.Condition()
         self._joined_ranks: set[int] = set()
         self._admission_stop = threading.Event()
+        self._admission: threading.Thread | None = None
 
     def __repr__(self) -> str:
         host, port = self._master
@@ -206,7 +222,9 @@ class ElasticRpcTransport(RpcTransport):
             self._add_peer(own_info(0, accelerator().inventory(), self.traits))
             self._bring_up(lambda: self._start_agent(store, options))
             members.open(self._initial, self._shared, public=self.elastic)
-            threading.Thread(target=self._admit_newcomers, name="actorch-admission", daemon=True).start()
+            self._admission = threading.Thread(target=self._admit_newcomers, name="actorch-admission", daemon=True)
+            self._admission.start()
+            _admitting.add(self)
             self._wait_launch_joined()
         else:
             try:
@@ -349,8 +367,20 @@ class ElasticRpcTransport(RpcTransport):
         if self.rank == 0 and self._members is not None and not self._closing:
             with contextlib.suppress(Exception):  # the store is already gone
                 self._members.close()
+                self._members.ring()  # the admission thread wakes, and stops
 
     async def close(self) -> None:
-        """Take no more newcomers; then leave as every rank does."""
-        self.stop_admitting()
+        """Take no more newcomers, let the admission thread end (it holds a store connection); leave as all do."""
+        await in_daemon_thread(self.end_admission)
         await super().close()
+
+    def end_admission(self) -> None:
+        """Take no more newcomers and wait (bounded) until the admission thread has ended (any thread).
+
+        The thread holds a store connection of its own; one still open when
+        the process exits, after the store it talks to, aborts the process.
+        """
+        self.stop_admitting()
+        admission = self._admission
+        if admission is not None and admission.is_alive() and admission is not threading.current_thread():
+            admission.join(BELL_WAIT + 1.0)

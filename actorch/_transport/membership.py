@@ -216,6 +216,10 @@ class Membership:
         """Ask to join as ``info``, proving the token (an empty proof without one)."""
         proof = "" if not token else _proof(token, info.rank, info.host, info.pid)
         self._store.set(f"join/{info.rank}", json.dumps({**facts_of(info), "proof": proof}))
+        self.ring()
+
+    def ring(self) -> None:
+        """Ring the next bell: rank 0's admission thread wakes and looks at the requests (and whether to stop)."""
         self._store.set(f"bell/{int(self._store.add('bells', 1))}", "1")
 
     def wait_answer(self, rank: int, timeout: float) -> list[NodeInfo]:
