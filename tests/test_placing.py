@@ -34,6 +34,13 @@ class Sim(actorch.Actor):
         return self.system.rank
 
 
+class Crashing(Sim):
+    fatal_errors = (RuntimeError,)
+
+    async def crash(self) -> None:
+        raise RuntimeError("the simulator diverged")
+
+
 @pytest.fixture
 async def envs() -> AsyncIterator[LocalWorld]:
     """Rank 0 plain; ranks 1 and 2 labelled ``env`` with 2 and 1 env slots; rank 3 a learner with 4 CPUs."""
@@ -365,3 +372,20 @@ async def test_actorch_status_shows_resources_free_and_whose_process_a_node_is(e
     }
     old_nodes, _ = status_tables(older, None)
     assert list(old_nodes.columns[5].cells) == ["-"], "a system of schema 1 shows without resources"
+
+
+async def test_a_restarted_actor_keeps_what_it_holds_and_gives_it_back_when_it_stops_for_good(envs: LocalWorld) -> None:
+    where = Where(label="env", resources={"env_slots": 2})
+    once = actorch.Restart(max_restarts=1, backoff=0)
+    crashing = await envs[0].spawn(Crashing, name="crashing", on=where, restart=once)
+    assert crashing.rank == 1
+    with pytest.raises(RuntimeError, match="diverged"):
+        await crashing.call(Crashing.crash)
+    assert await crashing.call(Crashing.rank) == 1  # the new instance answers
+    share = await envs[0]._host.services[1].call("resources")
+    assert share["held"] == {"crashing": {"env_slots": 2.0}}, "a restart keeps what the actor holds"
+    with pytest.raises(RuntimeError, match="diverged"):
+        await crashing.call(Crashing.crash)
+    assert (await crashing.wait_stopped()).reason == "failed"
+    share = await envs[0]._host.services[1].call("resources")
+    assert share["held"] == {}, "stopped for good: what it held goes back"

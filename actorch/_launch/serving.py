@@ -223,6 +223,8 @@ async def _start(
         done = plan.setup(transport.rank)
         if inspect.isawaitable(done):
             await done
+    if plan.tune_gc:
+        tune_gc()  # before the first actor can come (peers may spawn here before start() returns), and again after
     system, host = open_system(transport, plan.config)
     if prepare is not None:
         prepare(host)
