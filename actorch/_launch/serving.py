@@ -334,9 +334,9 @@ def serve(
             memory and GPUs it detects (``{"env_slots": 4}``), for ``Where`` placement.
         pool: Make this node the host agent of its host: ``add_nodes(...,
             host=...)`` (by this host's name or this node's ``name``) and
-            ``Where(process="own", host=...)`` start their processes here. They
-            end with this node: when it leaves, they leave first; if it dies,
-            they leave by themselves.
+            ``Where(process="own", host=...)`` start their processes here
+            (``setup`` runs on this node only). They end with this node: when
+            it leaves, they leave first; if it dies, they leave by themselves.
         log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
         configure_logs: Configure structlog here (unless the program already did).
 
@@ -364,9 +364,8 @@ def serve(
     launcher = None
     if pool:
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        launcher = LocalLauncher(
-            _serve_newcomer, functools.partial(_newcomer_arguments, plan), _invitation(address, token), children
-        )
+        arguments = functools.partial(_newcomer_arguments, dataclasses.replace(plan, setup=None))  # setup: here only
+        launcher = LocalLauncher(_serve_newcomer, arguments, _invitation(address, token), children)
     try:
         return run_bounded(_serve_async(world, plan, joined, launcher))
     finally:
