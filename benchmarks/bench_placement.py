@@ -39,9 +39,9 @@ import sys
 import time
 from pathlib import Path
 
-import actorch
+from bench_elastic import QUIET, bare_process
 
-QUIET = {"ACTORCH_LOG_LEVEL": "warning", "TORCH_CPP_LOG_LEVEL": "ERROR"}
+import actorch
 
 
 class Sim(actorch.Actor):
@@ -58,26 +58,12 @@ class Sim(actorch.Actor):
         return time.perf_counter() - started
 
 
-IMPORT = "import sys, torch, actorch; sys.stdout.write('imported\\n'); sys.stdout.flush()"
 BURN = (
     "import sys, time\n"
     "spent = time.process_time()\n"
     "while time.process_time() - spent < float(sys.argv[1]):\n"
     "    sum(range(10_000))"
 )
-
-
-def bare_process() -> tuple[float, float]:
-    """Seconds for ``python -c "import torch, actorch"`` to have imported both (it says so), and to exit."""
-    started = time.perf_counter()
-    with subprocess.Popen([sys.executable, "-c", IMPORT], env={**os.environ, **QUIET}, stdout=subprocess.PIPE) as proc:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        imported = time.perf_counter()
-        status = proc.wait()
-    if status != 0 or line != b"imported\n":
-        raise RuntimeError(f"python -c {IMPORT!r} failed (exit code {status})")
-    return imported - started, time.perf_counter() - started
 
 
 def plain_processes(count: int, work: float) -> float:
@@ -90,7 +76,7 @@ def plain_processes(count: int, work: float) -> float:
 
 
 async def own_process(system: actorch.ActorSystem) -> dict[str, float]:
-    imported, exited = await asyncio.to_thread(bare_process)
+    imported, exited = await asyncio.to_thread(bare_process, "torch, actorch")
     started = time.perf_counter()
     sim = await system.spawn(Sim, on=actorch.Where(process="own"))
     spawned = time.perf_counter()

@@ -230,24 +230,40 @@ async def _start(
         prepare(host)
     await host.start_services()
     starting = asyncio.ensure_future(transport.start())
-    while not starting.done():
-        await asyncio.wait([starting], timeout=0.1)
-        dead = [worker for worker in workers or () if worker.exitcode is not None]
-        if dead and not starting.done():
-            starting.cancel()
-            transport.stop_admitting()  # rank 0 of an elastic world stops waiting for the launch's workers
-            await asyncio.wait([starting])
-            with contextlib.suppress(Exception):  # its agent may be up already: take it down, or the exit aborts
-                await transport.close()
-            codes = ", ".join(_exit_of(worker) for worker in dead)
-            raise RuntimeError(f"actor system failed to start: {codes}")
-    starting.result()
+    try:
+        while not starting.done():
+            await asyncio.wait([starting], timeout=0.1)
+            dead = [worker for worker in workers or () if worker.exitcode is not None]
+            if dead and not starting.done():
+                starting.cancel()
+                transport.stop_admitting()  # rank 0 of an elastic world stops waiting for the launch's workers
+                await asyncio.wait([starting])
+                codes = ", ".join(_exit_of(worker) for worker in dead)
+                raise RuntimeError(f"actor system failed to start: {codes}")
+        starting.result()
+    except BaseException:
+        await asyncio.shield(_abandon_start(host))
+        raise
     if plan.tune_gc:
         tune_gc()
     if workers:
         node = host.node
         host.node.on_peer_lost(lambda rank, why: None if rank in node.left else _kill_lost(workers, rank))
     return system, host
+
+
+async def _abandon_start(host: ActorHost) -> None:
+    """A node whose start failed stops what it hosts and closes (its agent may be up: the exit would abort).
+
+    Peers reach a node of an elastic world as soon as its torch RPC agent is
+    up, before its start returns: they may have spawned actors here already,
+    whose ``on_stop`` runs now.
+    """
+    host.node.departing = True
+    with contextlib.suppress(Exception):
+        await host.stop_all()
+    with contextlib.suppress(Exception):
+        await host.node.close()
 
 
 def _newcomer_arguments(plan: _Plan, address: str, token: str, traits: NodeTraits) -> tuple[_Newcomer]:

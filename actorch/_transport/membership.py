@@ -20,6 +20,7 @@ rank, host and pid under the token.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -251,7 +252,10 @@ class Membership:
                     raise JoinError("the system is shutting down")
                 if time.monotonic() >= limit:
                     raise JoinError(f"{why} within {timeout:g} s")
-                time.sleep(POLL)
+                # Returns the moment the key is set, so a join waits no polling interval per step. It raises
+                # when its timeout passes; a store that is gone fails the check above.
+                with contextlib.suppress(Exception):
+                    self._store.wait([key], timedelta(seconds=POLL))
         except JoinError:
             raise
         except Exception as exc:  # the store went with rank 0
