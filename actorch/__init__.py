@@ -35,6 +35,7 @@ from actorch._actors.events import MembershipEvent, NameRegistered, NameRemoved,
 from actorch._actors.ref import ActorRef
 from actorch._actors.restart import ActorExit, Restart
 from actorch._actors.system import ActorSystem, NodeInfo
+from actorch._actors.where import Where
 from actorch._base.codec import serializable
 from actorch._base.errors import (
     ActorchError,
@@ -61,7 +62,8 @@ from actorch._engine.batching import Batched, batched
 from actorch._engine.streaming import DEFAULT_WINDOW as DEFAULT_STREAM_WINDOW
 from actorch._engine.streaming import Stream
 from actorch._launch.connect import connect
-from actorch._launch.run import run, serve
+from actorch._launch.run import run
+from actorch._launch.serving import serve
 from actorch._launch.start import start
 from actorch._stock.agent import Agent, EpisodeStats
 from actorch._stock.collection import Collection
@@ -126,6 +128,7 @@ __all__ = [
     "Stream",
     "SystemClosedError",
     "UnsupportedError",
+    "Where",
     "assign_shards",
     "batch_partitioner",
     "batched",

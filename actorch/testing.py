@@ -20,6 +20,8 @@ from actorch._actors.host import ActorHost
 from actorch._actors.system import ActorSystem, open_system
 from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig
 from actorch._base.deadline import DeadlineLoop
+from actorch._base.resources import check_resources
+from actorch._transport.base import NodeTraits
 from actorch._transport.inprocess import InProcessHub
 
 __all__ = ["LocalWorld", "local_world", "new_event_loop"]
@@ -80,6 +82,8 @@ async def local_world(
     mailbox_size: int = DEFAULT_WINDOW,
     max_message_size: int = DEFAULT_MAX_MESSAGE,
     devices: Mapping[int, Iterable[str]] | None = None,
+    labels: Mapping[int, str] | None = None,
+    resources: Mapping[int, Mapping[str, float]] | None = None,
 ) -> AsyncIterator[LocalWorld]:
     """Run an actor system of ``world_size`` nodes in this event loop; shut it down on exit.
 
@@ -95,6 +99,9 @@ async def local_world(
             ``spawn(..., gpus=)`` on a machine without them. Actors placed on
             them run with their device made current by the runtime's
             accelerator, so such a test installs one that does not touch CUDA.
+        labels: Labels of some nodes, by rank (``{1: "env"}``), for ``Where(label=...)``.
+        resources: Resources some nodes declare, by rank (``{1: {"env_slots": 4}}``),
+            over what this process detects, for ``Where`` placement.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, not {world_size}")
@@ -105,7 +112,12 @@ async def local_world(
         mailbox_size=mailbox_size,
         max_message_size=max_message_size,
     )
-    hub = InProcessHub(world_size, devices=devices)
+    ranks = set(labels or {}) | set(resources or {})
+    traits = {
+        rank: NodeTraits((labels or {}).get(rank), check_resources((resources or {}).get(rank), f"resources[{rank}]"))
+        for rank in ranks
+    }
+    hub = InProcessHub(world_size, devices=devices, traits=traits)
     opened = [open_system(hub.transport(rank), config) for rank in range(world_size)]
     hosts = [host for _, host in opened]
     for host in hosts:

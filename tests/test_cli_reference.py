@@ -15,7 +15,7 @@ def test_the_cli_reference_page_is_made_from_the_parser() -> None:
 
 def test_the_cli_reference_names_every_flag_of_every_command() -> None:
     page = reference()
-    for command in ("run", "status", "stop"):
+    for command in ("run", "serve", "status", "stop"):
         assert f"## actorch {command}" in page
     for action in parser()._subparsers._group_actions[0].choices["run"]._actions:  # type: ignore[union-attr]
         for flag in action.option_strings:

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import inspect
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -22,8 +22,10 @@ import torch
 
 from actorch._actors.actor import Actor, class_path, endpoints_of, has_state_hooks, place
 from actorch._actors.events import EventHub
+from actorch._actors.holdings import Holdings, node_share
 from actorch._actors.movable import RELOCATOR_ID
 from actorch._actors.placement import GpuPool, GpuShare
+from actorch._actors.pool import NodePool
 from actorch._actors.process_groups import ProcessGroups
 from actorch._actors.ref import SERVICE_ID, ActorRef, make_ref
 from actorch._actors.registry import REGISTRY_ID, NameCache, Registry
@@ -39,6 +41,7 @@ from actorch._engine.cell import CANCEL_WAIT, Cell
 from actorch._engine.message import CallContext, current_call
 from actorch._engine.node import SYSTEM_IDS, Node
 from actorch._transport.base import NodeInfo, Transport
+from actorch._transport.membership import facts_of
 
 __all__ = ["ActorHost", "Bind"]
 
@@ -81,6 +84,8 @@ class ActorHost:
         self.supervisor = Supervisor(self.rank)
         self.process_groups = ProcessGroups(self.node)
         self.gpus = GpuPool(self.rank, lambda: self.node.transport.peer(self.rank).devices)
+        self.holdings = Holdings(self.rank, lambda: self.node.transport.peer(self.rank).resources)
+        self.pool = NodePool(self)
         caller = self.node.caller
         self.relocatables = Relocatables(caller, self.rank)
         self.services = ServiceRefs(caller)
@@ -123,17 +128,21 @@ class ActorHost:
         system_id: int | None = None,
         device: str | None = None,
         gpus: int = 0,
+        needs: Mapping[str, float] | None = None,
         origin: tuple[int, int] | None = None,
         kept: tuple[Any] | None = None,
+        fits: tuple[str | None, str | None] | None = None,
     ) -> ActorRef[A]:
         """Build an actor of ``cls`` on this node and start it (again after a failed start, if ``restart`` allows).
 
         ``device`` overrides the class's device; it must be one this node has.
         ``gpus`` lends the actor that many free GPUs of this node until it
-        stops, the first as its device; ``PlacementError`` if they are not free.
+        stops, the first as its device; ``needs`` holds other resources for it
+        (``{"cpus": 1}``) as long; ``PlacementError`` if they are not free.
         A relocatable actor (``Restart(relocate=True)``) is adopted by rank 0's
         relocator once it started; one that moved here has its ``origin``, and
-        ``kept`` holds its last snapshot, restored before ``on_start``.
+        ``kept`` holds its last snapshot, restored before ``on_start``; ``fits``
+        holds the label and host a node it moves to must have.
         """
         node = self.node
         if self.rank in self.leaving and system_id is None:
@@ -142,6 +151,7 @@ class ActorHost:
         if relocatable:
             check_home(cls.__qualname__, self.rank)
         lent = self.gpus.pick(gpus, f"spawn({cls.__qualname__}, gpus={gpus})") if gpus else ()
+        held = self.holdings.pick(needs, f"spawn({cls.__qualname__})") if needs else {}
         chosen = torch.device(lent[0]) if lent else cls.device if device is None else parse_device(device)
         placed = self.check_device(cls, chosen)
         unborn = cls.__new__(cls)  # holds the cell's place until an instance has started
@@ -153,8 +163,10 @@ class ActorHost:
             actor_id=system_id,
             device=placed,
         )
-        # No await since pick: no other spawn can have taken these GPUs meanwhile.
-        self.gpus.hold(lent, cell.actor_id, name or f"{cls.__qualname__}#{cell.actor_id}")
+        # No await since pick: no other spawn can have taken these GPUs or resources meanwhile.
+        holder = name or f"{cls.__qualname__}#{cell.actor_id}"
+        self.gpus.hold(lent, cell.actor_id, holder)
+        self.holdings.hold(cell.actor_id, held, holder)
         if relocatable:
             self.relocatables.take(cell.actor_id, origin)
         ref: ActorRef[A] = self.relocatables.ref(cell.actor_id, name, cls)
@@ -184,7 +196,9 @@ class ActorHost:
         if relocatable and origin is None:
             assert restart is not None
             origin = self.relocatables.origin(cell.actor_id)
-            spec = RelocationSpec(origin, class_path(cls), args, kwargs, name, restart, device, gpus)
+            spec = RelocationSpec(
+                origin, class_path(cls), args, kwargs, name, restart, device, gpus, dict(needs or {}), *(fits or ())
+            )
             try:
                 await self.relocatables.adopt(spec)
             except BaseException:
@@ -194,14 +208,19 @@ class ActorHost:
         return ref
 
     def _remove(self, cell: Cell) -> None:
-        """Stop hosting ``cell``'s actor and take back the GPUs it held."""
+        """Stop hosting ``cell``'s actor and take back the GPUs and resources it held."""
         self.node.remove_actor(cell)
         self.gpus.release(cell.actor_id)
+        self.holdings.release(cell.actor_id)
         self.relocatables.drop(cell.actor_id)
 
     def gpu_share(self) -> GpuShare:
         """This node's GPUs and the actors holding them."""
         return self.gpus.share()
+
+    def resource_share(self) -> dict[str, Any]:
+        """What this node has free and who holds what (``holdings.node_share``)."""
+        return node_share(self.holdings, self.gpus.share())
 
     def check_device(self, cls: type[Actor], device: torch.device) -> torch.device:
         """``device`` if this node has it (the CPU always); else ``ValueError`` naming what it has."""
@@ -386,11 +405,8 @@ class ActorHost:
                 }
             )
         return {
-            "rank": self.rank,
-            "host": info.host,
-            "pid": info.pid,
-            "devices": list(info.devices),
-            "label": info.label,
+            **facts_of(info),  # rank, host, pid, devices, label, resources, owner, parent, pool
+            **node_share(self.holdings, self.gpus.share()),
             "uptime": node.loop.time() - self._born,
             "statistics": node.statistics(),
             "actors": actors,
@@ -447,12 +463,19 @@ class ActorHost:
 
     def check_leave(self, rank: object) -> None:
         """Raise if node ``rank`` may not leave: ``UnsupportedError`` for a static system, ``ValueError`` for rank 0."""
-        if not self.node.transport.elastic:
+        if not self.node.transport.elastic and not self._added(rank):
             raise UnsupportedError("only a node of an elastic system can leave it (run(..., elastic=True))")
         if rank == 0:
             raise ValueError("rank 0 runs main and holds the registry: it cannot leave (return from main instead)")
         if not isinstance(rank, int) or isinstance(rank, bool):
             raise ValueError(f"a node's rank is an int, not {rank!r}")
+
+    def _added(self, rank: object) -> bool:
+        """Whether node ``rank`` is a process started on demand (``add_nodes``): it may leave any system."""
+        try:
+            return self.node.transport.peer(rank).parent is not None  # type: ignore[arg-type]
+        except (KeyError, TypeError):
+            return False
 
     def begin_leave(self) -> None:
         """Start leaving the system, once; the node's process then exits with code 0.
@@ -471,6 +494,7 @@ class ActorHost:
         self.leaving.add(self.rank)
         node.log.info("leaving the system", actors=sum(cell.actor_id > SYSTEM_IDS for cell in node.cells()))
         await self._tell_peers(NodeService.peer_leaving)
+        await self.pool.close()
         await self.stop_all(ActorExit("node_left"))
         await self._tell_peers(NodeService.peer_left)
         self.exit_code = 0
@@ -488,7 +512,8 @@ class ActorHost:
             except Exception as exc:  # noqa: BLE001 - a peer that does not hear sees this node lost instead
                 node.log.warning("node did not hear that this one leaves", peer=rank, error=repr(exc))
 
-        await asyncio.gather(*(one(rank) for rank in node.ranks() if rank != self.rank and rank not in node.lost))
+        others = [rank for rank in node.ranks() if rank != self.rank and rank not in node.lost]
+        await asyncio.gather(*(one(rank) for rank in others if rank not in self.leaving))  # those leaving need not hear
 
     def peer_leaving(self, rank: int) -> None:
         """Node ``rank`` is leaving: spawn nothing there."""

@@ -11,7 +11,7 @@ place, :func:`eligible_nodes`; the relocator does the moving.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from actorch._actors.actor import Actor, class_path
@@ -73,6 +73,9 @@ class RelocationSpec:
         restart: Its restart policy.
         device: The device its spawn named (``device=``), if any.
         gpus: The GPUs its spawn asked to be lent (``gpus=``).
+        needs: Other resources it holds (``Where(cpus=..., resources=...)``).
+        node_label: The label its spawn asked of the node (``Where(label=...)``), if any.
+        node_host: The host its spawn asked for (``Where(host=...)``), if any.
     """
 
     origin: Origin
@@ -83,6 +86,9 @@ class RelocationSpec:
     restart: Restart
     device: str | None = None
     gpus: int = 0
+    needs: dict[str, float] = field(default_factory=dict)
+    node_label: str | None = None
+    node_host: str | None = None
 
     def label(self, home: Origin) -> str:
         """How logs and errors name the actor, living at ``home``."""
@@ -96,21 +102,29 @@ def eligible_nodes(
 
     The one place relocation chooses a node. A node qualifies when it is not
     ``unavailable`` (lost, leaving, rank 0) and has what the spawn asked for:
-    the device named with ``device=``, or at least ``gpus`` GPUs (the node
-    itself checks, as it builds the actor, that enough of them are free). The
-    node hosting the fewest relocatable actors (``load``) comes first, then the
-    lowest rank.
+    the device named with ``device=``, or at least ``gpus`` GPUs; the label and
+    the host its ``Where`` named; and at least the resources the actor holds
+    (the node itself checks, as it builds the actor, that enough of them are
+    free, and the relocator goes on to the next node if not). The node hosting
+    the fewest relocatable actors (``load``) comes first, then the lowest rank.
     """
     chosen: list[int] = []
     refused: dict[int, str] = {}
     for info in nodes:
         rank = info.rank
+        short = [name for name, amount in spec.needs.items() if info.resources.get(name, 0.0) < amount]
         if rank in unavailable:
             refused[rank] = unavailable[rank]
         elif spec.device is not None and spec.device != "cpu" and spec.device not in info.devices:
             refused[rank] = f"has no {spec.device} ({', '.join(info.devices) or 'no GPU'})"
         elif len(info.devices) < spec.gpus:
             refused[rank] = f"has {len(info.devices)} GPU(s), the actor holds {spec.gpus}"
+        elif spec.node_label is not None and info.label != spec.node_label:
+            refused[rank] = f"is labelled {info.label!r}, not {spec.node_label!r}"
+        elif spec.node_host is not None and info.host != spec.node_host:
+            refused[rank] = f"is on host {info.host!r}, not {spec.node_host!r}"
+        elif short:
+            refused[rank] = f"has less {', '.join(short)} than the actor holds"
         else:
             chosen.append(rank)
     chosen.sort(key=lambda rank: (load.get(rank, 0), rank))

@@ -258,8 +258,10 @@ class Relocator(Actor):
                     spec.restart,
                     spec.device,
                     spec.gpus,
-                    spec.origin,
-                    entry.state,
+                    needs=spec.needs or None,
+                    origin=spec.origin,
+                    kept=entry.state,
+                    fits=(spec.node_label, spec.node_host),
                 )
             except (PlacementError, NodeLostError) as exc:
                 refused[rank] = describe(exc)

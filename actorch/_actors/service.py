@@ -6,6 +6,7 @@ service as a :class:`ServiceBackend`, which is all the service knows of it.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from actorch._actors.actor import Actor
@@ -13,13 +14,31 @@ from actorch._actors.placement import GpuShare
 from actorch._actors.ref import ActorRef, resolve_class
 from actorch._actors.restart import ActorExit, Restart
 
-__all__ = ["NodeService", "ServiceBackend"]
+__all__ = ["NodeProcesses", "NodeService", "ServiceBackend"]
+
+
+class NodeProcesses(Protocol):
+    """What the node service needs of its node's pool of processes (``pool.NodePool``)."""
+
+    async def add(
+        self,
+        count: int,
+        label: str | None,
+        resources: Mapping[str, float],
+        env: Mapping[str, str],
+        owners: list[str] | None,
+    ) -> list[int]:
+        """Start node processes on this host; their ranks, once they serve."""
+
+    async def build_owner(self, build: Callable[[], Awaitable[ActorRef[Any]]]) -> ActorRef[Any]:
+        """Build the actor whose own process this node is."""
 
 
 class ServiceBackend(Protocol):
     """What the node service needs of its node's actor host."""
 
     rank: int
+    pool: NodeProcesses
 
     async def build(
         self,
@@ -31,16 +50,22 @@ class ServiceBackend(Protocol):
         *,
         device: str | None = None,
         gpus: int = 0,
+        needs: Mapping[str, float] | None = None,
         origin: tuple[int, int] | None = None,
         kept: tuple[Any] | None = None,
+        fits: tuple[str | None, str | None] | None = None,
     ) -> ActorRef[Any]:
-        """Build and start an actor here (on ``device``, if given, or holding ``gpus`` free GPUs).
+        """Build and start an actor here (on ``device``, if given, or holding ``gpus`` free GPUs and ``needs``).
 
-        ``origin`` and ``kept``: a relocatable actor moved here, and its last snapshot.
+        ``origin`` and ``kept``: a relocatable actor moved here, and its last
+        snapshot; ``fits``: the label and host its new node must have if it moves.
         """
 
     def gpu_share(self) -> GpuShare:
         """This node's GPUs and the actors holding them."""
+
+    def resource_share(self) -> dict[str, Any]:
+        """What this node has free and who holds what."""
 
     async def stop_actor(self, actor_id: int, exit_: ActorExit) -> None:
         """Stop a local actor, if it is still here."""
@@ -87,23 +112,62 @@ class NodeService(Actor):
         restart: Restart | None = None,
         device: str | None = None,
         gpus: int = 0,
+        needs: dict[str, float] | None = None,
+        own: bool = False,
         origin: tuple[int, int] | None = None,
         kept: tuple[Any] | None = None,
+        fits: tuple[str | None, str | None] | list[str | None] | None = None,
     ) -> ActorRef[Any]:
         """Build an actor of the class at ``path`` here and run its ``on_start``.
 
         It runs on ``device`` if given; with ``gpus``, it holds that many free
         GPUs of this node (``PlacementError`` if they are not free) and runs on
-        the first. ``origin`` is given when rank 0's relocator moves a
-        relocatable actor here: where it was first started, and ``kept`` its
-        last snapshot (restored before ``on_start``), if it saved one.
+        the first; it holds ``needs`` (``{"cpus": 1}``) too. ``own``: this node
+        is the actor's own process, which leaves the system when it stops.
+        ``origin`` is given when rank 0's relocator moves a relocatable actor
+        here: where it was first started, and ``kept`` its last snapshot
+        (restored before ``on_start``), if it saved one. ``fits``: for a
+        relocatable actor, the label and host a node it moves to must have.
         """
         cls = resolve_class(path)
         if cls is None:
             raise ImportError(f"cannot import actor class {path!r} on node {self._backend.rank}")
-        return await self._backend.build(
-            cls, tuple(args), kwargs, name, restart, device=device, gpus=gpus, origin=origin, kept=kept
-        )
+        backend = self._backend
+
+        async def build() -> ActorRef[Any]:
+            return await backend.build(
+                cls,
+                tuple(args),
+                kwargs,
+                name,
+                restart,
+                device=device,
+                gpus=gpus,
+                needs=needs,
+                origin=origin,
+                kept=kept,
+                fits=None if fits is None else (fits[0], fits[1]),
+            )
+
+        return await (backend.pool.build_owner(build) if own else build())
+
+    async def resources(self) -> dict[str, Any]:
+        """What this node has free and who holds what: ``{"free": {name: amount}, "held": {holder: {...}}}``."""
+        return self._backend.resource_share()
+
+    async def add_nodes(
+        self,
+        count: int,
+        label: str | None,
+        resources: dict[str, float],
+        env: dict[str, str],
+        owners: list[str] | None = None,
+    ) -> list[int]:
+        """Start ``count`` node processes on this node's host; their ranks, once they serve.
+
+        ``owners`` names, for each, the actor it is started for (it then leaves when that actor stops).
+        """
+        return await self._backend.pool.add(count, label, resources, env, owners)
 
     async def gpus(self) -> tuple[tuple[str, ...], dict[str, str]]:
         """This node's GPUs, and those actors hold with the actor holding each."""

@@ -19,12 +19,13 @@ from actorch._actors.actor import Actor, attach, class_path
 from actorch._actors.events import MembershipEvent, NameRegistered, NodeJoined, Subscription
 from actorch._actors.host import ActorHost
 from actorch._actors.placement import GpuShare, candidate_ranks, place_on_gpus
-from actorch._actors.ref import ActorRef, resolve_class
+from actorch._actors.ref import ActorRef
 from actorch._actors.registry import Registry
 from actorch._actors.relocation import check_home, relocatable_homes
-from actorch._actors.relocator import Relocator
 from actorch._actors.restart import Restart
 from actorch._actors.service import NodeService
+from actorch._actors.system_placement import SystemPlacement, check_spawnable
+from actorch._actors.where import Where
 from actorch._base.config import SystemConfig, is_count
 from actorch._base.deadline import current_deadline
 from actorch._base.devices import parse_device
@@ -69,7 +70,7 @@ def _attach(instance: Actor, ref: ActorRef[Any], *, system: ActorSystem) -> None
     attach(instance, ref, system)
 
 
-class ActorSystem:
+class ActorSystem(SystemPlacement):
     """The actor system as seen from one node: spawn actors, find them by name.
 
     Made by :func:`actorch.run` and handed to ``main``; inside an actor it is
@@ -187,7 +188,7 @@ class ActorSystem:
         args: tuple[Any, ...] = (),
         kwargs: Mapping[str, Any] | None = None,
         name: str | None = None,
-        on: int | None = None,
+        on: int | Where | None = None,
         restart: Restart | None = None,
         device: str | torch.device | None = None,
         gpus: int = 0,
@@ -199,7 +200,9 @@ class ActorSystem:
             args: Positional arguments for ``cls.__init__``.
             kwargs: Keyword arguments for ``cls.__init__``.
             name: A unique, path-shaped name (``rl/observers/3``) to find it by.
-            on: Rank of the node to host it.
+            on: Rank of the node to host it; or a ``Where`` that describes the
+                node (label, host, resources the actor holds until it stops)
+                or asks for a process of the actor's own (see ``Where``).
             restart: Restart the actor when it fails (a handler raises one of
                 its class's ``fatal_errors``, or ``on_start`` raises); None
                 stops it instead. With a policy, a first start that raises is
@@ -224,21 +227,17 @@ class ActorSystem:
             NodeLostError: Node ``on`` was lost.
             PlacementError: No node (or not node ``on``) has ``gpus`` free
                 GPUs (the message says what each node has and who holds it),
-                or node ``on`` is leaving the system.
+                no node fits ``on=Where(...)`` (the message names each node
+                and why), or node ``on`` is leaving the system.
+            UnsupportedError: ``Where(process="own")`` in a system that
+                cannot start node processes (the message says why).
+            JoinError: The actor's own process could not join the system.
             RemoteError: ``__init__`` or ``on_start`` raised.
             ValueError: ``device`` is not a device, or node ``on`` does not have
                 it; ``gpus`` is not an int >= 0, or comes with ``device``; the
                 actor is relocatable and would live on rank 0.
         """
-        if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls in (NodeService, Registry, Relocator):
-            raise TypeError(f"spawn() takes an actorch.Actor subclass, not {cls!r}")
-        if resolve_class(class_path(cls)) is not cls:
-            raise TypeError(
-                f"actor class {cls.__qualname__} cannot be imported as {class_path(cls)!r}: define actor "
-                "classes at module level, so every node can import them"
-            )
-        if restart is not None and not isinstance(restart, Restart):
-            raise TypeError(f"restart must be an actorch.Restart or None, not {restart!r}")
+        check_spawnable(cls, restart)
         if not is_count(gpus, 0):
             raise ValueError(f"gpus must be an int >= 0, not {gpus!r}")
         if gpus and device is not None:
@@ -249,6 +248,12 @@ class ActorSystem:
         if name is not None:
             check_name(name)
         placed = None if device is None else str(parse_device(device))
+        if isinstance(on, Where):
+            if gpus or (placed is not None and on.gpus):
+                raise ValueError(f"spawn({cls.__qualname__}): ask for GPUs in Where(gpus=...) alone, without device=")
+            what = f"spawn({cls.__qualname__}, on={on!r})"
+            placed_spawn = self._placed_spawn(cls, args, kwargs, restart, placed, on)
+            return (await self._placer.spawn(what, on, [name], [name or cls.__qualname__], None, placed_spawn))[0]
         rank = self.rank if on is None else on
         node = self._host.node
         if isinstance(rank, int) and (rank in self._host.leaving or rank in node.left):
@@ -287,10 +292,23 @@ class ActorSystem:
         restart: Restart | None,
         device: str | None,
         gpus: int,
+        needs: Mapping[str, float] | None = None,
+        *,
+        own: bool = False,
+        fits: tuple[str | None, str | None] | None = None,
     ) -> ActorRef[A]:
-        """Reserve ``name`` for node ``rank``, have the node build the actor there, bind the name."""
+        """Reserve ``name`` for node ``rank``, have the node build the actor there, bind the name.
+
+        ``fits``: the label and host a ``Where`` asked for, which a relocatable
+        actor's new node must have too.
+        """
         if restart is not None and restart.relocate:
             check_home(cls.__qualname__, rank)
+            if own:
+                raise ValueError(
+                    f"spawn({cls.__qualname__}): an actor in a process of its own (Where(process='own')) is not "
+                    "relocated: its process ends with its node; relocate it with a Where that names a label instead"
+                )
         if rank != self.rank and _defined_interactively(cls):
             raise TypeError(
                 f"cannot spawn {cls.__qualname__} on node {rank}: it is defined in the __main__ of an interactive "
@@ -300,8 +318,23 @@ class ActorSystem:
         if name is not None:
             await self._host.registry.call(Registry.reserve, name, rank)
         try:
+            options: dict[str, Any] = {}  # a plain spawn's message stays as it was
+            if needs:
+                options["needs"] = dict(needs)
+            if own:
+                options["own"] = True
+            if fits is not None and restart is not None and restart.relocate and fits != (None, None):
+                options["fits"] = fits
             ref: ActorRef[A] = await self._host.services[rank].call(
-                NodeService.spawn, class_path(cls), list(args), dict(kwargs or {}), name, restart, device, gpus
+                NodeService.spawn,
+                class_path(cls),
+                list(args),
+                dict(kwargs or {}),
+                name,
+                restart,
+                device,
+                gpus,
+                **options,
             )
         except BaseException:
             if name is not None:

@@ -2,10 +2,11 @@
 
 ``actorch run -n 4 script.py args`` runs the script through PyTorch's own
 launcher, ``torch.distributed.run``, with torchrun's flags (``-n 1`` alone runs
-it in this one process). ``actorch status`` reads the status rank 0 serves and
-shows it as tables, once or ``--watch``-ing; with no address it finds the
-systems of this host in their runtime files. ``actorch stop`` asks one to shut
-down. Bad input is one line on stderr and exit code 2; a failure is one line
+it in this one process). ``actorch serve`` joins a running elastic system as a
+node, or as its host's agent (``--pool``). ``actorch status`` reads the status
+rank 0 serves and shows it as tables, once or ``--watch``-ing; with no address
+it finds the systems of this host in their runtime files. ``actorch stop`` asks
+one to shut down. Bad input is one line on stderr and exit code 2; a failure is one line
 and exit code 1; Ctrl-C ends ``actorch run`` with 130 and ``--watch`` with 0.
 """
 
@@ -16,6 +17,7 @@ import sys
 from typing import NoReturn
 
 from actorch._launch.cli_run import run_command
+from actorch._launch.cli_serve import parse_resource, serve_command
 from actorch._launch.cli_status import status_command, stop_command
 from actorch._launch.runtime import RUNTIME_DIR_ENV
 from actorch._launch.status import STATUS_PORT_ENV
@@ -34,6 +36,8 @@ examples:
   actorch run -n 2 --max-restarts 3 train.py  start the whole group again (up to 3 times) when a rank fails
   actorch run -n 8 --nnodes 2 --node-rank 0 --master-addr 10.0.0.5 --master-port 29500 train.py
                                               host 0 of two (the same on host 1 with --node-rank 1)
+  actorch serve --pool --name gpu-b           (with ACTORCH_ADDRESS, ACTORCH_JOIN_TOKEN) join an elastic system
+                                              as this host's agent: add_nodes(..., host="gpu-b") starts processes here
   actorch status                              the system running on this host: its nodes and actors
   actorch status --watch                      ... refreshed every second (Ctrl-C ends it)
   actorch status --list                       every system running on this host
@@ -58,8 +62,11 @@ def parser() -> argparse.ArgumentParser:
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{run,status,stop}")
+    commands = top.add_subparsers(
+        dest="command", required=True, parser_class=_Parser, metavar="{run,serve,status,stop}"
+    )
     _add_run(commands)
+    _add_serve(commands)
     _add_status(commands)
     _add_stop(commands)
     return top
@@ -118,6 +125,36 @@ def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
     run.add_argument("script", nargs="?", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     run.set_defaults(func=run_command)
+
+
+def _add_serve(commands: argparse._SubParsersAction[_Parser]) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="join a running elastic system as a node, or as this host's agent (--pool)",
+        description=(
+            "Join the elastic system at ADDRESS (else $ACTORCH_ADDRESS) with the join token in $ACTORCH_JOIN_TOKEN "
+            "(never a flag, so that it stays off command lines), and serve actors until the system ends or this "
+            "node leaves (SIGTERM leaves gracefully). With --pool the node is this host's agent: the system starts "
+            "node processes here, for add_nodes(..., host=NAME) and Where(process='own', host=NAME), NAME being "
+            "this host's name or --name. Actor classes are imported by module path, the current directory first."
+        ),
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--address", type=_address, metavar="HOST:PORT", help="the system's address (rank 0's store)")
+    serve.add_argument("--name", metavar="NAME", help="this node's label (NodeInfo.label)")
+    serve.add_argument(
+        "--resource",
+        type=parse_resource,
+        action="append",
+        metavar="NAME=AMOUNT",
+        help="a resource this node declares over those it detects (repeatable: --resource env_slots=4)",
+    )
+    serve.add_argument("--pool", action="store_true", help="be this host's agent: start node processes when asked")
+    serve.add_argument(
+        "--join-timeout", type=_seconds, default=60.0, metavar="SECONDS", help="seconds to wait for the system (60)"
+    )
+    serve.set_defaults(func=serve_command)
 
 
 def _add_status(commands: argparse._SubParsersAction[_Parser]) -> None:

@@ -22,7 +22,7 @@ import urllib.request
 from typing import Any, NoReturn
 
 from actorch._launch.runtime import RunningSystem, running_systems, runtime_dir
-from actorch._launch.status import STATUS_PORT_ENV, STATUS_SCHEMA
+from actorch._launch.status import READABLE_SCHEMAS, STATUS_PORT_ENV
 
 __all__ = ["StatusUnavailable", "fetch_status", "status_command", "stop_command"]
 
@@ -131,9 +131,10 @@ def fetch_status(address: str, timeout: float = 10.0) -> dict[str, Any]:
         ) from None
     if not isinstance(found, dict) or not isinstance(found.get("nodes"), list) or "schema" not in found:
         raise StatusUnavailable(f"no actorch status at {address}: the answer is JSON of another kind")
-    if found["schema"] != STATUS_SCHEMA:
+    if found["schema"] not in READABLE_SCHEMAS:
+        readable = " and ".join(map(str, READABLE_SCHEMAS))
         raise StatusUnavailable(
-            f"the status at {address} has schema {found['schema']!r}; this actorch reads schema {STATUS_SCHEMA}"
+            f"the status at {address} has schema {found['schema']!r}; this actorch reads schemas {readable}"
         )
     return found
 

@@ -14,7 +14,18 @@ def status_tables(current: dict[str, Any], previous: dict[str, Any] | None) -> l
     elapsed = current["time"] - previous["time"] if previous is not None else None
     before = {node["rank"]: node for node in previous["nodes"]} if previous is not None else {}
     nodes = Table(title=f"nodes ({current['world_size']})", title_justify="left")
-    for column in ("rank", "host", "pid", "devices", "label", "state", "actors", "msgs/s in", "msgs/s out"):
+    for column in (
+        "rank",
+        "host",
+        "pid",
+        "devices",
+        "label",
+        "resources free",
+        "state",
+        "actors",
+        "msgs/s in",
+        "msgs/s out",
+    ):
         nodes.add_column(column, justify="right" if column.startswith(("rank", "pid", "actors", "msgs")) else "left")
     actors = Table(title="actors", title_justify="left")
     for column in ("actor", "class", "node", "queued", "handled", "errors", "p50", "p99", "calls/s"):
@@ -23,7 +34,7 @@ def status_tables(current: dict[str, Any], previous: dict[str, Any] | None) -> l
         rank = node["rank"]
         if "statistics" not in node:
             state = f"lost: {node['lost']}" if "lost" in node else "not answering"
-            nodes.add_row(str(rank), "", "", "", "", state, "", "", "")
+            nodes.add_row(str(rank), "", "", "", "", "", state, "", "", "")
             continue
         stats, old = node["statistics"], before.get(rank, {}).get("statistics")
         span = elapsed if old is not None and elapsed else node["uptime"]
@@ -34,7 +45,8 @@ def status_tables(current: dict[str, Any], previous: dict[str, Any] | None) -> l
             node["host"],
             str(node["pid"]),
             ", ".join(node["devices"]) or "-",
-            node["label"] or "",
+            _label(node),
+            _resources(node),
             "alive",
             str(len(node["actors"])),
             _rate(incoming, span),
@@ -59,6 +71,32 @@ def status_tables(current: dict[str, Any], previous: dict[str, Any] | None) -> l
                 _rate(done, span),
             )
     return [nodes, actors]
+
+
+def _label(node: dict[str, Any]) -> str:
+    """A node's label, and whose own process it is or which node started it (schema 2)."""
+    parts = [node["label"] or ""]
+    if node.get("owner"):
+        parts.append(f"(own process of {node['owner']})")
+    elif node.get("parent") is not None:
+        parts.append(f"(started by node {node['parent']})")
+    if node.get("pool"):
+        parts.append("(host agent)")
+    return " ".join(part for part in parts if part)
+
+
+def _resources(node: dict[str, Any]) -> str:
+    """What a node has free of what it has: ``cpus 1/2, env_slots 3/4`` (memory in GiB); ``-`` before schema 2."""
+    have: dict[str, float] = node.get("resources") or {}
+    free: dict[str, float] = node.get("free") or {}
+    shown = []
+    for name, amount in sorted(have.items()):
+        left = free.get(name, amount)
+        if name == "memory":
+            shown.append(f"memory {left / 2**30:.3g}/{amount / 2**30:.3g} GiB")
+        elif amount:
+            shown.append(f"{name} {left:g}/{amount:g}")
+    return ", ".join(shown) or "-"
 
 
 def _in(stats: dict[str, int]) -> int:

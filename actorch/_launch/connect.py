@@ -16,13 +16,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from actorch._actors.host import ActorHost
 from actorch._actors.system import ActorSystem, hand_over
+from actorch._base.resources import check_resources
 from actorch._launch.logs import configure_logging
-from actorch._launch.run import SHUTDOWN_TIMEOUT, _plan_from, _rpc_transport, _start, _World, join_target
+from actorch._launch.serving import SHUTDOWN_TIMEOUT, _plan_from, _rpc_transport, _start, _World, join_target
 from actorch._launch.start import Opening, wake_for_interrupts
+from actorch._transport.base import NodeTraits
 from actorch._transport.elastic import prepare_join
 from actorch._transport.membership import TOKEN_ENV
 from actorch._transport.rpc import active_transport
@@ -36,6 +39,7 @@ def connect(
     token: str | None = None,
     name: str | None = None,
     join_timeout: float = 60.0,
+    resources: Mapping[str, float] | None = None,
     log_level: str | None = None,
     configure_logs: bool = True,
 ) -> Opening:
@@ -57,6 +61,8 @@ def connect(
         token: The system's join token; None reads ``ACTORCH_JOIN_TOKEN``.
         name: A label for this node, shown in ``system.nodes`` (``NodeInfo.label``).
         join_timeout: Seconds to wait for the system to answer.
+        resources: Amounts of resources this node declares over the CPUs,
+            memory and GPUs it detects (``{"env_slots": 4}``), for ``Where`` placement.
         log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
         configure_logs: Configure structlog here (unless the program already did).
 
@@ -68,19 +74,20 @@ def connect(
         JoinError: (when awaited) The system refused this node (a wrong or
             missing token), does not take new nodes, is shutting down, or
             nothing answered within ``join_timeout``.
-        ValueError: No address, a malformed one, a bad ``name`` or ``join_timeout``.
+        ValueError: No address, a malformed one, a bad ``name``, ``join_timeout`` or ``resources``.
         RuntimeError: (when awaited) This process already runs a node on torch RPC.
     """
     host, port = join_target("connect", address, name, join_timeout)
     if token is not None and not isinstance(token, str):
         raise TypeError(f"token must be a str or None, not {token!r}")
+    traits = NodeTraits(name, check_resources(resources))
     if configure_logs:
         configure_logging(log_level)
     secret = token if token is not None else os.environ.get(TOKEN_ENV, "")
-    return Opening(f"actorch.connect({host}:{port})", lambda: _join(host, port, secret, name, join_timeout))
+    return Opening(f"actorch.connect({host}:{port})", lambda: _join(host, port, secret, traits, join_timeout))
 
 
-async def _join(address: str, port: int, token: str, name: str | None, join_timeout: float) -> ActorSystem:
+async def _join(address: str, port: int, token: str, traits: NodeTraits, join_timeout: float) -> ActorSystem:
     if active_transport() is not None:  # before a rank is taken in the system
         raise RuntimeError("this process already runs a node on torch RPC (one per process): shut it down first")
     joining: dict[str, Any] = {}
@@ -90,7 +97,8 @@ async def _join(address: str, port: int, token: str, name: str | None, join_time
 
     await asyncio.to_thread(ask)
     plan = dataclasses.replace(_plan_from(joining["shared"], None, join_timeout), tune_gc=False)
-    transport = _rpc_transport(_World(joining["rank"], 0, address, port, token, name), plan.options)
+    world = _World(joining["rank"], 0, address, port, token, traits.label, traits)
+    transport = _rpc_transport(world, plan.options)
     system, host = await _start(transport, plan)
     follower = asyncio.get_running_loop().create_task(_follow(host), name=f"actorch-node{host.rank}")
     hand_over(system, lambda: _leave(host, follower))

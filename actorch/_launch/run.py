@@ -1,103 +1,78 @@
 """``actorch.run``: start the world, run ``main`` on rank 0, and always shut down in bounded time.
 
-Three ways to start: one process (``world_size`` 1 or None, in-process transport);
-a plain script with ``world_size=N`` (this process is rank 0 and spawns N-1
-local workers on loopback, on a free port); or under ``torchrun`` (the world
-comes from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT). With
-``elastic=True`` the world takes new nodes while it runs: ``actorch.serve``
-joins one from any process that has the system's address and join token.
+Three ways to start: one process (``world_size`` 1 or None: alone, until it
+starts a node process); a plain script with ``world_size=N`` (this process is
+rank 0 and spawns N-1 local workers on loopback, on a free port); or under
+``torchrun`` (the world comes from RANK, WORLD_SIZE, MASTER_ADDR and
+MASTER_PORT). With ``elastic=True`` the world takes new nodes while it runs:
+``actorch.serve`` (``serving``) joins one from any process that has the
+system's address and join token. Without it, a local launch still runs on an
+elastic world, private to the node processes it starts itself (``add_nodes``),
+unless device maps need a static one. What the other nodes run is in ``serving``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
-import inspect
+import functools
 import multiprocessing
 import os
-import signal
 import socket
-import threading
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, TypeVar
 
 from actorch._actors.host import ActorHost
 from actorch._actors.service import NodeService
-from actorch._actors.system import ActorSystem, open_system
+from actorch._actors.system import ActorSystem
 from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig, is_count, is_number
-from actorch._base.errors import NodeLostError
-from actorch._launch.eventloop import InterruptPolicy, Watchdog, run_bounded
-from actorch._launch.guard import WORKER_OF_ENV, refuse_run_while_imported, worker_report
+from actorch._base.errors import ActorStoppedError, NodeLostError
+from actorch._launch.eventloop import InterruptPolicy, run_bounded
+from actorch._launch.guard import WORKER_OF_ENV, refuse_run_while_imported
 from actorch._launch.logs import configure_logging
+from actorch._launch.nodes import (
+    LocalLauncher,
+    ResourceSpec,
+    can_grow,
+    declared_resources,
+    environment,
+    grow_refusal,
+)
 from actorch._launch.runtime import Announcement, status_address
+from actorch._launch.serving import (
+    SHUTDOWN_TIMEOUT,
+    Setup,
+    _kill_lost,
+    _kill_workers,
+    _newcomer_arguments,
+    _Plan,
+    _reap,
+    _rpc_transport,
+    _serve,
+    _serve_newcomer,
+    _shared,
+    _start,
+    _World,
+    takes_system,
+)
 from actorch._launch.status import STATUS_PORT_ENV, StatusServer, check_status_port
-from actorch._transport.base import Transport
-from actorch._transport.elastic import ElasticRpcTransport, prepare_join
-from actorch._transport.inprocess import InProcessHub
-from actorch._transport.membership import ADDRESS_ENV, TOKEN_ENV, new_token, parse_address
+from actorch._transport.base import NodeTraits, Transport
+from actorch._transport.elastic import ElasticRpcTransport
+from actorch._transport.lone import LoneTransport
+from actorch._transport.membership import TOKEN_ENV, new_token
 from actorch._transport.network import listen_socket
 from actorch._transport.rpc import RpcTransport
 from actorch._transport.rpc_setup import DeviceMapSpec, RpcOptions
 
-__all__ = ["run", "serve"]
+__all__ = ["run"]
 
 T = TypeVar("T")
 Main = Callable[[ActorSystem], Awaitable[T]]
 
 _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _QUIET_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR"}
-SHUTDOWN_TIMEOUT = 5.0
-"""Seconds past the actors' own bounds (``2 * stop_grace``) that a node's shutdown may take."""
-JOIN_TIMEOUT = 10.0
 WORLD_SIZE_ENV = "ACTORCH_WORLD_SIZE"
 """Set by ``actorch run -n N``: the number of local processes, in place of ``run``'s ``world_size``."""
-YOUNG_GC_THRESHOLD = 3_000
-"""Allocations between two collections of the young generation when ``run`` tunes the collector (Python: 700)."""
-OLD_GC_THRESHOLD = 100
-"""Collections of the middle generation between two full ones when ``run`` tunes the collector (Python: 10)."""
-
-
-Setup = Callable[[int], object]
-"""A function run on every node with its rank before the node serves (may return an awaitable)."""
-SystemSetup = Callable[[ActorSystem], object]
-"""A ``serve`` setup that asks for the node's system: run once the node has joined (may return an awaitable)."""
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What every node of a launch is started with."""
-
-    config: SystemConfig
-    options: RpcOptions
-    setup: Setup | None
-    tune_gc: bool
-    status: tuple[str, int] | None = None  # where rank 0 serves the status (actorch status), if anywhere
-
-
-@dataclass(frozen=True)
-class _World:
-    rank: int
-    world_size: int
-    host: str
-    port: int
-    token: str | None = None  # an elastic world's join token ("" to ask without one); None: a static world
-    label: str | None = None
-
-
-def _shared(plan: _Plan) -> dict[str, Any]:
-    """The settings an elastic system's newcomers must run with (json-ready)."""
-    local = ("device_maps", "init_timeout")  # elastic worlds have no maps; each newcomer waits as it chooses
-    options = {key: value for key, value in dataclasses.asdict(plan.options).items() if key not in local}
-    return {"config": dataclasses.asdict(plan.config), "options": options}
-
-
-def _plan_from(shared: dict[str, Any], setup: Setup | None, join_timeout: float) -> _Plan:
-    """The plan of a newcomer to an elastic system, from the settings its rank 0 published."""
-    options = RpcOptions(device_maps=None, init_timeout=join_timeout, **shared["options"])
-    return _Plan(SystemConfig(**shared["config"]), options, setup, tune_gc=True)
 
 
 def run(
@@ -123,6 +98,7 @@ def run(
     tune_gc: bool = True,
     status_port: int | None = None,
     status_host: str = "127.0.0.1",
+    resources: ResourceSpec = None,
     log_level: str | None = None,
     configure_logs: bool = True,
 ) -> T:
@@ -202,11 +178,20 @@ def run(
             ``/metrics`` with ``actorch[metrics]`` installed; read-only. None
             reads ``ACTORCH_STATUS_PORT``, and serves nothing without it.
         status_host: The address the status is served on; loopback unless you mean otherwise.
+        resources: Amounts of resources the nodes declare, over the CPUs,
+            memory and GPUs they detect, for ``Where`` placement: one mapping
+            for every node (``{"env_slots": 4}``), or mappings by rank
+            (``{1: {"env_slots": 4}}``). See docs/guides/placement.md.
         log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
         configure_logs: Configure structlog here (unless the program already did).
 
     ``actorch run -n N script.py`` sets ``ACTORCH_WORLD_SIZE``, which then
     takes the place of ``world_size``.
+
+    Any system started from a script, elastic or not, can start more node
+    processes while it runs (``system.add_nodes``, ``Where(process="own")``),
+    except under torchrun and with device maps (a system of one process goes
+    on torch RPC the first time it does).
 
     Returns:
         What ``main`` returned. If ``main`` raised, the exception propagates after shutdown.
@@ -237,9 +222,7 @@ def run(
     under_torchrun = all(var in os.environ for var in _TORCHRUN_VARS)
     if plan.status is not None and not (under_torchrun and os.environ["RANK"] != "0"):
         check_status_port(*plan.status)  # a taken port fails here, before any worker starts
-    if elastic:
-        return _launch_elastic(main, world_size, host, plan, port, under_torchrun=under_torchrun)
-    if under_torchrun:
+    if under_torchrun and not elastic:
         world = _World(
             int(os.environ["RANK"]),
             int(os.environ["WORLD_SIZE"]),
@@ -248,15 +231,17 @@ def run(
         )
         if world_size is not None and world_size != world.world_size and not launcher_sized:
             raise ValueError(f"run(world_size={world_size}) but torchrun started {world.world_size} processes")
+        said = NodeTraits(resources=declared_resources(resources, world.world_size).get(world.rank, {}))
+        world = dataclasses.replace(world, traits=said)
         if world.rank != 0:
             _serve(world, plan)
         return run_bounded(_lead(main, _rpc_transport(world, plan.options), plan), interrupts=_interrupts(plan))
-    if world_size is None or world_size == 1:
-        hub = InProcessHub(1)
-        return run_bounded(_lead(main, hub.transport(0), plan), interrupts=_interrupts(plan))
-    if not isinstance(world_size, int) or world_size < 1:
+    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
-    return _launch_local(main, world_size, host, plan, port)
+    traits = _launch_traits(resources, world_size or 1)
+    if elastic:
+        return _launch_elastic(main, world_size, host, plan, port, traits, under_torchrun=under_torchrun)
+    return _launch_local(main, world_size or 1, host, plan, port, traits)
 
 
 def _plan(
@@ -313,20 +298,6 @@ def _plan(
     return _Plan(config, options, setup, tune_gc=tune_gc, status=_status_address(*status))
 
 
-def takes_system(setup: Callable[..., object]) -> bool:
-    """Whether ``setup`` asks for the node's system: its first parameter is named ``system`` or annotated so."""
-    try:
-        parameters = list(inspect.signature(setup).parameters.values())
-    except (TypeError, ValueError):  # a callable without a signature takes the rank, as always
-        return False
-    if not parameters:
-        return False
-    first = parameters[0]
-    annotation = first.annotation
-    named = annotation.rpartition(".")[2] if isinstance(annotation, str) else getattr(annotation, "__name__", None)
-    return first.name == "system" or annotation is ActorSystem or named == "ActorSystem"
-
-
 def _is_port(port: object) -> bool:
     return is_count(port, 0) and isinstance(port, int) and port <= 65535
 
@@ -362,11 +333,35 @@ def _requested_world_size(world_size: int | None) -> tuple[int | None, bool]:
 
 
 def _launch_elastic(
-    main: Main[T], world_size: int | None, host: str, plan: _Plan, port: int, *, under_torchrun: bool
+    main: Main[T],
+    world_size: int | None,
+    host: str,
+    plan: _Plan,
+    port: int,
+    traits: list[NodeTraits],
+    *,
+    under_torchrun: bool,
 ) -> T:
     """Start an elastic system of ``world_size`` local nodes (None: 1) that newcomers may join."""
     token = _elastic_token(world_size, plan, under_torchrun=under_torchrun)
-    return _launch_local(main, world_size or 1, host, plan, port, token)
+    return _launch_local(main, world_size or 1, host, plan, port, traits, token)
+
+
+def _launch_traits(resources: ResourceSpec, world_size: int) -> list[NodeTraits]:
+    """What each node of a local launch says of itself: the resources it declares; rank 0 starts node processes."""
+    declared = declared_resources(resources, world_size)
+    return [NodeTraits(resources=declared.get(rank, {}), pool=rank == 0) for rank in range(world_size)]
+
+
+def _open_alone(host: str, port: int, plan: _Plan) -> ElasticRpcTransport:
+    """The elastic world a system of one node opens when it first starts a node process (only those may join)."""
+    listener = listen_socket(host, port)
+    port = listener.getsockname()[1]
+    options = dataclasses.replace(plan.options, device_maps=None)
+    shared = _shared(plan)
+    return ElasticRpcTransport(
+        0, host, port, options, token=new_token(), listener=listener, shared=shared, public=False
+    )
 
 
 def _elastic_token(world_size: int | None, plan: _Plan, *, under_torchrun: bool) -> str:
@@ -380,28 +375,60 @@ def _elastic_token(world_size: int | None, plan: _Plan, *, under_torchrun: bool)
     return os.environ.get(TOKEN_ENV) or new_token()
 
 
-def _launch_local(main: Main[T], world_size: int, host: str, plan: _Plan, port: int, token: str | None = None) -> T:
-    listener = listen_socket(host, port)
-    port = listener.getsockname()[1]
-    workers = _spawn_workers(world_size, host, port, plan, token)
+def _launch_local(
+    main: Main[T],
+    world_size: int,
+    host: str,
+    plan: _Plan,
+    port: int,
+    traits: list[NodeTraits],
+    token: str | None = None,
+) -> T:
+    transport, workers = _local_world(world_size, host, plan, port, traits, token)
     try:
-        transport = _rank0_transport(world_size, host, port, plan, listener, token)
         return run_bounded(_lead(main, transport, plan, workers), interrupts=_interrupts(plan, workers))
     finally:
         _reap(workers)
 
 
-def _spawn_workers(world_size: int, host: str, port: int, plan: _Plan, token: str | None) -> list[Any]:
+def _local_world(
+    world_size: int, host: str, plan: _Plan, port: int, traits: list[NodeTraits], token: str | None = None
+) -> tuple[Transport, list[Any]]:
+    """Rank 0's transport for a local launch, and the other ranks' processes, started.
+
+    An elastic launch has a join ``token``. Any other runs on an elastic world
+    too, private to the node processes it starts itself (``add_nodes``), so
+    that it can start them; except with device maps, which only a static world
+    has. One node alone needs no network until it starts one (``LoneTransport``).
+    """
+    if world_size == 1 and token is None:
+        alone = LoneTransport(functools.partial(_open_alone, host, port, plan))
+        alone.traits = traits[0]
+        return alone, []
+    public = token is not None
+    if token is None and can_grow(plan.options):
+        token = new_token()
+    listener = listen_socket(host, port)
+    port = listener.getsockname()[1]
+    workers = _spawn_workers(world_size, host, port, plan, token, traits)
+    try:
+        return _rank0_transport(world_size, host, port, plan, listener, token, traits[0], public=public), workers
+    except BaseException:
+        _kill_workers(workers)
+        listener.close()
+        raise
+
+
+def _spawn_workers(
+    world_size: int, host: str, port: int, plan: _Plan, token: str | None, traits: list[NodeTraits]
+) -> list[Any]:
     """Start ranks 1 to ``world_size - 1`` as local processes that serve actors (rank 0's store is at ``port``)."""
     context = multiprocessing.get_context("spawn")
-    worker_env = {**_QUIET_ENV, WORKER_OF_ENV: str(os.getpid())}
-    saved = {key: os.environ.get(key) for key in worker_env}
-    os.environ.update(worker_env)
-    try:
+    with environment({**_QUIET_ENV, WORKER_OF_ENV: str(os.getpid())}):
         workers = [
             context.Process(
                 target=_serve,
-                args=(_World(rank, world_size, host, port, token), plan),
+                args=(_World(rank, world_size, host, port, token, traits=traits[rank]), plan),
                 name=f"actorch-node{rank}",
                 daemon=True,
             )
@@ -409,24 +436,38 @@ def _spawn_workers(world_size: int, host: str, port: int, plan: _Plan, token: st
         ]
         for worker in workers:
             worker.start()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     return workers
 
 
 def _rank0_transport(
-    world_size: int, host: str, port: int, plan: _Plan, listener: socket.socket, token: str | None
+    world_size: int,
+    host: str,
+    port: int,
+    plan: _Plan,
+    listener: socket.socket,
+    token: str | None,
+    traits: NodeTraits,
+    *,
+    public: bool = True,
 ) -> RpcTransport:
-    """Rank 0's torch RPC transport for a local launch; elastic when there is a join ``token``."""
+    """Rank 0's torch RPC transport for a local launch; elastic when there is a join ``token`` (``public`` or not)."""
+    transport: RpcTransport
     if token is None:
-        return RpcTransport(0, world_size, host, port, plan.options, listener)
-    return ElasticRpcTransport(
-        0, host, port, plan.options, token=token, initial=world_size, listener=listener, shared=_shared(plan)
-    )
+        transport = RpcTransport(0, world_size, host, port, plan.options, listener)
+    else:
+        transport = ElasticRpcTransport(
+            0,
+            host,
+            port,
+            plan.options if public else dataclasses.replace(plan.options, device_maps=None),
+            token=token,
+            initial=world_size,
+            listener=listener,
+            shared=_shared(plan),
+            public=public,
+        )
+    transport.traits = traits
+    return transport
 
 
 def _interrupts(plan: _Plan, workers: list[Any] | None = None) -> InterruptPolicy:
@@ -442,126 +483,26 @@ def _interrupts(plan: _Plan, workers: list[Any] | None = None) -> InterruptPolic
     return InterruptPolicy(
         respond_within=grace + 1.0,
         finish_within=4 * grace + 12.0,
-        on_force=(lambda: _kill_workers(workers)) if workers else None,
+        on_force=(lambda: _kill_workers(workers)) if workers is not None else None,
         terminate=True,
     )
 
 
-def _kill_workers(workers: list[Any]) -> str:
-    """Kill the local workers that are still alive and reap them (for 1 s at most); say how many."""
-    alive = [worker for worker in workers if worker.is_alive()]
-    for worker in alive:
-        worker.kill()
-    deadline = time.monotonic() + 1.0
-    for worker in alive:
-        worker.join(max(0.0, deadline - time.monotonic()))
-    return f"killed {len(alive)} local worker{'' if len(alive) == 1 else 's'}"
-
-
-def _reap(workers: list[Any]) -> None:
-    for worker in workers:
-        worker.join(JOIN_TIMEOUT)
-    for worker in workers:
-        if worker.is_alive():
-            worker.kill()
-            worker.join(1.0)
-
-
-def tune_gc() -> None:
-    """Freeze what lives now (it lives all run) and collect the young generation less often (see ``run``)."""
-    gc.freeze()
-    young, middle, old = gc.get_threshold()
-    gc.set_threshold(max(young, YOUNG_GC_THRESHOLD), middle, max(old, OLD_GC_THRESHOLD))
-
-
-def _rpc_transport(world: _World, options: RpcOptions) -> RpcTransport:
-    if world.token is not None:
-        return ElasticRpcTransport(world.rank, world.host, world.port, options, token=world.token, label=world.label)
-    return RpcTransport(world.rank, world.world_size, world.host, world.port, options)
-
-
-async def _leave_when(asked: asyncio.Event, host: ActorHost) -> None:
-    """Begin ``host``'s node's leave once ``asked`` is set (SIGTERM came)."""
-    await asked.wait()
-    host.node.log.info("SIGTERM: leaving the system")
-    host.begin_leave()
-
-
-def _follow_rank0_on_sigterm(watchdog: Watchdog) -> None:
-    """On SIGTERM, let rank 0 lead the shutdown (it most likely got one too), and exit by force if it does not.
-
-    A process forked from this one (a data loader's worker) still ends on
-    SIGTERM. Only in the main thread, and only where SIGTERM is at its default.
-    """
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+def _give_pool(host: ActorHost, transport: Transport, plan: _Plan, workers: list[Any] | None) -> None:
+    """Let rank 0's node start node processes on this host (``add_nodes``), or say why it cannot."""
+    refusal = grow_refusal(transport, under_torchrun=all(var in os.environ for var in _TORCHRUN_VARS))
+    if refusal is not None or workers is None:
+        host.pool.refusal = refusal or host.pool.refusal
         return
-    owner = os.getpid()
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        if os.getpid() != owner:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
-        watchdog.arm("SIGTERM (rank 0 did not end the system)")
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-
-
-def _on_signal(signum: int, handler: Callable[[], None]) -> bool:
-    """Run ``handler`` on the loop when ``signum`` comes; False where that cannot be (not the main thread)."""
-    try:
-        asyncio.get_running_loop().add_signal_handler(signum, handler)
-    except (ValueError, RuntimeError, NotImplementedError):
-        return False
-    return True
-
-
-async def _start(transport: Transport, plan: _Plan, workers: list[Any] | None = None) -> tuple[ActorSystem, ActorHost]:
-    if plan.setup is not None:
-        done = plan.setup(transport.rank)
-        if inspect.isawaitable(done):
-            await done
-    system, host = open_system(transport, plan.config)
-    await host.start_services()
-    starting = asyncio.ensure_future(transport.start())
-    while not starting.done():
-        await asyncio.wait([starting], timeout=0.1)
-        dead = [worker for worker in workers or () if worker.exitcode is not None]
-        if dead and not starting.done():
-            starting.cancel()
-            codes = ", ".join(_exit_of(worker) for worker in dead)
-            raise RuntimeError(f"actor system failed to start: {codes}")
-    starting.result()
-    if plan.tune_gc:
-        tune_gc()
-    if workers:
-        node = host.node
-        host.node.on_peer_lost(lambda rank, why: None if rank in node.left else _kill_lost(workers, rank))
-    return system, host
-
-
-def _exit_of(worker: Any) -> str:
-    """How a local worker ended during the start: its exit code, and the reason it reported, if any."""
-    report = worker_report(worker.pid)
-    return f"{worker.name} exited with code {worker.exitcode}" + (f": {report}" if report else "")
-
-
-def _kill_lost(workers: list[Any], rank: int) -> None:
-    """Kill a local worker process that was lost while still running (stopped, cut off).
-
-    Its names and calls are already gone; killed, it cannot come back as a
-    stale node, and shutdown need not wait for it. Ranks that joined from
-    elsewhere are not this process's to kill.
-    """
-    if not 1 <= rank <= len(workers):
-        return
-    worker = workers[rank - 1]
-    if worker.is_alive():
-        worker.kill()
+    arguments = functools.partial(_newcomer_arguments, plan)
+    host.pool.launcher = LocalLauncher(_serve_newcomer, arguments, transport.invitation, workers)
 
 
 async def _lead(main: Main[T], transport: Transport, plan: _Plan, workers: list[Any] | None = None) -> T:
-    system, host = await _start(transport, plan, workers)
+    launched = list(workers or ())  # the launch's own workers, ranks 1..; processes started later join the list
+    system, host = await _start(
+        transport, plan, launched, functools.partial(_give_pool, transport=transport, plan=plan, workers=workers)
+    )
     failed = True
     status = None
     announced = Announcement(system.world_size, None)
@@ -579,9 +520,8 @@ async def _lead(main: Main[T], transport: Transport, plan: _Plan, workers: list[
         if status is not None:
             await status.close()
         silent = await asyncio.shield(_shutdown_world(host, failed))
-        if workers:
-            for rank in silent:
-                _kill_lost(workers, rank)  # its loop is stuck: do not wait for its watchdog
+        for rank in silent:
+            _kill_lost(launched, rank)  # its loop is stuck: do not wait for its watchdog
 
 
 def _announce(announced: Announcement, host: ActorHost) -> None:
@@ -624,155 +564,11 @@ async def _call_all(host: ActorHost, ranks: list[int], endpoint: Any, limit: flo
         try:
             async with asyncio.timeout(limit):
                 await host.services[rank].call(endpoint, *args)
-        except NodeLostError:
-            return True  # it left already
+        except (NodeLostError, ActorStoppedError):
+            return True  # it is gone already, or it left the system meanwhile
         except Exception as exc:  # noqa: BLE001 - a node that fails here is reported, not fatal
             host.node.log.warning("node did not answer shutdown", peer=rank, error=repr(exc))
             return False
         return True
 
     return list(await asyncio.gather(*(one(rank) for rank in ranks)))
-
-
-def serve(
-    address: str | None = None,
-    *,
-    name: str | None = None,
-    setup: Setup | SystemSetup | None = None,
-    join_timeout: float = 60.0,
-    log_level: str | None = None,
-    configure_logs: bool = True,
-) -> int:
-    """Join a running elastic system from this process, and serve actors until it ends or this node leaves.
-
-    The node gets a fresh rank; every node sees ``NodeJoined``, and actors can
-    be spawned on it. It runs with the settings the system was started with.
-    The join token comes from ``ACTORCH_JOIN_TOKEN`` only (an environment
-    variable, never an argument, so it stays off command lines). SIGTERM makes
-    the node leave gracefully (``system.leave()``). Use it as
-    ``sys.exit(actorch.serve())``.
-
-    Args:
-        address: The system's ``host:port`` (rank 0's); None reads ``ACTORCH_ADDRESS``.
-        name: A label for this node, shown in ``system.nodes`` (``NodeInfo.label``).
-        setup: As ``run``'s: called with this node's rank before it serves.
-            A ``setup`` whose first parameter is named ``system`` (or
-            annotated ``ActorSystem``) is called instead with the node's
-            system once the node has joined (it may spawn, look up and call;
-            the node serves meanwhile); if it raises, the node leaves and
-            ``serve`` raises the error.
-        join_timeout: Seconds to wait for the system to answer.
-        log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
-        configure_logs: Configure structlog here (unless the program already did).
-
-    Returns:
-        The process's exit code: 0 when the system ended after ``main``
-        returned or this node left; 1 when ``main`` raised or rank 0 was lost.
-
-    Raises:
-        JoinError: The system refused this node (a wrong or missing token),
-            does not take new nodes, is shutting down, or did not answer.
-        ValueError: No address, a malformed one, or a bad ``name``.
-    """
-    if configure_logs:
-        configure_logging(log_level)
-    host, port = join_target("serve", address, name, join_timeout)
-    if setup is not None and not callable(setup):
-        raise TypeError(f"setup must be a function of the node's rank or of its system, not {setup!r}")
-    joined = cast(SystemSetup, setup) if setup is not None and takes_system(setup) else None
-    rank, shared = prepare_join(host, port, join_timeout)
-    plan = _plan_from(shared, None if joined else cast(Setup | None, setup), join_timeout)
-    world = _World(rank, 0, host, port, os.environ.get(TOKEN_ENV, ""), name)
-    return run_bounded(_serve_async(world, plan, joined))
-
-
-def join_target(caller: str, address: str | None, name: str | None, join_timeout: float) -> tuple[str, int]:
-    """Check what joining a system takes (for ``serve`` and ``connect``); the system's host and port.
-
-    ``address`` None reads ``ACTORCH_ADDRESS``.
-    """
-    address = address or os.environ.get(ADDRESS_ENV)
-    if not address:
-        raise ValueError(f"{caller}() needs the system's address: pass address= or set {ADDRESS_ENV}")
-    host, port = parse_address(address)
-    if name is not None and (not isinstance(name, str) or not name.strip()):
-        raise ValueError(f"name must be a non-empty str or None, not {name!r}")
-    if not is_number(join_timeout, inclusive=False):
-        raise ValueError(f"join_timeout must be a positive number of seconds, not {join_timeout!r}")
-    return host, port
-
-
-def _serve(world: _World, plan: _Plan) -> NoReturn:
-    """Entry point of a worker rank: serve actors until rank 0 ends the system, then exit.
-
-    The exit code is 0 when rank 0 ended the system after ``main`` returned,
-    and 1 when ``main`` raised (0 under torchrun, whose summary then names
-    rank 0's error) or rank 0 was lost.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # rank 0 leads the shutdown on Ctrl-C
-    configure_logging()
-    raise SystemExit(run_bounded(_serve_async(world, plan)))
-
-
-async def _serve_async(world: _World, plan: _Plan, joined: SystemSetup | None = None) -> int:
-    """Serve actors as node ``world.rank`` until the system ends or this node leaves; the exit code.
-
-    ``joined`` (``serve``'s ``setup`` that asks for the system) is called once
-    the node has joined; if it raises, the node leaves and the error propagates.
-    """
-    transport = _rpc_transport(world, plan.options)
-    watchdog = Watchdog(2 * plan.config.stop_grace + SHUTDOWN_TIMEOUT)
-
-    def on_lost(rank: int, why: str) -> None:  # on a torch thread: works while the loop is stuck too
-        if rank == 0:
-            watchdog.arm(f"rank 0 was lost ({why})")
-
-    transport.lost_in_thread = on_lost
-    # SIGTERM makes a node of an elastic system leave gracefully; one that comes while it joins waits for the join.
-    # A static world's node waits for rank 0 to end the system (a scheduler signals every process), bounded.
-    terminated = asyncio.Event()
-    leave_on_term = transport.elastic and _on_signal(signal.SIGTERM, terminated.set)
-    if not transport.elastic:
-        _follow_rank0_on_sigterm(watchdog)
-    try:
-        system, host = await _start(transport, plan)
-    except BaseException:
-        if leave_on_term:
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
-        raise
-    leaving = asyncio.ensure_future(_leave_when(terminated, host))
-    failed: Exception | None = None
-    try:
-        if joined is not None:
-            failed = await _set_up(joined, system, host)
-        await host.wait_ended()
-        host.node.departing = True
-        await host.stop_all()
-    finally:
-        leaving.cancel()
-        if leave_on_term:
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
-        await host.node.close()
-    if failed is not None:
-        raise failed
-    if host.exit_code is None:
-        host.node.log.error("rank 0 was lost; this node shut down", why=host.node.lost.get(0))
-        return 1
-    if host.exit_code and "TORCHELASTIC_RUN_ID" in os.environ:
-        # main failed on rank 0, which reports it. torchrun names the first process to fail as the root
-        # cause of the run: a worker that ended with it would take the place of main's error in the summary.
-        return 0
-    return host.exit_code
-
-
-async def _set_up(setup: SystemSetup, system: ActorSystem, host: ActorHost) -> Exception | None:
-    """Run a ``setup`` that takes the system, on a node that has joined; if it raises, begin the leave and say why."""
-    try:
-        done = setup(system)
-        if inspect.isawaitable(done):
-            await done
-    except Exception as exc:  # noqa: BLE001 - handed back once the node has left
-        host.node.log.error("setup failed; this node leaves the system", error=repr(exc))
-        host.begin_leave()
-        return exc
-    return None

@@ -27,24 +27,20 @@ from typing import Any
 from actorch._actors.system import ActorSystem, hand_over
 from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW
 from actorch._base.errors import UnsupportedError
+from actorch._launch.nodes import ResourceSpec
 from actorch._launch.run import (
     _TORCHRUN_VARS,
-    JOIN_TIMEOUT,
-    Setup,
     _elastic_token,
     _is_port,
-    _kill_workers,
+    _launch_traits,
     _lead,
-    _Plan,
+    _local_world,
     _plan,
-    _rank0_transport,
     _requested_world_size,
-    _spawn_workers,
 )
+from actorch._launch.serving import JOIN_TIMEOUT, Setup, _kill_workers, _Plan
 from actorch._launch.status import check_status_port
-from actorch._transport.base import Transport
-from actorch._transport.inprocess import InProcessHub
-from actorch._transport.network import listen_socket
+from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.rpc import active_transport
 from actorch._transport.rpc_setup import DeviceMapSpec
 
@@ -155,6 +151,7 @@ def start(
     tune_gc: bool = False,
     status_port: int | None = None,
     status_host: str = "127.0.0.1",
+    resources: ResourceSpec = None,
     log_level: str | None = None,
     configure_logs: bool = True,
 ) -> Opening:
@@ -196,6 +193,7 @@ def start(
             ``gc.freeze()`` would keep everything it holds now for good.
         status_port: As ``run``'s.
         status_host: As ``run``'s.
+        resources: As ``run``'s.
         log_level: As ``run``'s.
         configure_logs: As ``run``'s.
 
@@ -239,8 +237,9 @@ def start(
     if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
     size = world_size or 1
+    traits = _launch_traits(resources, size)
     what = f"actorch.start(world_size={size})"
-    return Opening(what, lambda: _open(plan, size, host, port, token))
+    return Opening(what, lambda: _open(plan, size, host, port, token, traits))
 
 
 class _Driven:
@@ -306,34 +305,21 @@ class _Driven:
             _kill_workers(self.workers)
 
 
-async def _open(plan: _Plan, world_size: int, host: str, port: int, token: str | None) -> ActorSystem:
+async def _open(
+    plan: _Plan, world_size: int, host: str, port: int, token: str | None, traits: list[NodeTraits]
+) -> ActorSystem:
     if _Driven.current is not None or active_transport() is not None:
         raise RuntimeError(
             "this process already runs an actor system: shut it down (await system.shutdown()) before starting another"
         )
     driven = _Driven.current = _Driven()  # from here on, another start() in this process is refused
     try:
-        transport = _launch(driven, plan, world_size, host, port, token)
+        transport, driven.workers = _local_world(world_size, host, plan, port, traits, token)
     except BaseException:
         _Driven.current = None
         raise
     driven.lead(transport, plan)
     return await driven.opened
-
-
-def _launch(driven: _Driven, plan: _Plan, world_size: int, host: str, port: int, token: str | None) -> Transport:
-    """Rank 0's transport; the other ranks' processes started (into ``driven.workers``), if there are any."""
-    if world_size == 1 and token is None:
-        return InProcessHub(1).transport(0)
-    listener = listen_socket(host, port)
-    port = listener.getsockname()[1]
-    driven.workers = _spawn_workers(world_size, host, port, plan, token)
-    try:
-        return _rank0_transport(world_size, host, port, plan, listener, token)
-    except BaseException:
-        _kill_workers(driven.workers)
-        listener.close()
-        raise
 
 
 async def _reap(workers: list[Any], *, kill: bool) -> None:

@@ -22,12 +22,24 @@ from actorch._actors.host import ActorHost
 from actorch._actors.service import NodeService
 from actorch._transport.network import family
 
-__all__ = ["STATUS_PORT_ENV", "STATUS_SCHEMA", "StatusServer", "check_status_port", "gather_status"]
+__all__ = [
+    "READABLE_SCHEMAS",
+    "STATUS_PORT_ENV",
+    "STATUS_SCHEMA",
+    "StatusServer",
+    "check_status_port",
+    "gather_status",
+]
 
 STATUS_PORT_ENV = "ACTORCH_STATUS_PORT"
 """Environment variable that asks rank 0 to serve the status on this port (as ``run(status_port=...)``)."""
-STATUS_SCHEMA = 1
-"""Version of the status JSON's fields (its ``schema`` field); docs/operations.md lists them."""
+STATUS_SCHEMA = 2
+"""Version of the status JSON's fields (its ``schema`` field); docs/operations.md lists them.
+
+2 added each node's ``resources``, ``free``, ``held``, ``owner``, ``parent`` and ``pool``.
+"""
+READABLE_SCHEMAS = (1, 2)
+"""The versions ``actorch status`` reads: a system of the version before shows without the fields added since."""
 NODE_TIMEOUT = 2.0
 """Seconds a node has to answer a status request; one that does not is shown as not answering."""
 _MAX_REQUEST = 8192

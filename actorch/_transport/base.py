@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from actorch._base.devices import TensorRoute
 from actorch._base.errors import UnsupportedError
+from actorch._base.resources import node_resources
 from actorch._transport.autograd import NO_CONTEXT
 
-__all__ = ["PORT_HOLD", "Bundle", "NodeInfo", "Port", "Transport"]
+__all__ = ["PORT_HOLD", "Bundle", "NodeInfo", "NodeTraits", "Port", "Transport"]
 
 Bundle = tuple[list[bytes], dict[int, list[torch.Tensor]]]
 """Messages in send order, and the tensors of those that have any, by index."""
@@ -124,7 +125,13 @@ class NodeInfo:
         host: The host name of its machine.
         pid: Its process id.
         devices: Its accelerator devices (``("cuda:0", "cuda:1")``), empty without a GPU.
-        label: The name it was given when it joined (``actorch.serve(name=...)``), if any.
+        label: The name it was given when it joined (``actorch.serve(name=...)``) or was
+            added (``add_nodes(label=...)``), if any; placement can ask for it.
+        resources: What it offers actors: ``cpus``, ``memory`` (bytes) and ``gpus`` as
+            detected, with the counts its launcher declared over them (``{"env_slots": 4}``).
+        owner: The actor whose own process this node is (``Where(process="own")``), if any.
+        parent: The rank of the node that started its process (``add_nodes``), if one did.
+        pool: Whether it starts node processes on its host when asked (a host agent).
         lane: Where its fast lane listens (``host:port``), if it has one.
     """
 
@@ -134,7 +141,31 @@ class NodeInfo:
     pid: int
     devices: tuple[str, ...] = ()
     label: str | None = None
+    resources: Mapping[str, float] = field(default_factory=dict, hash=False)
+    owner: str | None = None
+    parent: int | None = None
+    pool: bool = False
     lane: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeTraits:
+    """What a node says of itself when it meets the others, beyond where it runs (see ``NodeInfo``).
+
+    ``resources`` holds the declared amounts only; the transport adds what the node detects.
+    """
+
+    label: str | None = None
+    resources: Mapping[str, float] = field(default_factory=dict, hash=False)
+    owner: str | None = None
+    parent: int | None = None
+    pool: bool = False
+
+    def info(self, rank: int, host: str, pid: int, devices: tuple[str, ...], lane: str | None = None) -> NodeInfo:
+        """This node as node ``rank`` of the world, its detected resources filled in (its fast lane at ``lane``)."""
+        resources = node_resources(devices, self.resources)
+        name = f"node{rank}"
+        return NodeInfo(rank, name, host, pid, devices, self.label, resources, self.owner, self.parent, self.pool, lane)
 
 
 class Transport(ABC):
@@ -173,6 +204,8 @@ class Transport(ABC):
         """
         self.on_joined: Callable[[NodeInfo], None] | None = None
         """Called on the loop when a node joins the world (elastic worlds only)."""
+        self.traits = NodeTraits()
+        """What this node says of itself to the others (label, declared resources...); set before ``start``."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} rank={self.rank}/{self.world_size}>"
@@ -208,6 +241,14 @@ class Transport(ABC):
     def join_env(self) -> dict[str, str]:
         """The environment a process needs to join this world (elastic worlds, on rank 0)."""
         raise UnsupportedError("only an elastic system takes new nodes (run(..., elastic=True))")
+
+    async def invitation(self) -> tuple[str, str]:
+        """Where and with which token processes that this node starts join the world: ``(host:port, token)``.
+
+        Rank 0 of a world that can grow answers, opening it to newcomers first
+        if it has not yet; every other transport raises ``UnsupportedError``.
+        """
+        raise UnsupportedError(f"a world on {type(self).__name__} takes no new nodes")
 
     def stop_admitting(self) -> None:  # noqa: B027 - a static world admits nobody
         """Take no more nodes into the world (the system is ending)."""

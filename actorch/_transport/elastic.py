@@ -17,11 +17,13 @@ reused: a process that comes back joins as a new node.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import socket
 import threading
 import time
+import weakref
 from typing import Any
 
 import structlog
@@ -30,7 +32,8 @@ from torch.distributed import rpc
 from actorch._base.devices import TensorRoute, accelerator
 from actorch._base.errors import JoinError, UnsupportedError
 from actorch._transport import rpc as rpc_transport
-from actorch._transport.base import NodeInfo
+from actorch._transport.base import NodeInfo, NodeTraits
+from actorch._transport.bridge import in_daemon_thread
 from actorch._transport.membership import (
     ADDRESS_ENV,
     BELL_WAIT,
@@ -50,6 +53,18 @@ __all__ = ["ElasticRpcTransport"]
 log = structlog.get_logger("actorch")
 
 
+_admitting: weakref.WeakSet[ElasticRpcTransport] = weakref.WeakSet()
+"""Rank 0 transports whose admission thread may still run, for the exit hook."""
+
+
+@atexit.register
+def _end_admission_at_exit() -> None:
+    """A process that exits with its system up (no shutdown) ends the admission threads first."""
+    for transport in list(_admitting):
+        with contextlib.suppress(Exception):
+            transport.end_admission()
+
+
 def _welcome(facts: str) -> bool:
     """Rank 0 introduces a newcomer to this member (runs on a torch RPC thread)."""
     transport = rpc_transport.active_transport()
@@ -59,8 +74,11 @@ def _welcome(facts: str) -> bool:
     return True
 
 
-def prepare_join(host: str, port: int, timeout: float) -> tuple[int, dict[str, Any]]:
+def prepare_join(host: str, port: int, timeout: float, *, invited: bool = False) -> tuple[int, dict[str, Any]]:
     """A fresh rank in the elastic system whose rank 0 serves its store at ``host:port``, and its settings.
+
+    ``invited``: the system itself started this process (``add_nodes``), so a
+    system that is not elastic takes it too.
 
     Raises:
         JoinError: Nothing answers there within ``timeout`` seconds, or the
@@ -69,7 +87,7 @@ def prepare_join(host: str, port: int, timeout: float) -> tuple[int, dict[str, A
     store, prefixed = _reach_store(host, port, timeout)
     try:
         members = Membership(prefixed)
-        members.wait_elastic(min(timeout, 5.0))
+        members.wait_elastic(min(timeout, 5.0), invited=invited)
         return members.take_rank(), members.settings()
     finally:
         del store
@@ -134,9 +152,11 @@ class ElasticRpcTransport(RpcTransport):
         label: A name for this node, shown with it (``NodeInfo.label``).
         listener: Rank 0's listening socket for the store, if already bound.
         shared: On rank 0, the settings every node must run with, for newcomers to read (json-ready).
+        public: On rank 0, whether any process with the token may join (``run(..., elastic=True)``),
+            or only those the system starts itself (``add_nodes``: a system that is not elastic
+            but grows on demand). Newcomers to a private system must be ``invited``.
+        invited: On a newcomer, whether the system itself started this process.
     """
-
-    elastic = True
 
     def __init__(
         self,
@@ -150,18 +170,24 @@ class ElasticRpcTransport(RpcTransport):
         label: str | None = None,
         listener: socket.socket | None = None,
         shared: dict[str, Any] | None = None,
+        public: bool = True,
+        invited: bool = False,
     ) -> None:
         if options.device_maps not in (None, "auto"):
             raise ValueError("an elastic system has no device maps: GPU tensors are staged through host memory")
         super().__init__(rank, 0, master_addr, master_port, options, listener)
         self._token = token
         self._initial = initial
-        self._label = label
+        self.elastic = public
+        self._invited = invited
+        if label is not None:
+            self.traits = NodeTraits(label=label)
         self._shared = shared or {}
         self._members: Membership | None = None
         self._admitted = threading.Condition()
         self._joined_ranks: set[int] = set()
         self._admission_stop = threading.Event()
+        self._admission: threading.Thread | None = None
 
     def __repr__(self) -> str:
         host, port = self._master
@@ -175,9 +201,17 @@ class ElasticRpcTransport(RpcTransport):
 
     def join_env(self) -> dict[str, str]:
         """``ACTORCH_ADDRESS`` and ``ACTORCH_JOIN_TOKEN`` for a process to join (rank 0 only)."""
+        if not self.elastic:
+            raise UnsupportedError("only an elastic system takes new nodes (run(..., elastic=True))")
         if self.rank != 0 or not self._token:
             raise UnsupportedError("only rank 0 of an elastic system hands out what joining takes")
         return {ADDRESS_ENV: self.address, TOKEN_ENV: self._token}
+
+    async def invitation(self) -> tuple[str, str]:
+        """Where, and with which token, the processes that rank 0 starts join: ``(host:port, token)``."""
+        if self.rank != 0 or not self._token:
+            raise UnsupportedError("only rank 0 of a system hands out what joining takes")
+        return self.address, self._token
 
     def _init_rpc(self) -> None:
         quiet_cpp_logs()
@@ -185,10 +219,12 @@ class ElasticRpcTransport(RpcTransport):
         if self.rank == 0:
             store = self._rendezvous_store()
             members = self._members = Membership(store)
-            self._add_peer(own_info(0, accelerator().inventory(), self._label, self._open_lane(store)))
+            self._add_peer(own_info(0, accelerator().inventory(), self.traits, self._open_lane(store)))
             self._bring_up(lambda: self._start_agent(store, options))
-            members.open(self._initial, self._shared)
-            threading.Thread(target=self._admit_newcomers, name="actorch-admission", daemon=True).start()
+            members.open(self._initial, self._shared, public=self.elastic)
+            self._admission = threading.Thread(target=self._admit_newcomers, name="actorch-admission", daemon=True)
+            self._admission.start()
+            _admitting.add(self)
             self._wait_launch_joined()
         else:
             try:
@@ -209,7 +245,7 @@ class ElasticRpcTransport(RpcTransport):
     def _join(self, store: Any, members: Membership, options: Any) -> None:
         """Ask rank 0 to join, meet the members it names, bring the agent up, and wait to be welcomed."""
         timeout = self._options.init_timeout
-        me = own_info(self.rank, accelerator().inventory(), self._label, self._open_lane(store))
+        me = own_info(self.rank, accelerator().inventory(), self.traits, self._open_lane(store))
         members.ask(me, self._token)
         for info in members.wait_answer(self.rank, timeout):
             self._add_peer(info, TensorRoute(info.rank, strict=self._options.strict_devices))
@@ -229,17 +265,35 @@ class ElasticRpcTransport(RpcTransport):
         with self._admitted:
             while not expected <= self._joined_ranks:
                 left = limit - time.monotonic()
+                missing = ", ".join(map(str, sorted(expected - self._joined_ranks)))
                 if left <= 0:
-                    missing = ", ".join(map(str, sorted(expected - self._joined_ranks)))
                     raise RuntimeError(f"actor system failed to start: ranks {missing} did not join in time")
-                self._admitted.wait(left)
+                if self._admission_stop.is_set():  # the launch gave up (a worker died)
+                    raise RuntimeError(f"actor system failed to start: ranks {missing} did not join")
+                self._admitted.wait(min(left, POLL))
 
     # ------------------------------------------------------------------ rank 0 admits
 
     def _admit_newcomers(self) -> None:
-        """Rank 0's admission thread: take each request in rank order, one at a time."""
-        members = self._members
+        """Rank 0's admission thread: take each request in rank order, one at a time.
+
+        It talks to the store on a connection of its own: a store client
+        serves one request at a time, and the thread's waits for the next bell
+        (up to ``BELL_WAIT``) would otherwise hold up every other use of the
+        store, such as closing it to newcomers when the system ends.
+        """
+        try:
+            own, prefixed = rendezvous_store(self._master, 1, 1, self._options, None)
+        except Exception:  # noqa: BLE001 - the shared connection serves, only slower to close
+            own, prefixed = None, None
+        members = Membership(prefixed) if prefixed is not None else self._members
         assert members is not None
+        try:
+            self._admit_until_stopped(members)
+        finally:
+            del own
+
+    def _admit_until_stopped(self, members: Membership) -> None:
         waiting: set[int] = set()  # ranks handed out whose request has not been taken yet
         seen = 1
         bell = 1
@@ -313,8 +367,20 @@ class ElasticRpcTransport(RpcTransport):
         if self.rank == 0 and self._members is not None and not self._closing:
             with contextlib.suppress(Exception):  # the store is already gone
                 self._members.close()
+                self._members.ring()  # the admission thread wakes, and stops
 
     async def close(self) -> None:
-        """Take no more newcomers; then leave as every rank does."""
-        self.stop_admitting()
+        """Take no more newcomers, let the admission thread end (it holds a store connection); leave as all do."""
+        await in_daemon_thread(self.end_admission)
         await super().close()
+
+    def end_admission(self) -> None:
+        """Take no more newcomers and wait (bounded) until the admission thread has ended (any thread).
+
+        The thread holds a store connection of its own; one still open when
+        the process exits, after the store it talks to, aborts the process.
+        """
+        self.stop_admitting()
+        admission = self._admission
+        if admission is not None and admission.is_alive() and admission is not threading.current_thread():
+            admission.join(BELL_WAIT + 1.0)

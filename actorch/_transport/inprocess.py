@@ -12,7 +12,7 @@ import socket
 from collections.abc import Iterable, Mapping
 
 from actorch._base.devices import accelerator, parse_device
-from actorch._transport.base import Bundle, NodeInfo, Transport
+from actorch._transport.base import Bundle, NodeInfo, NodeTraits, Transport
 
 __all__ = ["InProcessHub", "InProcessTransport"]
 
@@ -25,19 +25,30 @@ class InProcessHub:
     install an accelerator that does not touch CUDA to make them current.
     """
 
-    def __init__(self, world_size: int, *, devices: Mapping[int, Iterable[str]] | None = None) -> None:
+    def __init__(
+        self,
+        world_size: int,
+        *,
+        devices: Mapping[int, Iterable[str]] | None = None,
+        traits: Mapping[int, NodeTraits] | None = None,
+    ) -> None:
         """Connect ``world_size`` ranks; ``devices`` maps ranks to the devices they report (``("cuda:0",)``).
 
+        ``traits`` gives ranks a label and declared resources, as a launch would.
+
         Raises:
-            ValueError: A key of ``devices`` is not a rank of the hub, or a value
-                holds something other than CUDA devices.
+            ValueError: A key of ``devices`` or ``traits`` is not a rank of the
+                hub, or a value of ``devices`` holds something other than CUDA devices.
         """
         self.world_size = world_size
         self.transports: dict[int, InProcessTransport] = {}
         self.devices: dict[int, tuple[str, ...]] = {}
+        self.traits: dict[int, NodeTraits] = {}
+        for rank, said in (traits or {}).items():
+            _check_rank(rank, world_size, "traits")
+            self.traits[rank] = said
         for rank, inventory in (devices or {}).items():
-            if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-                raise ValueError(f"devices: {rank!r} is not a rank of this world (0..{world_size - 1})")
+            _check_rank(rank, world_size, "devices")
             parsed = [parse_device(device, f"devices[{rank}]") for device in inventory]
             if any(device.type != "cuda" for device in parsed):
                 raise ValueError(f"devices[{rank}] must list CUDA devices, not {inventory!r}")
@@ -49,6 +60,7 @@ class InProcessHub:
     def transport(self, rank: int) -> InProcessTransport:
         """Create the transport of ``rank`` on this hub."""
         transport = InProcessTransport(self, rank)
+        transport.traits = self.traits.get(rank, transport.traits)
         self.transports[rank] = transport
         return transport
 
@@ -78,8 +90,9 @@ class InProcessTransport(Transport):
         """Every rank of the hub, all in this process, with the devices the hub gives it."""
         hub = self._hub
         own = accelerator().inventory()
+        host, pid, plain = socket.gethostname(), os.getpid(), NodeTraits()
         return [
-            NodeInfo(rank, f"node{rank}", socket.gethostname(), os.getpid(), hub.devices.get(rank, own))
+            hub.traits.get(rank, plain).info(rank, host, pid, hub.devices.get(rank, own))
             for rank in range(self.world_size)
         ]
 
@@ -93,3 +106,8 @@ class InProcessTransport(Transport):
             return
         assert target._loop is not None
         target._loop.call_soon(target._receive, self.rank, bundle, None)
+
+
+def _check_rank(rank: object, world_size: int, what: str) -> None:
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"{what}: {rank!r} is not a rank of this world (0..{world_size - 1})")

@@ -20,6 +20,7 @@ rank, host and pid under the token.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -33,7 +34,7 @@ from datetime import timedelta
 from typing import Any
 
 from actorch._base.errors import JoinError
-from actorch._transport.base import NodeInfo
+from actorch._transport.base import NodeInfo, NodeTraits
 
 __all__ = [
     "ADDRESS_ENV",
@@ -50,6 +51,8 @@ TOKEN_ENV = "ACTORCH_JOIN_TOKEN"  # noqa: S105 - the variable's name, not a secr
 """Environment variable with an elastic system's join token (never on the command line)."""
 POLL = 0.05
 """Seconds between two looks at the store while a newcomer waits for a key (only while it joins)."""
+PRIVATE = "private"
+"""The ``elastic`` key's value in a system that takes only the processes it starts itself."""
 BELL_WAIT = 1.0
 """Seconds rank 0's admission thread waits for the next bell before it looks again (and at whether to stop)."""
 
@@ -80,6 +83,10 @@ def facts_of(info: NodeInfo) -> dict[str, Any]:
         "pid": info.pid,
         "devices": list(info.devices),
         "label": info.label,
+        "resources": dict(info.resources),
+        "owner": info.owner,
+        "parent": info.parent,
+        "pool": info.pool,
         "lane": info.lane,
     }
 
@@ -87,8 +94,19 @@ def facts_of(info: NodeInfo) -> dict[str, Any]:
 def info_of(facts: dict[str, Any]) -> NodeInfo:
     """The node ``facts_of`` described."""
     rank = int(facts["rank"])
-    devices = tuple(facts["devices"])
-    return NodeInfo(rank, f"node{rank}", facts["host"], int(facts["pid"]), devices, facts["label"], facts.get("lane"))
+    return NodeInfo(
+        rank,
+        f"node{rank}",
+        facts["host"],
+        int(facts["pid"]),
+        tuple(facts["devices"]),
+        facts["label"],
+        {str(name): float(amount) for name, amount in facts.get("resources", {}).items()},
+        facts.get("owner"),
+        facts.get("parent"),
+        bool(facts.get("pool", False)),
+        facts.get("lane"),
+    )
 
 
 @dataclass(frozen=True)
@@ -115,14 +133,16 @@ class Membership:
 
     # ---------------------------------------------------------------- rank 0
 
-    def open(self, initial: int, shared: dict[str, Any]) -> None:
+    def open(self, initial: int, shared: dict[str, Any], *, public: bool = True) -> None:
         """Accept newcomers: ranks below ``initial`` are the launch's own; newcomers get the next ones.
 
-        ``shared`` holds the settings every node of the system runs with (json-ready).
+        ``shared`` holds the settings every node of the system runs with
+        (json-ready). A system that is not ``public`` takes only the processes
+        it starts itself (``add_nodes``); others hear that it takes no new nodes.
         """
         self._store.add("ranks", initial)
         self._store.set("settings", json.dumps(shared))
-        self._store.set("elastic", "1")
+        self._store.set("elastic", "1" if public else PRIVATE)
 
     def settings(self) -> dict[str, Any]:
         """The settings every node runs with, as rank 0 published them."""
@@ -177,13 +197,19 @@ class Membership:
 
     # ---------------------------------------------------------------- a newcomer
 
-    def wait_elastic(self, timeout: float) -> None:
+    def wait_elastic(self, timeout: float, *, invited: bool = False) -> None:
         """Wait (up to ``timeout`` s, for a system still starting) until the world accepts newcomers.
+
+        ``invited``: this process was started by the system itself, which a
+        system that is not elastic takes too.
 
         Raises:
             JoinError: It does not: a static world, or not actorch's.
         """
-        self._wait_for("elastic", timeout, "the system does not accept new nodes (start it with elastic=True)")
+        refused = "the system does not accept new nodes (start it with elastic=True)"
+        self._wait_for("elastic", timeout, refused)
+        if not invited and bytes(self._store.get("elastic")).decode() == PRIVATE:
+            raise JoinError(refused)
 
     def take_rank(self) -> int:
         """A fresh rank for this process: one never handed out before."""
@@ -193,6 +219,10 @@ class Membership:
         """Ask to join as ``info``, proving the token (an empty proof without one)."""
         proof = "" if not token else _proof(token, info.rank, info.host, info.pid)
         self._store.set(f"join/{info.rank}", json.dumps({**facts_of(info), "proof": proof}))
+        self.ring()
+
+    def ring(self) -> None:
+        """Ring the next bell: rank 0's admission thread wakes and looks at the requests (and whether to stop)."""
         self._store.set(f"bell/{int(self._store.add('bells', 1))}", "1")
 
     def wait_answer(self, rank: int, timeout: float) -> list[NodeInfo]:
@@ -224,13 +254,16 @@ class Membership:
                     raise JoinError("the system is shutting down")
                 if time.monotonic() >= limit:
                     raise JoinError(f"{why} within {timeout:g} s")
-                time.sleep(POLL)
+                # Returns the moment the key is set, so a join waits no polling interval per step. It raises
+                # when its timeout passes; a store that is gone fails the check above.
+                with contextlib.suppress(Exception):
+                    self._store.wait([key], timedelta(seconds=POLL))
         except JoinError:
             raise
         except Exception as exc:  # the store went with rank 0
             raise JoinError(f"lost the system's store while joining: {exc}") from exc
 
 
-def own_info(rank: int, devices: Sequence[str], label: str | None, lane: str | None = None) -> NodeInfo:
+def own_info(rank: int, devices: Sequence[str], traits: NodeTraits, lane: str | None = None) -> NodeInfo:
     """This process as a node of rank ``rank`` (its fast lane listening at ``lane``, if it has one)."""
-    return NodeInfo(rank, f"node{rank}", socket.gethostname(), os.getpid(), tuple(devices), label, lane)
+    return traits.info(rank, socket.gethostname(), os.getpid(), tuple(devices), lane)

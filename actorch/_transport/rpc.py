@@ -38,6 +38,7 @@ from actorch._transport.autograd import NO_CONTEXT, current_context_id, force_co
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 from actorch._transport.bridge import Inbox, in_daemon_thread
 from actorch._transport.lane import Lane
+from actorch._transport.membership import own_info
 from actorch._transport.network import address_towards, interface_chosen, interface_towards, is_loopback
 from actorch._transport.rpc_setup import (
     RpcOptions,
@@ -321,16 +322,16 @@ class RpcTransport(Transport):
     def _init_rpc(self) -> None:
         quiet_cpp_logs()
         store = self._rendezvous_store()
-        lane = self._open_lane(store)
-        facts = exchange_node_facts(store, self.rank, self.world_size, accelerator().inventory(), lane)
-        hosts, inventories = [host for host, _, _, _ in facts], [inventory for _, _, inventory, _ in facts]
+        me = own_info(self.rank, accelerator().inventory(), self.traits, self._open_lane(store))
+        infos = exchange_node_facts(store, me, self.world_size)
+        hosts, inventories = [info.host for info in infos], [info.devices for info in infos]
         device_maps = resolve_device_maps(self._options.device_maps, self.rank, inventories, hosts)
         options = tensorpipe_options(self._options, device_maps)
         self._routes_direct = bool(device_maps)
-        for rank, (host, pid, inventory, address) in enumerate(facts):
-            pairs = device_maps.get(rank)
-            route = TensorRoute(rank, frozenset(pairs or ()), strict=self._options.strict_devices)
-            self._add_peer(NodeInfo(rank, worker_name(rank), host, pid, inventory, lane=address), route)
+        for info in infos:
+            pairs = device_maps.get(info.rank)
+            route = TensorRoute(info.rank, frozenset(pairs or ()), strict=self._options.strict_devices)
+            self._add_peer(info, route)
 
         def static_agent() -> None:
             rpc._init_rpc_backend(  # type: ignore[no-untyped-call]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import socket
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,6 +20,8 @@ import torch.distributed as dist
 
 from actorch._base.config import is_count, is_number
 from actorch._base.devices import parse_device
+from actorch._transport.base import NodeInfo
+from actorch._transport.membership import facts_of, info_of
 from actorch._transport.network import listen_socket
 
 __all__ = [
@@ -256,18 +259,12 @@ def rendezvous_store(
     return store, dist.PrefixStore(f"actorch/{restart}", store)  # type: ignore[attr-defined]
 
 
-def exchange_node_facts(
-    store: Any, rank: int, world_size: int, devices: Sequence[str], lane: str | None = None
-) -> list[tuple[str, int, tuple[str, ...], str | None]]:
-    """Every rank's host name, pid, accelerator devices and fast lane, shared through the store before torch RPC."""
-    store.set(f"actorch/peer/{rank}", f"{socket.gethostname()}|{os.getpid()}|{','.join(devices)}|{lane or ''}")
+def exchange_node_facts(store: Any, me: NodeInfo, world_size: int) -> list[NodeInfo]:
+    """Every rank's node (host name, pid, devices, label, resources), shared through the store before torch RPC."""
+    store.set(f"actorch/peer/{me.rank}", json.dumps(facts_of(me)))
     keys = [f"actorch/peer/{peer}" for peer in range(world_size)]
     store.wait(keys)
-    facts = []
-    for raw in store.multi_get(keys):
-        host, pid, found, address = bytes(raw).decode().split("|")
-        facts.append((host, int(pid), tuple(filter(None, found.split(","))), address or None))
-    return facts
+    return [info_of(json.loads(bytes(raw).decode())) for raw in store.multi_get(keys)]
 
 
 _SECRET_KEY = "actorch/lane-secret"  # noqa: S105 - the store key the secret is kept under, not a secret

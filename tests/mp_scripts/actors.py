@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import signal
 import time
@@ -405,3 +406,29 @@ class Tally(actorch.Actor):
     async def upto(self, n: int) -> AsyncIterator[int]:
         for index in range(n):
             yield index
+
+
+class Simulator(actorch.Actor):
+    """Stands for an environment simulator: says where it runs (pid, network namespace), burns CPU on request."""
+
+    async def where(self) -> dict[str, Any]:
+        return {
+            "rank": self.system.rank,
+            "pid": os.getpid(),
+            "env": os.environ.get("POOL_TEST_ENV"),
+            "netns": os.readlink("/proc/self/ns/net"),
+        }
+
+    async def work(self, seconds: float) -> float:
+        """Compute for ``seconds`` of this process's CPU time; the wall time it took."""
+        started, spent = time.monotonic(), time.process_time()
+        while time.process_time() - spent < seconds:
+            sum(range(10_000))
+        return time.monotonic() - started
+
+    async def start_a_process(self) -> int | None:
+        """Start a child process, as a DataLoader's workers do, and wait for it; its exit code."""
+        child = multiprocessing.get_context("fork").Process(target=os._exit, args=(7,))
+        child.start()
+        await asyncio.to_thread(child.join, 30)
+        return child.exitcode

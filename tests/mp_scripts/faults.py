@@ -20,12 +20,14 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from actors import Stopper, attempt, emit
 from faulty import HangingStop, Stuck
 
 import actorch
+from actorch._transport.elastic import ElasticRpcTransport
 from actorch._transport.rpc import RpcTransport
 
 MODE = sys.argv[1]
@@ -36,19 +38,26 @@ MAIN_RETURNED: list[float] = []
 
 
 def block_rank_1_when_up() -> None:
-    """Queue a loop-blocking sleep on rank 1 ahead of the news that its transport is up."""
-    init_rpc = RpcTransport._init_rpc
+    """Queue a loop-blocking sleep on rank 1 ahead of the news that its transport is up.
+
+    A local launch runs on an elastic world (private to the processes it
+    starts), a static one with device maps: both transports are wrapped.
+    """
 
     def block() -> None:
         time.sleep(2 * LIVENESS)  # blocks rank 1's event loop: the fault under test
         (TMP / "unblocked").write_text("")
 
-    def init_then_block(self: RpcTransport) -> None:
-        init_rpc(self)
-        if self.rank == 1:
-            self._inbox_loop.call_soon_threadsafe(block)
+    def wrapped(init_rpc: Callable[[RpcTransport], None]) -> Callable[[RpcTransport], None]:
+        def init_then_block(self: RpcTransport) -> None:
+            init_rpc(self)
+            if self.rank == 1:
+                self._inbox_loop.call_soon_threadsafe(block)
 
-    RpcTransport._init_rpc = init_then_block  # type: ignore[method-assign]
+        return init_then_block
+
+    for kind in (RpcTransport, ElasticRpcTransport):
+        kind._init_rpc = wrapped(kind._init_rpc)  # type: ignore[method-assign]
 
 
 async def stuck(system: actorch.ActorSystem) -> None:

@@ -1,0 +1,418 @@
+"""Placing actors by what nodes have: ``spawn(on=Where(...))``, ``spawn_group``, ``add_nodes``, ``wait_nodes``.
+
+A :class:`Placer` serves one node's ``ActorSystem``. For a spawn it first sets
+aside, from what it knows of every node (``NodeInfo``: label, host, resources,
+owner), those that cannot fit at all, then asks the rest what they have free
+(their service's ``resources``), tries the first that fits (this node, then
+the lowest rank) and moves on if that node's host finds it taken meanwhile. A
+group is planned in one go over the same answers: spread (each member on the
+node with the fewest members so far) or packed (each node filled before the
+next). When nothing fits, ``PlacementError`` names every node and why, unless
+the caller asked to wait; then it tries again whenever a node joins, and every
+so often for resources given back, until the caller's deadline. A process of
+the actor's own is a node added for it (``add_nodes``, by rank 0 or a host
+agent) on which it is the *owner*: the node leaves when it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from actorch._actors.service import NodeService
+from actorch._actors.where import Where
+from actorch._base.deadline import current_deadline
+from actorch._base.errors import NodeLostError, PlacementError, UnsupportedError
+from actorch._base.resources import describe_amount
+from actorch._transport.base import NodeInfo
+
+if TYPE_CHECKING:
+    from actorch._actors.host import ActorHost
+
+__all__ = ["PlacedSpawn", "Placer", "all_or_none", "check_count", "member_names"]
+
+T = TypeVar("T")
+
+RETRY_FIRST = 0.05
+"""Seconds before a spawn waiting for capacity looks again (doubling up to ``RETRY_MOST``), if no node joined."""
+RETRY_MOST = 1.0
+MEET_WITHIN = 30.0
+"""Seconds a node that asked for node processes waits to be told of them, once they have joined."""
+_EPSILON = 1e-9
+
+SpawnThere = Callable[[int, Mapping[str, float]], Awaitable[T]]
+"""Spawns on node ``rank`` holding ``needs`` there (the node raises ``PlacementError`` if they are taken)."""
+PlacedSpawn = Callable[[int, str | None, Mapping[str, float], bool], Awaitable[T]]
+"""Spawns on node ``rank`` under a name, holding ``needs`` there, as the node's owner or not."""
+
+
+def check_count(count: object, what: str) -> int:
+    """``count`` if it is an int >= 1, else ``ValueError`` naming ``what``."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"{what} must be an int >= 1, not {count!r}")
+    return count
+
+
+def member_names(name: str | None, count: int) -> list[str | None]:
+    """The names of a group's members: ``name/0`` ... ``name/<count-1>``, or none."""
+    return [None] * count if name is None else [f"{name}/{index}" for index in range(count)]
+
+
+class Placer:
+    """Finds nodes for ``Where`` spawns and groups, and adds node processes, for one node's system."""
+
+    def __init__(self, host: ActorHost) -> None:
+        self._host = host
+        self._changed = asyncio.Event()
+        host.node.on_peer_joined(lambda info: self._changed.set())
+
+    def __repr__(self) -> str:
+        return f"<Placer node {self._host.rank}>"
+
+    async def spawn(
+        self,
+        what: str,
+        where: Where,
+        names: list[str | None],
+        owners: list[str],
+        spread: bool | None,
+        spawn_there: PlacedSpawn[T],
+    ) -> list[T]:
+        """Spawn one actor per name where ``where`` says: processes of their own, a group (``spread`` given), or one."""
+        needs = where.needs()
+        if where.own:
+            return await self.own_processes(
+                len(names), where, owners, lambda rank, index: spawn_there(rank, names[index], needs, True)
+            )
+        if spread is None:
+            return [await self.place(what, where, lambda rank, needs: spawn_there(rank, names[0], needs, False))]
+        return await self.place_group(
+            what, len(names), where, spread, lambda rank, index: spawn_there(rank, names[index], needs, False)
+        )
+
+    # ------------------------------------------------------------------ one actor
+
+    async def place(self, what: str, where: Where, spawn_there: SpawnThere[T]) -> T:
+        """Spawn on the first node that fits ``where``, waiting for one if it says so."""
+        async with self._bounded(where) as attempts:
+            while True:
+                refusals, fitting, _ = await self._survey(where)
+                for rank in fitting:
+                    try:
+                        return await spawn_there(rank, where.needs())
+                    except PlacementError as exc:
+                        why = await self._refusal_now(rank, where)
+                        if why is None:
+                            raise  # not the node's refusal for want of room: the actor's own code raised it
+                        refusals[rank] = why
+                        attempts.last = exc
+                attempts.last = PlacementError(f"{what}: no node fits; {_nodes(refusals)}")
+                if not where.wait:
+                    raise attempts.last
+                await attempts.pause()
+
+    async def place_group(
+        self, what: str, count: int, where: Where, spread: bool, spawn_there: Callable[[int, int], Awaitable[T]]
+    ) -> list[T]:
+        """Spawn ``count`` members on nodes that fit ``where``, spread or packed, all or none."""
+        async with self._bounded(where) as attempts:
+            while True:
+                refusals, fitting, free = await self._survey(where)
+                plan = _plan(count, fitting, free, where.needs(), spread)
+                if len(plan) == count:
+                    return await all_or_none(spawn_there(rank, index) for index, rank in enumerate(plan))
+                room = f"room for {len(plan)} of {count} members" if plan else "no node fits"
+                for rank in fitting:
+                    refusals[rank] = f"room for {plan.count(rank)}"
+                attempts.last = PlacementError(f"{what}: {room}; {_nodes(refusals)}")
+                if not where.wait:
+                    raise attempts.last
+                await attempts.pause()
+
+    # ------------------------------------------------------------------ what nodes have
+
+    async def _survey(self, where: Where) -> tuple[dict[int, str], list[int], dict[int, dict[str, float]]]:
+        """Why each node that cannot take ``where`` does not, those that can now (best first), what they have free."""
+        host = self._host
+        self._changed.clear()  # a node that joins from now on wakes a placement that waits
+        refusals: dict[int, str] = {}
+        asked: list[NodeInfo] = []
+        for info in host.node.peers():
+            why = self.static_refusal(info, where)
+            if why is None:
+                asked.append(info)
+            else:
+                refusals[info.rank] = why
+        answers = await asyncio.gather(*(self._share(info.rank) for info in asked))
+        needs = where.needs()
+        fitting = []
+        free: dict[int, dict[str, float]] = {}
+        for info, share in zip(asked, answers, strict=True):
+            if share is None:
+                refusals[info.rank] = "lost"
+                continue
+            free[info.rank] = share["free"]
+            why = _short(share, needs)
+            if why is None:
+                fitting.append(info.rank)
+            else:
+                refusals[info.rank] = why
+        own = host.rank
+        fitting.sort(key=lambda rank: (rank != own, rank))
+        return refusals, fitting, free
+
+    def static_refusal(self, info: NodeInfo, where: Where) -> str | None:  # noqa: PLR0911 - one return per reason
+        """Why node ``info`` can never take ``where`` as it is now (label, host, size, state), or None."""
+        node = self._host.node
+        rank = info.rank
+        if rank in node.lost:
+            return "lost"
+        if rank in node.left or rank in self._host.leaving:
+            return "leaving the system"
+        if where.label is not None and info.label != where.label:
+            return f"label {info.label!r}, not {where.label!r}"
+        if where.host is not None and info.host != where.host:
+            return f"on host {info.host}, not {where.host}"
+        if info.owner is not None:
+            return f"the own process of {info.owner}"
+        for name, amount in where.needs().items():
+            have = info.resources.get(name, 0.0)
+            if have + _EPSILON < amount:
+                return f"has {describe_amount(name, have)}, needs {describe_amount(name, amount)}"
+        return None
+
+    async def _share(self, rank: int) -> dict[str, Any] | None:
+        """What node ``rank`` has free and who holds what; None if it is lost."""
+        try:
+            found: dict[str, Any] = await self._host.services[rank].call(NodeService.resources)
+        except NodeLostError:
+            return None
+        return found
+
+    async def _refusal_now(self, rank: int, where: Where) -> str | None:
+        """Why node ``rank`` refuses ``where`` now, asked again; None if it has room (the refusal was not its)."""
+        share = await self._share(rank)
+        return "lost" if share is None else _short(share, where.needs())
+
+    def _bounded(self, where: Where) -> _Attempts:
+        limit = None if not where.wait else self._host.config.lookup_timeout
+        return _Attempts(self._changed, limit)
+
+    # ------------------------------------------------------------------ processes of their own
+
+    async def own_processes(
+        self, count: int, where: Where, owners: list[str], spawn_there: Callable[[int, int], Awaitable[T]]
+    ) -> list[T]:
+        """Start ``count`` node processes, one per actor, then spawn each actor on its own; all or none.
+
+        A node whose actor could not be spawned leaves the system again.
+        """
+        infos = await self.add_nodes(count, where.label, {}, where.env or {}, where.host, owners)
+
+        async def spawn_one(index: int, rank: int) -> T:
+            try:
+                return await spawn_there(rank, index)
+            except BaseException:
+                await asyncio.shield(self._dismiss(rank))
+                raise
+
+        return await all_or_none(spawn_one(index, info.rank) for index, info in enumerate(infos))
+
+    async def _dismiss(self, rank: int) -> None:
+        """Have node ``rank`` (a process started for an actor that did not come) leave the system."""
+        try:
+            async with asyncio.timeout(self._host.config.stop_grace + 5.0):
+                await self._host.services[rank].call(NodeService.leave)
+        except Exception as exc:  # noqa: BLE001 - its pool ends it when its owner does not come
+            self._host.node.log.warning("an actor's own process did not leave", peer=rank, error=repr(exc))
+
+    # ------------------------------------------------------------------ node processes
+
+    async def add_nodes(
+        self,
+        count: int,
+        label: str | None,
+        resources: Mapping[str, float],
+        env: Mapping[str, str],
+        host: str | None,
+        owners: list[str] | None = None,
+    ) -> list[NodeInfo]:
+        """Have rank 0, or the host agent of ``host``, start ``count`` node processes; them, once they serve.
+
+        ``owners`` names the actor each process is started for (``Where(process="own")``).
+        """
+        rank = 0 if host is None else self.pool_of(host)
+        ranks: list[int] = await self._host.services[rank].call(
+            NodeService.add_nodes, count, label, dict(resources), dict(env), owners
+        )
+        return await self._met(ranks)
+
+    async def _met(self, ranks: list[int]) -> list[NodeInfo]:
+        """Nodes ``ranks`` as this node knows them, once it does (rank 0 tells the others as it admits them)."""
+        transport = self._host.node.transport
+        async with asyncio.timeout(MEET_WITHIN):
+            while True:
+                self._changed.clear()  # cleared first: a node met after the look below still wakes the wait
+                if all(transport.knows(rank) for rank in ranks):
+                    return [transport.peer(rank) for rank in ranks]
+                await self._changed.wait()
+
+    def pool_of(self, host: str) -> int:
+        """The rank of the live host agent of ``host`` (its host name or label).
+
+        Raises:
+            UnsupportedError: No node on that host starts processes; the message lists the agents there are.
+        """
+        node = self._host.node
+        pools = [info for info in node.peers() if info.pool and info.rank not in node.lost]
+        found = [info.rank for info in pools if info.label == host] or [
+            info.rank for info in pools if info.host == host
+        ]
+        if found:
+            return found[0]
+        known = ", ".join(f"node {info.rank} ({info.label or info.host})" for info in pools) or "none"
+        raise UnsupportedError(
+            f"no host agent on {host!r} (start one there with `actorch serve --pool`); host agents: {known}"
+        )
+
+    async def wait_nodes(
+        self,
+        count: int,
+        label: str | None,
+        timeout: float | None,  # noqa: ASYNC109 - wait_nodes names its bound, as torchelastic's rendezvous does
+    ) -> list[NodeInfo]:
+        """Wait until ``count`` live nodes (with ``label``) are in the system; them, by rank."""
+        loop = asyncio.get_running_loop()
+        enclosing = current_deadline()
+        if timeout is not None:
+            limit = loop.time() + timeout
+        else:
+            limit = enclosing if enclosing is not None else loop.time() + self._host.config.lookup_timeout
+        found: list[NodeInfo] = []
+        try:
+            while True:
+                self._changed.clear()
+                found = self.live_nodes(label)
+                if len(found) >= count:
+                    return found
+                if loop.time() >= limit:
+                    raise _too_few(count, label, found)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(limit):
+                        await self._changed.wait()
+        except asyncio.CancelledError:
+            if enclosing is not None and loop.time() >= enclosing:
+                raise _too_few(count, label, found) from None
+            raise
+
+    def live_nodes(self, label: str | None = None) -> list[NodeInfo]:
+        """The nodes neither lost nor leaving (with ``label``), by rank."""
+        node = self._host.node
+        gone = set(node.lost) | node.left | self._host.leaving
+        return [info for info in node.peers() if info.rank not in gone and (label is None or info.label == label)]
+
+
+class _Attempts:
+    """The bound of a placement that may wait: its deadline, how long to pause, the last refusal."""
+
+    def __init__(self, changed: asyncio.Event, limit: float | None) -> None:
+        self._changed = changed
+        self._limit = limit
+        self._pause = RETRY_FIRST
+        self._scope: asyncio.Timeout | None = None
+        self._enclosing: float | None = None
+        self.last: PlacementError | None = None
+
+    async def __aenter__(self) -> _Attempts:
+        self._enclosing = current_deadline()  # read now: once expired, a scope is no longer seen
+        if self._limit is not None and self._enclosing is None:
+            self._scope = asyncio.timeout(self._limit)
+            await self._scope.__aenter__()
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        try:
+            if self._scope is not None:
+                await self._scope.__aexit__(kind, error, tb)
+        except TimeoutError:
+            raise self._expired() from None
+        enclosing = self._enclosing
+        if isinstance(error, asyncio.CancelledError) and enclosing is not None and self.last is not None:
+            expired = asyncio.get_running_loop().time() >= enclosing
+            if expired:
+                raise self._expired() from None
+
+    def _expired(self) -> PlacementError:
+        return PlacementError(f"{self.last} (waited for capacity until the deadline)")
+
+    async def pause(self) -> None:
+        """Wait until a node joins, or a while (longer each time): resources given back are not announced."""
+        try:
+            async with asyncio.timeout(self._pause):
+                await self._changed.wait()
+        except TimeoutError:
+            self._pause = min(self._pause * 2, RETRY_MOST)
+
+
+def _too_few(count: int, label: str | None, found: Sequence[NodeInfo]) -> TimeoutError:
+    with_label = "" if label is None else f" labelled {label!r}"
+    return TimeoutError(f"wait_nodes({count}): {len(found)} node{'s' * (len(found) != 1)}{with_label} in time")
+
+
+def _short(share: Mapping[str, Any], needs: Mapping[str, float]) -> str | None:
+    """What a node's free resources lack for ``needs``, in words; None if nothing."""
+    free: Mapping[str, float] = share["free"]
+    short = [name for name, amount in needs.items() if free.get(name, 0.0) + _EPSILON < amount]
+    if not short:
+        return None
+    held = ", ".join(sorted(holder for holder, amounts in share["held"].items() if set(amounts) & set(short)))
+    lacking = ", ".join(
+        f"{describe_amount(name, max(free.get(name, 0.0), 0.0))} free, needs {describe_amount(name, needs[name])}"
+        for name in short
+    )
+    return lacking + (f" (held by {held})" if held else "")
+
+
+def _plan(
+    count: int,
+    fitting: Sequence[int],
+    free: Mapping[int, Mapping[str, float]],
+    needs: Mapping[str, float],
+    spread: bool,
+) -> list[int]:
+    """The node of each of ``count`` members, as far as room goes: spread (fewest first) or packed (in order)."""
+    left = {rank: dict(free.get(rank, {})) for rank in fitting}
+    members = dict.fromkeys(fitting, 0)
+    plan: list[int] = []
+    for _ in range(count):
+        room = [
+            rank
+            for rank in fitting
+            if all(left[rank].get(name, 0.0) + _EPSILON >= need for name, need in needs.items())
+        ]
+        if not room:
+            break
+        rank = min(room, key=lambda candidate: members[candidate]) if spread else room[0]
+        for name, need in needs.items():
+            left[rank][name] = left[rank].get(name, 0.0) - need
+        members[rank] += 1
+        plan.append(rank)
+    return plan
+
+
+async def all_or_none(spawns: Any) -> list[Any]:
+    """Run every spawn at once; if any fails, stop those that started and raise the first failure."""
+    outcomes = await asyncio.gather(*spawns, return_exceptions=True)
+    failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+    if not failures:
+        return list(outcomes)
+    started = [outcome for outcome in outcomes if not isinstance(outcome, BaseException)]
+    await asyncio.gather(*(ref.stop() for ref in started), return_exceptions=True)
+    raise failures[0]
+
+
+def _nodes(refusals: Mapping[int, str]) -> str:
+    """Every node and why it was refused, by rank."""
+    return "; ".join(f"node {rank}: {why}" for rank, why in sorted(refusals.items())) or "no node"

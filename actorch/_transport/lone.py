@@ -1,0 +1,126 @@
+"""A system of one node that goes on torch RPC only when it first starts another node process.
+
+``actorch.run(main)`` with one process needs no network: its node talks to
+itself, and same-node calls never reach a transport. Asked for a node process
+(``add_nodes``, ``Where(process="own")``), it must become rank 0 of a world that
+grows. :class:`LoneTransport` is that node: alone, it sends nothing; on the
+first :meth:`invitation` it starts the elastic torch RPC transport the launcher
+describes, hands it what the node attached, and from then on passes every
+bundle through to it. Until then it costs nothing: no port, no thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from actorch._base.devices import TensorRoute, accelerator
+from actorch._transport.base import Bundle, NodeInfo, Transport
+from actorch._transport.elastic import ElasticRpcTransport
+
+__all__ = ["LoneTransport"]
+
+
+class LoneTransport(Transport):
+    """Rank 0 alone, until it opens an elastic world (``opener`` makes its transport) for the nodes it starts."""
+
+    def __init__(self, opener: Callable[[], ElasticRpcTransport]) -> None:
+        super().__init__(0, 1)
+        self._opener = opener
+        self._world: ElasticRpcTransport | None = None
+        self._opening: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<LoneTransport {'alone' if self._world is None else repr(self._world)}>"
+
+    @property
+    def world(self) -> ElasticRpcTransport | None:
+        """The torch RPC transport, once opened."""
+        return self._world
+
+    async def start(self) -> None:
+        """Nothing to join: the node is alone."""
+
+    async def invitation(self) -> tuple[str, str]:
+        """Open the world on first use (torch RPC starts), then answer as its rank 0 does."""
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(self._open())
+        await asyncio.shield(self._opening)
+        assert self._world is not None
+        return await self._world.invitation()
+
+    async def _open(self) -> None:
+        world = self._opener()
+        world.traits = self.traits
+        assert self._loop is not None
+        assert self._receive is not None
+        assert self._lost is not None
+        world.attach(self._loop, self._receive, self._lost)
+        world.on_joined = self._joined
+        world.lost_in_thread = self.lost_in_thread
+        await world.start()
+        self._world = world
+
+    def _joined(self, info: NodeInfo) -> None:
+        self.world_size = self._world.world_size if self._world is not None else self.world_size
+        if self.on_joined is not None:
+            self.on_joined(info)
+
+    async def close(self) -> None:
+        """Leave the world, if it was opened."""
+        if self._opening is not None and not self._opening.done():
+            await asyncio.wait([self._opening])
+        if self._world is not None:
+            await self._world.close()
+
+    def peers(self) -> list[NodeInfo]:
+        """This node alone, or every node of the opened world."""
+        if self._world is not None:
+            return self._world.peers()
+        return [self.traits.info(0, socket.gethostname(), os.getpid(), accelerator().inventory())]
+
+    def peer(self, rank: int) -> NodeInfo:
+        """Node ``rank`` (``KeyError`` if it is not a node of the world)."""
+        if self._world is not None:
+            return self._world.peer(rank)
+        return super().peer(rank)
+
+    def knows(self, rank: int) -> bool:
+        """Whether ``rank`` is a node of the opened world (none before)."""
+        return self._world is not None and self._world.knows(rank)
+
+    def forget(self, rank: int) -> None:
+        """Node ``rank`` left the world on purpose."""
+        if self._world is not None:
+            self._world.forget(rank)
+            self.world_size = self._world.world_size
+
+    def route(self, dest: int) -> TensorRoute | None:
+        """How tensors reach ``dest`` (staged: an elastic world has no device maps)."""
+        return self._world.route(dest) if self._world is not None else None
+
+    def make_rref(self, value: Any) -> Any:
+        """A torch RRef, once the world is on torch RPC."""
+        if self._world is None:
+            return super().make_rref(value)
+        return self._world.make_rref(value)
+
+    def shared_store(self) -> Any:
+        """The opened world's store."""
+        if self._world is None:
+            return super().shared_store()
+        return self._world.shared_store()
+
+    def stop_admitting(self) -> None:
+        """Take no more nodes (the system is ending)."""
+        if self._world is not None:
+            self._world.stop_admitting()
+
+    def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
+        if self._world is None:
+            self._report_lost(dest, f"rank {dest} is not a node of this world")
+            return
+        self._world._send_bundle(dest, bundle, in_context)
