@@ -430,3 +430,46 @@ async def test_a_ref_pickled_inside_a_value_stays_a_ref_that_follows(world4: Loc
     assert echoed.ref is not tally
     world4.kill(2)
     assert await echoed.ref.call(Tally.add) == 1
+
+
+# ---------------------------------------------------------------------- placed by what a node has
+
+
+async def test_an_actor_placed_by_label_moves_only_to_a_node_with_that_label() -> None:
+    labels = {1: "env", 2: "learner", 3: "env"}
+    async with local_world(4, stop_grace=0.5, lookup_timeout=5.0, labels=labels) as world:
+        tally = await world[0].spawn(Tally, on=actorch.Where(label="env"), restart=RELOCATE)
+        home = tally.rank
+        assert home in (1, 3)
+        world.kill(home)
+        assert (await tally.call(Tally.where))[0] == 4 - home, "the other env node, never the learner's"
+
+
+async def test_an_actor_holding_resources_moves_to_a_node_that_has_them_and_holds_them_there() -> None:
+    resources = {1: {"slots": 1}, 2: {"slots": 1}}
+    async with local_world(4, stop_grace=0.5, lookup_timeout=5.0, resources=resources) as world:
+        where = actorch.Where(resources={"slots": 1})
+        tally = await world[0].spawn(Tally, on=where, restart=RELOCATE)
+        home = tally.rank
+        assert home in (1, 2)
+        world.kill(home)
+        assert (await tally.call(Tally.where))[0] == 3 - home, "node 3 declares no slots"
+        with pytest.raises(actorch.PlacementError, match="slots"):
+            await world[0].spawn(Counter, on=where)  # the slot moved with the actor: none is free
+
+
+async def test_an_actor_placed_by_label_with_no_node_of_that_label_left_says_why() -> None:
+    async with local_world(3, stop_grace=0.5, lookup_timeout=5.0, labels={1: "env", 2: "learner"}) as world:
+        tally = await world[0].spawn(Tally, on=actorch.Where(label="env"), restart=RELOCATE)
+        world.kill(1)
+        with pytest.raises(actorch.NodeLostError, match="node 2: is labelled 'learner', not 'env'"):
+            await tally.call(Tally.get)
+
+
+async def test_a_relocatable_actor_in_a_process_of_its_own_is_refused_before_any_process_starts(
+    world4: LocalWorld,
+) -> None:
+    before = len(world4[0].nodes)
+    with pytest.raises(ValueError, match="process of its own"):
+        await world4[0].spawn(Tally, on=actorch.Where(process="own"), restart=RELOCATE)
+    assert len(world4[0].nodes) == before
