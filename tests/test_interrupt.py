@@ -17,7 +17,7 @@ from typing import Protocol
 import pytest
 from _mp import Finished, Script, script_argv, torchrun_argv, wait_for_file
 
-from actorch._launch.eventloop import INTERRUPT_EXIT_CODE, TERMINATE_EXIT_CODE
+from actorch._launch.interrupts import INTERRUPT_EXIT_CODE, TERMINATE_EXIT_CODE
 
 pytestmark = pytest.mark.multiprocess
 

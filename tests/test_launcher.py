@@ -16,13 +16,8 @@ import pytest
 import structlog
 
 import actorch
-from actorch._launch.eventloop import (
-    INTERRUPT_EXIT_CODE,
-    LEFTOVER_WAIT,
-    TERMINATE_EXIT_CODE,
-    InterruptWatcher,
-    run_bounded,
-)
+from actorch._launch.eventloop import LEFTOVER_WAIT, run_bounded
+from actorch._launch.interrupts import INTERRUPT_EXIT_CODE, TERMINATE_EXIT_CODE, InterruptWatcher
 from actorch._transport.rpc_setup import RpcOptions
 
 
@@ -168,7 +163,8 @@ def run_interrupted(body: str) -> subprocess.CompletedProcess[str]:
     code = (
         "import asyncio, os, signal, threading, time\n"
         "import torch\n"
-        "from actorch._launch.eventloop import InterruptPolicy, run_bounded\n"
+        "from actorch._launch.eventloop import run_bounded\n"
+        "from actorch._launch.interrupts import InterruptPolicy\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "def ctrl_c(after):\n"
         "    threading.Timer(after, os.kill, (os.getpid(), signal.SIGINT)).start()\n"

@@ -27,8 +27,9 @@ from actorch._actors.service import NodeService
 from actorch._actors.system import ActorSystem
 from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig, is_count, is_number
 from actorch._base.errors import ActorStoppedError, NodeLostError
-from actorch._launch.eventloop import InterruptPolicy, run_bounded
+from actorch._launch.eventloop import run_bounded
 from actorch._launch.guard import WORKER_OF_ENV, refuse_run_while_imported
+from actorch._launch.interrupts import InterruptPolicy
 from actorch._launch.logs import configure_logging
 from actorch._launch.nodes import (
     LocalLauncher,
