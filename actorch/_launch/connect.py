@@ -23,8 +23,9 @@ from actorch._actors.host import ActorHost
 from actorch._actors.system import ActorSystem, hand_over
 from actorch._base.resources import check_resources
 from actorch._launch.logs import configure_logging
-from actorch._launch.serving import SHUTDOWN_TIMEOUT, _plan_from, _rpc_transport, _start, _World, join_target
+from actorch._launch.serving import join_target
 from actorch._launch.start import Opening, wake_for_interrupts
+from actorch._launch.startup import SHUTDOWN_TIMEOUT, World, plan_from, rpc_transport, start_node
 from actorch._transport.base import NodeTraits
 from actorch._transport.elastic import prepare_join
 from actorch._transport.membership import TOKEN_ENV
@@ -96,10 +97,10 @@ async def _join(address: str, port: int, token: str, traits: NodeTraits, join_ti
         joining["rank"], joining["shared"] = prepare_join(address, port, join_timeout)
 
     await asyncio.to_thread(ask)
-    plan = dataclasses.replace(_plan_from(joining["shared"], None, join_timeout), tune_gc=False)
-    world = _World(joining["rank"], 0, address, port, token, traits.label, traits)
-    transport = _rpc_transport(world, plan.options)
-    system, host = await _start(transport, plan)
+    plan = dataclasses.replace(plan_from(joining["shared"], None, join_timeout), tune_gc=False)
+    world = World(joining["rank"], 0, address, port, token, traits.label, traits)
+    transport = rpc_transport(world, plan.options)
+    system, host = await start_node(transport, plan)
     follower = asyncio.get_running_loop().create_task(_follow(host), name=f"actorch-node{host.rank}")
     hand_over(system, lambda: _leave(host, follower))
     return system

@@ -40,23 +40,18 @@ from actorch._launch.nodes import (
     grow_refusal,
 )
 from actorch._launch.runtime import Announcement, status_address
-from actorch._launch.serving import (
+from actorch._launch.serving import _newcomer_arguments, _serve, _serve_newcomer, takes_system
+from actorch._launch.startup import (
     SHUTDOWN_TIMEOUT,
+    Plan,
     Setup,
-    _kill_lost,
-    _kill_workers,
-    _newcomer_arguments,
-    _Plan,
-    _reap,
-    _rpc_transport,
-    _serve,
-    _serve_newcomer,
-    _shared,
-    _start,
-    _World,
-    takes_system,
+    World,
+    rpc_transport,
+    shared_settings,
+    start_node,
 )
 from actorch._launch.status import STATUS_PORT_ENV, StatusServer, check_status_port
+from actorch._launch.workers import kill_lost, kill_workers, reap_workers
 from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.elastic import ElasticRpcTransport
 from actorch._transport.lone import LoneTransport
@@ -224,7 +219,7 @@ def run(
     if plan.status is not None and not (under_torchrun and os.environ["RANK"] != "0"):
         check_status_port(*plan.status)  # a taken port fails here, before any worker starts
     if under_torchrun and not elastic:
-        world = _World(
+        world = World(
             int(os.environ["RANK"]),
             int(os.environ["WORLD_SIZE"]),
             os.environ["MASTER_ADDR"],
@@ -236,7 +231,7 @@ def run(
         world = dataclasses.replace(world, traits=said)
         if world.rank != 0:
             _serve(world, plan)
-        return run_bounded(_lead(main, _rpc_transport(world, plan.options), plan), interrupts=_interrupts(plan))
+        return run_bounded(_lead(main, rpc_transport(world, plan.options), plan), interrupts=_interrupts(plan))
     if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
     traits = _launch_traits(resources, world_size or 1)
@@ -264,7 +259,7 @@ def _plan(
     status: tuple[str, int | None],
     log_level: str | None,
     configure_logs: bool,
-) -> _Plan:
+) -> Plan:
     """Check ``run``'s options (``start`` takes the same) and make the plan every node starts with."""
     if not is_number(liveness_timeout, inclusive=False):
         raise ValueError(f"liveness_timeout must be a positive number of seconds, not {liveness_timeout!r}")
@@ -296,7 +291,7 @@ def _plan(
             f"setup {getattr(setup, '__qualname__', setup)!r} asks for the system, but run() and start() call "
             "setup with the node's rank before the node serves (only serve() hands a setup the system)"
         )
-    return _Plan(config, options, setup, tune_gc=tune_gc, status=_status_address(*status))
+    return Plan(config, options, setup, tune_gc=tune_gc, status=_status_address(*status))
 
 
 def _is_port(port: object) -> bool:
@@ -337,7 +332,7 @@ def _launch_elastic(
     main: Main[T],
     world_size: int | None,
     host: str,
-    plan: _Plan,
+    plan: Plan,
     port: int,
     traits: list[NodeTraits],
     *,
@@ -354,18 +349,18 @@ def _launch_traits(resources: ResourceSpec, world_size: int) -> list[NodeTraits]
     return [NodeTraits(resources=declared.get(rank, {}), pool=rank == 0) for rank in range(world_size)]
 
 
-def _open_alone(host: str, port: int, plan: _Plan) -> ElasticRpcTransport:
+def _open_alone(host: str, port: int, plan: Plan) -> ElasticRpcTransport:
     """The elastic world a system of one node opens when it first starts a node process (only those may join)."""
     listener = listen_socket(host, port)
     port = listener.getsockname()[1]
     options = dataclasses.replace(plan.options, device_maps=None)
-    shared = _shared(plan)
+    shared = shared_settings(plan)
     return ElasticRpcTransport(
         0, host, port, options, token=new_token(), listener=listener, shared=shared, public=False
     )
 
 
-def _elastic_token(world_size: int | None, plan: _Plan, *, under_torchrun: bool) -> str:
+def _elastic_token(world_size: int | None, plan: Plan, *, under_torchrun: bool) -> str:
     """Check an elastic launch's options; the join token (``ACTORCH_JOIN_TOKEN``, else a new one)."""
     if under_torchrun:
         raise ValueError("elastic=True starts from a plain script, not under torchrun (torchrun fixes the world)")
@@ -380,7 +375,7 @@ def _launch_local(
     main: Main[T],
     world_size: int,
     host: str,
-    plan: _Plan,
+    plan: Plan,
     port: int,
     traits: list[NodeTraits],
     token: str | None = None,
@@ -389,11 +384,11 @@ def _launch_local(
     try:
         return run_bounded(_lead(main, transport, plan, workers), interrupts=_interrupts(plan, workers))
     finally:
-        _reap(workers)
+        reap_workers(workers)
 
 
 def _local_world(
-    world_size: int, host: str, plan: _Plan, port: int, traits: list[NodeTraits], token: str | None = None
+    world_size: int, host: str, plan: Plan, port: int, traits: list[NodeTraits], token: str | None = None
 ) -> tuple[Transport, list[Any]]:
     """Rank 0's transport for a local launch, and the other ranks' processes, started.
 
@@ -415,13 +410,13 @@ def _local_world(
     try:
         return _rank0_transport(world_size, host, port, plan, listener, token, traits[0], public=public), workers
     except BaseException:
-        _kill_workers(workers)
+        kill_workers(workers)
         listener.close()
         raise
 
 
 def _spawn_workers(
-    world_size: int, host: str, port: int, plan: _Plan, token: str | None, traits: list[NodeTraits]
+    world_size: int, host: str, port: int, plan: Plan, token: str | None, traits: list[NodeTraits]
 ) -> list[Any]:
     """Start ranks 1 to ``world_size - 1`` as local processes that serve actors (rank 0's store is at ``port``)."""
     context = multiprocessing.get_context("spawn")
@@ -429,7 +424,7 @@ def _spawn_workers(
         workers = [
             context.Process(
                 target=_serve,
-                args=(_World(rank, world_size, host, port, token, traits=traits[rank]), plan),
+                args=(World(rank, world_size, host, port, token, traits=traits[rank]), plan),
                 name=f"actorch-node{rank}",
                 daemon=True,
             )
@@ -444,7 +439,7 @@ def _rank0_transport(
     world_size: int,
     host: str,
     port: int,
-    plan: _Plan,
+    plan: Plan,
     listener: socket.socket,
     token: str | None,
     traits: NodeTraits,
@@ -464,14 +459,14 @@ def _rank0_transport(
             token=token,
             initial=world_size,
             listener=listener,
-            shared=_shared(plan),
+            shared=shared_settings(plan),
             public=public,
         )
     transport.traits = traits
     return transport
 
 
-def _interrupts(plan: _Plan, workers: list[Any] | None = None) -> InterruptPolicy:
+def _interrupts(plan: Plan, workers: list[Any] | None = None) -> InterruptPolicy:
     """Ctrl-C's and SIGTERM's bounds on rank 0, from ``stop_grace``; a forced end kills the local workers.
 
     ``main`` gets ``stop_grace + 1`` seconds to take the interrupt, as a
@@ -484,12 +479,12 @@ def _interrupts(plan: _Plan, workers: list[Any] | None = None) -> InterruptPolic
     return InterruptPolicy(
         respond_within=grace + 1.0,
         finish_within=4 * grace + 12.0,
-        on_force=(lambda: _kill_workers(workers)) if workers is not None else None,
+        on_force=(lambda: kill_workers(workers)) if workers is not None else None,
         terminate=True,
     )
 
 
-def _give_pool(host: ActorHost, transport: Transport, plan: _Plan, workers: list[Any] | None) -> None:
+def _give_pool(host: ActorHost, transport: Transport, plan: Plan, workers: list[Any] | None) -> None:
     """Let rank 0's node start node processes on this host (``add_nodes``), or say why it cannot."""
     refusal = grow_refusal(transport, under_torchrun=all(var in os.environ for var in _TORCHRUN_VARS))
     if refusal is not None or workers is None:
@@ -499,9 +494,9 @@ def _give_pool(host: ActorHost, transport: Transport, plan: _Plan, workers: list
     host.pool.launcher = LocalLauncher(_serve_newcomer, arguments, transport.invitation, workers)
 
 
-async def _lead(main: Main[T], transport: Transport, plan: _Plan, workers: list[Any] | None = None) -> T:
+async def _lead(main: Main[T], transport: Transport, plan: Plan, workers: list[Any] | None = None) -> T:
     launched = list(workers or ())  # the launch's own workers, ranks 1..; processes started later join the list
-    system, host = await _start(
+    system, host = await start_node(
         transport, plan, launched, functools.partial(_give_pool, transport=transport, plan=plan, workers=workers)
     )
     failed = True
@@ -522,7 +517,7 @@ async def _lead(main: Main[T], transport: Transport, plan: _Plan, workers: list[
             await status.close()
         silent = await asyncio.shield(_shutdown_world(host, failed))
         for rank in silent:
-            _kill_lost(launched, rank)  # its loop is stuck: do not wait for its watchdog
+            kill_lost(launched, rank)  # its loop is stuck: do not wait for its watchdog
 
 
 def _announce(announced: Announcement, host: ActorHost) -> None:

@@ -38,8 +38,9 @@ from actorch._launch.run import (
     _plan,
     _requested_world_size,
 )
-from actorch._launch.serving import JOIN_TIMEOUT, Setup, _kill_workers, _Plan
+from actorch._launch.startup import Plan, Setup
 from actorch._launch.status import check_status_port
+from actorch._launch.workers import JOIN_TIMEOUT, kill_workers
 from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.rpc import active_transport
 from actorch._transport.rpc_setup import DeviceMapSpec
@@ -259,11 +260,11 @@ class _Driven:
         state = "ending" if self._release.is_set() else "open" if self.opened.done() else "starting"
         return f"<_Driven {state} workers={len(self.workers)}>"
 
-    def lead(self, transport: Transport, plan: _Plan) -> None:
+    def lead(self, transport: Transport, plan: Plan) -> None:
         """Run rank 0's node as a task of the running loop until ``shutdown``."""
         self._task = asyncio.get_running_loop().create_task(self._lead(transport, plan), name="actorch-rank0")
 
-    async def _lead(self, transport: Transport, plan: _Plan) -> None:
+    async def _lead(self, transport: Transport, plan: Plan) -> None:
         failed_to_open: BaseException | None = None
         try:
             await _lead(self._serve_driver, transport, plan, self.workers)
@@ -302,11 +303,11 @@ class _Driven:
     def kill_workers(self) -> None:
         """Kill the workers still alive (the interpreter exits with the system up)."""
         if any(worker.is_alive() for worker in self.workers):
-            _kill_workers(self.workers)
+            kill_workers(self.workers)
 
 
 async def _open(
-    plan: _Plan, world_size: int, host: str, port: int, token: str | None, traits: list[NodeTraits]
+    plan: Plan, world_size: int, host: str, port: int, token: str | None, traits: list[NodeTraits]
 ) -> ActorSystem:
     if _Driven.current is not None or active_transport() is not None:
         raise RuntimeError(
@@ -325,12 +326,12 @@ async def _open(
 async def _reap(workers: list[Any], *, kill: bool) -> None:
     """Wait for the local workers to exit (``JOIN_TIMEOUT`` at most, then kill them), without blocking the loop."""
     if kill:
-        _kill_workers(workers)
+        kill_workers(workers)
     loop = asyncio.get_running_loop()
     limit = loop.time() + JOIN_TIMEOUT
     while any(worker.is_alive() for worker in workers):  # is_alive() reaps one that has exited
         if loop.time() >= limit:
-            _kill_workers(workers)
+            kill_workers(workers)
             return
         await asyncio.sleep(REAP_POLL)
 
