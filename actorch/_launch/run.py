@@ -8,65 +8,34 @@ MASTER_PORT). With ``elastic=True`` the world takes new nodes while it runs:
 ``actorch.serve`` (``serving``) joins one from any process that has the
 system's address and join token. Without it, a local launch still runs on an
 elastic world, private to the node processes it starts itself (``add_nodes``),
-unless device maps need a static one. What the other nodes run is in ``serving``.
+unless device maps need a static one. The world is made in ``local``, rank 0
+leads it in ``lead``, and what the other nodes run is in ``serving``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
-import multiprocessing
 import os
-import socket
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from actorch._actors.host import ActorHost
-from actorch._actors.service import NodeService
-from actorch._actors.system import ActorSystem
 from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig, is_count, is_number
-from actorch._base.errors import ActorStoppedError, NodeLostError
 from actorch._launch.eventloop import run_bounded
-from actorch._launch.guard import WORKER_OF_ENV, refuse_run_while_imported
-from actorch._launch.interrupts import InterruptPolicy
+from actorch._launch.guard import refuse_run_while_imported
+from actorch._launch.lead import Main, interrupt_policy, lead
+from actorch._launch.local import elastic_token, launch_traits, local_world
 from actorch._launch.logs import configure_logging
-from actorch._launch.nodes import (
-    LocalLauncher,
-    ResourceSpec,
-    can_grow,
-    declared_resources,
-    environment,
-    grow_refusal,
-)
-from actorch._launch.runtime import Announcement, status_address
-from actorch._launch.serving import _newcomer_arguments, _serve, _serve_newcomer, takes_system
-from actorch._launch.startup import (
-    SHUTDOWN_TIMEOUT,
-    Plan,
-    Setup,
-    World,
-    rpc_transport,
-    shared_settings,
-    start_node,
-)
-from actorch._launch.status import STATUS_PORT_ENV, StatusServer, check_status_port
-from actorch._launch.workers import kill_lost, kill_workers, reap_workers
-from actorch._transport.base import NodeTraits, Transport
-from actorch._transport.elastic import ElasticRpcTransport
-from actorch._transport.lone import LoneTransport
-from actorch._transport.membership import TOKEN_ENV, new_token
-from actorch._transport.network import listen_socket
-from actorch._transport.rpc import RpcTransport
+from actorch._launch.nodes import ResourceSpec, declared_resources
+from actorch._launch.serving import _serve, takes_system
+from actorch._launch.startup import TORCHRUN_VARS, Plan, Setup, World, rpc_transport
+from actorch._launch.status import STATUS_PORT_ENV, check_status_port
+from actorch._launch.workers import reap_workers
+from actorch._transport.base import NodeTraits
 from actorch._transport.rpc_setup import DeviceMapSpec, RpcOptions
 
 __all__ = ["run"]
 
 T = TypeVar("T")
-Main = Callable[[ActorSystem], Awaitable[T]]
 
-_TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-_QUIET_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR"}
 WORLD_SIZE_ENV = "ACTORCH_WORLD_SIZE"
 """Set by ``actorch run -n N``: the number of local processes, in place of ``run``'s ``world_size``."""
 
@@ -215,7 +184,7 @@ def run(
     if not _is_port(port):
         raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {port!r}")
     world_size, launcher_sized = _requested_world_size(world_size)
-    under_torchrun = all(var in os.environ for var in _TORCHRUN_VARS)
+    under_torchrun = all(var in os.environ for var in TORCHRUN_VARS)
     if plan.status is not None and not (under_torchrun and os.environ["RANK"] != "0"):
         check_status_port(*plan.status)  # a taken port fails here, before any worker starts
     if under_torchrun and not elastic:
@@ -231,10 +200,10 @@ def run(
         world = dataclasses.replace(world, traits=said)
         if world.rank != 0:
             _serve(world, plan)
-        return run_bounded(_lead(main, rpc_transport(world, plan.options), plan), interrupts=_interrupts(plan))
+        return run_bounded(lead(main, rpc_transport(world, plan.options), plan), interrupts=interrupt_policy(plan))
     if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
-    traits = _launch_traits(resources, world_size or 1)
+    traits = launch_traits(resources, world_size or 1)
     if elastic:
         return _launch_elastic(main, world_size, host, plan, port, traits, under_torchrun=under_torchrun)
     return _launch_local(main, world_size or 1, host, plan, port, traits)
@@ -339,36 +308,8 @@ def _launch_elastic(
     under_torchrun: bool,
 ) -> T:
     """Start an elastic system of ``world_size`` local nodes (None: 1) that newcomers may join."""
-    token = _elastic_token(world_size, plan, under_torchrun=under_torchrun)
+    token = elastic_token(world_size, plan, under_torchrun=under_torchrun)
     return _launch_local(main, world_size or 1, host, plan, port, traits, token)
-
-
-def _launch_traits(resources: ResourceSpec, world_size: int) -> list[NodeTraits]:
-    """What each node of a local launch says of itself: the resources it declares; rank 0 starts node processes."""
-    declared = declared_resources(resources, world_size)
-    return [NodeTraits(resources=declared.get(rank, {}), pool=rank == 0) for rank in range(world_size)]
-
-
-def _open_alone(host: str, port: int, plan: Plan) -> ElasticRpcTransport:
-    """The elastic world a system of one node opens when it first starts a node process (only those may join)."""
-    listener = listen_socket(host, port)
-    port = listener.getsockname()[1]
-    options = dataclasses.replace(plan.options, device_maps=None)
-    shared = shared_settings(plan)
-    return ElasticRpcTransport(
-        0, host, port, options, token=new_token(), listener=listener, shared=shared, public=False
-    )
-
-
-def _elastic_token(world_size: int | None, plan: Plan, *, under_torchrun: bool) -> str:
-    """Check an elastic launch's options; the join token (``ACTORCH_JOIN_TOKEN``, else a new one)."""
-    if under_torchrun:
-        raise ValueError("elastic=True starts from a plain script, not under torchrun (torchrun fixes the world)")
-    if plan.options.device_maps is not None and plan.options.device_maps != "auto":
-        raise ValueError("an elastic system has no device maps (GPU tensors are staged): leave device_maps alone")
-    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
-        raise ValueError(f"world_size must be a positive int, not {world_size!r}")
-    return os.environ.get(TOKEN_ENV) or new_token()
 
 
 def _launch_local(
@@ -380,191 +321,9 @@ def _launch_local(
     traits: list[NodeTraits],
     token: str | None = None,
 ) -> T:
-    transport, workers = _local_world(world_size, host, plan, port, traits, token)
+    """Start a local launch's world, lead it from this process until ``main`` ends, and reap its workers."""
+    transport, workers = local_world(world_size, host, plan, port, traits, token)
     try:
-        return run_bounded(_lead(main, transport, plan, workers), interrupts=_interrupts(plan, workers))
+        return run_bounded(lead(main, transport, plan, workers), interrupts=interrupt_policy(plan, workers))
     finally:
         reap_workers(workers)
-
-
-def _local_world(
-    world_size: int, host: str, plan: Plan, port: int, traits: list[NodeTraits], token: str | None = None
-) -> tuple[Transport, list[Any]]:
-    """Rank 0's transport for a local launch, and the other ranks' processes, started.
-
-    An elastic launch has a join ``token``. Any other runs on an elastic world
-    too, private to the node processes it starts itself (``add_nodes``), so
-    that it can start them; except with device maps, which only a static world
-    has. One node alone needs no network until it starts one (``LoneTransport``).
-    """
-    if world_size == 1 and token is None:
-        alone = LoneTransport(functools.partial(_open_alone, host, port, plan))
-        alone.traits = traits[0]
-        return alone, []
-    public = token is not None
-    if token is None and can_grow(plan.options):
-        token = new_token()
-    listener = listen_socket(host, port)
-    port = listener.getsockname()[1]
-    workers = _spawn_workers(world_size, host, port, plan, token, traits)
-    try:
-        return _rank0_transport(world_size, host, port, plan, listener, token, traits[0], public=public), workers
-    except BaseException:
-        kill_workers(workers)
-        listener.close()
-        raise
-
-
-def _spawn_workers(
-    world_size: int, host: str, port: int, plan: Plan, token: str | None, traits: list[NodeTraits]
-) -> list[Any]:
-    """Start ranks 1 to ``world_size - 1`` as local processes that serve actors (rank 0's store is at ``port``)."""
-    context = multiprocessing.get_context("spawn")
-    with environment({**_QUIET_ENV, WORKER_OF_ENV: str(os.getpid())}):
-        workers = [
-            context.Process(
-                target=_serve,
-                args=(World(rank, world_size, host, port, token, traits=traits[rank]), plan),
-                name=f"actorch-node{rank}",
-                daemon=True,
-            )
-            for rank in range(1, world_size)
-        ]
-        for worker in workers:
-            worker.start()
-    return workers
-
-
-def _rank0_transport(
-    world_size: int,
-    host: str,
-    port: int,
-    plan: Plan,
-    listener: socket.socket,
-    token: str | None,
-    traits: NodeTraits,
-    *,
-    public: bool = True,
-) -> RpcTransport:
-    """Rank 0's torch RPC transport for a local launch; elastic when there is a join ``token`` (``public`` or not)."""
-    transport: RpcTransport
-    if token is None:
-        transport = RpcTransport(0, world_size, host, port, plan.options, listener)
-    else:
-        transport = ElasticRpcTransport(
-            0,
-            host,
-            port,
-            plan.options if public else dataclasses.replace(plan.options, device_maps=None),
-            token=token,
-            initial=world_size,
-            listener=listener,
-            shared=shared_settings(plan),
-            public=public,
-        )
-    transport.traits = traits
-    return transport
-
-
-def _interrupts(plan: Plan, workers: list[Any] | None = None) -> InterruptPolicy:
-    """Ctrl-C's and SIGTERM's bounds on rank 0, from ``stop_grace``; a forced end kills the local workers.
-
-    ``main`` gets ``stop_grace + 1`` seconds to take the interrupt, as a
-    stopping actor's handlers get ``stop_grace`` (the second keeps
-    ``stop_grace=0`` from racing the signal handler), and the orderly shutdown
-    then gets the bound that ``run`` keeps after ``main`` ends. SIGTERM (what
-    schedulers send) ends the run the same way: every actor stops in order.
-    """
-    grace = plan.config.stop_grace
-    return InterruptPolicy(
-        respond_within=grace + 1.0,
-        finish_within=4 * grace + 12.0,
-        on_force=(lambda: kill_workers(workers)) if workers is not None else None,
-        terminate=True,
-    )
-
-
-def _give_pool(host: ActorHost, transport: Transport, plan: Plan, workers: list[Any] | None) -> None:
-    """Let rank 0's node start node processes on this host (``add_nodes``), or say why it cannot."""
-    refusal = grow_refusal(transport, under_torchrun=all(var in os.environ for var in _TORCHRUN_VARS))
-    if refusal is not None or workers is None:
-        host.pool.refusal = refusal or host.pool.refusal
-        return
-    arguments = functools.partial(_newcomer_arguments, plan)
-    host.pool.launcher = LocalLauncher(_serve_newcomer, arguments, transport.invitation, workers)
-
-
-async def _lead(main: Main[T], transport: Transport, plan: Plan, workers: list[Any] | None = None) -> T:
-    launched = list(workers or ())  # the launch's own workers, ranks 1..; processes started later join the list
-    system, host = await start_node(
-        transport, plan, launched, functools.partial(_give_pool, transport=transport, plan=plan, workers=workers)
-    )
-    failed = True
-    status = None
-    announced = Announcement(system.world_size, None)
-    try:
-        if plan.status is not None:
-            status = StatusServer(host, *plan.status)
-            await status.start()
-            announced.status = status_address(plan.status[0], status.port)
-        _announce(announced, host)
-        result = await main(system)
-        failed = False
-        return result
-    finally:
-        announced.withdraw()
-        if status is not None:
-            await status.close()
-        silent = await asyncio.shield(_shutdown_world(host, failed))
-        for rank in silent:
-            kill_lost(launched, rank)  # its loop is stuck: do not wait for its watchdog
-
-
-def _announce(announced: Announcement, host: ActorHost) -> None:
-    """Write rank 0's runtime file, for ``actorch status`` and ``actorch stop``; a failure is only logged."""
-    try:
-        path = announced.publish()
-    except OSError as exc:
-        host.node.log.warning("runtime file not written: actorch status will not find this system", error=str(exc))
-    else:
-        host.node.log.debug("runtime file written", path=str(path))
-
-
-async def _shutdown_world(host: ActorHost, failed: bool) -> list[int]:
-    """Stop every actor everywhere (``on_stop`` runs), then close this node; the workers follow.
-
-    Rank 0 leaves first: each worker sees it go and exits, with code 1 if
-    ``main`` failed. The other order makes torch log every dropped connection
-    at rank 0, where torch may have been imported before its C++ log level
-    could be set. Each node's share is bounded by ``2 * stop_grace`` (messages,
-    then ``on_stop``) plus ``SHUTDOWN_TIMEOUT``.
-
-    Returns:
-        The ranks that did not answer in time (their event loop may be stuck).
-    """
-    node = host.node
-    node.transport.stop_admitting()  # a node let in now would miss the shutdown
-    peers = [rank for rank in node.ranks() if rank != 0 and rank not in node.lost]
-    limit = 2 * host.config.stop_grace + SHUTDOWN_TIMEOUT
-    answered = await _call_all(host, peers, NodeService.shutdown, limit, failed)
-    await host.stop_all()
-    node.departing = True
-    await node.close()
-    return [rank for rank, ok in zip(peers, answered, strict=True) if not ok]
-
-
-async def _call_all(host: ActorHost, ranks: list[int], endpoint: Any, limit: float, *args: Any) -> list[bool]:
-    """Call ``endpoint`` of every rank's service at once; whether each answered within ``limit`` seconds."""
-
-    async def one(rank: int) -> bool:
-        try:
-            async with asyncio.timeout(limit):
-                await host.services[rank].call(endpoint, *args)
-        except (NodeLostError, ActorStoppedError):
-            return True  # it is gone already, or it left the system meanwhile
-        except Exception as exc:  # noqa: BLE001 - a node that fails here is reported, not fatal
-            host.node.log.warning("node did not answer shutdown", peer=rank, error=repr(exc))
-            return False
-        return True
-
-    return list(await asyncio.gather(*(one(rank) for rank in ranks)))

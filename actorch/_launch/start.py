@@ -27,18 +27,11 @@ from typing import Any
 from actorch._actors.system import ActorSystem, hand_over
 from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW
 from actorch._base.errors import UnsupportedError
+from actorch._launch.lead import lead
+from actorch._launch.local import elastic_token, launch_traits, local_world
 from actorch._launch.nodes import ResourceSpec
-from actorch._launch.run import (
-    _TORCHRUN_VARS,
-    _elastic_token,
-    _is_port,
-    _launch_traits,
-    _lead,
-    _local_world,
-    _plan,
-    _requested_world_size,
-)
-from actorch._launch.startup import Plan, Setup
+from actorch._launch.run import _is_port, _plan, _requested_world_size
+from actorch._launch.startup import TORCHRUN_VARS, Plan, Setup
 from actorch._launch.status import check_status_port
 from actorch._launch.workers import JOIN_TIMEOUT, kill_workers
 from actorch._transport.base import NodeTraits, Transport
@@ -229,16 +222,16 @@ def start(
     )
     if not _is_port(port):
         raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {port!r}")
-    if all(var in os.environ for var in _TORCHRUN_VARS):
+    if all(var in os.environ for var in TORCHRUN_VARS):
         raise UnsupportedError("actorch.start() launches local processes; under torchrun, call actorch.run(main)")
     if plan.status is not None:
         check_status_port(*plan.status)  # a taken port fails here, before any worker starts
     world_size, _ = _requested_world_size(world_size)
-    token = _elastic_token(world_size, plan, under_torchrun=False) if elastic else None
+    token = elastic_token(world_size, plan, under_torchrun=False) if elastic else None
     if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
     size = world_size or 1
-    traits = _launch_traits(resources, size)
+    traits = launch_traits(resources, size)
     what = f"actorch.start(world_size={size})"
     return Opening(what, lambda: _open(plan, size, host, port, token, traits))
 
@@ -267,7 +260,7 @@ class _Driven:
     async def _lead(self, transport: Transport, plan: Plan) -> None:
         failed_to_open: BaseException | None = None
         try:
-            await _lead(self._serve_driver, transport, plan, self.workers)
+            await lead(self._serve_driver, transport, plan, self.workers)
         except BaseException as exc:
             if self.opened.done():
                 raise
@@ -315,7 +308,7 @@ async def _open(
         )
     driven = _Driven.current = _Driven()  # from here on, another start() in this process is refused
     try:
-        transport, driven.workers = _local_world(world_size, host, plan, port, traits, token)
+        transport, driven.workers = local_world(world_size, host, plan, port, traits, token)
     except BaseException:
         _Driven.current = None
         raise

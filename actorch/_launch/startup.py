@@ -29,6 +29,7 @@ from actorch._transport.rpc_setup import RpcOptions
 __all__ = [
     "OLD_GC_THRESHOLD",
     "SHUTDOWN_TIMEOUT",
+    "TORCHRUN_VARS",
     "YOUNG_GC_THRESHOLD",
     "Plan",
     "Setup",
@@ -39,6 +40,9 @@ __all__ = [
     "start_node",
     "tune_gc",
 ]
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+"""What torchrun sets in every process it starts: a launch that finds them all joins torchrun's world."""
 
 SHUTDOWN_TIMEOUT = 5.0
 """Seconds past the actors' own bounds (``2 * stop_grace``) that a node's shutdown may take."""

@@ -1,0 +1,138 @@
+"""Rank 0's part of a launch: open its node, run ``main``, and end the whole system in bounded time, also on Ctrl-C.
+
+``lead`` serves the status and writes the runtime file while ``main`` runs;
+when ``main`` returns or raises, every actor everywhere stops in order, rank 0
+leaves first, and local workers that do not answer in time are killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from actorch._actors.host import ActorHost
+from actorch._actors.service import NodeService
+from actorch._actors.system import ActorSystem
+from actorch._base.errors import ActorStoppedError, NodeLostError
+from actorch._launch.interrupts import InterruptPolicy
+from actorch._launch.nodes import LocalLauncher, grow_refusal
+from actorch._launch.runtime import Announcement, status_address
+from actorch._launch.serving import _newcomer_arguments, _serve_newcomer
+from actorch._launch.startup import SHUTDOWN_TIMEOUT, TORCHRUN_VARS, Plan, start_node
+from actorch._launch.status import StatusServer
+from actorch._launch.workers import kill_lost, kill_workers
+from actorch._transport.base import Transport
+
+__all__ = ["Main", "interrupt_policy", "lead"]
+
+T = TypeVar("T")
+Main = Callable[[ActorSystem], Awaitable[T]]
+"""The async function that rank 0 runs with the system: ``run``'s ``main``."""
+
+
+def interrupt_policy(plan: Plan, workers: list[Any] | None = None) -> InterruptPolicy:
+    """Ctrl-C's and SIGTERM's bounds on rank 0, from ``stop_grace``; a forced end kills the local workers.
+
+    ``main`` gets ``stop_grace + 1`` seconds to take the interrupt, as a
+    stopping actor's handlers get ``stop_grace`` (the second keeps
+    ``stop_grace=0`` from racing the signal handler), and the orderly shutdown
+    then gets the bound that ``run`` keeps after ``main`` ends. SIGTERM (what
+    schedulers send) ends the run the same way: every actor stops in order.
+    """
+    grace = plan.config.stop_grace
+    return InterruptPolicy(
+        respond_within=grace + 1.0,
+        finish_within=4 * grace + 12.0,
+        on_force=(lambda: kill_workers(workers)) if workers is not None else None,
+        terminate=True,
+    )
+
+
+async def lead(main: Main[T], transport: Transport, plan: Plan, workers: list[Any] | None = None) -> T:
+    """Open rank 0's node, run ``main`` with its system, then shut the whole system down; what ``main`` returned."""
+    launched = list(workers or ())  # the launch's own workers, ranks 1..; processes started later join the list
+    system, host = await start_node(
+        transport, plan, launched, functools.partial(_give_pool, transport=transport, plan=plan, workers=workers)
+    )
+    failed = True
+    status = None
+    announced = Announcement(system.world_size, None)
+    try:
+        if plan.status is not None:
+            status = StatusServer(host, *plan.status)
+            await status.start()
+            announced.status = status_address(plan.status[0], status.port)
+        _announce(announced, host)
+        result = await main(system)
+        failed = False
+        return result
+    finally:
+        announced.withdraw()
+        if status is not None:
+            await status.close()
+        silent = await asyncio.shield(_shutdown_world(host, failed))
+        for rank in silent:
+            kill_lost(launched, rank)  # its loop is stuck: do not wait for its watchdog
+
+
+def _give_pool(host: ActorHost, transport: Transport, plan: Plan, workers: list[Any] | None) -> None:
+    """Let rank 0's node start node processes on this host (``add_nodes``), or say why it cannot."""
+    refusal = grow_refusal(transport, under_torchrun=all(var in os.environ for var in TORCHRUN_VARS))
+    if refusal is not None or workers is None:
+        host.pool.refusal = refusal or host.pool.refusal
+        return
+    arguments = functools.partial(_newcomer_arguments, plan)
+    host.pool.launcher = LocalLauncher(_serve_newcomer, arguments, transport.invitation, workers)
+
+
+def _announce(announced: Announcement, host: ActorHost) -> None:
+    """Write rank 0's runtime file, for ``actorch status`` and ``actorch stop``; a failure is only logged."""
+    try:
+        path = announced.publish()
+    except OSError as exc:
+        host.node.log.warning("runtime file not written: actorch status will not find this system", error=str(exc))
+    else:
+        host.node.log.debug("runtime file written", path=str(path))
+
+
+async def _shutdown_world(host: ActorHost, failed: bool) -> list[int]:
+    """Stop every actor everywhere (``on_stop`` runs), then close this node; the workers follow.
+
+    Rank 0 leaves first: each worker sees it go and exits, with code 1 if
+    ``main`` failed. The other order makes torch log every dropped connection
+    at rank 0, where torch may have been imported before its C++ log level
+    could be set. Each node's share is bounded by ``2 * stop_grace`` (messages,
+    then ``on_stop``) plus ``SHUTDOWN_TIMEOUT``.
+
+    Returns:
+        The ranks that did not answer in time (their event loop may be stuck).
+    """
+    node = host.node
+    node.transport.stop_admitting()  # a node let in now would miss the shutdown
+    peers = [rank for rank in node.ranks() if rank != 0 and rank not in node.lost]
+    limit = 2 * host.config.stop_grace + SHUTDOWN_TIMEOUT
+    answered = await _call_all(host, peers, NodeService.shutdown, limit, failed)
+    await host.stop_all()
+    node.departing = True
+    await node.close()
+    return [rank for rank, ok in zip(peers, answered, strict=True) if not ok]
+
+
+async def _call_all(host: ActorHost, ranks: list[int], endpoint: Any, limit: float, *args: Any) -> list[bool]:
+    """Call ``endpoint`` of every rank's service at once; whether each answered within ``limit`` seconds."""
+
+    async def one(rank: int) -> bool:
+        try:
+            async with asyncio.timeout(limit):
+                await host.services[rank].call(endpoint, *args)
+        except (NodeLostError, ActorStoppedError):
+            return True  # it is gone already, or it left the system meanwhile
+        except Exception as exc:  # noqa: BLE001 - a node that fails here is reported, not fatal
+            host.node.log.warning("node did not answer shutdown", peer=rank, error=repr(exc))
+            return False
+        return True
+
+    return list(await asyncio.gather(*(one(rank) for rank in ranks)))

@@ -1,0 +1,140 @@
+"""How a launch from a script makes its world: rank 0's transport, the local worker processes, what each node declares.
+
+Rank 0 listens on ``host:port`` (a free port for 0) and spawns ranks 1 to
+N-1 as local processes that serve actors (``serving._serve``). A launch that
+is not elastic still runs on an elastic world, private to the node processes
+it starts itself, unless device maps need a static one; one node alone opens
+no network until it starts a node process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import multiprocessing
+import os
+import socket
+from typing import Any
+
+from actorch._launch.guard import WORKER_OF_ENV
+from actorch._launch.nodes import ResourceSpec, can_grow, declared_resources, environment
+from actorch._launch.serving import _serve
+from actorch._launch.startup import Plan, World, shared_settings
+from actorch._launch.workers import kill_workers
+from actorch._transport.base import NodeTraits, Transport
+from actorch._transport.elastic import ElasticRpcTransport
+from actorch._transport.lone import LoneTransport
+from actorch._transport.membership import TOKEN_ENV, new_token
+from actorch._transport.network import listen_socket
+from actorch._transport.rpc import RpcTransport
+
+__all__ = ["elastic_token", "launch_traits", "local_world"]
+
+_QUIET_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+
+def launch_traits(resources: ResourceSpec, world_size: int) -> list[NodeTraits]:
+    """What each node of a local launch says of itself: the resources it declares; rank 0 starts node processes."""
+    declared = declared_resources(resources, world_size)
+    return [NodeTraits(resources=declared.get(rank, {}), pool=rank == 0) for rank in range(world_size)]
+
+
+def elastic_token(world_size: int | None, plan: Plan, *, under_torchrun: bool) -> str:
+    """Check an elastic launch's options; the join token (``ACTORCH_JOIN_TOKEN``, else a new one)."""
+    if under_torchrun:
+        raise ValueError("elastic=True starts from a plain script, not under torchrun (torchrun fixes the world)")
+    if plan.options.device_maps is not None and plan.options.device_maps != "auto":
+        raise ValueError("an elastic system has no device maps (GPU tensors are staged): leave device_maps alone")
+    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
+        raise ValueError(f"world_size must be a positive int, not {world_size!r}")
+    return os.environ.get(TOKEN_ENV) or new_token()
+
+
+def local_world(
+    world_size: int, host: str, plan: Plan, port: int, traits: list[NodeTraits], token: str | None = None
+) -> tuple[Transport, list[Any]]:
+    """Rank 0's transport for a local launch, and the other ranks' processes, started.
+
+    An elastic launch has a join ``token``. Any other runs on an elastic world
+    too, private to the node processes it starts itself (``add_nodes``), so
+    that it can start them; except with device maps, which only a static world
+    has. One node alone needs no network until it starts one (``LoneTransport``).
+    """
+    if world_size == 1 and token is None:
+        alone = LoneTransport(functools.partial(_open_alone, host, port, plan))
+        alone.traits = traits[0]
+        return alone, []
+    public = token is not None
+    if token is None and can_grow(plan.options):
+        token = new_token()
+    listener = listen_socket(host, port)
+    port = listener.getsockname()[1]
+    workers = _spawn_workers(world_size, host, port, plan, token, traits)
+    try:
+        return _rank0_transport(world_size, host, port, plan, listener, token, traits[0], public=public), workers
+    except BaseException:
+        kill_workers(workers)
+        listener.close()
+        raise
+
+
+def _open_alone(host: str, port: int, plan: Plan) -> ElasticRpcTransport:
+    """The elastic world a system of one node opens when it first starts a node process (only those may join)."""
+    listener = listen_socket(host, port)
+    port = listener.getsockname()[1]
+    options = dataclasses.replace(plan.options, device_maps=None)
+    shared = shared_settings(plan)
+    return ElasticRpcTransport(
+        0, host, port, options, token=new_token(), listener=listener, shared=shared, public=False
+    )
+
+
+def _spawn_workers(
+    world_size: int, host: str, port: int, plan: Plan, token: str | None, traits: list[NodeTraits]
+) -> list[Any]:
+    """Start ranks 1 to ``world_size - 1`` as local processes that serve actors (rank 0's store is at ``port``)."""
+    context = multiprocessing.get_context("spawn")
+    with environment({**_QUIET_ENV, WORKER_OF_ENV: str(os.getpid())}):
+        workers = [
+            context.Process(
+                target=_serve,
+                args=(World(rank, world_size, host, port, token, traits=traits[rank]), plan),
+                name=f"actorch-node{rank}",
+                daemon=True,
+            )
+            for rank in range(1, world_size)
+        ]
+        for worker in workers:
+            worker.start()
+    return workers
+
+
+def _rank0_transport(
+    world_size: int,
+    host: str,
+    port: int,
+    plan: Plan,
+    listener: socket.socket,
+    token: str | None,
+    traits: NodeTraits,
+    *,
+    public: bool = True,
+) -> RpcTransport:
+    """Rank 0's torch RPC transport for a local launch; elastic when there is a join ``token`` (``public`` or not)."""
+    transport: RpcTransport
+    if token is None:
+        transport = RpcTransport(0, world_size, host, port, plan.options, listener)
+    else:
+        transport = ElasticRpcTransport(
+            0,
+            host,
+            port,
+            plan.options if public else dataclasses.replace(plan.options, device_maps=None),
+            token=token,
+            initial=world_size,
+            listener=listener,
+            shared=shared_settings(plan),
+            public=public,
+        )
+    transport.traits = traits
+    return transport
