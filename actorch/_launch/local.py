@@ -17,7 +17,7 @@ import socket
 from typing import Any
 
 from actorch._launch.guard import WORKER_OF_ENV
-from actorch._launch.nodes import ResourceSpec, can_grow, declared_resources, environment
+from actorch._launch.nodes import QUIET_ENV, ResourceSpec, can_grow, declared_resources, environment
 from actorch._launch.serving import _serve
 from actorch._launch.startup import Plan, World, shared_settings
 from actorch._launch.workers import kill_workers
@@ -29,8 +29,6 @@ from actorch._transport.network import listen_socket
 from actorch._transport.rpc import RpcTransport
 
 __all__ = ["elastic_token", "launch_traits", "local_world"]
-
-_QUIET_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR"}
 
 
 def launch_traits(resources: ResourceSpec, world_size: int) -> list[NodeTraits]:
@@ -94,7 +92,7 @@ def _spawn_workers(
 ) -> list[Any]:
     """Start ranks 1 to ``world_size - 1`` as local processes that serve actors (rank 0's store is at ``port``)."""
     context = multiprocessing.get_context("spawn")
-    with environment({**_QUIET_ENV, WORKER_OF_ENV: str(os.getpid())}):
+    with environment({**QUIET_ENV, WORKER_OF_ENV: str(os.getpid())}):
         workers = [
             context.Process(
                 target=_serve,
