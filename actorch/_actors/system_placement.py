@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from actorch._actors.actor import Actor
-from actorch._actors.placing import all_or_none, check_count, member_names
+from actorch._actors.placing import all_or_none
 from actorch._actors.ref import ActorRef
 from actorch._actors.restart import Restart
 from actorch._actors.system_spawning import SystemSpawning, check_spawnable
@@ -24,6 +24,18 @@ from actorch._transport.base import NodeInfo
 __all__ = ["SystemPlacement"]
 
 A = TypeVar("A", bound=Actor)
+
+
+def check_count(count: object, what: str) -> int:
+    """``count`` if it is an int >= 1, else ``ValueError`` naming ``what``."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"{what} must be an int >= 1, not {count!r}")
+    return count
+
+
+def member_names(name: str | None, count: int) -> list[str | None]:
+    """The names of a group's members: ``name/0`` ... ``name/<count-1>``, or none."""
+    return [None] * count if name is None else [f"{name}/{index}" for index in range(count)]
 
 
 class SystemPlacement(SystemSpawning):
