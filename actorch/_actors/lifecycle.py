@@ -1,10 +1,9 @@
 """``ActorLifecycle``: one node's actors through their lives, each built, started, restarted and stopped once.
 
-The host (``ActorHost``) is one: it adds the node's part in the system.
-An actor is built and started (again after a failed start, if its
-``Restart`` policy allows), runs its hooks as messages of its own, is
-restarted when it fails (see ``supervisor``) and is stopped once, giving
-back the GPUs and resources it held and its name.
+``ActorHost`` inherits it and adds the node's part in the system. An actor is
+built and started (again after a failed start, if its ``Restart`` policy
+allows), runs its hooks as messages of its own, is restarted when it fails
+(see ``supervisor``) and is stopped once, giving back what it held and its name.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """``ActorSystem``: the per-node handle users spawn, look up and watch through, as ``Actor.system`` is typed.
 
-This module holds the handle's public surface and its documentation, and names
-nothing of the runtime beneath it, so that ``Actor`` can name it in turn. Each
-node's system is a :class:`~actorch._actors.system_node.NodeSystem`, which does
-the work through the node's :class:`~actorch._actors.host.ActorHost`; the
-launcher and the test worlds make it with ``open_system``.
+Its public surface and documentation only, naming nothing of the runtime beneath,
+so that ``Actor`` can name it in turn; each node's system is a
+:class:`~actorch._actors.system_node.NodeSystem`, made by ``open_system``.
 """
 
 from __future__ import annotations
