@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 
 from actorch._actors.host import ActorHost
-from actorch._actors.system import ActorSystem, open_system
+from actorch._actors.system import ActorSystem
+from actorch._actors.system_node import open_system
 from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig
 from actorch._base.deadline import DeadlineLoop
 from actorch._base.resources import check_resources

@@ -43,7 +43,10 @@ ANNOTATION_ONLY_TIE = {
 """The one import cycle allowed: ``Actor``'s annotations name ``ActorRef`` and ``ActorSystem``, both built on it.
 
 These imports, and only while every one of them stays under ``TYPE_CHECKING``,
-are left out of the cycle check.
+are left out of the cycle check. Counted in, they make one circle of exactly
+these three modules: ``system`` holds the system's public surface only (its
+implementation, ``system_node`` and the modules it builds on, names ``Actor``
+without being named by it), so the circle cannot take in the rest of ``_actors``.
 """
 
 
@@ -202,6 +205,38 @@ def without_the_allowed_tie(edges: Edges) -> Edges:
     }
 
 
+def strongly_connected(edges: Edges) -> list[set[str]]:
+    """The modules that import each other in a circle (with every import counted), one set per circle."""
+    graph: dict[str, set[str]] = {}
+    for importer, target in edges:
+        graph.setdefault(importer, set()).add(target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(module: str) -> None:  # Tarjan's
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = set()
+            while not component or module not in component:
+                component.add(stack.pop())
+            if len(component) > 1:
+                found.append(component)
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
 def shortest_path(graph: Mapping[str, Collection[str]], start: str, end: str) -> list[str] | None:
     """The modules on a shortest import path from ``start`` to ``end`` (both included), or None."""
     came_from: dict[str, str | None] = {start: None}
@@ -306,6 +341,11 @@ def test_no_import_cycle_among_the_modules_of_the_package() -> None:
             f"{describe_cycles(cycles, edges)}",
             pytrace=False,
         )
+
+
+def test_the_only_import_circle_counting_annotations_is_the_tie_of_actor_with_ref_and_system() -> None:
+    ((importer, targets),) = ANNOTATION_ONLY_TIE.items()
+    assert strongly_connected(import_graph(SOURCES)) == [{importer, *targets}]
 
 
 @pytest.mark.parametrize(("library", "allowed"), ONLY_IN.items())
@@ -560,6 +600,22 @@ def test_cycle_check_allows_the_annotation_only_tie_of_actor_with_ref_and_system
 def test_cycle_check_flags_the_tie_of_actor_with_ref_once_it_is_imported_at_run_time() -> None:
     sources = {**ACTOR_TIE, "actorch._actors.actor": "def f():\n    from actorch._actors.ref import ActorRef"}
     assert cycles_of(sources) == [["actorch._actors.actor", "actorch._actors.ref"]]
+
+
+def test_circles_are_found_with_every_import_counted() -> None:
+    sources = {
+        **ACTOR_TIE,
+        "actorch._actors.host": "from .actor import Actor",
+        "actorch._actors.system": "from .actor import Actor\nif TYPE_CHECKING:\n    from .host import ActorHost",
+        "actorch._engine.a": "from . import b",
+        "actorch._engine.b": "def f():\n    from . import a",
+        "actorch._engine.c": "from . import a",
+    }
+    layout = Layout(frozenset(sources), SAMPLE.packages)
+    assert sorted(map(sorted, strongly_connected(import_graph(sources, layout)))) == [
+        ["actorch._actors.actor", "actorch._actors.host", "actorch._actors.ref", "actorch._actors.system"],
+        ["actorch._engine.a", "actorch._engine.b"],
+    ]
 
 
 def test_cycle_check_allows_no_other_annotation_only_tie() -> None:

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from actorch._actors.ref import ActorRef
+from actorch._actors.system import MembershipEvent
 from actorch._transport.base import NodeInfo
 
 __all__ = [
     "EventHub",
-    "MembershipEvent",
     "NameRegistered",
     "NameRemoved",
     "NodeJoined",
@@ -25,12 +25,6 @@ __all__ = [
     "NodeLost",
     "Subscription",
 ]
-
-
-class MembershipEvent:
-    """Base class of the events ``ActorSystem.events()`` yields (match on the subclasses)."""
-
-    __slots__ = ()
 
 
 @dataclass(frozen=True)

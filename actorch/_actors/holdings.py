@@ -17,7 +17,7 @@ from actorch._actors.placement import GpuShare
 from actorch._base.errors import PlacementError
 from actorch._base.resources import GPUS, describe_amount
 
-__all__ = ["Holdings", "node_share"]
+__all__ = ["Holdings", "node_share", "share_lacks"]
 
 _EPSILON = 1e-9  # fractions of a CPU add up with rounding errors
 
@@ -87,3 +87,17 @@ def node_share(holdings: Holdings, gpus: GpuShare) -> dict[str, Any]:
         amounts = held.setdefault(holder, {})
         amounts[GPUS] = amounts.get(GPUS, 0.0) + 1.0
     return {"free": free, "held": held}
+
+
+def share_lacks(share: Mapping[str, Any], needs: Mapping[str, float]) -> str | None:
+    """What a node's free resources (its :func:`node_share`) lack for ``needs``, in words; None if nothing."""
+    free: Mapping[str, float] = share["free"]
+    short = [name for name, amount in needs.items() if free.get(name, 0.0) + _EPSILON < amount]
+    if not short:
+        return None
+    held = ", ".join(sorted(holder for holder, amounts in share["held"].items() if set(amounts) & set(short)))
+    lacking = ", ".join(
+        f"{describe_amount(name, max(free.get(name, 0.0), 0.0))} free, needs {describe_amount(name, needs[name])}"
+        for name in short
+    )
+    return lacking + (f" (held by {held})" if held else "")

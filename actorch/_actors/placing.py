@@ -21,6 +21,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from actorch._actors.holdings import share_lacks
 from actorch._actors.service import NodeService
 from actorch._actors.where import Where
 from actorch._base.deadline import current_deadline
@@ -31,7 +32,7 @@ from actorch._transport.base import NodeInfo
 if TYPE_CHECKING:
     from actorch._actors.host import ActorHost
 
-__all__ = ["PlacedSpawn", "Placer", "all_or_none", "check_count", "member_names"]
+__all__ = ["PlacedSpawn", "Placer", "all_or_none"]
 
 T = TypeVar("T")
 
@@ -46,18 +47,6 @@ SpawnThere = Callable[[int, Mapping[str, float]], Awaitable[T]]
 """Spawns on node ``rank`` holding ``needs`` there (the node raises ``PlacementError`` if they are taken)."""
 PlacedSpawn = Callable[[int, str | None, Mapping[str, float], bool], Awaitable[T]]
 """Spawns on node ``rank`` under a name, holding ``needs`` there, as the node's owner or not."""
-
-
-def check_count(count: object, what: str) -> int:
-    """``count`` if it is an int >= 1, else ``ValueError`` naming ``what``."""
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"{what} must be an int >= 1, not {count!r}")
-    return count
-
-
-def member_names(name: str | None, count: int) -> list[str | None]:
-    """The names of a group's members: ``name/0`` ... ``name/<count-1>``, or none."""
-    return [None] * count if name is None else [f"{name}/{index}" for index in range(count)]
 
 
 class Placer:
@@ -154,7 +143,7 @@ class Placer:
                 refusals[info.rank] = "lost"
                 continue
             free[info.rank] = share["free"]
-            why = _short(share, needs)
+            why = share_lacks(share, needs)
             if why is None:
                 fitting.append(info.rank)
             else:
@@ -194,7 +183,7 @@ class Placer:
     async def _refusal_now(self, rank: int, where: Where) -> str | None:
         """Why node ``rank`` refuses ``where`` now, asked again; None if it has room (the refusal was not its)."""
         share = await self._share(rank)
-        return "lost" if share is None else _short(share, where.needs())
+        return "lost" if share is None else share_lacks(share, where.needs())
 
     def _bounded(self, where: Where) -> _Attempts:
         limit = None if not where.wait else self._host.config.lookup_timeout
@@ -359,20 +348,6 @@ class _Attempts:
 def _too_few(count: int, label: str | None, found: Sequence[NodeInfo]) -> TimeoutError:
     with_label = "" if label is None else f" labelled {label!r}"
     return TimeoutError(f"wait_nodes({count}): {len(found)} node{'s' * (len(found) != 1)}{with_label} in time")
-
-
-def _short(share: Mapping[str, Any], needs: Mapping[str, float]) -> str | None:
-    """What a node's free resources lack for ``needs``, in words; None if nothing."""
-    free: Mapping[str, float] = share["free"]
-    short = [name for name, amount in needs.items() if free.get(name, 0.0) + _EPSILON < amount]
-    if not short:
-        return None
-    held = ", ".join(sorted(holder for holder, amounts in share["held"].items() if set(amounts) & set(short)))
-    lacking = ", ".join(
-        f"{describe_amount(name, max(free.get(name, 0.0), 0.0))} free, needs {describe_amount(name, needs[name])}"
-        for name in short
-    )
-    return lacking + (f" (held by {held})" if held else "")
 
 
 def _plan(

@@ -1,118 +1,82 @@
-"""``ActorSystem``: the per-node handle users spawn, look up and watch through, and nothing more.
+"""``ActorSystem``: the per-node handle users spawn, look up and watch through, as ``Actor.system`` is typed.
 
-Each node's :class:`~actorch._actors.host.ActorHost` does the work: it hosts a
-``NodeService`` actor (id 1) that builds actors spawned on the node, stops and
-watches them, evicts names from the node's cache and takes part in shutdown;
-rank 0 also hosts the ``Registry`` (id 2) and the ``Relocator`` (id 3). :func:`open_system` makes a node's
-host and its system together, for the launcher and the test worlds.
+Its public surface and documentation only, naming nothing of the runtime beneath,
+so that ``Actor`` can name it in turn; each node's system is a
+:class:`~actorch._actors.system_node.NodeSystem`, made by ``open_system``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import sys
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from actorch._actors.actor import Actor, attach, class_path
-from actorch._actors.events import MembershipEvent, NameRegistered, NodeJoined, Subscription
-from actorch._actors.host import ActorHost
-from actorch._actors.placement import GpuShare, candidate_ranks, place_on_gpus
-from actorch._actors.ref import ActorRef
-from actorch._actors.registry import Registry
-from actorch._actors.relocation import check_home, relocatable_homes
-from actorch._actors.restart import Restart
-from actorch._actors.service import NodeService
-from actorch._actors.system_placement import SystemPlacement, check_spawnable
-from actorch._actors.where import Where
-from actorch._base.config import SystemConfig, is_count
-from actorch._base.deadline import current_deadline
-from actorch._base.devices import parse_device
-from actorch._base.errors import ActorNotFoundError, NodeLostError, PlacementError, UnsupportedError
-from actorch._base.names import check_name, compile_pattern
-from actorch._engine.node import describe_ranks
-from actorch._transport.base import NodeInfo, Transport
+from actorch._actors.actor import Actor
+from actorch._base.config import SystemConfig
+from actorch._base.errors import UnsupportedError
+from actorch._transport.base import NodeInfo
 
 if TYPE_CHECKING:
     import torch
     import torch.distributed as dist
 
-__all__ = ["ActorSystem", "NodeInfo", "hand_over", "open_system"]
+    from actorch._actors.ref import ActorRef
+    from actorch._actors.restart import Restart
+    from actorch._actors.where import Where
+
+__all__ = ["ActorSystem", "MembershipEvent", "NodeInfo", "hand_over"]
 
 A = TypeVar("A", bound=Actor)
 
-STALE_NAME_RETRY = 0.05
-"""Seconds a lookup waits before asking again for a name the registry still gives to a lost node."""
+
+class MembershipEvent:
+    """Base class of the events ``ActorSystem.events()`` yields (match on the subclasses)."""
+
+    __slots__ = ()
 
 
-def open_system(transport: Transport, config: SystemConfig) -> tuple[ActorSystem, ActorHost]:
-    """The system of the node that ``transport`` connects, on the running event loop, and its host."""
-    system = object.__new__(ActorSystem)
-    host = ActorHost(transport, config, functools.partial(_attach, system=system))
-    system._host = host
-    system.config = config
-    return system, host
-
-
-def hand_over(system: ActorSystem, shutdown: Callable[[], Awaitable[None]]) -> None:
-    """Let ``system.shutdown()`` end what this process drives (``actorch.start``'s system, ``connect``'s node)."""
-    system._shutdown = shutdown
-
-
-def _defined_interactively(cls: type) -> bool:
-    """Whether ``cls`` lives in a ``__main__`` without a file (a notebook, ``python -c``): no other process has it."""
-    main = sys.modules.get("__main__")
-    return cls.__module__ == "__main__" and main is not None and getattr(main, "__file__", None) is None
-
-
-def _attach(instance: Actor, ref: ActorRef[Any], *, system: ActorSystem) -> None:
-    attach(instance, ref, system)
-
-
-class ActorSystem(SystemPlacement):
+class ActorSystem(ABC):
     """The actor system as seen from one node: spawn actors, find them by name.
 
     Made by :func:`actorch.run` and handed to ``main``; inside an actor it is
     ``self.system``.
     """
 
-    _host: ActorHost
     _shutdown: Callable[[], Awaitable[None]] | None = None
     config: SystemConfig
 
-    def __init__(self) -> None:
+    def __new__(cls) -> Self:  # before ABC's own refusal, which would name the abstract methods
         raise TypeError("ActorSystem objects are made by actorch.run(), actorch.start() and actorch.connect()")
 
     def __repr__(self) -> str:
         return f"<ActorSystem node {self.rank} of {self.world_size}>"
 
     @property
+    @abstractmethod
     def rank(self) -> int:
         """This node's rank (0 runs ``main``)."""
-        return self._host.rank
 
     @property
+    @abstractmethod
     def world_size(self) -> int:
         """How many nodes the system has (lost ones included; in an elastic system it changes)."""
-        return self._host.node.world_size
 
     @property
+    @abstractmethod
     def nodes(self) -> list[NodeInfo]:
         """Every node of the system (rank, worker name, host, pid, GPUs), by rank; nodes that left are not."""
-        return self._host.node.peers()
 
     @property
+    @abstractmethod
     def lost_nodes(self) -> dict[int, str]:
         """Ranks of nodes that were lost, with why (not those that left on purpose)."""
-        node = self._host.node
-        return {rank: why for rank, why in node.lost.items() if rank not in node.left}
 
     @property
+    @abstractmethod
     def elastic(self) -> bool:
         """Whether nodes may join and leave this system while it runs (``run(..., elastic=True)``)."""
-        return self._host.node.transport.elastic
 
+    @abstractmethod
     def join_env(self) -> dict[str, str]:
         """The environment a process needs to join this system with ``actorch.serve()``.
 
@@ -123,10 +87,8 @@ class ActorSystem(SystemPlacement):
         Raises:
             UnsupportedError: The system is not elastic, or this is not rank 0.
         """
-        if self.rank != 0:
-            raise UnsupportedError(f"join_env() is rank 0's (this is node {self.rank})")
-        return self._host.node.transport.join_env()
 
+    @abstractmethod
     async def leave(self, rank: int | None = None) -> None:
         """Have a node leave the system, draining it first: this node, or node ``rank``.
 
@@ -144,21 +106,6 @@ class ActorSystem(SystemPlacement):
             NodeLostError: Node ``rank`` was lost.
             TimeoutError: Node ``rank`` was not gone within ``2 * stop_grace`` plus 10 s.
         """
-        host = self._host
-        node = host.node
-        target = self.rank if rank is None else rank
-        host.check_leave(target)
-        if target in node.left:
-            return  # it has left already
-        if target not in node.ranks():
-            raise ValueError(f"leave(rank={rank!r}): not a node of this system ({describe_ranks(node.ranks())})")
-        if target in node.lost:
-            raise NodeLostError(f"node {target} cannot leave: it was lost ({node.lost[target]})")
-        if target == self.rank:
-            host.begin_leave()
-            return
-        await host.services[target].call(NodeService.leave)
-        await host.wait_gone(target, 2 * self.config.stop_grace + 10.0)
 
     async def shutdown(self) -> None:
         """End what this process drives: the whole system from ``actorch.start``, this node from ``actorch.connect``.
@@ -181,6 +128,7 @@ class ActorSystem(SystemPlacement):
             )
         await self._shutdown()
 
+    @abstractmethod
     async def spawn(
         self,
         cls: type[A],
@@ -237,113 +185,120 @@ class ActorSystem(SystemPlacement):
                 it; ``gpus`` is not an int >= 0, or comes with ``device``; the
                 actor is relocatable and would live on rank 0.
         """
-        check_spawnable(cls, restart)
-        if not is_count(gpus, 0):
-            raise ValueError(f"gpus must be an int >= 0, not {gpus!r}")
-        if gpus and device is not None:
-            raise ValueError(
-                f"spawn({cls.__qualname__}): give device= or gpus=, not both (gpus= places the actor on "
-                "the first GPU it is lent)"
-            )
-        if name is not None:
-            check_name(name)
-        placed = None if device is None else str(parse_device(device))
-        if isinstance(on, Where):
-            if gpus or (placed is not None and on.gpus):
-                raise ValueError(f"spawn({cls.__qualname__}): ask for GPUs in Where(gpus=...) alone, without device=")
-            what = f"spawn({cls.__qualname__}, on={on!r})"
-            placed_spawn = self._placed_spawn(cls, args, kwargs, restart, placed, on)
-            return (await self._placer.spawn(what, on, [name], [name or cls.__qualname__], None, placed_spawn))[0]
-        rank = self.rank if on is None else on
-        node = self._host.node
-        if isinstance(rank, int) and (rank in self._host.leaving or rank in node.left):
-            raise PlacementError(f"cannot spawn {cls.__qualname__} on node {rank}: it is leaving the system")
-        if not isinstance(rank, int) or rank not in node.ranks():
-            raise ValueError(f"on={on!r} is not a rank of this system ({describe_ranks(node.ranks())})")
-        if rank in node.lost:
-            raise NodeLostError(f"cannot spawn {cls.__qualname__} on node {rank}: it was lost")
-        if not gpus:
-            return await self._spawn_on(rank, cls, args, kwargs, name, restart, placed, 0)
 
-        async def spawn_there(rank: int) -> ActorRef[A]:
-            return await self._spawn_on(rank, cls, args, kwargs, name, restart, None, gpus)
-
-        what = f"spawn({cls.__qualname__}, gpus={gpus}{'' if on is None else f', on={on}'})"
-        ranks = candidate_ranks(self.rank, [rank for rank in node.ranks() if rank not in self._host.leaving], on)
-        if restart is not None and restart.relocate:
-            ranks = relocatable_homes(cls.__qualname__, ranks)
-        return await place_on_gpus(what, gpus, ranks, self._gpu_share, spawn_there)
-
-    async def _gpu_share(self, rank: int) -> GpuShare | None:
-        """Node ``rank``'s GPUs and who holds them; None if the node is lost."""
-        try:
-            devices, holders = await self._host.services[rank].call(NodeService.gpus)
-        except NodeLostError:
-            return None
-        return GpuShare(rank, tuple(devices), holders)
-
-    async def _spawn_on(
+    @abstractmethod
+    async def spawn_group(
         self,
-        rank: int,
         cls: type[A],
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any] | None,
-        name: str | None,
-        restart: Restart | None,
-        device: str | None,
-        gpus: int,
-        needs: Mapping[str, float] | None = None,
+        count: int,
         *,
-        own: bool = False,
-        fits: tuple[str | None, str | None] | None = None,
-    ) -> ActorRef[A]:
-        """Reserve ``name`` for node ``rank``, have the node build the actor there, bind the name.
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        on: int | Where | None = None,
+        spread: bool = False,
+        restart: Restart | None = None,
+    ) -> list[ActorRef[A]]:
+        """Spawn ``count`` actors of ``cls`` at once, spread across nodes or packed onto few; all or none.
 
-        ``fits``: the label and host a ``Where`` asked for, which a relocatable
-        actor's new node must have too.
+        Pass the refs to ``actorch.ActorGroup`` to call them together. Each
+        member is placed as ``spawn`` places one, except that the group is
+        planned in one go from what every node has free: with ``spread`` each
+        member goes to the fitting node with the fewest members so far (this
+        node first, then by rank), else each node is filled before the next
+        (packed). With ``on=Where(process="own")`` each member gets a process
+        of its own, all started at once. If any member cannot be spawned, those
+        that were are stopped and the error is raised.
+
+        Args:
+            cls: As ``spawn``'s.
+            count: How many members (>= 1).
+            args: As ``spawn``'s, the same for every member.
+            kwargs: As ``spawn``'s, the same for every member.
+            name: Names the members ``name/0`` ... ``name/<count-1>``
+                (``lookup_all("name/*")`` finds them); None: unnamed.
+            on: A rank (every member there), a ``Where`` (every member holds
+                what it asks), or None: any node.
+            spread: Spread the members across the nodes that fit, rather than pack them.
+            restart: As ``spawn``'s, for every member.
+
+        Returns:
+            The members' refs, in member order.
+
+        Raises:
+            PlacementError: The nodes that fit have room for fewer than
+                ``count`` members; the message names each node and why.
+            ValueError: ``count`` is not an int >= 1.
+            And what ``spawn`` raises.
         """
-        if restart is not None and restart.relocate:
-            check_home(cls.__qualname__, rank)
-            if own:
-                raise ValueError(
-                    f"spawn({cls.__qualname__}): an actor in a process of its own (Where(process='own')) is not "
-                    "relocated: its process ends with its node; relocate it with a Where that names a label instead"
-                )
-        if rank != self.rank and _defined_interactively(cls):
-            raise TypeError(
-                f"cannot spawn {cls.__qualname__} on node {rank}: it is defined in the __main__ of an interactive "
-                "session (a notebook cell), which other processes cannot import; define it in a module (a .py "
-                "file beside the notebook) and import it from there"
-            )
-        if name is not None:
-            await self._host.registry.call(Registry.reserve, name, rank)
-        try:
-            options: dict[str, Any] = {}  # a plain spawn's message stays as it was
-            if needs:
-                options["needs"] = dict(needs)
-            if own:
-                options["own"] = True
-            if fits is not None and restart is not None and restart.relocate and fits != (None, None):
-                options["fits"] = fits
-            ref: ActorRef[A] = await self._host.services[rank].call(
-                NodeService.spawn,
-                class_path(cls),
-                list(args),
-                dict(kwargs or {}),
-                name,
-                restart,
-                device,
-                gpus,
-                **options,
-            )
-        except BaseException:
-            if name is not None:
-                await asyncio.shield(self._host.release_name(name))
-            raise
-        if name is not None:
-            await self._host.registry.call(Registry.bind, name, ref)
-        return ref
 
+    @abstractmethod
+    async def add_nodes(
+        self,
+        count: int,
+        *,
+        label: str | None = None,
+        resources: Mapping[str, float] | None = None,
+        env: Mapping[str, str] | None = None,
+        host: str | None = None,
+    ) -> list[NodeInfo]:
+        """Start ``count`` new node processes that join this system; them, once they serve.
+
+        Rank 0 starts them on its own host, or the host agent of ``host``
+        (``actorch serve --pool``) on its host. They join as nodes joining an
+        elastic system do (every node sees ``NodeJoined``), under fresh ranks,
+        with the settings the system runs with, and ``run``'s ``setup`` runs on
+        them first. Any system started from a script or a notebook grows so,
+        elastic or not; they leave it with ``leave(rank)``, and end with it:
+        when ``main`` returns, on Ctrl-C or SIGTERM, and when rank 0 dies.
+        Waits until the caller's deadline (``asyncio.timeout``) or two minutes.
+
+        Args:
+            count: How many processes (>= 1).
+            label: Their label (``NodeInfo.label``), for ``Where(label=...)``.
+            resources: Amounts they declare over what they detect (``{"env_slots": 4}``).
+            env: Environment variables for the new processes (``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``).
+            host: Start them on that host, through its agent, named by host name or label.
+
+        Returns:
+            The new nodes, in the order started.
+
+        Raises:
+            UnsupportedError: The system cannot start node processes (under
+                torchrun; with device maps; an in-process test world), or no
+                host agent serves ``host``; the message says which.
+            JoinError: A process exited before it joined, or they did not all
+                join in time; those that started are ended.
+            ValueError: A bad ``count``, ``label``, ``resources`` or ``env``.
+        """
+
+    @abstractmethod
+    async def wait_nodes(
+        self,
+        count: int,
+        *,
+        label: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - torchelastic's --nnodes has its timeout too
+    ) -> list[NodeInfo]:
+        """Wait until the system has at least ``count`` live nodes (with ``label``, if given); those nodes.
+
+        Nodes lost or leaving are not counted; this node is. It returns at once
+        when they are there already.
+
+        Args:
+            count: How many nodes (>= 1).
+            label: Count only nodes with this label.
+            timeout: Seconds to wait; None: until the caller's deadline
+                (``asyncio.timeout``) or, without one, the system's ``lookup_timeout``.
+
+        Returns:
+            Every live node that matches, by rank (``count`` or more).
+
+        Raises:
+            TimeoutError: Fewer nodes were there when the wait ended; the message says how many.
+        """
+
+    @abstractmethod
     async def lookup(self, name: str) -> ActorRef[Any]:
         """The actor named ``name``, waiting until it exists.
 
@@ -356,41 +311,9 @@ class ActorSystem(SystemPlacement):
             ActorNotFoundError: No actor took the name in time.
             InvalidNameError: ``name`` breaks the naming rule.
         """
-        check_name(name)
-        cached = self._host.cache.get(name)
-        if cached is not None:
-            return cached
-        loop = asyncio.get_running_loop()
-        own_limit = loop.time() + self.config.lookup_timeout
-        enclosing = current_deadline()
-        try:
-            generation = self._host.cache.generation()
-            ref = await self._host.registry.call(Registry.resolve, name, False)  # a name that exists: no timer
-            if ref is None or ref.rank in self._host.node.lost:
-                async with asyncio.timeout_at(own_limit):
-                    while True:
-                        generation = self._host.cache.generation()
-                        ref = await self._host.registry.call(Registry.resolve, name, True)
-                        if ref is None or ref.rank not in self._host.node.lost:
-                            break
-                        await asyncio.sleep(STALE_NAME_RETRY)  # the registry has yet to hear of that loss
-        except TimeoutError:
-            raise ActorNotFoundError(
-                f"no actor named {name!r} appeared within {self.config.lookup_timeout:g} s "
-                f"(lookup from node {self.rank})"
-            ) from None
-        except asyncio.CancelledError:
-            if enclosing is not None and loop.time() >= enclosing:
-                raise ActorNotFoundError(
-                    f"no actor named {name!r} appeared before the caller's deadline (lookup from node {self.rank})"
-                ) from None
-            raise
-        if ref is None:  # resolve(wait=True) only returns once bound
-            raise ActorNotFoundError(f"no actor named {name!r} (lookup from node {self.rank})")
-        self._host.cache.put(name, ref, generation)
-        return ref
 
-    async def events(self, pattern: str | None = None) -> AsyncIterator[MembershipEvent]:
+    @abstractmethod
+    def events(self, pattern: str | None = None) -> AsyncIterator[MembershipEvent]:
         """Membership events, as they happen: nodes joined and lost, names registered and removed.
 
         It first yields the current state (``NodeJoined`` for every live node,
@@ -401,32 +324,16 @@ class ActorSystem(SystemPlacement):
         Args:
             pattern: Only name events whose name matches this glob (node events always come).
         """
-        regex = compile_pattern(pattern) if pattern is not None else None
-        subscription = Subscription(regex)
-        self._host.events.subscriptions.add(subscription)
-        try:
-            seq, names = await self._host.registry.call(Registry.subscribe, self.rank)
-            self._host.events.snapshot_came(subscription, seq)
-            for info in self.nodes:
-                if info.rank not in self._host.node.lost:
-                    yield NodeJoined(info.rank, info)
-            for name, ref in names:
-                if regex is None or regex.fullmatch(name):
-                    yield NameRegistered(name, ref)
-            while (event := await subscription.queue.get()) is not None:
-                yield event
-        finally:
-            self._host.events.subscriptions.discard(subscription)
 
+    @abstractmethod
     async def lookup_all(self, pattern: str) -> list[ActorRef[Any]]:
         """Actors whose names match the glob ``pattern`` (``rl/observers/*``), sorted by name.
 
         ``*`` and ``?`` match within one path segment, ``**`` across segments.
         Does not wait: it lists the names that exist now.
         """
-        compile_pattern(pattern)
-        return await self._host.registry.call(Registry.match, pattern)
 
+    @abstractmethod
     def rref(self, value: Any) -> Any:
         """Wrap ``value`` in a ``torch.distributed.rpc.RRef`` owned by this node.
 
@@ -437,8 +344,8 @@ class ActorSystem(SystemPlacement):
         Raises:
             UnsupportedError: If the system does not run on torch RPC (in-process worlds).
         """
-        return self._host.node.transport.make_rref(value)
 
+    @abstractmethod
     async def process_group(self, ranks: Iterable[int] | None = None, *, backend: str = "gloo") -> dist.ProcessGroup:
         """A ``torch.distributed`` process group over the nodes ``ranks``, for DDP and collectives beside actors.
 
@@ -474,8 +381,8 @@ class ActorSystem(SystemPlacement):
             UnsupportedError: ``backend`` is not ``"gloo"``, or the system does
                 not run on torch RPC (in-process worlds).
         """
-        return await self._host.process_groups.make(ranks, backend, self.config.lookup_timeout)
 
+    @abstractmethod
     def statistics(self) -> dict[str, Any]:
         """This node's counters, for monitoring.
 
@@ -483,5 +390,8 @@ class ActorSystem(SystemPlacement):
         unknown nodes), calls pending and calls waiting for room in a mailbox,
         actors hosted, and transport batches sent.
         """
-        node = self._host.node
-        return {**node.statistics(), "transport_batches": node.transport.bundles_sent}
+
+
+def hand_over(system: ActorSystem, shutdown: Callable[[], Awaitable[None]]) -> None:
+    """Let ``system.shutdown()`` end what this process drives (``actorch.start``'s system, ``connect``'s node)."""
+    system._shutdown = shutdown

@@ -25,6 +25,7 @@ from typing import Any, NoReturn, cast
 
 from actorch._actors.host import ActorHost
 from actorch._actors.system import ActorSystem
+from actorch._actors.system_node import NodeSystem
 from actorch._base.config import is_number
 from actorch._base.resources import check_resources
 from actorch._launch.eventloop import Watchdog, run_bounded
@@ -127,6 +128,7 @@ def _serve_newcomer(newcomer: _Newcomer) -> NoReturn:
     world = World(rank, 0, newcomer.host, newcomer.port, newcomer.token, traits=newcomer.traits, invited=True)
 
     def serving(system: ActorSystem) -> None:
+        assert isinstance(system, NodeSystem)  # what _serve_async opened
         watch.serving(system._host)
         if newcomer.traits.owner is not None:
             system._host.pool.expect_owner()

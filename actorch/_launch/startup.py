@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from actorch._actors.host import ActorHost
-from actorch._actors.system import ActorSystem, open_system
+from actorch._actors.system import ActorSystem
+from actorch._actors.system_node import open_system
 from actorch._base.config import SystemConfig
 from actorch._launch.workers import exit_of, kill_lost
 from actorch._transport.base import NodeTraits, Transport

@@ -1,0 +1,168 @@
+"""``NodeSystem``: the ``ActorSystem`` of one node, doing its work through the node's ``ActorHost``.
+
+Each node's :class:`~actorch._actors.host.ActorHost` hosts a ``NodeService``
+actor (id 1) that builds actors spawned on the node, stops and watches them,
+evicts names from the node's cache and takes part in shutdown; rank 0 also
+hosts the ``Registry`` (id 2) and the ``Relocator`` (id 3). This module holds
+the system's view of the nodes and its names (lookups, events); spawning and
+placement come from :mod:`~actorch._actors.system_spawning` and
+:mod:`~actorch._actors.system_placement`. :func:`open_system` makes a node's
+host and its system together, for the launcher and the test worlds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any
+
+from actorch._actors.actor import Actor, attach
+from actorch._actors.events import NameRegistered, NodeJoined, Subscription
+from actorch._actors.host import ActorHost
+from actorch._actors.ref import ActorRef
+from actorch._actors.registry import Registry
+from actorch._actors.service import NodeService
+from actorch._actors.system import MembershipEvent
+from actorch._actors.system_placement import SystemPlacement
+from actorch._base.config import SystemConfig
+from actorch._base.deadline import current_deadline
+from actorch._base.errors import ActorNotFoundError, NodeLostError, UnsupportedError
+from actorch._base.names import check_name, compile_pattern
+from actorch._engine.node import describe_ranks
+from actorch._transport.base import NodeInfo, Transport
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
+
+__all__ = ["NodeSystem", "open_system"]
+
+STALE_NAME_RETRY = 0.05
+"""Seconds a lookup waits before asking again for a name the registry still gives to a lost node."""
+
+
+def open_system(transport: Transport, config: SystemConfig) -> tuple[NodeSystem, ActorHost]:
+    """The system of the node that ``transport`` connects, on the running event loop, and its host."""
+    system = object.__new__(NodeSystem)
+    host = ActorHost(transport, config, functools.partial(_attach, system=system))
+    system._host = host
+    system.config = config
+    return system, host
+
+
+def _attach(instance: Actor, ref: ActorRef[Any], *, system: NodeSystem) -> None:
+    attach(instance, ref, system)
+
+
+class NodeSystem(SystemPlacement):
+    """The ``ActorSystem`` of one node: what it knows of the nodes, its names and events, through its host."""
+
+    @property
+    def rank(self) -> int:
+        return self._host.rank
+
+    @property
+    def world_size(self) -> int:
+        return self._host.node.world_size
+
+    @property
+    def nodes(self) -> list[NodeInfo]:
+        return self._host.node.peers()
+
+    @property
+    def lost_nodes(self) -> dict[int, str]:
+        node = self._host.node
+        return {rank: why for rank, why in node.lost.items() if rank not in node.left}
+
+    @property
+    def elastic(self) -> bool:
+        return self._host.node.transport.elastic
+
+    def join_env(self) -> dict[str, str]:
+        if self.rank != 0:
+            raise UnsupportedError(f"join_env() is rank 0's (this is node {self.rank})")
+        return self._host.node.transport.join_env()
+
+    async def leave(self, rank: int | None = None) -> None:
+        host = self._host
+        node = host.node
+        target = self.rank if rank is None else rank
+        host.check_leave(target)
+        if target in node.left:
+            return  # it has left already
+        if target not in node.ranks():
+            raise ValueError(f"leave(rank={rank!r}): not a node of this system ({describe_ranks(node.ranks())})")
+        if target in node.lost:
+            raise NodeLostError(f"node {target} cannot leave: it was lost ({node.lost[target]})")
+        if target == self.rank:
+            host.begin_leave()
+            return
+        await host.services[target].call(NodeService.leave)
+        await host.wait_gone(target, 2 * self.config.stop_grace + 10.0)
+
+    async def lookup(self, name: str) -> ActorRef[Any]:
+        check_name(name)
+        cached = self._host.cache.get(name)
+        if cached is not None:
+            return cached
+        loop = asyncio.get_running_loop()
+        own_limit = loop.time() + self.config.lookup_timeout
+        enclosing = current_deadline()
+        try:
+            generation = self._host.cache.generation()
+            ref = await self._host.registry.call(Registry.resolve, name, False)  # a name that exists: no timer
+            if ref is None or ref.rank in self._host.node.lost:
+                async with asyncio.timeout_at(own_limit):
+                    while True:
+                        generation = self._host.cache.generation()
+                        ref = await self._host.registry.call(Registry.resolve, name, True)
+                        if ref is None or ref.rank not in self._host.node.lost:
+                            break
+                        await asyncio.sleep(STALE_NAME_RETRY)  # the registry has yet to hear of that loss
+        except TimeoutError:
+            raise ActorNotFoundError(
+                f"no actor named {name!r} appeared within {self.config.lookup_timeout:g} s "
+                f"(lookup from node {self.rank})"
+            ) from None
+        except asyncio.CancelledError:
+            if enclosing is not None and loop.time() >= enclosing:
+                raise ActorNotFoundError(
+                    f"no actor named {name!r} appeared before the caller's deadline (lookup from node {self.rank})"
+                ) from None
+            raise
+        if ref is None:  # resolve(wait=True) only returns once bound
+            raise ActorNotFoundError(f"no actor named {name!r} (lookup from node {self.rank})")
+        self._host.cache.put(name, ref, generation)
+        return ref
+
+    async def events(self, pattern: str | None = None) -> AsyncIterator[MembershipEvent]:
+        regex = compile_pattern(pattern) if pattern is not None else None
+        subscription = Subscription(regex)
+        self._host.events.subscriptions.add(subscription)
+        try:
+            seq, names = await self._host.registry.call(Registry.subscribe, self.rank)
+            self._host.events.snapshot_came(subscription, seq)
+            for info in self.nodes:
+                if info.rank not in self._host.node.lost:
+                    yield NodeJoined(info.rank, info)
+            for name, ref in names:
+                if regex is None or regex.fullmatch(name):
+                    yield NameRegistered(name, ref)
+            while (event := await subscription.queue.get()) is not None:
+                yield event
+        finally:
+            self._host.events.subscriptions.discard(subscription)
+
+    async def lookup_all(self, pattern: str) -> list[ActorRef[Any]]:
+        compile_pattern(pattern)
+        return await self._host.registry.call(Registry.match, pattern)
+
+    def rref(self, value: Any) -> Any:
+        return self._host.node.transport.make_rref(value)
+
+    async def process_group(self, ranks: Iterable[int] | None = None, *, backend: str = "gloo") -> dist.ProcessGroup:
+        return await self._host.process_groups.make(ranks, backend, self.config.lookup_timeout)
+
+    def statistics(self) -> dict[str, Any]:
+        node = self._host.node
+        return {**node.statistics(), "transport_batches": node.transport.bundles_sent}

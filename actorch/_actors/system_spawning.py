@@ -1,0 +1,210 @@
+"""How ``ActorSystem`` spawns one actor: on a rank, on GPUs lent to it, or where a ``Where`` places it.
+
+:class:`SystemSpawning` implements ``spawn`` (documented on ``ActorSystem``)
+through the node service of the chosen node, which builds the actor there;
+the registry reserves its name first and binds it once the actor has started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from actorch._actors.actor import Actor, class_path
+from actorch._actors.placement import GpuShare, candidate_ranks, place_on_gpus
+from actorch._actors.placing import PlacedSpawn, Placer
+from actorch._actors.ref import ActorRef, resolve_class
+from actorch._actors.registry import Registry
+from actorch._actors.relocation import check_home, relocatable_homes
+from actorch._actors.relocator import Relocator
+from actorch._actors.restart import Restart
+from actorch._actors.service import NodeService
+from actorch._actors.system import ActorSystem
+from actorch._actors.where import Where
+from actorch._base.config import is_count
+from actorch._base.devices import parse_device
+from actorch._base.errors import NodeLostError, PlacementError
+from actorch._base.names import check_name
+from actorch._base.resources import GPUS
+from actorch._engine.node import describe_ranks
+
+if TYPE_CHECKING:
+    import torch
+
+    from actorch._actors.host import ActorHost
+
+__all__ = ["SystemSpawning", "check_spawnable"]
+
+A = TypeVar("A", bound=Actor)
+
+
+def check_spawnable(cls: object, restart: object) -> None:
+    """Refuse what cannot be spawned: not an actor class, one other nodes cannot import, a bad restart policy."""
+    if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls in (NodeService, Registry, Relocator):
+        raise TypeError(f"spawn() takes an actorch.Actor subclass, not {cls!r}")
+    if resolve_class(class_path(cls)) is not cls:
+        raise TypeError(
+            f"actor class {cls.__qualname__} cannot be imported as {class_path(cls)!r}: define actor "
+            "classes at module level, so every node can import them"
+        )
+    if restart is not None and not isinstance(restart, Restart):
+        raise TypeError(f"restart must be an actorch.Restart or None, not {restart!r}")
+
+
+def _defined_interactively(cls: type) -> bool:
+    """Whether ``cls`` lives in a ``__main__`` without a file (a notebook, ``python -c``): no other process has it."""
+    main = sys.modules.get("__main__")
+    return cls.__module__ == "__main__" and main is not None and getattr(main, "__file__", None) is None
+
+
+class SystemSpawning(ActorSystem):
+    """``ActorSystem``'s ``spawn``, and how the placement methods spawn on the node they chose."""
+
+    _host: ActorHost
+
+    async def spawn(
+        self,
+        cls: type[A],
+        *,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        on: int | Where | None = None,
+        restart: Restart | None = None,
+        device: str | torch.device | None = None,
+        gpus: int = 0,
+    ) -> ActorRef[A]:
+        check_spawnable(cls, restart)
+        if not is_count(gpus, 0):
+            raise ValueError(f"gpus must be an int >= 0, not {gpus!r}")
+        if gpus and device is not None:
+            raise ValueError(
+                f"spawn({cls.__qualname__}): give device= or gpus=, not both (gpus= places the actor on "
+                "the first GPU it is lent)"
+            )
+        if name is not None:
+            check_name(name)
+        placed = None if device is None else str(parse_device(device))
+        if isinstance(on, Where):
+            if gpus or (placed is not None and on.gpus):
+                raise ValueError(f"spawn({cls.__qualname__}): ask for GPUs in Where(gpus=...) alone, without device=")
+            what = f"spawn({cls.__qualname__}, on={on!r})"
+            placed_spawn = self._placed_spawn(cls, args, kwargs, restart, placed, on)
+            return (await self._placer.spawn(what, on, [name], [name or cls.__qualname__], None, placed_spawn))[0]
+        rank = self.rank if on is None else on
+        node = self._host.node
+        if isinstance(rank, int) and (rank in self._host.leaving or rank in node.left):
+            raise PlacementError(f"cannot spawn {cls.__qualname__} on node {rank}: it is leaving the system")
+        if not isinstance(rank, int) or rank not in node.ranks():
+            raise ValueError(f"on={on!r} is not a rank of this system ({describe_ranks(node.ranks())})")
+        if rank in node.lost:
+            raise NodeLostError(f"cannot spawn {cls.__qualname__} on node {rank}: it was lost")
+        if not gpus:
+            return await self._spawn_on(rank, cls, args, kwargs, name, restart, placed, 0)
+
+        async def spawn_there(rank: int) -> ActorRef[A]:
+            return await self._spawn_on(rank, cls, args, kwargs, name, restart, None, gpus)
+
+        what = f"spawn({cls.__qualname__}, gpus={gpus}{'' if on is None else f', on={on}'})"
+        ranks = candidate_ranks(self.rank, [rank for rank in node.ranks() if rank not in self._host.leaving], on)
+        if restart is not None and restart.relocate:
+            ranks = relocatable_homes(cls.__qualname__, ranks)
+        return await place_on_gpus(what, gpus, ranks, self._gpu_share, spawn_there)
+
+    async def _gpu_share(self, rank: int) -> GpuShare | None:
+        """Node ``rank``'s GPUs and who holds them; None if the node is lost."""
+        try:
+            devices, holders = await self._host.services[rank].call(NodeService.gpus)
+        except NodeLostError:
+            return None
+        return GpuShare(rank, tuple(devices), holders)
+
+    async def _spawn_on(
+        self,
+        rank: int,
+        cls: type[A],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any] | None,
+        name: str | None,
+        restart: Restart | None,
+        device: str | None,
+        gpus: int,
+        needs: Mapping[str, float] | None = None,
+        *,
+        own: bool = False,
+        fits: tuple[str | None, str | None] | None = None,
+    ) -> ActorRef[A]:
+        """Reserve ``name`` for node ``rank``, have the node build the actor there, bind the name.
+
+        ``fits``: the label and host a ``Where`` asked for, which a relocatable
+        actor's new node must have too.
+        """
+        if restart is not None and restart.relocate:
+            check_home(cls.__qualname__, rank)
+            if own:
+                raise ValueError(
+                    f"spawn({cls.__qualname__}): an actor in a process of its own (Where(process='own')) is not "
+                    "relocated: its process ends with its node; relocate it with a Where that names a label instead"
+                )
+        if rank != self.rank and _defined_interactively(cls):
+            raise TypeError(
+                f"cannot spawn {cls.__qualname__} on node {rank}: it is defined in the __main__ of an interactive "
+                "session (a notebook cell), which other processes cannot import; define it in a module (a .py "
+                "file beside the notebook) and import it from there"
+            )
+        if name is not None:
+            await self._host.registry.call(Registry.reserve, name, rank)
+        try:
+            options: dict[str, Any] = {}  # a plain spawn's message stays as it was
+            if needs:
+                options["needs"] = dict(needs)
+            if own:
+                options["own"] = True
+            if fits is not None and restart is not None and restart.relocate and fits != (None, None):
+                options["fits"] = fits
+            ref: ActorRef[A] = await self._host.services[rank].call(
+                NodeService.spawn,
+                class_path(cls),
+                list(args),
+                dict(kwargs or {}),
+                name,
+                restart,
+                device,
+                gpus,
+                **options,
+            )
+        except BaseException:
+            if name is not None:
+                await asyncio.shield(self._host.release_name(name))
+            raise
+        if name is not None:
+            await self._host.registry.call(Registry.bind, name, ref)
+        return ref
+
+    def _placed_spawn(
+        self,
+        cls: type[A],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any] | None,
+        restart: Restart | None,
+        device: str | None,
+        where: Where,
+    ) -> PlacedSpawn[ActorRef[A]]:
+        """How the placer spawns on the node it chose: holding what ``Where`` asks, maybe as the node's owner."""
+        fits = (where.label, where.host)
+
+        async def spawn_there(rank: int, name: str | None, needs: Mapping[str, float], own: bool) -> ActorRef[A]:
+            counted = {resource: amount for resource, amount in needs.items() if resource != GPUS}
+            gpus = int(needs.get(GPUS, 0))
+            return await self._spawn_on(
+                rank, cls, args, kwargs, name, restart, device, gpus, counted, own=own, fits=fits
+            )
+
+        return spawn_there
+
+    @functools.cached_property
+    def _placer(self) -> Placer:
+        return Placer(self._host)
