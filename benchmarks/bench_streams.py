@@ -144,15 +144,15 @@ class Source(actorch.Actor):
     def __init__(self) -> None:
         self.big = torch.randn(1 << 18)  # 1 MB
 
-    def make(self, big: bool) -> Any:
+    def _make(self, big: bool) -> Any:
         return self.big.clone() if big else {"step": 1, "reward": 0.5, "done": False}
 
     async def items(self, n: int, big: bool) -> AsyncIterator[Any]:
         for _ in range(n):
-            yield self.make(big)
+            yield self._make(big)
 
     async def item(self, big: bool) -> Any:
-        return self.make(big)
+        return self._make(big)
 
 
 STREAM_CASES = [("small", False, actorch.DEFAULT_STREAM_WINDOW), ("small", False, 64), ("1 MB", True, 16)]

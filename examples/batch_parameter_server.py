@@ -45,7 +45,7 @@ class Trainer(actorch.Actor):
         self.model, self.loss_fn = make_model(), nn.MSELoss()
         self.one_hot_indices = torch.randint(0, NUM_CLASSES, (batch_size, 1), generator=self.generator)
 
-    def get_next_batch(self, iterations: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _get_next_batch(self, iterations: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for _ in range(iterations):
             inputs = torch.randn(self.batch_size, 3, IMAGE_W, IMAGE_H, generator=self.generator)
             labels = torch.zeros(self.batch_size, NUM_CLASSES).scatter_(1, self.one_hot_indices, 1)
@@ -56,7 +56,7 @@ class Trainer(actorch.Actor):
         params = await server.call(actorch.ParameterServer.pull)  # the initial parameters
         assert params is not None  # pull() only answers None to pull(since=the current version)
         history = []
-        for inputs, labels in self.get_next_batch(iterations):
+        for inputs, labels in self._get_next_batch(iterations):
             self.model.load_state_dict(params.tensors)
             self.model.zero_grad()
             loss = self.loss_fn(self.model(inputs), labels)

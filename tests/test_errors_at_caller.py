@@ -61,8 +61,28 @@ class Faulty(actorch.Actor):
     async def relay_custom(self, other: actorch.ActorRef[Faulty]) -> None:
         await other.call(Faulty.fail_custom)
 
-    def summary(self) -> str:  # a plain helper: legal on an actor, but no endpoint
+    def _summary(self) -> str:  # a private plain helper: legal on an actor, no endpoint
         return "helper"
+
+
+class Hooked(actorch.Actor):
+    """Plain ``def`` state hooks, which spawn lets through: the runtime calls them, callers cannot."""
+
+    def snapshot(self) -> int:
+        return 1
+
+    def restore(self, state: int) -> None:
+        pass
+
+
+class Helpful(actorch.Actor):
+    """A public plain ``def`` helper, which spawn refuses."""
+
+    def summary(self) -> str:
+        return "helper"
+
+    def total(self) -> int:
+        return 0
 
 
 async def test_handler_exception_arrives_as_remote_error_and_original_class(world: LocalWorld, on: int) -> None:
@@ -191,21 +211,35 @@ async def test_unknown_endpoint_error_lists_the_known_endpoints(world: LocalWorl
             await faulty.call("missing")
 
 
-async def test_calling_a_plain_def_method_says_to_make_it_async(world: LocalWorld, on: int) -> None:
-    faulty = await world[0].spawn(Faulty, name="errors/plain", on=on)
+async def test_calling_a_plain_def_hook_says_only_async_methods_are_endpoints(world: LocalWorld, on: int) -> None:
+    hooked = await world[0].spawn(Hooked, name="errors/plain", on=on)
     expected = (
-        rf"^'summary' of actor 'errors/plain' \(Faulty\) on node {on} is a plain `def` method of Faulty, and only "
-        r"`async def` methods are endpoints: make it `async def summary\(...\)`, and run blocking work in it "
+        rf"^'snapshot' of actor 'errors/plain' \(Hooked\) on node {on} is a plain `def` method of Hooked, and only "
+        r"`async def` methods are endpoints: make it `async def snapshot\(...\)`, and run blocking work in it "
         r"with `await asyncio.to_thread\(...\)`"
     )
     async with asyncio.timeout(5):
         with pytest.raises(actorch.EndpointError, match=expected):
-            await faulty.call(Faulty.summary)  # type: ignore[call-overload]  # mypy sees it too
+            await hooked.call(Hooked.snapshot)  # type: ignore[call-overload]  # mypy sees it too
         with pytest.raises(actorch.EndpointError, match=expected):
-            await faulty.call("summary")
+            await hooked.call("snapshot")
     with pytest.raises(actorch.EndpointError, match=expected):
-        faulty.tell("summary")
-    assert "summary" not in endpoints_of(Faulty)
+        hooked.tell("snapshot")
+    assert "snapshot" not in endpoints_of(Hooked)
+
+
+async def test_spawning_a_class_with_a_public_plain_def_method_names_it_and_the_fixes(world: LocalWorld) -> None:
+    expected = (
+        r"^cannot spawn Helpful: Helpful.summary, Helpful.total are plain `def` methods, and only `async def` "
+        r"methods are endpoints callers can reach: make it `async def summary\(...\)` \(run blocking work in it "
+        r"with `await asyncio.to_thread\(...\)`\), or, if only the actor itself calls it, make it private "
+        r"\(`_summary`\)$"
+    )
+    with pytest.raises(TypeError, match=expected):
+        await world[0].spawn(Helpful, name="errors/helpful", on=1)
+    with pytest.raises(TypeError, match=expected):
+        await world[0].spawn_group(Helpful, 2, on=1)
+    assert await world[0].lookup_all("errors/**") == []
 
 
 async def test_endpoint_error_is_also_a_type_error(world: LocalWorld, on: int) -> None:

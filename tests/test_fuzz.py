@@ -50,7 +50,7 @@ class Target(actorch.Actor):
     async def count(self) -> int:
         return self.handled
 
-    def helper(self) -> str:  # not an endpoint: not async
+    def snapshot(self) -> str:  # a plain hook, which spawn lets through: not an endpoint
         return "no"
 
     async def _private(self) -> str:
@@ -92,7 +92,7 @@ def live() -> Iterator[LiveWorld]:
 
 
 NAMES = st.one_of(
-    st.sampled_from(["add", "echo", "norm", "square", "count", "helper", "_private", "__init__", "__class__", ""]),
+    st.sampled_from(["add", "echo", "norm", "square", "count", "snapshot", "_private", "__init__", "__class__", ""]),
     st.text(max_size=30),
 )
 SCALARS = st.one_of(

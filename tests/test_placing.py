@@ -211,6 +211,8 @@ async def test_an_actors_own_process_takes_no_other_placed_actor() -> None:
         world._hub.traits[1] = NodeTraits(owner="learner", parent=0)
         with pytest.raises(actorch.PlacementError, match=r"node 0: has 0 cpus.*node 1: the own process of learner"):
             await world[0].spawn(Sim, on=Where(cpus=0.5))
+        with pytest.raises(actorch.PlacementError, match=r"node 1: the own process of learner$"):
+            await world[0].spawn(Sim, on=Where(label="gpu"))  # its owner, not its label, is why
         assert (await world[0].spawn(Sim, on=1)).rank == 1, "on=rank stays the exact form"
 
 

@@ -21,11 +21,14 @@ if TYPE_CHECKING:
     from actorch._actors.ref import ActorRef
     from actorch._actors.system import ActorSystem
 
-__all__ = ["Actor", "attach", "class_path", "endpoints_of", "has_state_hooks", "place"]
+__all__ = ["Actor", "attach", "check_plain_methods", "class_path", "endpoints_of", "has_state_hooks", "place"]
 
 _HOOKS = frozenset({"on_start", "on_stop"})
 _RUNTIME = frozenset({"save_snapshot"})
 """Methods ``Actor`` gives every actor: never endpoints, and a subclass may not define its own."""
+
+_STATE_HOOKS = frozenset({"snapshot", "restore"})
+"""Hooks the runtime calls that a class may write as plain ``def`` (``has_state_hooks``, relocation)."""
 
 
 class Actor:
@@ -69,6 +72,7 @@ class Actor:
     """The actor's device (set it on the class as ``"cuda:0"``, or per actor with ``spawn(device=...)``)."""
 
     _actorch_endpoints: ClassVar[dict[str, Endpoint]] = {}
+    _actorch_plain: ClassVar[tuple[str, ...]] = ()
     _actorch_ref: ActorRef[Any]
     _actorch_system: ActorSystem
 
@@ -91,6 +95,7 @@ class Actor:
         if taken:
             raise TypeError(f"{cls.__qualname__}.{taken[0]} is a method every actor has from actorch.Actor: rename it")
         found: dict[str, Endpoint] = {}
+        plain: list[str] = []
         for attr in dir(cls):
             value = inspect.getattr_static(cls, attr)
             if isinstance(value, Batched):
@@ -104,7 +109,10 @@ class Actor:
                 continue
             if inspect.iscoroutinefunction(value) or inspect.isasyncgenfunction(value):  # a call's, or a stream's
                 found[attr] = value
+            elif inspect.isfunction(value) and attr not in _STATE_HOOKS and not _actorch_defines(cls, attr):
+                plain.append(attr)
         cls._actorch_endpoints = found
+        cls._actorch_plain = tuple(plain)
 
     def __repr__(self) -> str:
         ref = getattr(self, "_actorch_ref", None)
@@ -172,6 +180,36 @@ def has_state_hooks(cls: type[Actor]) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+def _actorch_defines(cls: type, name: str) -> bool:
+    """Whether a class of actorch in ``cls``'s bases defines ``name``: a stock hook such as ``Agent.act``."""
+    return any(name in vars(base) and base.__module__.partition(".")[0] == "actorch" for base in cls.__mro__)
+
+
+def check_plain_methods(cls: type[Actor]) -> None:
+    """Refuse, before a spawn, a class with a public plain ``def`` method: callers could not call it.
+
+    Only ``async def`` methods are endpoints; a public ``def`` is almost always
+    one meant to be, so it is refused with the fix rather than left to fail at
+    its first call. The state hooks (``snapshot``, ``restore``) and the hooks of
+    actorch's own classes that a subclass overrides (``Agent.act``) are plain
+    ``def`` on purpose and pass.
+
+    Raises:
+        TypeError: Naming each such method, and both fixes.
+    """
+    if not cls._actorch_plain:
+        return
+    names = ", ".join(f"{cls.__qualname__}.{name}" for name in cls._actorch_plain)
+    first = cls._actorch_plain[0]
+    verb = "is a plain `def` method" if len(cls._actorch_plain) == 1 else "are plain `def` methods"
+    raise TypeError(
+        f"cannot spawn {cls.__qualname__}: {names} {verb}, "
+        f"and only `async def` methods are endpoints callers can reach: make it `async def {first}(...)` (run "
+        f"blocking work in it with `await asyncio.to_thread(...)`), or, if only the actor itself calls it, "
+        f"make it private (`_{first}`)"
+    )
 
 
 def endpoints_of(cls: type[Actor]) -> dict[str, Endpoint]:

@@ -160,12 +160,12 @@ class Placer:
             return "lost"
         if rank in node.left or rank in self._host.leaving:
             return "leaving the system"
+        if info.owner is not None:  # before its label: no Where places on it, whatever it asks
+            return f"the own process of {info.owner}"
         if where.label is not None and info.label != where.label:
             return f"label {info.label!r}, not {where.label!r}"
         if where.host is not None and info.host != where.host:
             return f"on host {info.host}, not {where.host}"
-        if info.owner is not None:
-            return f"the own process of {info.owner}"
         for name, amount in where.needs().items():
             have = info.resources.get(name, 0.0)
             if have + _EPSILON < amount:

@@ -181,9 +181,10 @@ class ActorSystem(ABC):
                 cannot start node processes (the message says why).
             JoinError: The actor's own process could not join the system.
             RemoteError: ``__init__`` or ``on_start`` raised.
+            TypeError: ``cls`` is no importable actor class, or has a public plain ``def`` method.
             ValueError: ``device`` is not a device, or node ``on`` does not have
                 it; ``gpus`` is not an int >= 0, or comes with ``device``; the
-                actor is relocatable and would live on rank 0.
+                actor is relocatable and would live on rank 0 or in its own process.
         """
 
     @abstractmethod

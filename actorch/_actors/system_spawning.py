@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from actorch._actors.actor import Actor, class_path
+from actorch._actors.actor import Actor, check_plain_methods, class_path
 from actorch._actors.placement import GpuShare, candidate_ranks, place_on_gpus
 from actorch._actors.placing import PlacedSpawn, Placer
 from actorch._actors.ref import ActorRef, resolve_class
@@ -41,10 +41,16 @@ __all__ = ["SystemSpawning", "check_spawnable"]
 A = TypeVar("A", bound=Actor)
 
 
-def check_spawnable(cls: object, restart: object) -> None:
-    """Refuse what cannot be spawned: not an actor class, one other nodes cannot import, a bad restart policy."""
+def check_spawnable(cls: object, restart: object, on: object = None) -> None:
+    """Refuse what cannot be spawned, before anything starts.
+
+    That is: not an actor class, one other nodes cannot import, one with a
+    public plain ``def`` method, a bad restart policy, a relocatable actor in a
+    process of its own.
+    """
     if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls in (NodeService, Registry, Relocator):
         raise TypeError(f"spawn() takes an actorch.Actor subclass, not {cls!r}")
+    check_plain_methods(cls)
     if resolve_class(class_path(cls)) is not cls:
         raise TypeError(
             f"actor class {cls.__qualname__} cannot be imported as {class_path(cls)!r}: define actor "
@@ -52,6 +58,14 @@ def check_spawnable(cls: object, restart: object) -> None:
         )
     if restart is not None and not isinstance(restart, Restart):
         raise TypeError(f"restart must be an actorch.Restart or None, not {restart!r}")
+    if isinstance(on, Where) and on.own and restart is not None and restart.relocate:
+        raise ValueError(_OWN_NOT_RELOCATED.format(cls.__qualname__))
+
+
+_OWN_NOT_RELOCATED = (
+    "spawn({}): an actor in a process of its own (Where(process='own')) is not relocated: its process ends with "
+    "its node; relocate it with a Where that names a label instead"
+)
 
 
 def _defined_interactively(cls: type) -> bool:
@@ -77,7 +91,7 @@ class SystemSpawning(ActorSystem):
         device: str | torch.device | None = None,
         gpus: int = 0,
     ) -> ActorRef[A]:
-        check_spawnable(cls, restart)
+        check_spawnable(cls, restart, on)
         if not is_count(gpus, 0):
             raise ValueError(f"gpus must be an int >= 0, not {gpus!r}")
         if gpus and device is not None:
@@ -145,10 +159,7 @@ class SystemSpawning(ActorSystem):
         if restart is not None and restart.relocate:
             check_home(cls.__qualname__, rank)
             if own:
-                raise ValueError(
-                    f"spawn({cls.__qualname__}): an actor in a process of its own (Where(process='own')) is not "
-                    "relocated: its process ends with its node; relocate it with a Where that names a label instead"
-                )
+                raise ValueError(_OWN_NOT_RELOCATED.format(cls.__qualname__))
         if rank != self.rank and _defined_interactively(cls):
             raise TypeError(
                 f"cannot spawn {cls.__qualname__} on node {rank}: it is defined in the __main__ of an interactive "

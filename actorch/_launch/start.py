@@ -35,7 +35,7 @@ from actorch._launch.startup import TORCHRUN_VARS, Plan, Setup
 from actorch._launch.status import check_status_port
 from actorch._launch.workers import JOIN_TIMEOUT, kill_workers
 from actorch._transport.base import NodeTraits, Transport
-from actorch._transport.rpc import active_transport
+from actorch._transport.rpc import active_transport, drop_at_exit
 from actorch._transport.rpc_setup import DeviceMapSpec
 
 __all__ = ["Opening", "start", "wake_for_interrupts"]
@@ -330,9 +330,11 @@ async def _reap(workers: list[Any], *, kill: bool) -> None:
 
 
 def _kill_at_exit() -> None:
+    """End what a system left up at the interpreter's exit: the local workers, then torch RPC."""
     driven = _Driven.current
     if driven is not None:
         driven.kill_workers()
+        drop_at_exit()
 
 
 atexit.register(_kill_at_exit)  # runs before multiprocessing's own hook, which would wait for them

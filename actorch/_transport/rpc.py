@@ -82,6 +82,25 @@ def active_transport() -> RpcTransport | None:
     return _active
 
 
+EXIT_DROP_TIMEOUT = 2.0
+"""How long the interpreter's exit waits for torch RPC to go down (it takes under 0.03 s)."""
+
+
+def drop_at_exit() -> None:
+    """Take torch RPC down, without its barrier, for an interpreter that exits with a system still up.
+
+    Left up, its threads outlive the interpreter's finalization, and now and
+    then the C++ runtime aborts the exit (``terminate called without an active
+    exception``, exit code 134). Runs in a daemon thread, bounded, so that the
+    exit cannot hang on it.
+    """
+    if _active is None:
+        return
+    dropping = threading.Thread(target=lambda: rpc.shutdown(graceful=False), name="actorch-drop-at-exit", daemon=True)
+    dropping.start()
+    dropping.join(EXIT_DROP_TIMEOUT)
+
+
 @rpc.functions.async_execution  # type: ignore[untyped-decorator]
 def _inbound(src: int, seq: int, messages: list[bytes], tensors: dict[int, Any]) -> torch.futures.Future[Any]:
     response: torch.futures.Future[Any] = torch.futures.Future()
