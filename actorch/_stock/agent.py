@@ -18,16 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from actorch._actors.actor import Actor
-from actorch._base.codec import serializable
-from actorch._base.errors import ActorNotFoundError, GroupError
+from actorch._base.errors import ActorNotFoundError
 from actorch._engine.batching import batched
+from actorch._stock.episodes import EpisodeStats, by_observer, first_episode, raise_failures, rows_by_env
 from actorch._stock.group import ActorGroup
 from actorch._stock.import_paths import resolve
 from actorch._stock.observer import Observation, Observer, Rollout
@@ -36,32 +35,6 @@ from actorch._stock.policies import PolicyFactory, build_policy, sample_categori
 __all__ = ["Agent", "EpisodeStats"]
 
 _HOST = torch.device("cpu")
-
-
-@serializable(20)
-@dataclass
-class EpisodeStats:
-    """How one episode of the agent went.
-
-    Attributes:
-        episode: Episodes run so far, this one included.
-        reward: The mean over the observers' environments of their first
-            episode's total reward (in a fixed-length run, of the steps played
-            if no episode ended).
-        running_reward: An exponential moving average of ``reward``.
-        loss: The learning step's loss.
-        steps: Actions taken by all observers together (in all their environments).
-        observers: How many observers played.
-        seconds: Wall time of the episode, learning included.
-    """
-
-    episode: int
-    reward: float
-    running_reward: float
-    loss: float
-    steps: int
-    observers: int
-    seconds: float
 
 
 class Agent(Actor):
@@ -143,8 +116,8 @@ class Agent(Actor):
         started = time.perf_counter()
         rollouts = await self._play(steps, record=False)
         log_probs: list[torch.Tensor] = []
-        for key, played in _by_observer(rollouts):
-            log_probs.extend(_rows_by_env(self._log_probs.pop(key, []), played))
+        for key, played in by_observer(rollouts):
+            log_probs.extend(rows_by_env(self._log_probs.pop(key, []), played))
         return self._learned(rollouts, log_probs, started)
 
     async def collect(self, steps: int | None = None) -> list[Rollout]:
@@ -225,7 +198,7 @@ class Agent(Actor):
             for _ in range(rounds):
                 started = time.perf_counter()
                 outcomes = await asyncio.gather(*(anext(stream) for stream in streams), return_exceptions=True)
-                _raise_failures(refs, outcomes)
+                raise_failures(refs, outcomes)
                 runs: list[list[Rollout]] = outcomes  # type: ignore[assignment] # none failed
                 rollouts = [rollout for run in runs for rollout in run]
                 log_probs = [rows for run in runs for rows in self._taken_log_probs(run)]
@@ -341,7 +314,7 @@ class Agent(Actor):
     def _learned(self, rollouts: list[Rollout], log_probs: list[torch.Tensor], started: float) -> EpisodeStats:
         """Learn from one episode's rollouts and account for it."""
         loss = self.learn(rollouts, log_probs)
-        reward = sum(_first_episode(rollout) for rollout in rollouts) / len(rollouts)
+        reward = sum(first_episode(rollout) for rollout in rollouts) / len(rollouts)
         if self.running_reward is None:
             self.running_reward = reward
         else:
@@ -370,7 +343,7 @@ class Agent(Actor):
         recorded = self._log_probs.get(key, [])
         count = max(len(rollout.rewards) for rollout in run)
         self._log_probs[key] = recorded[count:]
-        return _rows_by_env(recorded[:count], run)
+        return rows_by_env(recorded[:count], run)
 
     def _keeping_weights(self) -> contextlib.AbstractContextManager[None]:
         """While streaming: keep, for backward, the weights an action was computed with.
@@ -398,56 +371,6 @@ class Agent(Actor):
 
 def _unpack(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
-
-
-def _raise_failures(refs: list[Any], outcomes: list[Any]) -> None:
-    """Raise a GroupError naming the observers whose stream failed, if any did (a cancellation as it is)."""
-    named: list[str] = []
-    failures: list[Exception] = []
-    for ref, outcome in zip(refs, outcomes, strict=True):
-        if isinstance(outcome, Exception):
-            observer = ref.name or repr(ref)
-            outcome.add_note(f"in the episode stream of observer {observer}")
-            named.append(f"{observer}: {type(outcome).__name__}")
-            failures.append(outcome)
-        elif isinstance(outcome, BaseException):
-            raise outcome
-    if failures:
-        summary = ", ".join(named)
-        raise GroupError(
-            f"{len(failures)} of {len(refs)} observers failed in their episode streams: {summary}", failures, outcomes
-        )
-
-
-def _first_episode(rollout: Rollout) -> float:
-    """The reward of an observer's first episode, or of all it played if none ended."""
-    return rollout.episode_rewards[0] if rollout.episode_rewards else float(rollout.rewards.sum())
-
-
-def _by_observer(rollouts: list[Rollout]) -> list[tuple[str, list[Rollout]]]:
-    """``rollouts`` grouped by observer key, in order (an observer's rollouts are consecutive)."""
-    groups: list[tuple[str, list[Rollout]]] = []
-    for rollout in rollouts:
-        if groups and groups[-1][0] == rollout.observer:
-            groups[-1][1].append(rollout)
-        else:
-            groups.append((rollout.observer, [rollout]))
-    return groups
-
-
-def _rows_by_env(records: list[tuple[torch.Tensor, list[int] | None]], run: list[Rollout]) -> list[torch.Tensor]:
-    """The log-probabilities of each rollout of one observer's run, in step order, from its answered messages."""
-    if not records:
-        return [torch.empty(0) for _ in run]
-    rows: dict[int, list[int]] = {}
-    offset = 0
-    for log_probs, envs in records:
-        count = len(log_probs)
-        for row, env in enumerate(range(count) if envs is None else envs):
-            rows.setdefault(env, []).append(offset + row)
-        offset += count
-    flat = torch.cat([log_probs for log_probs, _ in records])
-    return [flat[torch.tensor(rows.get(rollout.env, []), dtype=torch.long, device=flat.device)] for rollout in run]
 
 
 def _to_wire(actions: torch.Tensor) -> Any:
