@@ -229,8 +229,8 @@ class ActorSystem(ABC):
         Raises:
             PlacementError: The nodes that fit have room for fewer than
                 ``count`` members; the message names each node and why.
-            ValueError: ``count`` is not an int >= 1.
-            And what ``spawn`` raises.
+            ValueError: ``count`` is not an int >= 1; or as ``spawn`` raises it,
+                as it raises the other errors listed there.
         """
 
     @abstractmethod
