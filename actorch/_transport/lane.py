@@ -212,11 +212,7 @@ class Lane:
 
     def forget(self, rank: int) -> None:
         """Peer ``rank`` left on purpose: close both connections, and never connect to it again."""
-        self._forgotten.add(rank)
-        connecting = self._connecting.pop(rank, None)
-        if connecting is not None:
-            connecting.cancel()
-        transport = self.outbound.pop(rank, None)
+        transport = self._cut_off(rank)
         if transport is not None:
             transport.close()
         inbound = self.inbound.pop(rank, None)
@@ -230,14 +226,18 @@ class Lane:
         above, so that the peer (if it was only stalled) reads the news before
         it sees any connection close. It closes when the peer's process ends.
         """
+        transport = self._cut_off(rank)
+        if transport is not None:
+            transport.write(_HEADER.pack(_HEADER.size - 4, _EXPEL, 0))
+            transport.close()  # after what was written
+
+    def _cut_off(self, rank: int) -> asyncio.Transport | None:
+        """Never connect to ``rank`` again: cancel a connection under way, and hand back the open one, if any."""
         self._forgotten.add(rank)
         connecting = self._connecting.pop(rank, None)
         if connecting is not None:
             connecting.cancel()
-        transport = self.outbound.pop(rank, None)
-        if transport is not None:
-            transport.write(_HEADER.pack(_HEADER.size - 4, _EXPEL, 0))
-            transport.close()  # after what was written
+        return self.outbound.pop(rank, None)
 
     def expelled_by(self, rank: int) -> None:
         """Peer ``rank`` says it counts this node lost: this node counts it lost in turn."""
