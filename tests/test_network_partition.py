@@ -293,3 +293,20 @@ def test_the_multi_host_walk_through_finds_an_actor_on_host_b_from_host_a(pair: 
     assert found["value"] == 42
     assert "RETURNED 'found'" in host_a.stdout
     assert left_in_namespaces == []
+
+
+SILENT_LANE_BOUND = 2.5 + 0.5 + 1.0
+"""Seconds within which a node whose fast lane went silent is lost: the liveness timeout, one heartbeat, slack."""
+
+
+def test_a_silent_fast_lane_loses_its_node_and_fails_the_call_waiting_on_it(pair: netns.HostPair) -> None:
+    # torch RPC keeps answering (pings, watches): only the lane's own connection says the link is dead.
+    finished = Script(pair.hosts[0].exec_argv(script_argv("silent_lane.py"))).finish(RUN_TIMEOUT)
+    result = finished.result("silent_lane")
+    error = result["outcome"].get("error")
+    assert error is not None, finished.report()
+    assert error["type"] == "NodeLostError", finished.report()
+    assert "fast lane acknowledged nothing for" in error["message"], finished.report()
+    assert result["seconds"] <= SILENT_LANE_BOUND, finished.report()
+    assert result["lane_bundles"] > 0
+    assert list(result["lost"]) == ["1"]

@@ -122,7 +122,11 @@ class MessageTooLargeError(SerializationError):
 
 
 class MailboxFullError(ActorchError):
-    """Raised when a tell finds ``mailbox_size`` messages from this node waiting at the actor.
+    """Raised when a tell finds no room: a full mailbox, or a node that has not taken the send budget's bytes.
+
+    The mailbox is full when ``mailbox_size`` messages from this node wait at
+    the actor; the send budget is the bytes this node may have on their way to
+    one node (64 MiB).
 
     A call in the same situation waits for room instead (within its deadline).
     """

@@ -17,7 +17,17 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 
-__all__ = ["FlowControl", "Target"]
+__all__ = ["BACKLOG_POLL", "SEND_BUDGET", "FlowControl", "Target"]
+
+SEND_BUDGET = 64 << 20
+"""Bytes a node may have on their way to one other node (not yet taken by it) before it sends more there.
+
+Past it a tell raises ``MailboxFullError`` and a call waits for the bytes to
+drain (within its deadline): a frozen or overloaded node costs its callers at
+most this much memory (plus one message), whatever the windows allow.
+"""
+BACKLOG_POLL = 0.01
+"""Seconds between looks at the backlog toward a node, for a call that waits for it to drain (a rare path)."""
 
 Target = tuple[int, int]
 """An actor as the flow control knows it: ``(rank, actor_id)``."""

@@ -24,7 +24,7 @@ from actorch._base.errors import (
     SystemClosedError,
 )
 from actorch._engine.cell import Cell
-from actorch._engine.flow import FlowControl, Target
+from actorch._engine.flow import BACKLOG_POLL, SEND_BUDGET, FlowControl, Target
 from actorch._engine.message import Message
 from actorch._engine.wire import message_size
 from actorch._transport.base import Transport
@@ -115,6 +115,21 @@ class NodeSide:
             raise TimeoutError(
                 f"deadline passed while waiting for room in the mailbox of {label} to {verb} {endpoint!r} "
                 f"({self.flow.window} messages from node {self.rank} are waiting there)"
+            ) from None
+
+    async def wait_backlog(self, verb: str, rank: int, deadline: float | None, endpoint: str, label: str) -> None:
+        """Wait until what this node sent toward ``rank`` is back under ``SEND_BUDGET`` (within the deadline)."""
+        transport = self.transport
+        try:
+            async with asyncio.timeout_at(deadline):
+                # The transport's threads and the kernel drain the backlog: no event tells when, so look again.
+                while transport.backlog(rank) > SEND_BUDGET and not (rank in self.lost or self.closed):  # noqa: ASYNC110
+                    await asyncio.sleep(BACKLOG_POLL)
+        except TimeoutError:
+            raise TimeoutError(
+                f"deadline passed while waiting to {verb} {endpoint!r} of {label}: "
+                f"{transport.backlog(rank):,} bytes toward node {rank} have not reached it "
+                f"(send budget {SEND_BUDGET:,}; the node may be frozen or overloaded)"
             ) from None
 
     def take_arguments(

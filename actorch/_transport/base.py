@@ -260,6 +260,10 @@ class Transport(ABC):
     def forget(self, rank: int) -> None:  # noqa: B027 - a static world has nothing to forget
         """Node ``rank`` left the world on purpose: nothing more goes to or comes from it."""
 
+    def backlog(self, dest: int) -> int:
+        """Bytes sent toward ``dest`` that it has not taken yet; 0 where a send hands them over at once."""
+        return 0
+
     def route(self, dest: int) -> TensorRoute | None:
         """How tensors reach ``dest`` (which accelerator devices go directly); None: they stay in this process."""
         return None

@@ -59,6 +59,8 @@ _LOST = -1  # inbox item: the peer is gone
 _UNORDERED = -2  # inbox item: replies that came back on a bundle's response
 _REFUSED = -3  # inbox item: a bundle from a lost or unknown node was refused
 _JOINED = -4  # inbox item: a node joined the world (elastic systems)
+HELD_BUDGET = 256 << 20
+"""Bytes of bundles one peer may have waiting for an earlier one (lane and torch RPC reordered); past it, it is lost."""
 EXPELLED = "actorch:expelled"
 """A bundle's or ping's answer from a node that counts the sender lost (or does not know it)."""
 
@@ -117,6 +119,15 @@ def _inbound(src: int, seq: int, messages: list[bytes], tensors: dict[int, Any])
         # torch makes a bundle's distributed autograd context current while this runs
         transport._inbox.post((src, seq, ((messages, tensors), response, current_context_id())))
     return response
+
+
+def _size_of(bundle: Bundle) -> int:
+    """Bytes of a bundle's messages and of its tensors (side lists hold RRefs too: they count nothing)."""
+    messages, tensors = bundle
+    size = sum(map(len, messages))
+    if tensors:
+        size += sum(getattr(tensor, "nbytes", 0) for side in tensors.values() for tensor in side)
+    return size
 
 
 def _on_device(item: object) -> bool:
@@ -208,6 +219,9 @@ class RpcTransport(Transport):
         self._inbox: Inbox[tuple[int, int, Any]]
         self._routes_direct = False  # whether any device map is set (received CUDA tensors are waited for)
         self._lane: Lane | None = None  # the fast lane, for bundles without tensors of their own
+        self._held_bytes: dict[int, int] = {}  # per peer: bytes of the bundles in ``_held``
+        self._in_flight: dict[int, int] = {}  # per peer: bytes of bundles sent by torch RPC, not yet answered
+        self._in_flight_lock = threading.Lock()  # torch's threads take answered bundles off
 
     def __repr__(self) -> str:
         host, port = self._master
@@ -224,8 +238,7 @@ class RpcTransport(Transport):
         _active = self
         try:
             if self._options.lane:
-                self._lane = Lane(loop, self.rank, b"", self._from_lane, self._peer_lost)
-                await self._lane.start(address_towards(*self._master))
+                self._lane = Lane(loop, self.rank, self._from_lane, self._peer_lost)
             await in_daemon_thread(self._init_rpc)
         except BaseException:
             _active = None
@@ -279,6 +292,7 @@ class RpcTransport(Transport):
         for _, response, _ in self._held.pop(rank, {}).values():
             if response is not None:
                 response.set_result(None)
+        self._held_bytes.pop(rank, None)
         watcher = self._watchers.pop(rank, None)
         if watcher is not None:
             watcher.set_result(None)
@@ -306,6 +320,8 @@ class RpcTransport(Transport):
                     self._lost_from_thread(peer, f"not heard from for {silent:.1f} s (liveness timeout {timeout:g} s)")
                 else:
                     live.append(peer)
+            if self._lane is not None:
+                self._judge_lanes(now, live, reported)
             if now >= next_ping:
                 next_ping = now + interval
                 for peer in live:
@@ -317,6 +333,22 @@ class RpcTransport(Transport):
             wake = min([next_ping, *(self._heard.get(peer, now) + timeout for peer in live)])
             if self._stop_heartbeat.wait(max(wake - time.monotonic(), 0.0) + 0.001):
                 return
+
+    def _judge_lanes(self, now: float, live: list[int], reported: set[int]) -> None:
+        """Report a peer whose fast lane has acknowledged nothing for the liveness timeout (heartbeat thread).
+
+        Its pings may still come back on torch RPC's connection while every
+        bundle on the lane, and every later one held behind it, waits.
+        """
+        assert self._lane is not None
+        timeout = self._options.liveness_timeout
+        for peer, stalled in self._lane.stalled(now).items():
+            if stalled >= timeout and peer in live:
+                live.remove(peer)
+                reported.add(peer)
+                self._lost_from_thread(
+                    peer, f"its fast lane acknowledged nothing for {stalled:.1f} s (liveness timeout {timeout:g} s)"
+                )
 
     def _ping_callback(self, peer: int) -> Any:
         def on_pong(future: torch.futures.Future[bool]) -> None:
@@ -366,11 +398,18 @@ class RpcTransport(Transport):
         self._watch_peers()
 
     def _open_lane(self, store: Any) -> str | None:
-        """Take the world's secret for the fast lane (from the init thread); the lane's address, if it has one."""
+        """Open the fast lane once the world's secret is known (from the init thread); its address, if it has one.
+
+        It listens only now, so that no connection ever meets a lane without
+        the secret its hellos must prove.
+        """
         if self._lane is None:
             return None
-        self._lane.secret = lane_secret(store, self.rank)  # before peers learn the address: hellos prove it
-        return self._lane.address
+        secret = lane_secret(store, self.rank)
+        opening = asyncio.run_coroutine_threadsafe(
+            self._lane.start(address_towards(*self._master), secret), self._inbox_loop
+        )
+        return opening.result(self._options.init_timeout)
 
     def _bring_up(self, make_agent: Callable[[], None]) -> None:
         """Run ``make_agent`` (it starts this rank's torch RPC agent) as ``init_rpc`` would, on the right interface."""
@@ -464,6 +503,9 @@ class RpcTransport(Transport):
             return  # lost or gone: the node above fails what waits for it
         self._next_seq[dest] = seq + 1
         messages, tensors = bundle
+        size = _size_of(bundle)
+        with self._in_flight_lock:
+            self._in_flight[dest] = self._in_flight.get(dest, 0) + size
         try:
             # No timeout: a bundle may wait for a long handler's reply. Liveness is the heartbeats' to judge.
             to = self._workers.get(dest)
@@ -473,12 +515,19 @@ class RpcTransport(Transport):
         except Exception as exc:  # noqa: BLE001 - any failure to send means the link is gone
             self._peer_lost(dest, f"send failed: {exc}")
             return
-        sent.add_done_callback(self._sent_callback(dest))
+        sent.add_done_callback(self._sent_callback(dest, size))
 
-    def _sent_callback(self, dest: int) -> Any:
+    def backlog(self, dest: int) -> int:
+        """Bytes sent toward ``dest`` that it has not taken yet: on the lane, and by torch RPC until answered."""
+        lane = self._lane
+        return self._in_flight.get(dest, 0) + (lane.backlog(dest) if lane is not None else 0)
+
+    def _sent_callback(self, dest: int, size: int) -> Any:
         inbox = self._inbox
 
         def on_response(future: torch.futures.Future[Any]) -> None:
+            with self._in_flight_lock:
+                self._in_flight[dest] -= size
             try:
                 replies = future.value()
             except Exception as exc:  # noqa: BLE001 - reported as peer loss on the loop
@@ -513,7 +562,7 @@ class RpcTransport(Transport):
         self._heard[src] = time.monotonic()
         self._on_inbox((src, seq, ((messages, {}), None, NO_CONTEXT)))  # no response to reply on: replies go apart
 
-    def _on_inbox(self, item: tuple[int, int, Any]) -> None:  # noqa: PLR0911 - one branch per kind of item
+    def _on_inbox(self, item: tuple[int, int, Any]) -> None:
         src, seq, payload = item
         if seq == _LOST:
             self._peer_lost(src, payload)
@@ -537,10 +586,27 @@ class RpcTransport(Transport):
         if seq == _UNORDERED:
             self._receive(src, payload, None)
             return
-        if seq != self._expected[src]:
-            self._held[src][seq] = payload
-            return
+        self._in_link_order(item)
+
+    def _in_link_order(self, item: tuple[int, int, Any]) -> None:
+        """Take a bundle in its link's order: now if its turn came, with the held ones it frees, else hold it.
+
+        What is held waiting is bounded by ``HELD_BUDGET``; past it the peer is
+        lost (a bundle that never comes would hold every later one forever).
+        """
+        src, seq, payload = item
         held = self._held[src]
+        if seq != self._expected[src]:
+            held_bytes = self._held_bytes.get(src, 0) + _size_of(payload[0])
+            if held_bytes > HELD_BUDGET:
+                expected = self._expected[src]
+                self._peer_lost(src, f"{held_bytes:,} bytes of bundles waited for bundle {expected}, which never came")
+                self._on_inbox(item)  # refused, as from any lost node
+                return
+            self._held_bytes[src] = held_bytes
+            held[seq] = payload
+            return
+        assert self._receive is not None
         while True:
             bundle, response, context_id = payload
             port = None if response is None else Port(self._inbox_loop, response.set_result, context_id)
@@ -549,6 +615,7 @@ class RpcTransport(Transport):
             if seq not in held:
                 break
             payload = held.pop(seq)
+            self._held_bytes[src] -= _size_of(payload[0])
         self._expected[src] = seq
 
     def _peer_lost(self, rank: int, why: str) -> None:
@@ -560,6 +627,7 @@ class RpcTransport(Transport):
             if response is not None:
                 response.set_result(EXPELLED)
         held.clear()
+        self._held_bytes.pop(rank, None)
         watcher = self._watchers.pop(rank, None)
         if watcher is not None:
             watcher.set_result(EXPELLED)  # if the peer is only stale, it hears that we count it lost

@@ -273,7 +273,7 @@ _SECRET_KEY = "actorch/lane-secret"  # noqa: S105 - the store key the secret is 
 def lane_secret(store: Any, rank: int) -> bytes:
     """The world's fast-lane secret: rank 0 makes it and puts it in the store, the others read it there."""
     if rank == 0:
-        secret = os.urandom(16)
+        secret = os.urandom(32)
         store.set(_SECRET_KEY, secret)
         return secret
     return bytes(store.get(_SECRET_KEY))
