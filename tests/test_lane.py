@@ -406,7 +406,9 @@ def mutated(rng: random.Random, data: bytes) -> bytes:
             data[rng.randrange(len(data) + 1) : 0] = rng.randbytes(rng.randrange(1, 9))
         else:
             at = rng.randrange(max(len(data) - 3, 1))
-            data[at : at + 4] = struct.pack("<I", rng.choice([0, 1, 11, 12, 0xFFFFFFFF, 1 << 31, rng.randrange(1 << 32)]))
+            data[at : at + 4] = struct.pack(
+                "<I", rng.choice([0, 1, 11, 12, 0xFFFFFFFF, 1 << 31, rng.randrange(1 << 32)])
+            )
     return bytes(data)
 
 

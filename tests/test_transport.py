@@ -264,3 +264,41 @@ async def test_rpc_forgets_a_peer_that_left_and_refuses_what_it_still_sends():
         assert transport.peer(0).rank == 0
     finally:
         _rpc_transport._active = None
+
+
+async def test_transport_counts_what_waits_for_this_iterations_bundle_as_backlog():
+    hub = InProcessHub(2)
+    sender, receiver = hub.transport(0), hub.transport(1)
+    loop = asyncio.get_running_loop()
+    sender.attach(loop, lambda *_: None, lambda *_: None)
+    receiver.attach(loop, lambda *_: None, lambda *_: None)
+    assert sender.backlog(1) == 0
+    sender.send(1, b"x" * 100)
+    sender.send(1, b"y" * 10, [torch.ones(4)])  # 16 bytes of tensor
+    assert sender.backlog(1) == 126
+    assert sender.backlog(0) == 0
+    await asyncio.sleep(0)  # the bundle leaves; in process, it is handed over at once
+    assert sender.backlog(1) == 0
+
+
+async def test_rpc_transport_holds_early_bundles_in_order_and_loses_a_peer_whose_gap_outgrows_the_budget(monkeypatch):
+    transport, received = _rpc_transport_for_test(set())
+    lost = []
+    transport._lost = lambda rank, why: lost.append((rank, why))
+    monkeypatch.setattr(_rpc_transport, "HELD_BUDGET", 250)
+    try:
+        transport._from_lane(1, 1, [b"b" * 100])  # bundle 0 has not come: these wait for it
+        transport._from_lane(1, 2, [b"c" * 100])
+        assert received == []
+        transport._from_lane(1, 0, [b"a"])
+        assert [batch[0] for _, batch in received] == [[b"a"], [b"b" * 100], [b"c" * 100]]
+        assert transport._held_bytes.get(1, 0) == 0
+        transport._from_lane(1, 4, [b"e" * 100])  # bundle 3 never comes
+        transport._from_lane(1, 5, [b"f" * 100])
+        assert lost == []
+        transport._from_lane(1, 6, [b"g" * 100])  # 300 bytes would wait: over the budget
+        assert lost == [(1, "300 bytes of bundles waited for bundle 3, which never came")]
+        assert transport._held[1] == {}
+        assert [batch[0] for _, batch in received[3:]] == [[b"g" * 100]]  # refused as from a lost node
+    finally:
+        _rpc_transport._active = None

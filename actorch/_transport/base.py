@@ -185,6 +185,7 @@ class Transport(ABC):
         self._receive: ReceiveFn | None = None
         self._lost: LostFn | None = None
         self._outgoing: dict[int, Bundle] = {}
+        self._queued: dict[int, int] = {}  # bytes of ``_outgoing``, by destination
         self._flush_scheduled = False
         self.bundles_sent = 0
         self.lane_bundles_sent = 0
@@ -261,8 +262,8 @@ class Transport(ABC):
         """Node ``rank`` left the world on purpose: nothing more goes to or comes from it."""
 
     def backlog(self, dest: int) -> int:
-        """Bytes sent toward ``dest`` that it has not taken yet; 0 where a send hands them over at once."""
-        return 0
+        """Bytes sent toward ``dest`` that it has not taken yet: here, those queued for this loop iteration's bundle."""
+        return self._queued.get(dest, 0)
 
     def route(self, dest: int) -> TensorRoute | None:
         """How tensors reach ``dest`` (which accelerator devices go directly); None: they stay in this process."""
@@ -291,9 +292,12 @@ class Transport(ABC):
         bundle = self._outgoing.get(dest)
         if bundle is None:
             bundle = self._outgoing[dest] = ([], {})
+        size = len(message)
         if tensors:
             bundle[1][len(bundle[0])] = tensors
+            size += sum(getattr(tensor, "nbytes", 0) for tensor in tensors)
         bundle[0].append(message)
+        self._queued[dest] = self._queued.get(dest, 0) + size
         if not self._flush_scheduled:
             self._flush_scheduled = True
             assert self._loop is not None, "transport used before attach()"
@@ -307,12 +311,14 @@ class Transport(ABC):
         """
         queued = self._outgoing.pop(dest, None)
         if queued is not None:
+            self._queued.pop(dest, None)
             self._dispatch(dest, queued)
         self._dispatch(dest, ([message], {0: tensors} if tensors else {}), in_context=True)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
         outgoing, self._outgoing = self._outgoing, {}
+        self._queued.clear()
         for dest, bundle in outgoing.items():
             self._dispatch(dest, bundle)
 

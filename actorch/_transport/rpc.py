@@ -520,7 +520,8 @@ class RpcTransport(Transport):
     def backlog(self, dest: int) -> int:
         """Bytes sent toward ``dest`` that it has not taken yet: on the lane, and by torch RPC until answered."""
         lane = self._lane
-        return self._in_flight.get(dest, 0) + (lane.backlog(dest) if lane is not None else 0)
+        queued = super().backlog(dest) + self._in_flight.get(dest, 0)
+        return queued + lane.backlog(dest) if lane is not None else queued
 
     def _sent_callback(self, dest: int, size: int) -> Any:
         inbox = self._inbox
