@@ -123,42 +123,16 @@ def silence_port(port: int, interface: str = "lo", namespace: str | None = None)
     to the port (a ``u32`` filter) into a class whose queue holds 0 packets.
     """
     where = ["-n", namespace] if namespace else []
-    _run("tc", *where, "qdisc", "replace", "dev", interface, "root", "handle", "1:", "htb", "default", "10")
+
+    def tc(*words: str) -> None:
+        _run("tc", *where, *words)
+
+    tc("qdisc", "replace", "dev", interface, "root", "handle", "1:", "htb", "default", "10")
     for leaf in ("10", "20"):
-        _run(
-            "tc",
-            *where,
-            "class",
-            "add",
-            "dev",
-            interface,
-            "parent",
-            "1:",
-            "classid",
-            f"1:{leaf}",
-            "htb",
-            "rate",
-            "10gbit",
-        )
-    _run("tc", *where, "qdisc", "add", "dev", interface, "parent", "1:20", "pfifo", "limit", "0")
+        tc("class", "add", "dev", interface, "parent", "1:", "classid", f"1:{leaf}", "htb", "rate", "10gbit")
+    tc("qdisc", "add", "dev", interface, "parent", "1:20", "pfifo", "limit", "0")
     match = ["u32", "match", "ip", "protocol", "6", "0xff", "match", "ip", "dport", str(port), "0xffff"]
-    _run(
-        "tc",
-        *where,
-        "filter",
-        "add",
-        "dev",
-        interface,
-        "parent",
-        "1:",
-        "protocol",
-        "ip",
-        "prio",
-        "1",
-        *match,
-        "flowid",
-        "1:20",
-    )
+    tc("filter", "add", "dev", interface, "parent", "1:", "protocol", "ip", "prio", "1", *match, "flowid", "1:20")
 
 
 def _pid_alive(pid: int) -> bool:

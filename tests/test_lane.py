@@ -132,10 +132,10 @@ class Stranger:
         magic, self.rank, self.nonce = lane_module._CHALLENGE.unpack_from(frame, 4)
         assert magic == lane_module._MAGIC
 
-    def hello(self, rank: int, secret: bytes = SECRET, nonce: bytes | None = None) -> bytes:
-        """A hello frame claiming ``rank``, proving ``secret`` against ``nonce`` (the listener's by default)."""
-        proof = lane_module._proof(secret, b"hello", self.nonce if nonce is None else nonce, rank, self.rank)
-        return frame_of(lane_module._HELLO.pack(lane_module._MAGIC, rank, os.urandom(16), proof))
+    def hello(self, rank: int, secret: bytes = SECRET, mine: bytes | None = None) -> bytes:
+        """A hello frame claiming ``rank``, proving ``secret`` against the listener's nonce, with ``mine`` as own."""
+        proof = lane_module._proof(secret, b"hello", self.nonce, rank, self.rank)
+        return frame_of(lane_module._HELLO.pack(lane_module._MAGIC, rank, mine or os.urandom(16), proof))
 
     async def closed(self, seconds: float = 5.0) -> bool:
         """Whether the lane closes the connection within ``seconds`` (what it sent before is skipped)."""
@@ -199,11 +199,11 @@ async def test_lane_challenges_first_and_proves_itself_after_a_good_hello() -> N
     stranger = await stranger_to(peer)
     await stranger.challenge()
     assert stranger.rank == 0
-    stranger.writer.write(stranger.hello(3))
+    mine = os.urandom(16)
+    stranger.writer.write(stranger.hello(3, mine=mine))
     frame = await stranger.reader.readexactly(4 + lane_module._PROOF.size)
     # the listener proves the secret too, against the nonce the hello carried
-    _, _, my_nonce, _ = lane_module._HELLO.unpack_from(stranger.hello(3), 4)
-    assert len(frame) == 36
+    assert frame[4:] == lane_module._proof(SECRET, b"proof", mine, 0, 3)
     await until(lambda: 3 in peer.lane.inbound)
     stranger.writer.write(bundle_frame(0, [b"hi"]))
     await until(lambda: peer.delivered)

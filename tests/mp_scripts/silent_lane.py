@@ -18,7 +18,7 @@ import actorch
 from actors import Counter, attempt, emit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import netns  # noqa: E402 - the tests' own helpers, one folder up
+import netns  # the tests' own helpers, one folder up
 
 # isort: on
 
