@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from actorch._actors.host import ActorHost
 from actorch._actors.system import ActorSystem
 from actorch._actors.system_node import open_system
-from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig
+from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_SEND_BUDGET, DEFAULT_WINDOW, SystemConfig
 from actorch._base.deadline import DeadlineLoop
 from actorch._base.resources import check_resources
 from actorch._transport.base import NodeTraits
@@ -82,6 +82,7 @@ async def local_world(
     stop_grace: float = 2.0,
     mailbox_size: int = DEFAULT_WINDOW,
     max_message_size: int = DEFAULT_MAX_MESSAGE,
+    send_budget: int = DEFAULT_SEND_BUDGET,
     devices: Mapping[int, Iterable[str]] | None = None,
     labels: Mapping[int, str] | None = None,
     resources: Mapping[int, Mapping[str, float]] | None = None,
@@ -95,6 +96,9 @@ async def local_world(
         stop_grace: Seconds stopping actors get before their handlers are cancelled.
         mailbox_size: Messages one node may have waiting at one actor.
         max_message_size: Bytes a message between nodes may take.
+        send_budget: Bytes one node may have on their way to another (in
+            process: queued for the loop iteration's bundle) before a tell
+            raises ``MailboxFullError`` and a call waits.
         devices: The GPUs some nodes report instead of this process's, by
             rank (``{1: ("cuda:0", "cuda:1")}``), to test placement with
             ``spawn(..., gpus=)`` on a machine without them. Actors placed on
@@ -112,6 +116,7 @@ async def local_world(
         stop_grace=stop_grace,
         mailbox_size=mailbox_size,
         max_message_size=max_message_size,
+        send_budget=send_budget,
     )
     ranks = set(labels or {}) | set(resources or {})
     traits = {

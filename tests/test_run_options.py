@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import actorch
+from actorch.testing import local_world
 
 
 async def rank_and_marker(system: actorch.ActorSystem) -> tuple[int, str | None]:
@@ -34,6 +35,27 @@ def test_run_refuses_rpc_threads_that_are_not_a_positive_int(value: Any) -> None
 def test_run_refuses_a_fast_lane_that_is_not_a_bool(value: Any) -> None:
     with pytest.raises(ValueError, match="fast_lane must be True or False"):
         actorch.run(rank_and_marker, world_size=2, fast_lane=value, configure_logs=False)
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "1 GiB"])
+def test_run_refuses_a_send_budget_that_is_not_a_positive_int(value: Any) -> None:
+    with pytest.raises(ValueError, match="send_budget must be an int >= 1, not"):
+        actorch.run(rank_and_marker, world_size=2, send_budget=value, configure_logs=False)
+
+
+class Sink(actorch.Actor):
+    async def take(self, data: bytes) -> int:
+        return len(data)
+
+
+async def test_an_in_process_tell_over_the_send_budget_in_one_turn_raises_mailbox_full() -> None:
+    async with local_world(2, send_budget=1000) as world:
+        sink = await world[0].spawn(Sink, on=1)
+        sink.tell(Sink.take, b"x" * 600)
+        sink.tell(Sink.take, b"x" * 600)  # the first's bytes wait for this turn's bundle: 1,2xx > 1,000 next
+        with pytest.raises(actorch.MailboxFullError, match=r"toward node 1 have not reached it \(send_budget 1,000;"):
+            sink.tell(Sink.take, b"x" * 600)
+        assert await sink.call(Sink.take, b"y") == 1  # a call waits for the bundle to leave, then goes
 
 
 def test_run_refuses_a_setup_that_is_not_a_function() -> None:

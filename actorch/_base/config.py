@@ -11,13 +11,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_MAX_MESSAGE", "DEFAULT_WINDOW", "SystemConfig", "is_count", "is_number"]
+__all__ = ["DEFAULT_MAX_MESSAGE", "DEFAULT_SEND_BUDGET", "DEFAULT_WINDOW", "SystemConfig", "is_count", "is_number"]
 
 DEFAULT_WINDOW = 4096
 """Messages one node may have waiting at one actor, unless the system says otherwise."""
 
 DEFAULT_MAX_MESSAGE = 1 << 30
 """Bytes a message between nodes may take (msgpack body and tensors), unless the system says otherwise."""
+
+DEFAULT_SEND_BUDGET = 256 << 20
+"""Bytes one node may have on their way to another (not yet taken there), unless the system says otherwise."""
 
 
 def is_count(value: object, minimum: int = 1) -> bool:
@@ -43,6 +46,9 @@ class SystemConfig:
             take before they are cancelled, and again its ``on_stop``.
         mailbox_size: Messages one node may have waiting at one actor.
         max_message_size: Bytes a message between nodes may take.
+        send_budget: Bytes one node may have on their way to one other node
+            (sent, not yet taken there); past it a tell raises
+            ``MailboxFullError`` and a call waits for them to drain.
     """
 
     strict: bool = False
@@ -50,11 +56,12 @@ class SystemConfig:
     stop_grace: float = 10.0
     mailbox_size: int = DEFAULT_WINDOW
     max_message_size: int = DEFAULT_MAX_MESSAGE
+    send_budget: int = DEFAULT_SEND_BUDGET
 
     def __post_init__(self) -> None:
         for field in ("lookup_timeout", "stop_grace"):
             if not is_number(getattr(self, field)):
                 raise ValueError(f"{field} must be a finite number of seconds >= 0, not {getattr(self, field)!r}")
-        for field in ("mailbox_size", "max_message_size"):
+        for field in ("mailbox_size", "max_message_size", "send_budget"):
             if not is_count(getattr(self, field)):
                 raise ValueError(f"{field} must be an int >= 1, not {getattr(self, field)!r}")

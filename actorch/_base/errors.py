@@ -126,7 +126,7 @@ class MailboxFullError(ActorchError):
 
     The mailbox is full when ``mailbox_size`` messages from this node wait at
     the actor; the send budget is the bytes this node may have on their way to
-    one node (64 MiB).
+    one node (``send_budget``, 256 MiB by default).
 
     A call in the same situation waits for room instead (within its deadline).
     """

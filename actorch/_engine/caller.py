@@ -25,7 +25,6 @@ from actorch._base.errors import (
     SystemClosedError,
 )
 from actorch._engine.calls import RemoteCall
-from actorch._engine.flow import SEND_BUDGET
 from actorch._engine.message import CallContext, Message, Origin, current_call
 from actorch._engine.replies import LocalReply, log_heard_failure
 from actorch._engine.side import NodeSide, SideParts
@@ -89,7 +88,7 @@ class Caller(NodeSide):
                 check_size(body, tensors, self.max_message_size, "call to {!r} of {}", endpoint, label)
             else:
                 body, tensors = None, None
-            if self.transport.backlog(rank) <= SEND_BUDGET and self.flow.try_take(target):
+            if self.transport.backlog(rank) <= self.send_budget and self.flow.try_take(target):
                 self._launch(call, body, tensors, chain, deadline)
             else:
                 call.waiting = self.loop.create_task(self._launch_when_room(call, body, tensors, chain, deadline))
@@ -186,11 +185,11 @@ class Caller(NodeSide):
             self.log.warning("tell dropped: node lost", actor=label, endpoint=endpoint, why=self.lost.get(rank))
             return
         backlog = self.transport.backlog(rank)
-        if backlog > SEND_BUDGET:
+        if backlog > self.send_budget:
             raise MailboxFullError(
                 f"cannot tell {endpoint!r} to {label}: {backlog:,} bytes from node {self.rank} toward node {rank} have "
-                f"not reached it (send budget {SEND_BUDGET:,}; the node may be frozen or overloaded); a call would "
-                "wait for them to drain, a tell cannot"
+                f"not reached it (send_budget {self.send_budget:,}; the node may be frozen or overloaded); a call "
+                "would wait for them to drain, a tell cannot"
             )
         if not self.flow.try_take(target):
             raise self._mailbox_full(endpoint, label)

@@ -17,15 +17,8 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 
-__all__ = ["BACKLOG_POLL", "SEND_BUDGET", "FlowControl", "Target"]
+__all__ = ["BACKLOG_POLL", "FlowControl", "Target"]
 
-SEND_BUDGET = 64 << 20
-"""Bytes a node may have on their way to one other node (not yet taken by it) before it sends more there.
-
-Past it a tell raises ``MailboxFullError`` and a call waits for the bytes to
-drain (within its deadline): a frozen or overloaded node costs its callers at
-most this much memory (plus one message), whatever the windows allow.
-"""
 BACKLOG_POLL = 0.01
 """Seconds between looks at the backlog toward a node, for a call that waits for it to drain (a rare path)."""
 

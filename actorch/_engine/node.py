@@ -90,6 +90,7 @@ class Node:
             self.log,
             self.new_key,
             config.max_message_size,
+            config.send_budget,
         )
         self.caller = Caller(parts)
         self.callee = Callee(parts, decode_context=self.caller)

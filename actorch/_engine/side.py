@@ -24,7 +24,7 @@ from actorch._base.errors import (
     SystemClosedError,
 )
 from actorch._engine.cell import Cell
-from actorch._engine.flow import BACKLOG_POLL, SEND_BUDGET, FlowControl, Target
+from actorch._engine.flow import BACKLOG_POLL, FlowControl, Target
 from actorch._engine.message import Message
 from actorch._engine.wire import message_size
 from actorch._transport.base import Transport
@@ -48,6 +48,7 @@ class SideParts(NamedTuple):
     log: Any
     new_key: Callable[[], int]
     max_message_size: int
+    send_budget: int
 
 
 class NodeSide:
@@ -67,6 +68,7 @@ class NodeSide:
         "new_key",
         "pack",
         "rank",
+        "send_budget",
         "transport",
     )
 
@@ -84,6 +86,7 @@ class NodeSide:
         self.log = parts.log
         self.new_key = parts.new_key
         self.max_message_size = parts.max_message_size
+        self.send_budget = parts.send_budget
         self.closed = False
 
     def check_reachable(self, verb: str, rank: int, endpoint: str, label: str) -> None:
@@ -118,18 +121,18 @@ class NodeSide:
             ) from None
 
     async def wait_backlog(self, verb: str, rank: int, deadline: float | None, endpoint: str, label: str) -> None:
-        """Wait until what this node sent toward ``rank`` is back under ``SEND_BUDGET`` (within the deadline)."""
-        transport = self.transport
+        """Wait until what this node sent toward ``rank`` is back under the send budget (within the deadline)."""
+        transport, budget = self.transport, self.send_budget
         try:
             async with asyncio.timeout_at(deadline):
                 # The transport's threads and the kernel drain the backlog: no event tells when, so look again.
-                while transport.backlog(rank) > SEND_BUDGET and not (rank in self.lost or self.closed):  # noqa: ASYNC110
+                while transport.backlog(rank) > budget and not (rank in self.lost or self.closed):  # noqa: ASYNC110
                     await asyncio.sleep(BACKLOG_POLL)
         except TimeoutError:
             raise TimeoutError(
                 f"deadline passed while waiting to {verb} {endpoint!r} of {label}: "
                 f"{transport.backlog(rank):,} bytes toward node {rank} have not reached it "
-                f"(send budget {SEND_BUDGET:,}; the node may be frozen or overloaded)"
+                f"(send_budget {budget:,}; the node may be frozen or overloaded)"
             ) from None
 
     def take_arguments(

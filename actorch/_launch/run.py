@@ -18,7 +18,14 @@ import dataclasses
 import os
 from typing import TypeVar
 
-from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig, is_count, is_number
+from actorch._base.config import (
+    DEFAULT_MAX_MESSAGE,
+    DEFAULT_SEND_BUDGET,
+    DEFAULT_WINDOW,
+    SystemConfig,
+    is_count,
+    is_number,
+)
 from actorch._launch.eventloop import run_bounded
 from actorch._launch.guard import refuse_run_while_imported
 from actorch._launch.lead import Main, interrupt_policy, lead
@@ -53,6 +60,7 @@ def run(
     liveness_timeout: float = 2.5,
     mailbox_size: int = DEFAULT_WINDOW,
     max_message_size: int = DEFAULT_MAX_MESSAGE,
+    send_budget: int = DEFAULT_SEND_BUDGET,
     rpc_timeout: float = 60.0,
     rpc_threads: int = 4,
     device_maps: DeviceMapSpec = "auto",
@@ -93,6 +101,11 @@ def run(
         max_message_size: Bytes a call, tell or result between nodes may take
             (its encoded body and its tensors); a larger one raises
             ``MessageTooLargeError`` where it is sent.
+        send_budget: Bytes one node may have on their way to one other node
+            (sent, not yet taken there: a frozen or overloaded node's backlog);
+            past it a tell raises ``MailboxFullError`` and a call waits for
+            them to drain. A single larger message still leaves when nothing
+            else is on its way.
         rpc_timeout: Seconds torch waits for raw torch RPC made by your code or
             torch's own tools (``rref.to_here()``, ``DistributedOptimizer``,
             distributed autograd's backward) before failing it; 0 waits
@@ -171,6 +184,7 @@ def run(
         liveness_timeout=liveness_timeout,
         mailbox_size=mailbox_size,
         max_message_size=max_message_size,
+        send_budget=send_budget,
         rpc_timeout=rpc_timeout,
         rpc_threads=rpc_threads,
         device_maps=device_maps,
@@ -219,6 +233,7 @@ def _plan(
     liveness_timeout: float,
     mailbox_size: int,
     max_message_size: int,
+    send_budget: int,
     rpc_timeout: float,
     rpc_threads: int,
     device_maps: DeviceMapSpec,
@@ -240,6 +255,7 @@ def _plan(
         stop_grace=stop_grace,
         mailbox_size=mailbox_size,
         max_message_size=max_message_size,
+        send_budget=send_budget,
     )
     if devices not in ("stage", "strict"):
         raise ValueError(f"devices must be 'stage' or 'strict', not {devices!r}")

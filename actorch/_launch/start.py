@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from actorch._actors.system import ActorSystem, hand_over
-from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW
+from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_SEND_BUDGET, DEFAULT_WINDOW
 from actorch._base.errors import UnsupportedError
 from actorch._launch.lead import lead
 from actorch._launch.local import elastic_token, launch_traits, local_world
@@ -135,6 +135,7 @@ def start(
     liveness_timeout: float = 2.5,
     mailbox_size: int = DEFAULT_WINDOW,
     max_message_size: int = DEFAULT_MAX_MESSAGE,
+    send_budget: int = DEFAULT_SEND_BUDGET,
     rpc_timeout: float = 60.0,
     rpc_threads: int = 4,
     device_maps: DeviceMapSpec = "auto",
@@ -176,6 +177,7 @@ def start(
         liveness_timeout: As ``run``'s.
         mailbox_size: As ``run``'s.
         max_message_size: As ``run``'s.
+        send_budget: As ``run``'s.
         rpc_timeout: As ``run``'s.
         rpc_threads: As ``run``'s.
         device_maps: As ``run``'s.
@@ -210,6 +212,7 @@ def start(
         liveness_timeout=liveness_timeout,
         mailbox_size=mailbox_size,
         max_message_size=max_message_size,
+        send_budget=send_budget,
         rpc_timeout=rpc_timeout,
         rpc_threads=rpc_threads,
         device_maps=device_maps,

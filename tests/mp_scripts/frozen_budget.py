@@ -1,4 +1,4 @@
-"""Tells to a frozen node: the bytes queued toward it stay within the send budget, on both paths.
+"""Tells to a frozen node: the bytes queued toward it stay within the send budget (32 MiB here), on both paths.
 
 Node 1 is stopped (SIGSTOP) while rank 0 tells it 1 MiB messages, first
 without tensors (the fast lane), then with a tensor each (torch RPC). Each
@@ -22,6 +22,7 @@ from actors import Counter, attempt, emit
 # isort: on
 
 MIB = 1 << 20
+BUDGET = 32 * MIB
 
 
 def rss() -> int:
@@ -84,4 +85,4 @@ async def main(system: actorch.ActorSystem) -> None:
 
 
 if __name__ == "__main__":
-    actorch.run(main, world_size=2, liveness_timeout=60.0)
+    actorch.run(main, world_size=2, liveness_timeout=60.0, send_budget=BUDGET)
