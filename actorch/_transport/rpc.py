@@ -519,9 +519,13 @@ class RpcTransport(Transport):
 
     def backlog(self, dest: int) -> int:
         """Bytes sent toward ``dest`` that it has not taken yet: on the lane, and by torch RPC until answered."""
+        waiting = self._queued.get(dest, 0) + self._in_flight.get(dest, 0)  # on every call: kept lean
         lane = self._lane
-        queued = super().backlog(dest) + self._in_flight.get(dest, 0)
-        return queued + lane.backlog(dest) if lane is not None else queued
+        if lane is not None:
+            connection = lane.outbound.get(dest)
+            if connection is not None:
+                waiting += connection.get_write_buffer_size()
+        return waiting
 
     def _sent_callback(self, dest: int, size: int) -> Any:
         inbox = self._inbox
