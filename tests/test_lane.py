@@ -481,3 +481,29 @@ async def test_lane_counts_bytes_a_peer_has_not_taken_as_backlog(pair: tuple[Pee
     await asyncio.sleep(0.3)
     assert zero.lane.stalled() == {}
     assert zero.lane.backlog(7) == 0
+
+
+async def test_lane_tries_a_silent_listener_again_then_leaves_the_peer_to_torch_rpc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(lane_module, "HELLO_TIMEOUT", 0.1)
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # a listener whose loop is too busy to answer
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    zero = await open_peer(0)
+    with structlog.testing.capture_logs() as logs:
+        zero.lane.connect(1, f"127.0.0.1:{port}")
+        await until(lambda: any(entry["event"].startswith("fast lane not opened") for entry in logs))
+    assert len(accepted) == lane_module.HANDSHAKE_TRIES
+    assert 1 not in zero.lane.outbound
+    [warning] = [entry for entry in logs if entry["event"].startswith("fast lane not opened")]
+    assert warning["why"] == "no handshake in 3 tries of 0.1 s"
+    for writer in accepted:
+        writer.close()
+    server.close()
+    await server.wait_closed()
+    await zero.lane.close()

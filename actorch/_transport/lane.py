@@ -59,6 +59,8 @@ HELLO_TIMEOUT = 5.0
 """Seconds a new connection has to complete its handshake."""
 MAX_STRANGERS = 32
 """Connections to one node that may be open, and not yet authenticated, at once; more are closed at once."""
+HANDSHAKE_TRIES = 3
+"""Times a node tries to open its connection to a peer whose listener does not answer in time (its loop was busy)."""
 REFUSAL_LOG_INTERVAL = 10.0
 """At most one warning about refused connections per this many seconds (the rest are counted into the next)."""
 
@@ -390,28 +392,44 @@ class Lane:
         task.add_done_callback(lambda _: self._connecting.pop(dest, None))
 
     async def _open(self, dest: int, address: str) -> None:
+        """Connect to ``dest`` and complete the handshake, trying again if its listener was too busy to answer.
+
+        Until this succeeds, and for good if it does not, torch RPC carries
+        everything to that peer; its loss, if it is lost, is reported there.
+        """
         host, _, port = address.rpartition(":")
-        try:
-            transport, protocol = await self.loop.create_connection(
-                lambda: _Outbound(self, dest), host.strip("[]"), int(port)
-            )
-        except OSError:
-            return  # torch RPC carries everything to this peer; its loss, if it is lost, is reported there
-        try:
-            async with asyncio.timeout(HELLO_TIMEOUT):
-                await protocol.ready
-        except (TimeoutError, ConnectionError, LaneProtocolError) as exc:
-            transport.abort()
-            self.refused(address, f"node {dest}'s lane did not complete the handshake ({exc or 'timed out'})")
-            return  # torch RPC carries everything to this peer
-        except BaseException:
-            transport.abort()
-            raise
-        if self.closing or dest in self._forgotten:
-            transport.close()
+        for _ in range(HANDSHAKE_TRIES):
+            try:
+                transport, protocol = await self.loop.create_connection(
+                    lambda: _Outbound(self, dest), host.strip("[]"), int(port)
+                )
+            except OSError:
+                return
+            try:
+                async with asyncio.timeout(HELLO_TIMEOUT):
+                    await protocol.ready
+            except (TimeoutError, ConnectionError):
+                transport.abort()  # a listener whose loop was busy: try again
+                continue
+            except LaneProtocolError as exc:
+                transport.abort()
+                self.refused(address, f"node {dest}'s listener failed the handshake: {exc}")
+                return
+            except BaseException:
+                transport.abort()
+                raise
+            if self.closing or dest in self._forgotten:
+                transport.close()
+                return
+            self.sockets[dest] = transport.get_extra_info("socket")
+            self.outbound[dest] = transport
             return
-        self.sockets[dest] = transport.get_extra_info("socket")
-        self.outbound[dest] = transport
+        log.warning(
+            "fast lane not opened: torch RPC carries what goes there",
+            node=self.rank,
+            peer=dest,
+            why=f"no handshake in {HANDSHAKE_TRIES} tries of {HELLO_TIMEOUT:g} s",
+        )
 
     def send(self, dest: int, seq: int, messages: list[bytes]) -> bool:
         """Write one bundle to ``dest``; False if no connection is up (torch RPC carries it then)."""
@@ -486,6 +504,7 @@ class Lane:
         if connecting is not None:
             connecting.cancel()
         self.sockets.pop(rank, None)
+        self._progress.pop(rank, None)
         return self.outbound.pop(rank, None)
 
     def expelled_by(self, rank: int) -> None:
