@@ -21,7 +21,7 @@ from typing import TypeVar
 from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_WINDOW, SystemConfig, is_count, is_number
 from actorch._launch.eventloop import run_bounded
 from actorch._launch.guard import refuse_run_while_imported
-from actorch._launch.lead import Main, interrupt_policy, lead
+from actorch._launch.lead import Main, check_main, interrupt_policy, lead
 from actorch._launch.local import elastic_token, launch_traits, local_world
 from actorch._launch.logs import configure_logging
 from actorch._launch.nodes import ResourceSpec, declared_resources
@@ -160,8 +160,13 @@ def run(
 
     Returns:
         What ``main`` returned. If ``main`` raised, the exception propagates after shutdown.
+
+    Raises:
+        TypeError: ``main`` is not an async function (nor a ``functools.partial``
+            of one, nor an object whose ``__call__`` is async); nothing started.
     """
     refuse_run_while_imported()
+    check_main(main)
     plan = _plan(
         strict=strict,
         transport=transport,
