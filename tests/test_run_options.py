@@ -104,6 +104,16 @@ def test_run_takes_a_partial_or_an_object_with_an_async_call_as_main(main: Any, 
     assert actorch.run(main, configure_logs=False) == returned
 
 
+@pytest.mark.parametrize("value", ["loud", 10, ""])
+def test_run_refuses_a_log_level_that_is_not_a_level_naming_the_levels(value: Any) -> None:
+    with pytest.raises(ValueError, match="must be one of") as refused:
+        actorch.run(rank_and_marker, world_size=2, log_level=value, configure_logs=False)
+    assert str(refused.value) == (
+        "log_level must be one of 'debug', 'info', 'warning', 'error', 'critical' (in any case), "
+        f"or None for $ACTORCH_LOG_LEVEL (else 'warning'), not {value!r}"
+    )
+
+
 def test_run_in_one_process_runs_setup_before_main(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ACTORCH_RUN_OPTIONS_TEST", raising=False)
     assert actorch.run(rank_and_marker, setup=mark, configure_logs=False) == (0, "node 0")

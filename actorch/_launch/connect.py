@@ -24,7 +24,7 @@ from actorch._actors.host import ActorHost
 from actorch._actors.system import ActorSystem, hand_over
 from actorch._base.errors import JoinError
 from actorch._base.resources import check_resources
-from actorch._launch.logs import configure_logging
+from actorch._launch.logs import configure_logging, effective_log_level
 from actorch._launch.serving import join_target
 from actorch._launch.start import Opening, wake_for_interrupts
 from actorch._launch.startup import SHUTDOWN_TIMEOUT, World, plan_from, rpc_transport, start_node
@@ -69,7 +69,7 @@ def connect(
             refuses the connection (nothing listens there) fails at once.
         resources: Amounts of resources this node declares over the CPUs,
             memory and GPUs it detects (``{"env_slots": 4}``), for ``Where`` placement.
-        log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
+        log_level: As ``run``'s, for this node.
         configure_logs: Configure structlog here (unless the program already did).
 
     Returns:
@@ -88,8 +88,9 @@ def connect(
     if token is not None and not isinstance(token, str):
         raise TypeError(f"token must be a str or None, not {token!r}")
     traits = NodeTraits(name, check_resources(resources))
+    level = effective_log_level(log_level)
     if configure_logs:
-        configure_logging(log_level)
+        configure_logging(level)
     secret = token if token is not None else os.environ.get(TOKEN_ENV, "")
     return Opening(f"actorch.connect({host}:{port})", lambda: _join(host, port, secret, traits, join_timeout))
 
