@@ -30,13 +30,14 @@ from _mp import REPO, SCRIPTS, Script, free_port, run_argv, script_env, wait_for
 from actorch._launch import cli, cli_run
 from actorch._launch.runtime import running_systems
 
-ACTORCH = [sys.executable, "-m", "actorch"]
+ACTORCH = [sys.executable, "-m", "_actorch_cli"]
+"""The ``actorch`` console script, as pyproject.toml's ``[project.scripts]`` makes it."""
 
 
-def actorch_cli(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-    """``python -m actorch args`` to its end."""
+def actorch_cli(*args: str, timeout: float = 30.0, command: list[str] = ACTORCH) -> subprocess.CompletedProcess[str]:
+    """``actorch args`` (or ``command args``) to its end."""
     return subprocess.run(
-        [*ACTORCH, *args], cwd=REPO, env=script_env("cli"), capture_output=True, text=True, timeout=timeout, check=False
+        [*command, *args], cwd=REPO, env=script_env("cli"), capture_output=True, text=True, timeout=timeout, check=False
     )
 
 
@@ -158,7 +159,76 @@ def test_help_is_complete_with_examples(capsys: pytest.CaptureFixture[str]) -> N
         assert flag in helps[("status",)]
     for flag in ("--pid", "--timeout"):
         assert flag in helps[("stop",)]
-    assert "actorch run" in actorch_cli("--help").stdout  # the command a user types: python -m actorch
+    assert "actorch run" in actorch_cli("--help").stdout  # the command a user types
+    assert "actorch run" in actorch_cli("--help", command=[sys.executable, "-m", "actorch"]).stdout
+
+
+# ---------------------------------------------------------------------- a quick start: no torch where none is needed
+
+
+def console_script(*args: str, runtime: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """The console script (``_actorch_cli``) with ``args`` in a fresh interpreter; its run, and what it imported."""
+    env = script_env("cli")
+    env["ACTORCH_RUNTIME_DIR"] = str(runtime)
+    env.pop("ACTORCH_STATUS_PORT", None)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "_actorch_cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    lines = done.stderr.splitlines()
+    imported = {line.rpartition("|")[2].strip() for line in lines if line.startswith("import time:")}
+    said = "\n".join(line for line in lines if not line.startswith("import time:"))
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout, said), imported
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["--help"], 0, ""),
+        (["status", "--help"], 0, ""),
+        (["status"], 1, "actorch status: error: no actorch system runs on this host"),
+        (["status", "--list"], 0, ""),
+        (["stop", "--pid", "1"], 1, "actorch stop: error: no actorch system whose rank 0 has pid 1"),
+        (["launch"], 2, "invalid choice: 'launch'"),
+        (["run", "-n", "0", "examples/quickstart.py"], 2, "expected an int >= 1"),
+        (["serve", "--resource", "gpus"], 2, "expected NAME=AMOUNT, not 'gpus'"),
+        (["status", "--address", "127.0.0.1"], 2, "expected HOST:PORT"),
+    ],
+)
+def test_help_status_stop_and_bad_input_do_not_import_torch(
+    args: list[str], code: int, says: str, tmp_path: Path
+) -> None:
+    done, imported = console_script(*args, runtime=tmp_path / "runtime")
+    assert done.returncode == code, done.stderr
+    assert says in done.stderr
+    assert "actorch._launch.cli" in imported  # what it imported was read
+    assert not {name for name in imported if name.partition(".")[0] == "torch"}
+
+
+def test_the_console_script_runs_the_facade_once_a_name_is_asked_of_the_package(tmp_path: Path) -> None:
+    check = (
+        "import sys, _actorch_cli\n"
+        "try:\n"
+        "    _actorch_cli.main(['status', '--list'])\n"
+        "finally:\n"
+        "    print('torch before:', 'torch' in sys.modules)\n"
+        "import actorch\n"
+        "from actorch import Actor\n"
+        "print('missing:', sorted(set(actorch.__all__) - set(vars(actorch))))\n"
+        "print('same:', actorch.Actor is Actor, Actor.__module__, hasattr(actorch, 'no_such_name'))\n"
+    )
+    env = script_env("cli")
+    env["ACTORCH_RUNTIME_DIR"] = str(tmp_path / "runtime")
+    done = subprocess.run(
+        [sys.executable, "-c", check], cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-3:] == ["torch before: False", "missing: []", "same: True actorch False"]
 
 
 # ---------------------------------------------------------------------- failures: one line, exit code 1

@@ -258,11 +258,21 @@ def test_a_class_device_is_normalised_and_a_bad_one_refused() -> None:
             device = "meta"  # type: ignore[assignment]
 
 
+class OnGpu(actorch.Actor):
+    device = "cuda:1"  # type: ignore[assignment]
+
+
 async def test_spawn_on_a_device_the_node_lacks_fails_naming_what_it_has(world: LocalWorld) -> None:
     nodes = world[0].nodes
     assert all(node.devices == () for node in nodes)  # this machine has no GPU
-    with pytest.raises(ValueError, match="cannot place Counter on cuda:0: node 1 has no GPU"):
-        await world[0].spawn(Counter, on=1, device="cuda:0")
+    received = world[1].statistics()["calls_received"]
+    for cls, device, name in ((Counter, "cuda:0", "missing/a"), (OnGpu, None, "missing/b")):
+        with pytest.raises(actorch.PlacementError) as missing:
+            await world[0].spawn(cls, on=1, device=device, name=name)
+        assert type(missing.value) is actorch.PlacementError  # refused by the caller, not an actor's RemoteError
+        assert str(missing.value) == f"cannot place {cls.__qualname__} on {device or 'cuda:1'}: node 1 has no GPU"
+        assert await world[0].lookup_all("missing/*") == []  # the name was never held
+    assert world[1].statistics()["calls_received"] == received  # nothing was sent to node 1
     with pytest.raises(ValueError, match="must be a device"):
         await world[0].spawn(Counter, device="gpu0")
     counter = await world[0].spawn(Counter, device="cpu")

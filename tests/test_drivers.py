@@ -7,6 +7,7 @@ forms are in ``test_driver_multiprocess`` and ``test_notebook``.
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 import types
 from pathlib import Path
@@ -156,9 +157,23 @@ def test_connect_refuses_bad_arguments_before_anything_is_sent(
         actorch.connect(configure_logs=False, **kwargs)
 
 
-async def test_connect_to_an_address_nothing_serves_ends_in_a_join_error() -> None:
-    with pytest.raises(actorch.JoinError, match=r"nothing answered within 0\.5 s"):
-        await actorch.connect(f"127.0.0.1:{free_port()}", join_timeout=0.5, configure_logs=False)
+@pytest.mark.timeout(30)  # well under the default join_timeout of 60 s: a wait for it fails the test
+async def test_connect_to_an_address_that_refuses_fails_at_once_naming_it() -> None:
+    port = free_port()  # closed again: connecting to it is refused
+    with pytest.raises(actorch.JoinError) as refused:
+        await actorch.connect(f"127.0.0.1:{port}", configure_logs=False)
+    assert str(refused.value) == (
+        f"cannot reach an actorch system at 127.0.0.1:{port}: the connection was refused (nothing listens there)"
+    )
+
+
+@pytest.mark.timeout(30)
+async def test_connect_to_an_address_that_does_not_answer_ends_in_a_join_error_after_join_timeout() -> None:
+    with socket.create_server(("127.0.0.1", 0), backlog=8) as silent:  # listens, never accepts nor answers
+        port = silent.getsockname()[1]
+        with pytest.raises(actorch.JoinError) as unanswered:
+            await actorch.connect(f"127.0.0.1:{port}", join_timeout=0.5, configure_logs=False)
+    assert str(unanswered.value) == f"cannot reach an actorch system at 127.0.0.1:{port}: nothing answered within 0.5 s"
 
 
 async def test_connect_refuses_a_process_that_already_runs_a_node(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import pickle
+import textwrap
 import traceback
+from pathlib import Path
 
 import pytest
 
@@ -223,3 +226,21 @@ def test_group_error_split_keeps_the_results() -> None:
     assert matched.results == [first, 5, second]
     assert matched.failed == [0]
     assert rest.failed == [2]
+
+
+ERRORS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "concepts" / "errors.md"
+
+
+def test_the_errors_page_draws_the_tree_of_the_errors_module_and_describes_every_exported_error() -> None:
+    page = ERRORS_PAGE.read_text()
+    drawn = page.split("```text\n", 1)[1].split("```", 1)[0]
+    docstring = inspect.getdoc(_errors) or ""
+    assert textwrap.dedent(docstring.split("The tree::\n\n", 1)[1].split("\n\n", 1)[0]) + "\n" == drawn
+    exported = {
+        name
+        for name in actorch.__all__
+        if isinstance(getattr(actorch, name), type) and issubclass(getattr(actorch, name), actorch.ActorchError)
+    }
+    assert {line.lstrip("│├└─ ").split()[0] for line in drawn.splitlines()} == exported
+    for name in exported:
+        assert f"[`{name}`][actorch.{name}]" in page, f"the errors page does not describe {name}"

@@ -289,13 +289,55 @@ async def test_actor_not_found_error_is_also_a_lookup_error(world: LocalWorld) -
 
 async def test_spawn_under_a_taken_name_raises_name_taken(world: LocalWorld) -> None:
     first = await world[0].spawn(Faulty, name="taken/x", on=1)
-    with pytest.raises(actorch.NameTakenError, match="'taken/x'"):
-        await world[0].spawn(Faulty, name="taken/x", on=2)
-    with pytest.raises(actorch.NameTakenError, match="'taken/x'"):
-        await world[2].spawn(Faulty, name="taken/x")
+    for caller, on in ((0, 2), (2, 2), (1, 1)):
+        with pytest.raises(actorch.NameTakenError) as taken:
+            await world[caller].spawn(Faulty, name="taken/x", on=on)
+        assert type(taken.value) is actorch.NameTakenError  # the registry's refusal, not an actor's RemoteError
+        assert str(taken.value) == (
+            f"name 'taken/x' is taken by <ActorRef actor 'taken/x' (Faulty) on node 1>; spawn on node {on} refused"
+        )
     async with asyncio.timeout(5):
         assert await world[2].lookup("taken/x") == first
         assert await first.call(Faulty.echo, 1) == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "options", "message"),
+    [
+        (
+            "spawn",
+            {"args": 5},
+            "spawn(Faulty): args must be a tuple of positional arguments for Faulty.__init__, not 5 (int); "
+            "one argument is args=(x,)",
+        ),
+        (
+            "spawn",
+            {"args": "abc"},
+            "spawn(Faulty): args must be a tuple of positional arguments for Faulty.__init__, not 'abc' (str); "
+            "one argument is args=(x,)",
+        ),
+        (
+            "spawn",
+            {"kwargs": [1]},
+            "spawn(Faulty): kwargs must be a dict of keyword arguments for Faulty.__init__ (str keys), not [1] (list)",
+        ),
+        (
+            "spawn_group",
+            {"kwargs": {1: 2}},
+            "spawn_group(Faulty): kwargs must be a dict of keyword arguments for Faulty.__init__ (str keys), "
+            "not {1: 2} (dict)",
+        ),
+    ],
+)
+async def test_spawn_refuses_arguments_that_are_not_a_tuple_and_a_dict_naming_them(
+    world: LocalWorld, call: str, options: dict[str, object], message: str
+) -> None:
+    spawn = world[0].spawn if call == "spawn" else lambda cls, **more: world[0].spawn_group(cls, 2, **more)
+    received = world[1].statistics()["calls_received"]
+    with pytest.raises(TypeError) as refused:
+        await spawn(Faulty, on=1, **options)
+    assert str(refused.value) == message
+    assert world[1].statistics()["calls_received"] == received  # refused before anything was sent
 
 
 @pytest.mark.parametrize("name", ["", "a//b", "bad name", "../x", "x" * (actorch.MAX_NAME_LENGTH + 1)])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 import torch
 from _mp import run_script
@@ -68,3 +71,21 @@ def test_replies_to_calls_sent_together_leave_as_each_is_ready_on_either_lane() 
             assert min(sent) > 0, f"both nodes send on the fast lane: {sent}"
         else:
             assert sent == [0, 0], "fast_lane=False: everything goes through torch RPC"
+
+
+@pytest.mark.timeout(150)
+def test_log_level_reaches_every_node_and_a_second_run_in_the_process_takes_its_own() -> None:
+    run = run_script("launch_options.py", "log-level", timeout=120.0)
+    run.assert_clean_exit(0)
+    returned = run.returned()
+    assert (returned["debug"], returned["error"]) == (2, 2), returned
+    assert returned["loud"] == (
+        "log_level must be one of 'debug', 'info', 'warning', 'error', 'critical' (in any case), "
+        "or None for $ACTORCH_LOG_LEVEL (else 'warning'), not 'loud'"
+    )
+    _, at_debug, at_error = re.split(r"^RUN AT \w+$", run.stderr, flags=re.MULTILINE)
+    for text, nodes in ((at_debug, [0, 1]), (at_error, [])):
+        entries = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        failed = [entry for entry in entries if entry["event"] == "handler failed"]
+        assert sorted(entry["node"] for entry in failed) == nodes, run.report()
+        assert all(entry["level"] == "debug" for entry in failed)

@@ -4,7 +4,7 @@ import json
 import pytest
 import structlog
 
-from actorch._launch.logs import LOG_LEVEL_ENV, configure_logging
+from actorch._launch.logs import LOG_LEVEL_ENV, configure_logging, effective_log_level
 
 
 @pytest.fixture(autouse=True)
@@ -45,6 +45,44 @@ def test_configure_logging_leaves_a_configuration_the_program_made(monkeypatch):
     assert structlog.get_config()["processors"][0].__class__ is structlog.processors.KeyValueRenderer
 
 
-def test_configure_logging_refuses_an_unknown_level():
-    with pytest.raises(ValueError, match="unknown log level 'LOUDEST'"):
+def test_configure_logging_made_here_is_made_again_at_a_new_level(monkeypatch):
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    log = structlog.get_logger("actorch")  # module-level, as the library's own loggers are
+    configure_logging("error")
+    log.debug("before")
+    configure_logging("DEBUG")  # a second run() in this process, at another level
+    log.debug("after")
+    log.bind(node=1).debug("a new node's logger")
+    text = stream.getvalue()
+    assert "before" not in text
+    assert "after" in text
+    assert "a new node's logger" in text
+
+
+def test_configure_logging_refuses_an_unknown_level_naming_the_levels():
+    with pytest.raises(ValueError, match="must be one of") as refused:
         configure_logging("loudest")
+    assert str(refused.value) == (
+        "log_level must be one of 'debug', 'info', 'warning', 'error', 'critical' (in any case), "
+        "or None for $ACTORCH_LOG_LEVEL (else 'warning'), not 'loudest'"
+    )
+    assert not structlog.is_configured()
+
+
+def test_configure_logging_refuses_an_unknown_level_in_the_environment(monkeypatch):
+    monkeypatch.setenv(LOG_LEVEL_ENV, "verbose")
+    with pytest.raises(ValueError, match="must be one of") as refused:
+        configure_logging()
+    assert str(refused.value) == (
+        "ACTORCH_LOG_LEVEL must be one of 'debug', 'info', 'warning', 'error', 'critical' (in any case), not 'verbose'"
+    )
+
+
+def test_the_level_given_wins_over_the_environment(monkeypatch):
+    monkeypatch.setenv(LOG_LEVEL_ENV, "verbose")  # not read when a level is given
+    assert effective_log_level("Info") == "info"
+    monkeypatch.setenv(LOG_LEVEL_ENV, "ERROR")
+    assert effective_log_level(None) == "error"
+    monkeypatch.delenv(LOG_LEVEL_ENV)
+    assert effective_log_level(None) == "warning"

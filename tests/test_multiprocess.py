@@ -113,8 +113,12 @@ def test_lookup_all_globs(basics: Finished) -> None:
 @pytest.mark.timeout(FIRST_USE)
 def test_name_taken_and_invalid_names(basics: Finished) -> None:
     r = basics.result("names")
-    for key in ("taken_other", "taken_same", "taken_local"):
-        assert "taken/a" in assert_raised(r[key], "NameTakenError", "ActorchError")["message"]
+    for key, on in (("taken_other", 2), ("taken_same", 1), ("taken_local", 0)):
+        error = assert_raised(r[key], "NameTakenError", "ActorchError")
+        assert error["type"] == "NameTakenError", error  # the registry's refusal, not an actor's RemoteError
+        assert error["message"] == (
+            f"name 'taken/a' is taken by <ActorRef actor 'taken/a' (Counter) on node 1>; spawn on node {on} refused"
+        )
     assert r["original_value"] == 1, "a refused spawn must not disturb the name's holder"
     assert r["lookup_same"] is True
     assert r["listed"] == ["taken/a"]
@@ -440,8 +444,9 @@ def test_a_tensor_off_the_cpu_is_refused_under_strict_devices_and_the_node_keeps
     result = assert_raised(r["result"], "SerializationError", "ActorchError")
     assert "value: a tensor on meta cannot go to node 0" in result["message"]
     assert assert_raised(r["tell"], "SerializationError")["message"].startswith("args[0]: a tensor on meta")
-    missing = assert_raised(r["on_missing_gpu"], "ValueError")
-    assert "cannot place Holder on cuda:0: node 1 has no GPU" in missing["message"]
+    missing = assert_raised(r["on_missing_gpu"], "PlacementError", "ActorchError")
+    assert missing["type"] == "PlacementError", missing  # refused by the caller, not an actor's RemoteError
+    assert missing["message"] == "cannot place Holder on cuda:0: node 1 has no GPU"
     assert r["devices"] == [[], []]
     assert r["still_serving"] == "pong"
     assert r["cpu_ok"] == [1.0, 1.0]

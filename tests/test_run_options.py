@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -61,6 +62,78 @@ async def test_an_in_process_tell_over_the_send_budget_in_one_turn_raises_mailbo
 def test_run_refuses_a_setup_that_is_not_a_function() -> None:
     with pytest.raises(TypeError, match="setup must be a function of the node's rank"):
         actorch.run(rank_and_marker, world_size=2, setup="seed", configure_logs=False)  # type: ignore[arg-type]
+
+
+ran: list[str] = []
+
+
+def plain_main(system: actorch.ActorSystem) -> None:
+    ran.append("plain_main")
+
+
+class PlainCall:
+    def __call__(self, system: actorch.ActorSystem) -> None:
+        ran.append("PlainCall")
+
+
+class AsyncCall:
+    async def __call__(self, system: actorch.ActorSystem, suffix: str = "") -> str:
+        return f"AsyncCall on node {system.rank}{suffix}"
+
+
+async def tagged(system: actorch.ActorSystem, tag: str) -> str:
+    return f"{tag} on node {system.rank}"
+
+
+MAIN_MUST_BE = "run(main): main must be an async function that takes the system (async def main(system): ...), not "
+
+
+@pytest.mark.parametrize(
+    ("main", "given"),
+    [
+        (
+            plain_main,
+            "the plain function 'plain_main': declare it async def (for a lambda that returns a coroutine, pass "
+            "functools.partial of the async function instead)",
+        ),
+        (
+            lambda system: tagged(system, "x"),
+            "the plain function '<lambda>': declare it async def (for a lambda that returns a coroutine, pass "
+            "functools.partial of the async function instead)",
+        ),
+        (PlainCall(), "{main!r}, whose __call__ is a plain def"),
+        ("main", "'main' (str)"),
+    ],
+    ids=["plain def", "lambda", "plain __call__", "not callable"],
+)
+def test_run_refuses_a_main_that_is_not_async_before_anything_starts(main: Any, given: str) -> None:
+    with pytest.raises(TypeError) as refused:
+        actorch.run(main, world_size=2, configure_logs=False)
+    assert str(refused.value) == MAIN_MUST_BE + given.format(main=main)
+    assert ran == []
+
+
+@pytest.mark.parametrize(
+    ("main", "returned"),
+    [
+        (functools.partial(tagged, tag="partial"), "partial on node 0"),
+        (AsyncCall(), "AsyncCall on node 0"),
+        (functools.partial(AsyncCall(), suffix="!"), "AsyncCall on node 0!"),
+    ],
+    ids=["partial", "async __call__", "partial of an async __call__"],
+)
+def test_run_takes_a_partial_or_an_object_with_an_async_call_as_main(main: Any, returned: str) -> None:
+    assert actorch.run(main, configure_logs=False) == returned
+
+
+@pytest.mark.parametrize("value", ["loud", 10, ""])
+def test_run_refuses_a_log_level_that_is_not_a_level_naming_the_levels(value: Any) -> None:
+    with pytest.raises(ValueError, match="must be one of") as refused:
+        actorch.run(rank_and_marker, world_size=2, log_level=value, configure_logs=False)
+    assert str(refused.value) == (
+        "log_level must be one of 'debug', 'info', 'warning', 'error', 'critical' (in any case), "
+        f"or None for $ACTORCH_LOG_LEVEL (else 'warning'), not {value!r}"
+    )
 
 
 def test_run_in_one_process_runs_setup_before_main(monkeypatch: pytest.MonkeyPatch) -> None:

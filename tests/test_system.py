@@ -297,6 +297,15 @@ async def test_world_lists_lost_nodes(world: LocalWorld) -> None:
     assert "killed" in world[1].lost_nodes[2]
 
 
+async def test_nodes_leave_out_a_lost_node_which_lost_nodes_lists(world: LocalWorld) -> None:
+    assert [info.rank for info in world[0].nodes] == [0, 1, 2]
+    world.kill(2)
+    for rank in (0, 1):
+        assert [info.rank for info in world[rank].nodes] == [0, 1]
+        assert list(world[rank].lost_nodes) == [2]
+        assert world[rank].world_size == 3  # lost nodes count in the world's size
+
+
 async def test_stopping_twice_is_fine(world: LocalWorld, on: int) -> None:
     tag = new_tag()
     hooks = await world[0].spawn(Hooks, args=(tag,), name="twice", on=on)

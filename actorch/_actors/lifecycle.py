@@ -20,7 +20,7 @@ import torch
 
 from actorch._actors.actor import Actor, class_path, endpoints_of, has_state_hooks, place
 from actorch._actors.holdings import Holdings
-from actorch._actors.placement import GpuPool
+from actorch._actors.placement import GpuPool, check_device
 from actorch._actors.ref import ActorRef, make_ref
 from actorch._actors.registry import REGISTRY_ID, Registry
 from actorch._actors.relocation import Relocatables, RelocationSpec, check_home
@@ -159,15 +159,9 @@ class ActorLifecycle:
         self.relocatables.drop(cell.actor_id)
 
     def check_device(self, cls: type[Actor], device: torch.device) -> torch.device:
-        """``device`` if this node has it (the CPU always); else ``ValueError`` naming what it has."""
-        if device.type == "cpu":
-            return device
-        have = self.node.transport.peer(self.rank).devices
-        if str(device) not in have:
-            raise ValueError(
-                f"cannot place {cls.__qualname__} on {device}: node {self.rank} has "
-                f"{', '.join(have) if have else 'no GPU'}"
-            )
+        """``device`` if this node has it (the CPU always); else ``PlacementError`` naming what it has."""
+        if device.type != "cpu":
+            check_device(cls.__qualname__, str(device), self.rank, self.node.transport.peer(self.rank).devices)
         return device
 
     async def start_instance(

@@ -20,9 +20,19 @@ from typing import TypeVar
 
 from actorch._base.errors import PlacementError
 
-__all__ = ["GpuPool", "GpuShare", "candidate_ranks", "place_on_gpus"]
+__all__ = ["GpuPool", "GpuShare", "candidate_ranks", "check_device", "place_on_gpus"]
 
 T = TypeVar("T")
+
+
+def check_device(actor: str, device: str, rank: int, have: tuple[str, ...]) -> None:
+    """Refuse to place ``actor`` on ``device`` of node ``rank`` unless the node has it (``have``; the CPU always).
+
+    Raises:
+        PlacementError: The node lacks the device; the message names the devices it has.
+    """
+    if device != "cpu" and device not in have:
+        raise PlacementError(f"cannot place {actor} on {device}: node {rank} has {', '.join(have) or 'no GPU'}")
 
 
 @dataclass(frozen=True)

@@ -64,12 +64,16 @@ class ActorSystem(ABC):
     @property
     @abstractmethod
     def nodes(self) -> list[NodeInfo]:
-        """Every node of the system (rank, worker name, host, pid, GPUs), by rank; nodes that left are not."""
+        """The nodes of the system now (rank, worker name, host, pid, GPUs...), by rank.
+
+        Nodes that left are not among them, nor nodes this node knows are lost:
+        ``lost_nodes`` has those, with why.
+        """
 
     @property
     @abstractmethod
     def lost_nodes(self) -> dict[int, str]:
-        """Ranks of nodes that were lost, with why (not those that left on purpose)."""
+        """Ranks of the nodes this node knows are lost (killed, frozen, cut off), with why; not those that left."""
 
     @property
     @abstractmethod

@@ -67,7 +67,8 @@ class NodeSystem(SystemPlacement):
 
     @property
     def nodes(self) -> list[NodeInfo]:
-        return self._host.node.peers()
+        node = self._host.node
+        return [info for info in node.peers() if info.rank not in node.lost]
 
     @property
     def lost_nodes(self) -> dict[int, str]:

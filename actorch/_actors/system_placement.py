@@ -54,7 +54,7 @@ class SystemPlacement(SystemSpawning):
         restart: Restart | None = None,
     ) -> list[ActorRef[A]]:
         check_count(count, "spawn_group(count=...)")
-        check_spawnable(cls, restart, on)
+        check_spawnable(cls, restart, on, args, kwargs, "spawn_group")
         names = member_names(check_name(name) if name is not None else None, count)
         if on is None and spread:
             on = Where()

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, check_plain_methods, class_path
-from actorch._actors.placement import GpuShare, candidate_ranks, place_on_gpus
+from actorch._actors.placement import GpuShare, candidate_ranks, check_device, place_on_gpus
 from actorch._actors.placing import PlacedSpawn, Placer
 from actorch._actors.ref import ActorRef, resolve_class
 from actorch._actors.registry import Registry
@@ -26,7 +26,7 @@ from actorch._actors.system import ActorSystem
 from actorch._actors.where import Where
 from actorch._base.config import is_count
 from actorch._base.devices import parse_device
-from actorch._base.errors import NodeLostError, PlacementError
+from actorch._base.errors import NameTakenError, NodeLostError, PlacementError
 from actorch._base.names import check_name
 from actorch._base.resources import GPUS
 from actorch._engine.node import describe_ranks
@@ -41,15 +41,28 @@ __all__ = ["SystemSpawning", "check_spawnable"]
 A = TypeVar("A", bound=Actor)
 
 
-def check_spawnable(cls: object, restart: object, on: object = None) -> None:
+def check_spawnable(
+    cls: object, restart: object, on: object = None, args: object = (), kwargs: object = None, call: str = "spawn"
+) -> None:
     """Refuse what cannot be spawned, before anything starts.
 
     That is: not an actor class, one other nodes cannot import, one with a
-    public plain ``def`` method, a bad restart policy, a relocatable actor in a
-    process of its own.
+    public plain ``def`` method, arguments for it that are not a tuple (or
+    list) and a dict with ``str`` keys, a bad restart policy, a relocatable
+    actor in a process of its own. ``call`` names the method in the messages.
     """
     if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls in (NodeService, Registry, Relocator):
-        raise TypeError(f"spawn() takes an actorch.Actor subclass, not {cls!r}")
+        raise TypeError(f"{call}() takes an actorch.Actor subclass, not {cls!r}")
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(
+            f"{call}({cls.__qualname__}): args must be a tuple of positional arguments for "
+            f"{cls.__qualname__}.__init__, not {args!r} ({type(args).__name__}); one argument is args=(x,)"
+        )
+    if kwargs is not None and not (isinstance(kwargs, Mapping) and all(isinstance(key, str) for key in kwargs)):
+        raise TypeError(
+            f"{call}({cls.__qualname__}): kwargs must be a dict of keyword arguments for "
+            f"{cls.__qualname__}.__init__ (str keys), not {kwargs!r} ({type(kwargs).__name__})"
+        )
     check_plain_methods(cls)
     if resolve_class(class_path(cls)) is not cls:
         raise TypeError(
@@ -91,7 +104,7 @@ class SystemSpawning(ActorSystem):
         device: str | torch.device | None = None,
         gpus: int = 0,
     ) -> ActorRef[A]:
-        check_spawnable(cls, restart, on)
+        check_spawnable(cls, restart, on, args, kwargs)
         if not is_count(gpus, 0):
             raise ValueError(f"gpus must be an int >= 0, not {gpus!r}")
         if gpus and device is not None:
@@ -166,8 +179,11 @@ class SystemSpawning(ActorSystem):
                 "session (a notebook cell), which other processes cannot import; define it in a module (a .py "
                 "file beside the notebook) and import it from there"
             )
+        if not gpus:  # refused here, before the name is held: the node checks again as it builds
+            chosen = cls.device if device is None else parse_device(device)
+            check_device(cls.__qualname__, str(chosen), rank, self._host.node.transport.peer(rank).devices)
         if name is not None:
-            await self._host.registry.call(Registry.reserve, name, rank)
+            await self._registry_call(Registry.reserve, name, rank)
         try:
             options: dict[str, Any] = {}  # a plain spawn's message stays as it was
             if needs:
@@ -192,8 +208,22 @@ class SystemSpawning(ActorSystem):
                 await asyncio.shield(self._host.release_name(name))
             raise
         if name is not None:
-            await self._host.registry.call(Registry.bind, name, ref)
+            await self._registry_call(Registry.bind, name, ref)
         return ref
+
+    async def _registry_call(
+        self, endpoint: Callable[[Registry, str, Any], Awaitable[None]], name: str, arg: Any
+    ) -> None:
+        """Reserve or bind ``name`` in the registry; its refusal raised as the ``NameTakenError`` it is.
+
+        The registry is an actor, so its refusal would reach here as a
+        ``RemoteError`` mixed with ``NameTakenError``, which reads as if the
+        spawned actor's code had raised it.
+        """
+        try:
+            await self._host.registry.call(endpoint, name, arg)
+        except NameTakenError as exc:
+            raise NameTakenError(str(exc)) from None
 
     def _placed_spawn(
         self,

@@ -7,7 +7,7 @@ The tree::
     ├── EndpointError           unknown, private or ill-bound endpoint call (also TypeError)
     ├── ActorNotFoundError      no actor answers to that name or id (also LookupError)
     ├── NameTakenError          the name is already bound to a live actor
-    ├── PlacementError          no node can give the actor what spawn asked for (gpus=), or it is leaving
+    ├── PlacementError          no node can give what spawn asked for (a Where, gpus=, device=), or it is leaving
     ├── InvalidNameError        the name breaks the naming rule (also ValueError)
     ├── SerializationError      a value cannot cross the wire (also TypeError)
     │   └── MessageTooLargeError    a message is over the system's max_message_size
@@ -106,7 +106,7 @@ class NameTakenError(ActorchError):
 
 
 class PlacementError(ActorchError):
-    """Raised when a spawn cannot be placed: no node (or not node ``on``) has the free GPUs asked, or it is leaving."""
+    """Raised when a spawn cannot be placed: no node (or not node ``on``) has what it asked for, or it is leaving."""
 
 
 class InvalidNameError(ActorchError, ValueError):

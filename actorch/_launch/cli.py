@@ -16,8 +16,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from actorch._launch.cli_run import run_command
-from actorch._launch.cli_serve import parse_resource, serve_command
+from actorch._launch.cli_serve import parse_resource
 from actorch._launch.cli_status import status_command, stop_command
 from actorch._launch.runtime import RUNTIME_DIR_ENV
 from actorch._launch.status import STATUS_PORT_ENV
@@ -124,7 +123,7 @@ def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
     multi.add_argument("--master-port", type=_port, metavar="PORT", help="port of the master's store")
     run.add_argument("script", nargs="?", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
-    run.set_defaults(func=run_command)
+    run.set_defaults(func=_run_command)
 
 
 def _add_serve(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -154,7 +153,7 @@ def _add_serve(commands: argparse._SubParsersAction[_Parser]) -> None:
     serve.add_argument(
         "--join-timeout", type=_seconds, default=60.0, metavar="SECONDS", help="seconds to wait for the system (60)"
     )
-    serve.set_defaults(func=serve_command)
+    serve.set_defaults(func=_serve_command)
 
 
 def _add_status(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -205,6 +204,18 @@ def _add_stop(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="seconds to wait for rank 0 to exit (60); past them, exit code 1",
     )
     stop.set_defaults(func=stop_command)
+
+
+def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from actorch._launch.cli_run import run_command  # noqa: PLC0415 - imports torch: only this command pays for it
+
+    return run_command(parser, args)
+
+
+def _serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from actorch._launch.cli_serve import serve_command  # noqa: PLC0415 - imports torch: only this command pays for it
+
+    return serve_command(parser, args)
 
 
 def _positive(text: str) -> int:

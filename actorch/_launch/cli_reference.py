@@ -23,9 +23,11 @@ _HEADER = """\
 
 <!-- Made by `python -m actorch._launch.cli_reference > docs/cli.md` from the argument parser; do not edit. -->
 
-Every flag of the `actorch` command (`python -m actorch` is the same). What
-the commands do, with examples, is in [operations](operations.md). Bad input
-is one line on stderr and exit code 2; a failure is one line and exit code 1.
+Every flag of the `actorch` command (`python -m actorch` is the same command,
+but imports the whole package, torch included, before it reads a flag; `actorch`
+imports torch only for `run` and `serve`). What the commands do, with examples,
+is in [operations](operations.md). Bad input is one line on stderr and exit
+code 2; a failure is one line and exit code 1.
 """
 
 

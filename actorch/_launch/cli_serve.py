@@ -17,8 +17,6 @@ import sys
 
 from actorch._base.errors import JoinError
 from actorch._base.resources import check_resources
-from actorch._launch.serving import serve
-from actorch._transport.membership import ADDRESS_ENV, TOKEN_ENV
 
 __all__ = ["parse_resource", "serve_command"]
 
@@ -41,6 +39,10 @@ def parse_resource(text: str) -> tuple[str, float]:
 
 def serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``actorch serve``: join the system and serve until it ends or this node leaves; the exit code."""
+    # Imported here, as they import torch: the parser takes parse_resource from this module, and --help is quick.
+    from actorch._launch.serving import serve  # noqa: PLC0415
+    from actorch._transport.membership import ADDRESS_ENV, TOKEN_ENV  # noqa: PLC0415
+
     if not (args.address or os.environ.get(ADDRESS_ENV)):
         parser.exit(2, f"actorch serve: error: no system address: pass --address or set {ADDRESS_ENV}\n")
     if not os.environ.get(TOKEN_ENV):

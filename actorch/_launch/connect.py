@@ -16,13 +16,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import socket
 from collections.abc import Mapping
 from typing import Any
 
 from actorch._actors.host import ActorHost
 from actorch._actors.system import ActorSystem, hand_over
+from actorch._base.errors import JoinError
 from actorch._base.resources import check_resources
-from actorch._launch.logs import configure_logging
+from actorch._launch.logs import configure_logging, effective_log_level
 from actorch._launch.serving import join_target
 from actorch._launch.start import Opening, wake_for_interrupts
 from actorch._launch.startup import SHUTDOWN_TIMEOUT, World, plan_from, rpc_transport, start_node
@@ -61,10 +63,13 @@ def connect(
         address: The system's ``host:port`` (rank 0's); None reads ``ACTORCH_ADDRESS``.
         token: The system's join token; None reads ``ACTORCH_JOIN_TOKEN``.
         name: A label for this node, shown in ``system.nodes`` (``NodeInfo.label``).
-        join_timeout: Seconds to wait for the system to answer.
+        join_timeout: Seconds to wait for the system to answer: for the
+            connection to its address, then for its answer on that connection
+            (which comes at once from a system that runs). An address that
+            refuses the connection (nothing listens there) fails at once.
         resources: Amounts of resources this node declares over the CPUs,
             memory and GPUs it detects (``{"env_slots": 4}``), for ``Where`` placement.
-        log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
+        log_level: As ``run``'s, for this node.
         configure_logs: Configure structlog here (unless the program already did).
 
     Returns:
@@ -72,9 +77,10 @@ def connect(
         Bad arguments raise here, before anything is sent.
 
     Raises:
-        JoinError: (when awaited) The system refused this node (a wrong or
-            missing token), does not take new nodes, is shutting down, or
-            nothing answered within ``join_timeout``.
+        JoinError: (when awaited) The address refused the connection or
+            does not resolve (at once), the system refused this node (a wrong
+            or missing token), does not take new nodes, is shutting down, or
+            nothing answered within ``join_timeout``; the message names the address.
         ValueError: No address, a malformed one, a bad ``name``, ``join_timeout`` or ``resources``.
         RuntimeError: (when awaited) This process already runs a node on torch RPC.
     """
@@ -82,8 +88,9 @@ def connect(
     if token is not None and not isinstance(token, str):
         raise TypeError(f"token must be a str or None, not {token!r}")
     traits = NodeTraits(name, check_resources(resources))
+    level = effective_log_level(log_level)
     if configure_logs:
-        configure_logging(log_level)
+        configure_logging(level)
     secret = token if token is not None else os.environ.get(TOKEN_ENV, "")
     return Opening(f"actorch.connect({host}:{port})", lambda: _join(host, port, secret, traits, join_timeout))
 
@@ -93,7 +100,8 @@ async def _join(address: str, port: int, token: str, traits: NodeTraits, join_ti
         raise RuntimeError("this process already runs a node on torch RPC (one per process): shut it down first")
     joining: dict[str, Any] = {}
 
-    def ask() -> None:  # blocking store calls, bounded by join_timeout: in a thread, off the loop
+    def ask() -> None:  # blocking socket and store calls, bounded by join_timeout: in a thread, off the loop
+        _refuse_unreachable(address, port, join_timeout)
         joining["rank"], joining["shared"] = prepare_join(address, port, join_timeout)
 
     await asyncio.to_thread(ask)
@@ -104,6 +112,29 @@ async def _join(address: str, port: int, token: str, traits: NodeTraits, join_ti
     follower = asyncio.get_running_loop().create_task(_follow(host), name=f"actorch-node{host.rank}")
     hand_over(system, lambda: _leave(host, follower))
     return system
+
+
+def _refuse_unreachable(host: str, port: int, timeout: float) -> None:
+    """Fail where a TCP connection to ``host:port`` cannot be made: at once if refused, else within ``timeout``.
+
+    A driver connects to a system that runs, so a refusal means nothing listens
+    there (a wrong port, a system that ended), and waiting for one to come up,
+    as ``serve`` does, would only delay the error. Once the connection is made,
+    the join itself waits for an answer, within ``timeout`` again.
+
+    Raises:
+        JoinError: The connection was refused, the host name does not resolve,
+            or nothing answered within ``timeout``; the message names the address.
+    """
+    reach = f"cannot reach an actorch system at {host}:{port}"
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except ConnectionRefusedError:
+        raise JoinError(f"{reach}: the connection was refused (nothing listens there)") from None
+    except TimeoutError:
+        raise JoinError(f"{reach}: nothing answered within {timeout:g} s") from None
+    except OSError as exc:  # unresolvable, unreachable: no later try would do better
+        raise JoinError(f"{reach}: {exc.strerror or exc}") from None
 
 
 async def _follow(host: ActorHost) -> None:

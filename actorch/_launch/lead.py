@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -26,11 +27,44 @@ from actorch._launch.status import StatusServer
 from actorch._launch.workers import kill_lost, kill_workers
 from actorch._transport.base import Transport
 
-__all__ = ["Main", "interrupt_policy", "lead"]
+__all__ = ["Main", "check_main", "interrupt_policy", "lead"]
 
 T = TypeVar("T")
 Main = Callable[[ActorSystem], Awaitable[T]]
 """The async function that rank 0 runs with the system: ``run``'s ``main``."""
+
+
+def check_main(main: object) -> None:
+    """Refuse a ``main`` that is not an async function, before anything starts.
+
+    ``run`` awaits what ``main(system)`` returns: a plain ``def`` would run to
+    its end and only then fail to be awaited. An ``async def`` function or
+    method passes, as does a ``functools.partial`` of one, an object whose
+    ``__call__`` is ``async def``, and a function wrapped by a decorator that
+    keeps ``__wrapped__`` (``functools.wraps``).
+
+    Raises:
+        TypeError: ``main`` is none of these; the message says what it is.
+    """
+    inner = inspect.unwrap(main) if callable(main) else main
+    while isinstance(inner, functools.partial):
+        inner = inspect.unwrap(inner.func)
+    if inspect.iscoroutinefunction(inner):
+        return
+    if callable(inner) and not inspect.isroutine(inner) and not isinstance(inner, type):
+        if inspect.iscoroutinefunction(type(inner).__call__):
+            return
+        given = f"{main!r}, whose __call__ is a plain def"
+    elif inspect.isroutine(inner):
+        given = (
+            f"the plain function {getattr(inner, '__qualname__', inner)!r}: declare it async def (for a lambda "
+            "that returns a coroutine, pass functools.partial of the async function instead)"
+        )
+    else:
+        given = f"{main!r} ({type(main).__name__})"
+    raise TypeError(
+        f"run(main): main must be an async function that takes the system (async def main(system): ...), not {given}"
+    )
 
 
 def interrupt_policy(plan: Plan, workers: list[Any] | None = None) -> InterruptPolicy:

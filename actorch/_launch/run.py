@@ -28,9 +28,9 @@ from actorch._base.config import (
 )
 from actorch._launch.eventloop import run_bounded
 from actorch._launch.guard import refuse_run_while_imported
-from actorch._launch.lead import Main, interrupt_policy, lead
+from actorch._launch.lead import Main, check_main, interrupt_policy, lead
 from actorch._launch.local import elastic_token, launch_traits, local_world
-from actorch._launch.logs import configure_logging
+from actorch._launch.logs import configure_logging, effective_log_level
 from actorch._launch.nodes import ResourceSpec, declared_resources
 from actorch._launch.serving import _serve, takes_system
 from actorch._launch.startup import TORCHRUN_VARS, Plan, Setup, World, rpc_transport
@@ -160,8 +160,12 @@ def run(
             memory and GPUs they detect, for ``Where`` placement: one mapping
             for every node (``{"env_slots": 4}``), or mappings by rank
             (``{1: {"env_slots": 4}}``). See docs/guides/placement.md.
-        log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
-        configure_logs: Configure structlog here (unless the program already did).
+        log_level: Log level of actorch's structlog output on every node:
+            ``"debug"``, ``"info"``, ``"warning"``, ``"error"`` or
+            ``"critical"``; None reads ``ACTORCH_LOG_LEVEL``, else ``"warning"``.
+        configure_logs: Configure structlog here (unless the program already
+            did); the other nodes are processes of their own, configured at
+            ``log_level`` either way.
 
     ``actorch run -n N script.py`` sets ``ACTORCH_WORLD_SIZE``, which then
     takes the place of ``world_size``.
@@ -173,8 +177,13 @@ def run(
 
     Returns:
         What ``main`` returned. If ``main`` raised, the exception propagates after shutdown.
+
+    Raises:
+        TypeError: ``main`` is not an async function (nor a ``functools.partial``
+            of one, nor an object whose ``__call__`` is async); nothing started.
     """
     refuse_run_while_imported()
+    check_main(main)
     plan = _plan(
         strict=strict,
         transport=transport,
@@ -247,8 +256,9 @@ def _plan(
     """Check ``run``'s options (``start`` takes the same) and make the plan every node starts with."""
     if not is_number(liveness_timeout, inclusive=False):
         raise ValueError(f"liveness_timeout must be a positive number of seconds, not {liveness_timeout!r}")
+    level = effective_log_level(log_level)  # checked here whether or not logs are configured: every node uses it
     if configure_logs:
-        configure_logging(log_level)
+        configure_logging(level)
     config = SystemConfig(
         strict=strict,
         lookup_timeout=lookup_timeout,
@@ -276,7 +286,7 @@ def _plan(
             f"setup {getattr(setup, '__qualname__', setup)!r} asks for the system, but run() and start() call "
             "setup with the node's rank before the node serves (only serve() hands a setup the system)"
         )
-    return Plan(config, options, setup, tune_gc=tune_gc, status=_status_address(*status))
+    return Plan(config, options, setup, tune_gc=tune_gc, status=_status_address(*status), log_level=level)
 
 
 def _is_port(port: object) -> bool:

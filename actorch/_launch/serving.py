@@ -29,7 +29,7 @@ from actorch._actors.system_node import NodeSystem
 from actorch._base.config import is_number
 from actorch._base.resources import check_resources
 from actorch._launch.eventloop import Watchdog, run_bounded
-from actorch._launch.logs import configure_logging
+from actorch._launch.logs import configure_logging, effective_log_level
 from actorch._launch.nodes import LocalLauncher, ParentWatch
 from actorch._launch.startup import SHUTDOWN_TIMEOUT, Plan, Setup, World, plan_from, rpc_transport, start_node
 from actorch._launch.workers import reap_workers
@@ -122,7 +122,7 @@ def _serve_newcomer(newcomer: _Newcomer) -> NoReturn:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     plan = newcomer.plan
     watch = ParentWatch(2 * plan.config.stop_grace + SHUTDOWN_TIMEOUT)
-    configure_logging()
+    configure_logging(plan.log_level)
     timeout = plan.options.init_timeout
     rank, _ = prepare_join(newcomer.host, newcomer.port, timeout, invited=True)
     world = World(rank, 0, newcomer.host, newcomer.port, newcomer.token, traits=newcomer.traits, invited=True)
@@ -173,7 +173,7 @@ def serve(
             ``Where(process="own", host=...)`` start their processes here
             (``setup`` runs on this node only). They end with this node: when
             it leaves, they leave first; if it dies, they leave by themselves.
-        log_level: Log level for actorch's structlog output (else ``ACTORCH_LOG_LEVEL``).
+        log_level: As ``run``'s, for this node and the node processes it starts (with ``pool``).
         configure_logs: Configure structlog here (unless the program already did).
 
     Returns:
@@ -185,15 +185,16 @@ def serve(
             does not take new nodes, is shutting down, or did not answer.
         ValueError: No address, a malformed one, a bad ``name`` or ``resources``.
     """
+    level = effective_log_level(log_level)  # checked whether or not logs are configured: the node's processes use it
     if configure_logs:
-        configure_logging(log_level)
+        configure_logging(level)
     host, port = join_target("serve", address, name, join_timeout)
     if setup is not None and not callable(setup):
         raise TypeError(f"setup must be a function of the node's rank or of its system, not {setup!r}")
     traits = NodeTraits(name, check_resources(resources), pool=bool(pool))
     joined = cast(SystemSetup, setup) if setup is not None and takes_system(setup) else None
     rank, shared = prepare_join(host, port, join_timeout)
-    plan = plan_from(shared, None if joined else cast(Setup | None, setup), join_timeout)
+    plan = plan_from(shared, None if joined else cast(Setup | None, setup), join_timeout, level)
     token = os.environ.get(TOKEN_ENV, "")
     world = World(rank, 0, host, port, token, name, traits)
     children: list[Any] = []
@@ -241,7 +242,7 @@ def _serve(world: World, plan: Plan) -> NoReturn:
     rank 0's error) or rank 0 was lost.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # rank 0 leads the shutdown on Ctrl-C
-    configure_logging()
+    configure_logging(plan.log_level)
     raise SystemExit(run_bounded(_serve_async(world, plan)))
 
 

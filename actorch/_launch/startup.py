@@ -67,6 +67,7 @@ class Plan:
     setup: Setup | None
     tune_gc: bool
     status: tuple[str, int] | None = None  # where rank 0 serves the status (actorch status), if anywhere
+    log_level: str | None = None  # the level every node logs at; None: each process's ACTORCH_LOG_LEVEL
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,10 @@ def shared_settings(plan: Plan) -> dict[str, Any]:
     return {"config": dataclasses.asdict(plan.config), "options": options}
 
 
-def plan_from(shared: dict[str, Any], setup: Setup | None, join_timeout: float) -> Plan:
-    """The plan of a newcomer to an elastic system, from the settings its rank 0 published."""
+def plan_from(shared: dict[str, Any], setup: Setup | None, join_timeout: float, log_level: str | None = None) -> Plan:
+    """The plan of a newcomer to an elastic system, from the settings its rank 0 published (the log level its own)."""
     options = RpcOptions(device_maps=None, init_timeout=join_timeout, **shared["options"])
-    return Plan(SystemConfig(**shared["config"]), options, setup, tune_gc=True)
+    return Plan(SystemConfig(**shared["config"]), options, setup, tune_gc=True, log_level=log_level)
 
 
 def tune_gc() -> None:

@@ -16,11 +16,12 @@ import errno
 import json
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from actorch._actors.host import ActorHost
-from actorch._actors.service import NodeService
 from actorch._transport.network import family
+
+if TYPE_CHECKING:
+    from actorch._actors.host import ActorHost
 
 __all__ = [
     "READABLE_SCHEMAS",
@@ -47,6 +48,9 @@ _MAX_REQUEST = 8192
 
 async def gather_status(host: ActorHost) -> dict[str, Any]:
     """Every node's status as rank 0 sees it now; lost nodes and those that did not answer say so."""
+    # Imported here: actorch status and stop read this module's constants without importing torch.
+    from actorch._actors.service import NodeService  # noqa: PLC0415
+
     node = host.node
 
     async def one(rank: int) -> dict[str, Any]:

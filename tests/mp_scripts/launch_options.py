@@ -6,11 +6,15 @@ Usage:
     python launch_options.py setup-fails                  set-up raising on rank 1: the system does not start
     python launch_options.py replies                      three slow calls sent at once: when each reply arrives,
                                                           with the fast lane and without
+    python launch_options.py log-level                    a handler failing on each node, in a run at debug level,
+                                                          then in one at error level (stderr marks each), then
+                                                          a run at a level that is none
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -51,6 +55,20 @@ class Busy(actorch.Actor):
             "young": gc.get_threshold()[0],
             "old": gc.get_threshold()[2],
         }
+
+
+class Brittle(actorch.Actor):
+    async def fail(self) -> None:
+        raise ValueError("brittle")
+
+
+async def fail_on_every_node(system: actorch.ActorSystem) -> int:
+    """Have a handler fail on every node: each node logs it at debug level ("handler failed")."""
+    for rank in range(system.world_size):
+        brittle = await system.spawn(Brittle, on=rank)
+        with contextlib.suppress(ValueError):
+            await brittle.call(Brittle.fail)
+    return system.world_size
 
 
 def setup(rank: int) -> None:
@@ -111,6 +129,15 @@ def main() -> None:
             value = {"failed": describe(exc)}
         else:
             value = {"failed": None}
+    elif mode == "log-level":
+        value = {}
+        for level in ("debug", "error"):
+            print(f"RUN AT {level}", file=sys.stderr, flush=True)
+            value[level] = actorch.run(fail_on_every_node, world_size=2, log_level=level)
+        try:
+            actorch.run(fail_on_every_node, world_size=2, log_level="loud")
+        except ValueError as exc:
+            value["loud"] = str(exc)
     else:
         value = {"lane": actorch.run(replies, world_size=2), "rpc": actorch.run(replies, world_size=2, fast_lane=False)}
     print("RETURNED " + json.dumps(value), flush=True)
