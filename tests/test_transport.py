@@ -302,3 +302,32 @@ async def test_rpc_transport_holds_early_bundles_in_order_and_loses_a_peer_whose
         assert [batch[0] for _, batch in received[3:]] == [[b"g" * 100]]  # refused as from a lost node
     finally:
         _rpc_transport._active = None
+
+
+def _answered(value: object) -> torch.futures.Future:
+    future: torch.futures.Future = torch.futures.Future()
+    if isinstance(value, Exception):
+        future.set_exception(value)
+    else:
+        future.set_result(value)
+    return future
+
+
+async def test_rpc_answer_to_a_ping_is_a_sign_of_life_unless_it_failed_or_the_peer_left():
+    transport, _ = _rpc_transport_for_test(set())
+    lost = []
+    transport.attach(asyncio.get_running_loop(), lambda *args: None, lambda rank, why: lost.append((rank, why)))
+    try:
+        transport._heard[1] = transport._heard[2] = 0.0  # silent since long ago
+        transport._ping_callback(1)(_answered(RuntimeError("RPCErr:1: timed out")))
+        assert transport._heard[1] == 0.0  # a ping that failed is silence
+        transport._ping_callback(1)(_answered(False))
+        assert transport._heard[1] > 0.0  # answered: alive, even if it never pings this node itself
+        transport.forget(2)
+        transport._ping_callback(2)(_answered(False))
+        assert not transport.knows(2)  # an answer from a node that left does not bring it back
+        transport._ping_callback(1)(_answered(True))
+        await asyncio.sleep(0)
+        assert lost == [(1, "node 1 counts this node lost (it was silent too long)")]
+    finally:
+        _rpc_transport._active = None

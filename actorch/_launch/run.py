@@ -95,7 +95,9 @@ def run(
         liveness_timeout: Seconds without a sign of life after which a node that
             did not close its connections (a stopped process, a network
             partition) is lost; heartbeats go every fifth of it. A killed
-            process is noticed at once, whatever this is.
+            process is noticed at once, whatever this is; a silent node on
+            this machine whose process still runs (starved, or busy in a long
+            call) is lost only after ten times this.
         mailbox_size: Messages one node may have waiting at one actor; beyond
             it a call waits for room and a tell raises ``MailboxFullError``.
         max_message_size: Bytes a call, tell or result between nodes may take

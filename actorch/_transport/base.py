@@ -133,6 +133,9 @@ class NodeInfo:
         parent: The rank of the node that started its process (``add_nodes``), if one did.
         pool: Whether it starts node processes on its host when asked (a host agent).
         lane: Where its fast lane listens (``host:port``), if it has one.
+        process: Its process as its machine's kernel knows it (boot id and start
+            time), so that a node on the same machine can look at it directly; None
+            where the kernel does not say.
     """
 
     rank: int
@@ -146,6 +149,7 @@ class NodeInfo:
     parent: int | None = None
     pool: bool = False
     lane: str | None = None
+    process: str | None = None
 
 
 @dataclass(frozen=True)

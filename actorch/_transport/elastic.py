@@ -221,6 +221,9 @@ class ElasticRpcTransport(RpcTransport):
             members = self._members = Membership(store)
             self._add_peer(own_info(0, accelerator().inventory(), self.traits, self._open_lane(store)))
             self._bring_up(lambda: self._start_agent(store, options))
+            # The heartbeat runs from now on, each newcomer watched and pinged from its welcome: a worker
+            # of the launch that is ready early must hear from rank 0 before the last one has joined.
+            self._watch_peers()
             members.open(self._initial, self._shared, public=self.elastic)
             self._admission = threading.Thread(target=self._admit_newcomers, name="actorch-admission", daemon=True)
             self._admission.start()
@@ -236,7 +239,7 @@ class ElasticRpcTransport(RpcTransport):
                 raise
             except Exception as exc:  # the store or the agent failed under it: rank 0 went, most likely
                 raise JoinError(f"could not join the system at {self.address}: {exc}") from exc
-        self._watch_peers()
+            self._watch_peers()
 
     def _start_agent(self, store: Any, options: Any) -> None:
         agent = rpc.TensorPipeAgent(store, worker_name(self.rank), self.rank, None, options, {}, [])  # type: ignore[attr-defined]
@@ -339,17 +342,35 @@ class ElasticRpcTransport(RpcTransport):
         self.welcome(info)
         facts = json.dumps(facts_of(info))
         welcomes = [
-            rpc.rpc_async(worker_name(peer.rank), _welcome, args=(facts,), timeout=self._options.liveness_timeout)
+            (
+                peer.rank,
+                rpc.rpc_async(worker_name(peer.rank), _welcome, args=(facts,), timeout=self._options.init_timeout),
+            )
             for peer in live
             if peer.rank != self.rank
         ]
-        for welcome in welcomes:
-            with contextlib.suppress(Exception):  # that member is dying: its loss is seen anyway
-                welcome.wait()
+        for member, welcome in welcomes:
+            self._wait_welcomed(member, welcome)
         members.ready(rank)
         with self._admitted:
             self._joined_ranks.add(rank)
             self._admitted.notify_all()
+
+    def _wait_welcomed(self, member: int, welcome: Any) -> None:
+        """Wait until ``member`` has met the newcomer, or is lost, or admission ends (the admission thread).
+
+        The newcomer may not serve before every live member knows it: one that
+        does not yet refuses its bundles and its watch as a stranger's, and the
+        newcomer would count that member lost. A member too starved to answer
+        soon answers late, not never, so no timeout of its own ends the wait: a
+        dead member fails the call at once, and a frozen one is lost by the
+        heartbeats (the call's own timeout, ``init_timeout``, bounds the rest).
+        """
+        answered = threading.Event()
+        welcome.add_done_callback(lambda _: answered.set())
+        while not answered.wait(POLL):
+            if member in self._lost_ranks or self._admission_stop.is_set():
+                return
 
     # ------------------------------------------------------------------ every member
 

@@ -352,7 +352,7 @@ class Lane:
         self._connecting: dict[int, asyncio.Task[None]] = {}
         self._forgotten: set[int] = set()
         self._reported: set[int] = set()  # peers reported lost (once each: both connections close)
-        self._progress: dict[int, tuple[int, float]] = {}  # per peer: bytes acknowledged, when last seen moving
+        self._progress: dict[int, tuple[int, float]] = {}  # per peer with bytes waiting: bytes acked, since when
         self._server: asyncio.Server | None = None
         self._refusals = 0  # refused since the last warning
         self._warned = -REFUSAL_LOG_INTERVAL
@@ -458,9 +458,10 @@ class Lane:
 
         A peer whose window is closed (its process does not read: it is busy or
         stopped) is not stalled: its kernel answers, and torch RPC's heartbeats
-        judge the process. Called at intervals; the duration counts from the
-        last call that saw acknowledgements move or nothing waiting. Linux
-        only (``TCP_INFO``); elsewhere nothing is ever stalled.
+        judge the process. Called at intervals; a stall counts from the first
+        call that saw bytes waiting with no acknowledgement since, so it is
+        never longer than the truth (up to one interval shorter). Linux only
+        (``TCP_INFO``); elsewhere nothing is ever stalled.
         """
         now = time.monotonic() if now is None else now
         stalled: dict[int, float] = {}
@@ -470,7 +471,9 @@ class Lane:
                 continue
             waiting, acked = progress
             last = self._progress.get(dest)
-            if not waiting or last is None or last[0] != acked:
+            if not waiting:
+                self._progress.pop(dest, None)
+            elif last is None or last[0] != acked:
                 self._progress[dest] = (acked, now)
             else:
                 stalled[dest] = now - last[1]

@@ -29,12 +29,13 @@ import secrets
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
 from actorch._base.errors import JoinError
 from actorch._transport.base import NodeInfo, NodeTraits
+from actorch._transport.suspicion import own_process
 
 __all__ = [
     "ADDRESS_ENV",
@@ -88,6 +89,7 @@ def facts_of(info: NodeInfo) -> dict[str, Any]:
         "parent": info.parent,
         "pool": info.pool,
         "lane": info.lane,
+        "process": info.process,
     }
 
 
@@ -106,6 +108,7 @@ def info_of(facts: dict[str, Any]) -> NodeInfo:
         facts.get("parent"),
         bool(facts.get("pool", False)),
         facts.get("lane"),
+        facts.get("process"),
     )
 
 
@@ -266,4 +269,5 @@ class Membership:
 
 def own_info(rank: int, devices: Sequence[str], traits: NodeTraits, lane: str | None = None) -> NodeInfo:
     """This process as a node of rank ``rank`` (its fast lane listening at ``lane``, if it has one)."""
-    return traits.info(rank, socket.gethostname(), os.getpid(), tuple(devices), lane)
+    info = traits.info(rank, socket.gethostname(), os.getpid(), tuple(devices), lane)
+    return replace(info, process=own_process())  # peers on this machine can then look at it (``suspicion``)

@@ -10,12 +10,14 @@ fails within milliseconds when the peer's process dies, which is how peer loss
 is noticed even when nothing else is in flight. A process that stops answering
 without closing its connections (stopped, or cut off by the network) is caught
 by heartbeats instead: a thread of every rank pings every peer, and a peer
-heard from by neither ping nor bundle for ``liveness_timeout`` seconds is lost.
-The heartbeat runs outside the event loop, so a loop busy with a long handler
-does not make its node look dead. A node that was lost but comes back (it was
-only stopped, or the partition healed) is stale: its bundles and pings are
-answered with ``EXPELLED``, which tells it that this node counts it lost, so it
-sees this node lost in turn instead of talking to a world that moved on.
+heard from by neither ping, answer to a ping nor bundle for ``liveness_timeout``
+seconds is lost, unless its process is seen still running on this machine
+(``suspicion``: starved, not dead). The heartbeat runs outside the event loop,
+so a loop busy with a long handler does not make its node look dead. A node
+that was lost but comes back (it was only stopped, or the partition healed) is
+stale: its bundles and pings are answered with ``EXPELLED``, which tells it that
+this node counts it lost, so it sees this node lost in turn instead of talking
+to a world that moved on.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from actorch._transport.rpc_setup import (
     rendezvous_store,
     resolve_device_maps,
 )
+from actorch._transport.suspicion import Suspicion
 
 __all__ = ["RpcOptions", "RpcTransport", "tensorpipe_options"]
 
@@ -303,46 +306,58 @@ class RpcTransport(Transport):
         The thread wakes for the next round of pings or for the earliest moment
         a peer would pass the timeout, whichever comes first, so a loss is
         reported at ``liveness_timeout`` after the last sign of life rather than
-        up to an interval later.
+        up to an interval later. Silence is counted only while this thread runs:
+        one that wakes an interval late was held up itself (its process starved
+        or stopped), and what it missed meanwhile says nothing of the peers. A
+        silent peer whose process still runs on this machine is suspected, not
+        lost (see ``suspicion``).
         """
         interval, timeout = self._options.heartbeat_interval, self._options.liveness_timeout
+        suspicion = Suspicion(self.rank, timeout)
         reported: set[int] = set()
-        next_ping = time.monotonic()
+        next_ping = wake = judged_from = time.monotonic()
         while True:
             now = time.monotonic()
-            live = []
+            if now - wake > interval:
+                judged_from = now
+            live, suspected = [], []
             for peer, heard in list(self._heard.items()):
                 if peer in self._lost_ranks or peer in reported:
                     continue
-                silent = now - heard
-                if silent >= timeout:
+                silent = now - max(heard, judged_from)
+                if silent < timeout:
+                    suspicion.heard(peer)
+                    live.append(peer)
+                elif suspicion.spares(self._peers.get(peer), now - heard):
+                    suspected.append(peer)
+                else:
                     reported.add(peer)
                     self._lost_from_thread(peer, f"not heard from for {silent:.1f} s (liveness timeout {timeout:g} s)")
-                else:
-                    live.append(peer)
             if self._lane is not None:
-                self._judge_lanes(now, live, reported)
+                self._judge_lanes(now, judged_from, live, reported)
             if now >= next_ping:
                 next_ping = now + interval
-                for peer in live:
+                for peer in live + suspected:
                     try:
                         ping = rpc.rpc_async(worker_name(peer), _ping, args=(self.rank,), timeout=timeout)
                     except Exception:  # noqa: BLE001, S112 - a dead link shows as silence, then loss
                         continue
                     ping.add_done_callback(self._ping_callback(peer))
-            wake = min([next_ping, *(self._heard.get(peer, now) + timeout for peer in live)])
+            wake = min([next_ping, *(max(self._heard.get(peer, now), judged_from) + timeout for peer in live)])
             if self._stop_heartbeat.wait(max(wake - time.monotonic(), 0.0) + 0.001):
                 return
 
-    def _judge_lanes(self, now: float, live: list[int], reported: set[int]) -> None:
+    def _judge_lanes(self, now: float, judged_from: float, live: list[int], reported: set[int]) -> None:
         """Report a peer whose fast lane has acknowledged nothing for the liveness timeout (heartbeat thread).
 
         Its pings may still come back on torch RPC's connection while every
-        bundle on the lane, and every later one held behind it, waits.
+        bundle on the lane, and every later one held behind it, waits. As for
+        silence, a stall is counted only while this thread runs (from ``judged_from``).
         """
         assert self._lane is not None
         timeout = self._options.liveness_timeout
-        for peer, stalled in self._lane.stalled(now).items():
+        for peer, since in self._lane.stalled(now).items():
+            stalled = min(since, now - judged_from)
             if stalled >= timeout and peer in live:
                 live.remove(peer)
                 reported.add(peer)
@@ -358,6 +373,12 @@ class RpcTransport(Transport):
                 return
             if expelled:
                 self._lost_from_thread(peer, f"node {peer} counts this node lost (it was silent too long)")
+            elif peer in self._heard:
+                # An answer is a sign of life too: this node's view of a peer must not hang on the
+                # peer's own pings, which start later (a node that joins later) or run slower than ours.
+                self._heard[peer] = time.monotonic()
+                if peer in self._gone:  # it left meanwhile (forget runs on the loop): keep it forgotten
+                    self._heard.pop(peer, None)
 
         return on_pong
 

@@ -159,7 +159,9 @@ class RpcOptions:
         init_timeout: Seconds to wait for every rank to join.
         heartbeat_interval: Seconds between pings to every peer.
         liveness_timeout: Seconds without hearing from a peer after which it is
-            lost (a stopped process, a network partition).
+            lost (a stopped process, a network partition); a peer on this
+            machine whose process still runs is suspected, not lost, for up to
+            ``STARVED_LIMIT`` times as long (see ``suspicion``).
         device_maps: Which CUDA devices travel directly to which node (see
             :func:`normalize_device_maps`); ``"auto"`` by default.
         strict_devices: Refuse accelerator tensors no device map covers,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,21 @@ class Stuck(actorch.Actor):
 
     async def block(self, seconds: float) -> None:
         time.sleep(seconds)  # noqa: ASYNC251 - blocking the event loop is the fault under test
+
+    async def hold_asleep(self, seconds: int) -> None:
+        """Sleep in a C call that keeps the GIL: no thread of the process runs, yet it is alive."""
+        ctypes.PyDLL(None).sleep(seconds)
+
+    async def hold_busy(self, seconds: float) -> None:
+        """Compute for ``seconds`` without letting another thread run (the GIL kept, as a long C call keeps it)."""
+        switching = sys.getswitchinterval()
+        sys.setswitchinterval(10 * seconds)
+        try:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                pass
+        finally:
+            sys.setswitchinterval(switching)
 
     async def pid(self) -> int:
         return os.getpid()

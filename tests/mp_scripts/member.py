@@ -10,9 +10,10 @@ Usage: ``python member.py MODE TMPDIR``; every rank runs it, rank 0 runs ``main`
   past the liveness timeout, so rank 0 counts it lost, then continues it. Rank 0
   writes ``TMPDIR/ready`` (rank 1's pid) once the calls run, and waits for
   ``TMPDIR/continued`` before it reports what it refused;
-- ``expelled``: rank 0 counts rank 1 lost after 1 s of silence while rank 1,
-  alive and well, pings every 2 s and calls rank 0 every 1.5 s: rank 1 is
-  stale without ever stopping, and hears so from rank 0's answers.
+- ``expelled``: rank 1, which calls rank 0 every 1.5 s, sleeps 2 s in a C call
+  that keeps its interpreter: alive, never stopped, but running nothing, so
+  rank 0 (liveness timeout 1 s) counts it lost. Awake again, rank 1 is stale,
+  and hears so from rank 0's answers.
 """
 
 from __future__ import annotations
@@ -52,8 +53,12 @@ async def stale(system: actorch.ActorSystem) -> None:
 async def expelled(system: actorch.ActorSystem) -> None:
     counter = await system.spawn(Counter, on=0)
     caller = await system.spawn(Caller, args=(str(TMP / "caller.json"),), on=1)
+    sleeper = await system.spawn(Stuck, on=1)
+    calling = asyncio.ensure_future(caller.call(Caller.keep_calling, counter, 120.0, 1.5))
+    await asyncio.sleep(0.3)
+    sleeper.tell(Stuck.hold_asleep, 2)
     async with asyncio.timeout(30):
-        outcome = await attempt(caller.call(Caller.keep_calling, counter, 120.0, 1.5))
+        outcome = await attempt(calling)
     emit("lost", outcome=outcome, at=time.monotonic(), lost=sorted(system.lost_nodes))
     await asyncio.sleep(3.0)  # time for the stale node to speak, be refused and leave
     emit("refused", count=system.statistics()["messages_refused"])
@@ -76,6 +81,6 @@ async def main(system: actorch.ActorSystem) -> str:
 
 if __name__ == "__main__":
     liveness = 2.5
-    if MODE == "expelled":
-        liveness = 1.0 if os.environ["RANK"] == "0" else 10.0
+    if MODE == "expelled" and os.environ["RANK"] == "0":
+        liveness = 1.0
     print("RETURNED " + repr(actorch.run(main, stop_grace=1.0, liveness_timeout=liveness)), flush=True)
