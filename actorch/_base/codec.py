@@ -16,7 +16,7 @@ through host memory and marked so, for the receiver to move it to its device.
 
 Every tensor arrives bitwise as it was sent, or is refused with
 ``SerializationError`` naming where it sits in the value: the forms a tensor
-takes in the bytes (inlined, sparse parts) and the kinds refused are in
+takes in the bytes (inlined; sparse and quantized ones as parts) and the kinds refused are in
 :mod:`actorch._base.tensorforms`. The decoder takes bytes from other processes:
 whatever they hold, it raises ``SerializationError`` and nothing else, and it
 allocates no more than the bytes can justify.
@@ -68,11 +68,12 @@ _FIRST_USER_CODE = 16
 T = TypeVar("T")
 
 MAX_NESTING = 32
-"""Deepest chain of tuples and extension values (refs, dataclasses, sparse tensors) one message may hold.
+"""Deepest chain of tuples and extension values (refs, dataclasses, tensors as parts) one message may hold.
 
-Each level is decoded by a msgpack call of its own, which takes about 40 KiB
-of C stack: 200 levels, in 700 bytes, overflowed a thread's 8 MiB stack and
-killed the process. Plain lists and dicts do not count (msgpack bounds them).
+Each level is decoded by a msgpack call of its own, which takes 40-50 KiB of
+C stack: 200 levels, in 700 bytes, overflowed a thread's 8 MiB stack and
+killed the process (150 did not). Plain lists and dicts do not count: msgpack
+nests them without recursing.
 """
 
 Encoder = Callable[[Any], Any]
@@ -233,7 +234,7 @@ class Codec:
         except SerializationError:
             raise
         except Exception as exc:
-            raise SerializationError(f"cannot decode message: {exc!r}") from exc
+            raise SerializationError(f"cannot decode message: {_describe(exc)}") from exc
         finally:
             _decoding_context.reset(token)
 
@@ -309,7 +310,8 @@ class _Encoding:
             self.tensors.append(_stage(obj, route, self.value, self.arguments))
             self.staged_on.add(obj.device)
             return msgpack.ExtType(_STAGED, (len(self.tensors) - 1).to_bytes(4, "little"))
-        if obj._is_zerotensor():  # torch RPC's serializer aborts the process on one
+        if obj._is_zerotensor() or (not obj.numel() and obj.storage_offset()):
+            # torch RPC aborts the sender on a tensor with no memory, the receiver on an offset past an empty storage.
             obj = obj.clone()
         return self.side(obj)
 
@@ -380,6 +382,14 @@ class _Decoding:
         if decode is None:
             raise SerializationError(f"unknown extension code {code}")
         return decode(self.unpack(payload), self.context)
+
+
+def _describe(exc: Exception) -> str:
+    """``exc``'s type and message; not its repr, which may hold a half-decoded value whose own repr raises."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 - a message that cannot be formatted still names its type
+        return type(exc).__name__
 
 
 def _stage(tensor: torch.Tensor, route: TensorRoute, value: Any, arguments: bool) -> torch.Tensor:

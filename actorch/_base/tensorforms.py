@@ -224,6 +224,12 @@ def from_parts(parts: Any) -> torch.Tensor:
             return torch._make_per_tensor_quantized_tensor(integers, scale, zero_point)
         if code == _PER_CHANNEL:
             integers, scales, zero_points, axis = rest
+            # torch takes any axis and any number of scales, and would read past them later.
+            if not 0 <= axis < integers.dim() or not scales.shape == zero_points.shape == (integers.shape[axis],):
+                raise ValueError(
+                    f"a tensor of shape {tuple(integers.shape)} quantized along axis {axis} came with "
+                    f"{tuple(scales.shape)} scales and {tuple(zero_points.shape)} zero points"
+                )
             return torch._make_per_channel_quantized_tensor(integers, scales, zero_points, axis)
         layout = _SPARSE_LAYOUTS[code]
         if layout is torch.sparse_coo:
@@ -231,5 +237,5 @@ def from_parts(parts: Any) -> torch.Tensor:
             return torch.sparse_coo_tensor(indices, values, size, is_coalesced=coalesced, check_invariants=True)
         size, compressed, plain, values = rest
         return torch.sparse_compressed_tensor(compressed, plain, values, size, layout=layout, check_invariants=True)
-    except (RuntimeError, TypeError, ValueError, IndexError) as exc:
+    except (RuntimeError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise SerializationError(f"a sparse or quantized tensor arrived malformed: {exc}") from None
