@@ -260,7 +260,7 @@ class _Encoding:
         """``inner`` packed on its own (a packer's buffer is not reentrant), at most ``MAX_NESTING`` deep."""
         if self.depth > MAX_NESTING:  # the receiver could not decode it
             raise SerializationError(
-                f"the value nests tuples or extension values (refs, dataclasses, sparse tensors) more than "
+                f"the value nests tuples or extension values (refs, dataclasses, tensors sent as parts) more than "
                 f"{MAX_NESTING} deep; use lists or dicts for deeper structures"
             )
         self.depth += 1

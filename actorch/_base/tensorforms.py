@@ -154,7 +154,7 @@ def _shape_format(rank: int) -> struct.Struct:
 
 
 def refusal(tensor: torch.Tensor) -> str | None:
-    """Why ``tensor``, of a layout other than strided, nested or quantized, cannot travel; None if it can.
+    """Why ``tensor`` (sparse, nested, quantized or of another unusual layout) cannot travel; None if it can.
 
     Refused are the kinds that would not arrive as sent: a meta tensor (no
     data), a nested tensor of strided layout and an MKL-DNN tensor (torch RPC
