@@ -248,6 +248,11 @@ BAD_INPUTS: list[tuple[str, str, Callable[[actorch.ActorSystem, Any, Any], Any]]
     ("unserialisable argument", "SerializationError", lambda system, ref, stopped: ref.call("echo", threading.Lock())),
     ("object refused in strict mode", "SerializationError", lambda system, ref, stopped: ref.call("echo", {1, 2})),
     (
+        "tensor with no faithful form (MKL-DNN)",
+        "SerializationError",
+        lambda system, ref, stopped: ref.call(Target.echo, torch.ones(3).to_mkldnn()),
+    ),
+    (
         "message over max_message_size",
         "MessageTooLargeError",
         lambda system, ref, stopped: ref.call(Target.echo, torch.zeros(2 << 20, dtype=torch.uint8)),

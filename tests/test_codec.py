@@ -357,10 +357,9 @@ def test_codec_gives_an_inlined_tensor_memory_of_its_own_and_leaves_both_resizab
         torch.zeros(_codec.INLINE_TENSOR_BYTES // 4 + 1),  # over the size
         torch.zeros(4, requires_grad=True),  # distributed autograd records torch RPC's path
         torch.nn.Parameter(torch.zeros(4), requires_grad=False),  # a subclass keeps its class
-        torch.zeros(4).to_sparse(),
         torch.zeros(4, dtype=torch.float8_e4m3fn),  # a dtype outside the plain ones
     ],
-    ids=["large", "requires-grad", "parameter", "sparse", "float8"],
+    ids=["large", "requires-grad", "parameter", "float8"],
 )
 def test_codec_keeps_torch_rpcs_tensor_path_for_tensors_it_cannot_inline(tensor: torch.Tensor) -> None:
     _, tensors = Codec().encode([tensor], route=ROUTE)

@@ -1,9 +1,14 @@
-"""Fuzzing a live actor with endpoint names and arguments: every bad call gets a named error, and it keeps serving.
+"""Fuzzing a live actor with endpoint names and arguments, and the codec's decoder with bytes.
 
-The world runs in a thread of its own, so hypothesis can drive it from plain
-test functions: each example is one call (or tell) from node 0 to an actor on
-node 1, over the codec in strict mode, and once all examples have run the actor
-must still answer exactly as before.
+Every bad call gets a named error, and the actor keeps serving. The world runs
+in a thread of its own, so hypothesis can drive it from plain test functions:
+each example is one call (or tell) from node 0 to an actor on node 1, over the
+codec in strict mode, and once all examples have run the actor must still
+answer exactly as before.
+
+The decoder is fed random bytes and mutated encodings of drawn values (tensors
+of every kind among them): nothing but ``SerializationError`` comes out, and
+sizes declared beyond the bytes are refused before anything is allocated.
 """
 
 from __future__ import annotations
@@ -17,10 +22,15 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
+from tensor_cases import payloads
 
 import actorch
+from actorch import SerializationError
+from actorch._base import codec as _codec
+from actorch._base.codec import Codec
+from actorch._base.devices import TensorRoute
 from actorch.testing import LocalWorld, local_world
 
 
@@ -173,3 +183,191 @@ def test_actor_answers_correctly_after_the_fuzzing(live: LiveWorld) -> None:
     assert squares == [0, 1, 4]
     assert handled == 6
     assert found
+
+
+# ---------------------------------------------------------------------- the codec's decoder
+#
+# Bytes from another process reach Codec.decode: whatever they hold, it returns
+# a value or raises SerializationError, and allocates no more than the bytes
+# justify. The messages are written by hand here (tests do not import msgpack).
+
+DECODE_SIDE = [torch.ones(2), torch.arange(3)]
+"""A side list for the fuzzed messages to point into (or past)."""
+
+
+def ext(code: int, payload: bytes) -> bytes:
+    """A msgpack extension value: ``code`` and ``payload``."""
+    size = len(payload)
+    if size < 1 << 8:
+        return b"\xc7" + bytes((size, code)) + payload
+    if size < 1 << 16:
+        return b"\xc8" + size.to_bytes(2, "big") + bytes((code,)) + payload
+    return b"\xc9" + size.to_bytes(4, "big") + bytes((code,)) + payload
+
+
+def nested_tuples(depth: int) -> bytes:
+    """``depth`` tuples, each holding the next, around an empty list, as the codec writes them."""
+    data = b"\x90"
+    for _ in range(depth):
+        data = ext(_codec._TUPLE, data)
+    return data
+
+
+def decoded_or_refused(codec: Codec, data: bytes, side: list[Any]) -> None:
+    """Decode ``data``; a SerializationError with a message is the only way out besides a value."""
+    try:
+        codec.decode(data, side)
+    except SerializationError as exc:
+        message = str(exc)
+    else:
+        return
+    assert message
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=200), strict=st.booleans())
+def test_codec_decodes_random_bytes_to_a_value_or_serialization_error(data: bytes, strict: bool) -> None:
+    decoded_or_refused(Codec(strict=strict), data, DECODE_SIDE)
+
+
+MUTATIONS = st.sampled_from(["flip", "truncate", "insert", "overwrite", "duplicate"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    payload=payloads(),
+    extra=VALUES,
+    mutations=st.lists(st.tuples(MUTATIONS, st.integers(0, 1 << 16), st.binary(min_size=1, max_size=9)), max_size=3),
+    keep=st.integers(0, 4),
+)
+@pytest.mark.filterwarnings("ignore:.*quantized tensor creation functions.*deprecated:UserWarning")
+@pytest.mark.filterwarnings("ignore:Sparse (CSR|CSC|BSR|BSC) tensor support is in beta state:UserWarning")
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental:UserWarning")
+def test_codec_decodes_mutated_messages_to_a_value_or_serialization_error(
+    payload: list[torch.Tensor], extra: Any, mutations: list[tuple[str, int, bytes]], keep: int
+) -> None:
+    codec = Codec(strict=True)
+    try:
+        data, side = codec.encode([(1, "x", payload), {"extra": extra}], route=TensorRoute(1), arguments=True)
+    except SerializationError:
+        reject()  # not a message to begin with (an int wider than 64 bits)
+    mutated = bytearray(data)
+    for mutation, where, noise in mutations:
+        at = where % (len(mutated) + 1)
+        if mutation == "flip" and at < len(mutated):
+            mutated[at] ^= noise[0]
+        elif mutation == "truncate":
+            del mutated[at:]
+        elif mutation == "insert":
+            mutated[at:at] = noise
+        elif mutation == "overwrite":
+            mutated[at : at + len(noise)] = noise
+        else:
+            mutated[at:at] = mutated[at : at + len(noise) * 4]
+    decoded_or_refused(codec, bytes(mutated), side[:keep] if keep < len(side) else side)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\xdd\xff\xff\xff\xff",  # an array of 4 billion items, in 5 bytes
+        b"\xdf\xff\xff\xff\xff",  # a map of 4 billion pairs
+        b"\xc6\xff\xff\xff\xff",  # 4 GiB of bytes
+        b"\xdb\xff\xff\xff\xffabc",  # a 4 GiB string
+        b"\xc9\xff\xff\xff\xff\x05",  # a 4 GiB extension (an inlined tensor)
+    ],
+    ids=["array", "map", "bin", "str", "ext"],
+)
+def test_codec_refuses_a_size_declared_beyond_the_bytes(data: bytes) -> None:
+    with pytest.raises(SerializationError):
+        Codec().decode(data, [])
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(1 << 40,), (1 << 31, 1 << 31), (1 << 64) - 1, (3, (1 << 64) - 1, (1 << 64) - 1)],
+    ids=["1T-elements", "2G-by-2G", "minus-one", "two-negatives"],
+)
+def test_codec_refuses_an_inlined_tensor_larger_than_its_data_before_allocating_it(
+    shape: tuple[int, ...] | int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes = shape if isinstance(shape, tuple) else (shape,)
+    header = bytes((1, len(sizes))) + b"".join(size.to_bytes(8, "little") for size in sizes)  # float64
+    allocated: list[Any] = []
+    monkeypatch.setattr(torch, "empty", lambda *args, **kwargs: allocated.append(args))
+    with pytest.raises(SerializationError, match=r"an inlined tensor of shape .* came with 16 bytes of data"):
+        Codec().decode(ext(_codec._INLINE, header + bytes(16)), [])
+    assert allocated == []
+
+
+@pytest.mark.parametrize(
+    "payload", [b"", b"\x01", b"\x63\x00", b"\x00\x03\x01"], ids=["empty", "no-rank", "dtype", "short"]
+)
+def test_codec_refuses_an_inlined_tensor_with_a_malformed_header(payload: bytes) -> None:
+    with pytest.raises(SerializationError, match="inlined tensor came with a malformed header"):
+        Codec().decode(ext(_codec._INLINE, payload), [])
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [0, [2, 2], False, torch.tensor([[0, 5], [0, 1]]), torch.tensor([1.0, 2.0])],  # an index out of range
+        [0, [2, 2], True, torch.tensor([[0, 0], [1, 1]]), torch.tensor([1.0, 2.0])],  # "coalesced", duplicated
+        [1, [2, 2], torch.tensor([0, 1, 9]), torch.tensor([0, 1]), torch.tensor([1.0, 2.0])],  # rows past the end
+        [0, [2, 2], False, torch.tensor([[0], [1]])],  # a part missing
+        [16, torch.tensor([1, 2], dtype=torch.uint8), "scale", 0],  # a scale that is not a number
+        [17, torch.ones(2, 3, dtype=torch.int8), torch.ones(2, dtype=torch.float64), torch.zeros(2), 7],  # an axis
+        [17, torch.ones(2, 3, dtype=torch.int8), torch.ones(5, dtype=torch.float64), torch.zeros(5), 0],  # scales
+        [99, 1, 2],  # no such kind
+    ],
+    ids=[
+        "coo-index",
+        "coo-not-coalesced",
+        "csr-rows",
+        "coo-short",
+        "quantized-scale",
+        "per-channel-axis",
+        "per-channel-scales",
+        "kind",
+    ],
+)
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state:UserWarning")
+def test_codec_refuses_malformed_tensor_parts(parts: list[Any]) -> None:
+    codec = Codec()
+    body, side = codec.encode(parts)  # the parts as a plain list, their tensors on the side list
+    with pytest.raises(SerializationError, match="tensor arrived malformed"):
+        codec.decode(ext(_codec._PARTS, body), side)
+
+
+def test_codec_round_trips_tuples_nested_to_the_limit() -> None:
+    value: Any = []
+    for _ in range(_codec.MAX_NESTING):
+        value = (value,)
+    codec = Codec()
+    assert codec.decode(*codec.encode(value)) == value
+
+
+def test_codec_refuses_to_encode_tuples_nested_past_the_limit() -> None:
+    value: Any = []
+    for _ in range(_codec.MAX_NESTING + 1):
+        value = (value,)
+    with pytest.raises(SerializationError, match=f"more than {_codec.MAX_NESTING} deep"):
+        Codec().encode(value)
+
+
+@pytest.mark.parametrize("depth", [_codec.MAX_NESTING + 1, 200, 5000])
+def test_codec_refuses_to_decode_tuples_nested_past_the_limit(depth: int) -> None:
+    # 200 levels overflowed the decoding thread's C stack and killed the process.
+    assert Codec().decode(nested_tuples(_codec.MAX_NESTING), []) is not None
+    with pytest.raises(SerializationError, match=f"more than {_codec.MAX_NESTING} deep"):
+        Codec().decode(nested_tuples(depth), [])
+
+
+def test_codec_reports_bytes_after_the_value_even_when_the_value_cannot_be_printed() -> None:
+    # msgpack's error holds what it decoded before the extra bytes: a tensor whose repr raises, here.
+    codec = Codec()
+    body, side = codec.encode(
+        [17, torch.ones(1, 2, dtype=torch.uint8), torch.ones(1, dtype=torch.float64), torch.tensor([256]), 0]
+    )
+    with pytest.raises(SerializationError, match="ExtraData"):
+        codec.decode(ext(_codec._PARTS, body) + b"\x00", side)

@@ -1,1 +1,1 @@
-"""Layer 1, the base: errors, names, deadlines, the codec, tensor files and the options; it imports no other layer."""
+"""Layer 1, the base: errors, names, deadlines, the codec, tensor forms and files, options; imports no other layer."""

@@ -13,26 +13,41 @@ cannot carry is pickled, unless the codec is strict, which refuses it with
 ``SerializationError``. A tensor on an accelerator that its message's
 :class:`~actorch._base.devices.TensorRoute` does not carry directly is staged
 through host memory and marked so, for the receiver to move it to its device.
+
+Every tensor arrives bitwise as it was sent, or is refused with
+``SerializationError`` naming where it sits in the value: the forms a tensor
+takes in the bytes (inlined; sparse and quantized ones as parts) and the kinds refused are in
+:mod:`actorch._base.tensorforms`. The decoder takes bytes from other processes:
+whatever they hold, it raises ``SerializationError`` and nothing else, and it
+allocates no more than the bytes can justify.
 """
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import pickle
-import struct
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import msgpack
 import torch
 
 from actorch._base.devices import TensorRoute, accelerator
 from actorch._base.errors import SerializationError
+from actorch._base.tensorforms import (
+    INLINE_TENSOR_BYTES,
+    from_inline,
+    from_parts,
+    inlinable,
+    inline,
+    parts,
+    refusal,
+)
 
 __all__ = [
     "INLINE_TENSOR_BYTES",
+    "MAX_NESTING",
     "Codec",
     "current_context",
     "register_extension",
@@ -47,33 +62,19 @@ _PICKLE = 2
 _SIDE = 3
 _STAGED = 4  # a tensor staged through host memory: the receiver moves it to its device
 _INLINE = 5  # a small CPU tensor carried in the bytes: dtype code, shape, data
+_PARTS = 6  # a sparse or quantized tensor as the parts that rebuild it (index, value, integer tensors...)
 _FIRST_USER_CODE = 16
 
 T = TypeVar("T")
 
-INLINE_TENSOR_BYTES = 32 * 1024
-"""Largest tensor (in bytes of data) that travels inside a message's bytes to another process.
+MAX_NESTING = 32
+"""Deepest chain of tuples and extension values (refs, dataclasses, tensors as parts) one message may hold.
 
-Measured here with torch RPC over TensorPipe's uv transport: a tensor of its
-own costs 40-90 us more CPU at each end than the same bytes inside the message,
-up to about 64 KiB; at 256 KiB the two cost the same.
+Each level is decoded by a msgpack call of its own, which takes 40-50 KiB of
+C stack: 200 levels, in 700 bytes, overflowed a thread's 8 MiB stack and
+killed the process (150 did not). Plain lists and dicts do not count: msgpack
+nests them without recursing.
 """
-
-_INLINE_DTYPES: tuple[torch.dtype, ...] = (
-    torch.float32,
-    torch.float64,
-    torch.float16,
-    torch.bfloat16,
-    torch.int64,
-    torch.int32,
-    torch.int16,
-    torch.int8,
-    torch.uint8,
-    torch.bool,
-    torch.complex64,
-    torch.complex128,
-)
-_INLINE_CODES = {dtype: bytes((code,)) for code, dtype in enumerate(_INLINE_DTYPES)}
 
 Encoder = Callable[[Any], Any]
 Decoder = Callable[[Any, Any], Any]
@@ -193,57 +194,16 @@ class Codec:
         Raises:
             SerializationError: If a part of ``value`` cannot be encoded.
         """
-        tensors: list[Any] = []
-        strict = self.strict
-        side_types = _side_types
-        staged_on: set[torch.device] = set()
-
-        def tensor(obj: torch.Tensor) -> msgpack.ExtType:
-            if route is not None:
-                if obj.device.type != "cpu" and str(obj.device) not in route.direct:
-                    tensors.append(_stage(obj, route, value, arguments))
-                    staged_on.add(obj.device)
-                    return msgpack.ExtType(_STAGED, (len(tensors) - 1).to_bytes(4, "little"))
-                if type(obj) is torch.Tensor and _inlined(obj):
-                    return msgpack.ExtType(_INLINE, _inline(obj))
-            tensors.append(obj.detach().clone() if copy_tensors else obj)
-            return msgpack.ExtType(_TENSOR, (len(tensors) - 1).to_bytes(4, "little"))
-
-        def default(obj: Any) -> Any:
-            if isinstance(obj, torch.Tensor):
-                return tensor(obj)
-            if type(obj) is tuple:
-                return msgpack.ExtType(_TUPLE, nested(list(obj)))
-            if side_types and isinstance(obj, side_types):
-                tensors.append(obj)
-                return msgpack.ExtType(_SIDE, (len(tensors) - 1).to_bytes(4, "little"))
-            registered = _encoders.get(type(obj))
-            if registered is not None:
-                code, encode = registered
-                return msgpack.ExtType(code, nested(encode(obj)))
-            if strict:
-                raise SerializationError(
-                    f"strict serialization refuses {type(obj).__qualname__} values; send "
-                    "tensors, numbers, str, bytes, lists, tuples, dicts or actor refs"
-                )
-            try:
-                return msgpack.ExtType(_PICKLE, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
-            except Exception as exc:
-                raise SerializationError(f"cannot serialize {type(obj).__qualname__} value: {exc}") from exc
-
-        def nested(inner: Any) -> bytes:
-            # A packer's buffer is not reentrant: nested values need their own.
-            return msgpack.packb(inner, default=default, use_bin_type=True, strict_types=True)
-
+        encoding = _Encoding(self.strict, value, copy_tensors, route, arguments)
         try:
-            data = nested(value)
+            data = encoding.nested(value)
         except SerializationError:
             raise
         except (TypeError, ValueError, OverflowError) as exc:
             raise SerializationError(f"cannot serialize value: {exc}") from exc
-        for device in staged_on:  # one wait per device, after every copy of the message was queued
+        for device in encoding.staged_on:  # one wait per device, after every copy of the message was queued
             accelerator().synchronize(device)
-        return data, tensors
+        return data, encoding.tensors
 
     def encode_plain(self, value: Any) -> bytes:
         """Encode msgpack-native ``value`` (no tuples, tensors or extensions) quickly."""
@@ -267,80 +227,169 @@ class Codec:
         Raises:
             SerializationError: If the bytes are malformed, or strict mode meets pickle.
         """
-        strict = self.strict
-
-        def ext_hook(code: int, payload: bytes) -> Any:
-            if code in (_TENSOR, _SIDE):
-                return tensors[int.from_bytes(payload, "little")]
-            if code == _INLINE:
-                return _from_inline(payload)
-            if code == _STAGED:
-                tensor = tensors[int.from_bytes(payload, "little")]
-                return tensor if device is None or device.type == "cpu" else accelerator().to_device(tensor, device)
-            if code == _TUPLE:
-                return tuple(unpack(payload))
-            if code == _PICKLE:
-                if strict:
-                    raise SerializationError("strict serialization refuses a pickled value")
-                return pickle.loads(payload)  # noqa: S301 - peers are trusted (docs/concepts)
-            decode = _decoders.get(code)
-            if decode is None:
-                raise SerializationError(f"unknown extension code {code}")
-            return decode(unpack(payload), context)
-
-        def unpack(payload: bytes) -> Any:
-            return msgpack.unpackb(payload, ext_hook=ext_hook, raw=False, strict_map_key=False)
-
+        decoding = _Decoding(self.strict, tensors, context, device)
         token = _decoding_context.set(context)
         try:
-            return unpack(data)
+            return decoding.unpack(data)
         except SerializationError:
             raise
         except Exception as exc:
-            raise SerializationError(f"cannot decode message: {exc!r}") from exc
+            raise SerializationError(f"cannot decode message: {_describe(exc)}") from exc
         finally:
             _decoding_context.reset(token)
 
 
-def _inlined(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` travels inside the message's bytes: small, on the CPU, dense, of a plain dtype, no autograd.
+class _Encoding:
+    """One value being encoded: the side list it fills, and how each tensor in it travels."""
 
-    A tensor that requires grad keeps torch RPC's path, which distributed
-    autograd records.
-    """
-    return (
-        tensor.is_cpu
-        and tensor.layout == torch.strided
-        and tensor.nbytes <= INLINE_TENSOR_BYTES
-        and not tensor.requires_grad
-        and tensor.dtype in _INLINE_CODES
-    )
+    __slots__ = ("arguments", "copy_tensors", "depth", "route", "staged_on", "strict", "tensors", "value")
+
+    def __init__(
+        self, strict: bool, value: Any, copy_tensors: bool, route: TensorRoute | None, arguments: bool
+    ) -> None:
+        self.strict = strict
+        self.value = value
+        self.copy_tensors = copy_tensors
+        self.route = route
+        self.arguments = arguments
+        self.tensors: list[Any] = []
+        self.staged_on: set[torch.device] = set()
+        self.depth = 0
+
+    def nested(self, inner: Any) -> bytes:
+        """``inner`` packed on its own (a packer's buffer is not reentrant), at most ``MAX_NESTING`` deep."""
+        if self.depth > MAX_NESTING:  # the receiver could not decode it
+            raise SerializationError(
+                f"the value nests tuples or extension values (refs, dataclasses, tensors sent as parts) more than "
+                f"{MAX_NESTING} deep; use lists or dicts for deeper structures"
+            )
+        self.depth += 1
+        try:
+            return msgpack.packb(inner, default=self.default, use_bin_type=True, strict_types=True)
+        finally:
+            self.depth -= 1
+
+    def default(self, obj: Any) -> Any:
+        """What msgpack cannot pack itself: tensors, tuples, side objects, extensions, pickles."""
+        if isinstance(obj, torch.Tensor):
+            return self.tensor(obj)
+        if type(obj) is tuple:
+            return msgpack.ExtType(_TUPLE, self.nested(list(obj)))
+        if _side_types and isinstance(obj, _side_types):
+            self.tensors.append(obj)
+            return msgpack.ExtType(_SIDE, (len(self.tensors) - 1).to_bytes(4, "little"))
+        registered = _encoders.get(type(obj))
+        if registered is not None:
+            code, encode = registered
+            return msgpack.ExtType(code, self.nested(encode(obj)))
+        if self.strict:
+            raise SerializationError(
+                f"strict serialization refuses {type(obj).__qualname__} values; send "
+                "tensors, numbers, str, bytes, lists, tuples, dicts or actor refs"
+            )
+        try:
+            return msgpack.ExtType(_PICKLE, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception as exc:
+            raise SerializationError(f"cannot serialize {type(obj).__qualname__} value: {exc}") from exc
+
+    def tensor(self, obj: torch.Tensor) -> msgpack.ExtType:
+        """A tensor: inlined, staged, on the side list as it is, as its parts, or refused."""
+        if obj.layout is not torch.strided or obj.is_nested:
+            return self.unusual(obj)
+        if self.route is None:
+            return self.side(obj)
+        if obj.is_cpu and type(obj) is torch.Tensor and inlinable(obj):
+            return msgpack.ExtType(_INLINE, inline(obj))
+        return self.leaving(obj, self.route)
+
+    def leaving(self, obj: torch.Tensor, route: TensorRoute) -> msgpack.ExtType:
+        """A strided tensor bound for another process that is not inlined: as its parts, staged, or as it is."""
+        if obj.is_quantized:  # torch RPC's receiver aborts on an empty one
+            return self.unusual(obj)
+        if not obj.is_cpu and str(obj.device) not in route.direct:  # a meta tensor fails here: no data to stage
+            self.tensors.append(_stage(obj, route, self.value, self.arguments))
+            self.staged_on.add(obj.device)
+            return msgpack.ExtType(_STAGED, (len(self.tensors) - 1).to_bytes(4, "little"))
+        if obj._is_zerotensor() or (not obj.numel() and obj.storage_offset()):
+            # torch RPC aborts the sender on a tensor with no memory, the receiver on an offset past an empty storage.
+            obj = obj.clone()
+        return self.side(obj)
+
+    def side(self, obj: torch.Tensor) -> msgpack.ExtType:
+        """``obj`` on the side list, for the transport to send (a copy, if the sender may change its own)."""
+        self.tensors.append(obj.detach().clone() if self.copy_tensors else obj)
+        return msgpack.ExtType(_TENSOR, (len(self.tensors) - 1).to_bytes(4, "little"))
+
+    def unusual(self, obj: torch.Tensor) -> msgpack.ExtType:
+        """A sparse, nested, quantized or other unusual tensor: as its parts, as it is, or refused."""
+        why = refusal(obj)
+        if why is not None:
+            self.refuse(obj, why)
+        if obj.is_nested:  # jagged: torch RPC carries it as it is
+            return self.side(obj)
+        return msgpack.ExtType(_PARTS, self.nested(parts(obj)))
+
+    def refuse(self, obj: torch.Tensor, why: str) -> NoReturn:
+        """Raise ``SerializationError`` naming where ``obj`` sits in the value, and why it cannot go."""
+        raise SerializationError(f"{tensor_path(self.value, obj, arguments=self.arguments)}: {why}")
 
 
-def _inline(tensor: torch.Tensor) -> bytes:
-    """Dtype code, rank, shape and data of ``tensor``, in one piece of bytes.
+class _Decoding:
+    """One message being decoded: its side list, the context for extensions, how deep it has gone."""
 
-    The data is read straight from memory: through NumPy, the sender's tensor
-    would become one whose storage can no longer be resized.
-    """
-    shape = tensor.shape
-    header = _INLINE_CODES[tensor.dtype] + struct.pack(f"<B{len(shape)}q", len(shape), *shape)
-    if not tensor.is_contiguous():
-        tensor = tensor.contiguous()
-    return header + ctypes.string_at(tensor.data_ptr(), tensor.nbytes)
+    __slots__ = ("context", "depth", "device", "strict", "tensors")
+
+    def __init__(self, strict: bool, tensors: list[Any], context: Any, device: torch.device | None) -> None:
+        self.strict = strict
+        self.tensors = tensors
+        self.context = context
+        self.device = device
+        self.depth = 0
+
+    def unpack(self, payload: bytes) -> Any:
+        """``payload`` unpacked, at most ``MAX_NESTING`` deep (each level takes C stack)."""
+        if self.depth > MAX_NESTING:
+            raise SerializationError(f"the message nests tuples or extension values more than {MAX_NESTING} deep")
+        self.depth += 1
+        try:
+            return msgpack.unpackb(payload, ext_hook=self.ext_hook, raw=False, strict_map_key=False)
+        finally:
+            self.depth -= 1
+
+    def ext_hook(self, code: int, payload: bytes) -> Any:
+        """The value an extension stands for (the common ones first)."""
+        if code in (_TENSOR, _SIDE):
+            return self.tensors[int.from_bytes(payload, "little")]
+        if code == _INLINE:
+            return from_inline(payload)
+        if code == _TUPLE:
+            return tuple(self.unpack(payload))
+        return self.rarer(code, payload)
+
+    def rarer(self, code: int, payload: bytes) -> Any:
+        """The value of a staged tensor, sparse tensor, pickle or registered extension."""
+        if code == _STAGED:
+            tensor = self.tensors[int.from_bytes(payload, "little")]
+            device = self.device
+            return tensor if device is None or device.type == "cpu" else accelerator().to_device(tensor, device)
+        if code == _PARTS:
+            return from_parts(self.unpack(payload))
+        if code == _PICKLE:
+            if self.strict:
+                raise SerializationError("strict serialization refuses a pickled value")
+            return pickle.loads(payload)  # noqa: S301 - peers are trusted (docs/concepts)
+        decode = _decoders.get(code)
+        if decode is None:
+            raise SerializationError(f"unknown extension code {code}")
+        return decode(self.unpack(payload), self.context)
 
 
-def _from_inline(payload: bytes) -> torch.Tensor:
-    """The tensor :func:`_inline` wrote, in fresh memory of its own (writable and resizable)."""
-    rank = payload[1]
-    start = 2 + 8 * rank
-    tensor = torch.empty(struct.unpack_from(f"<{rank}q", payload, 2), dtype=_INLINE_DTYPES[payload[0]])
-    size = len(payload) - start
-    if size != tensor.nbytes:
-        raise SerializationError(f"an inlined tensor of shape {tuple(tensor.shape)} came with {size} bytes of data")
-    if size:
-        ctypes.memmove(tensor.data_ptr(), payload[start:], size)
-    return tensor
+def _describe(exc: Exception) -> str:
+    """``exc``'s type and message; not its repr, which may hold a half-decoded value whose own repr raises."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 - a message that cannot be formatted still names its type
+        return type(exc).__name__
 
 
 def _stage(tensor: torch.Tensor, route: TensorRoute, value: Any, arguments: bool) -> torch.Tensor:
