@@ -70,6 +70,7 @@ _HELLO = struct.Struct("<8sI16s32s")  # magic, connector's rank, connector's non
 _PROOF = struct.Struct("<32s")  # the listener's proof
 _HEADER = struct.Struct("<IQI")  # frame length (after these 4 bytes), sequence number, message count
 _LENGTH = struct.Struct("<I")
+_SEQ_COUNT = struct.Struct("<QI")  # a frame's header after its length
 _MAX_FRAME = 1 << 31
 _EXPEL = (1 << 64) - 1  # a frame's sequence number that says: the sender counts this node lost
 
@@ -94,27 +95,31 @@ def _proof(secret: bytes, role: bytes, nonce: bytes, prover: int, verifier: int)
     return hmac.new(secret, message, hashlib.sha256).digest()
 
 
-def parse_frame(frame: memoryview) -> tuple[int, list[bytes]]:
-    """A frame's sequence number and messages (``frame`` without its length prefix); raises if malformed."""
-    size = len(frame)
-    if size < _HEADER.size - 4:
-        raise LaneProtocolError(f"a frame of {size} bytes is shorter than its header")
-    seq, count = struct.unpack_from("<QI", frame)
-    at = _HEADER.size - 4
-    if count > (size - at) // 4:
-        raise LaneProtocolError(f"a frame of {size} bytes cannot hold {count} messages")
+def parse_frame(buffer: bytes | bytearray, start: int, end: int) -> tuple[int, list[bytes]]:
+    """The sequence number and messages of the frame in ``buffer[start:end]`` (after its length); raises if malformed.
+
+    On every bundle that arrives: it reads the buffer in place, and checks
+    each length before it trusts it.
+    """
+    if end - start < _SEQ_COUNT.size:
+        raise LaneProtocolError(f"a frame of {end - start} bytes is shorter than its header")
+    seq, count = _SEQ_COUNT.unpack_from(buffer, start)
+    at = start + _SEQ_COUNT.size
+    if count > (end - at) >> 2:
+        raise LaneProtocolError(f"a frame of {end - start} bytes cannot hold {count} messages")
     messages: list[bytes] = []
-    for _ in range(count):
-        if at + 4 > size:
-            raise LaneProtocolError(f"message {len(messages)} of {count} runs past the frame's {size} bytes")
-        (length,) = _LENGTH.unpack_from(frame, at)
+    for index in range(count):
+        if at + 4 > end:
+            raise LaneProtocolError(f"message {index} of {count} runs past the frame's {end - start} bytes")
+        (length,) = _LENGTH.unpack_from(buffer, at)
         at += 4
-        if at + length > size:
-            raise LaneProtocolError(f"message {len(messages)} of {count} runs past the frame's {size} bytes")
-        messages.append(bytes(frame[at : at + length]))
-        at += length
-    if at != size:
-        raise LaneProtocolError(f"{size - at} bytes follow the last of the frame's {count} messages")
+        stop = at + length
+        if stop > end:
+            raise LaneProtocolError(f"message {index} of {count} runs past the frame's {end - start} bytes")
+        messages.append(bytes(buffer[at:stop]))
+        at = stop
+    if at != end:
+        raise LaneProtocolError(f"{end - at} bytes follow the last of the frame's {count} messages")
     return seq, messages
 
 
@@ -168,19 +173,18 @@ class _Inbound(asyncio.Protocol):
                 return
             if not buffer:
                 return
-        view = memoryview(buffer)
         start = 0
         deliver = self._lane.deliver
         size = len(buffer)
         try:
             while size - start >= 4:
-                (length,) = _LENGTH.unpack_from(view, start)
+                (length,) = _LENGTH.unpack_from(buffer, start)
                 if length >= _MAX_FRAME:
                     raise LaneProtocolError(f"a frame declares {length} bytes (at most {_MAX_FRAME - 1})")
                 end = start + 4 + length
                 if end > size:
                     break
-                seq, messages = parse_frame(view[start + 4 : end])
+                seq, messages = parse_frame(buffer, start + 4, end)
                 start = end
                 if seq == _EXPEL:
                     self._lane.expelled_by(self.src)  # type: ignore[arg-type]  # set by the hello
@@ -189,8 +193,6 @@ class _Inbound(asyncio.Protocol):
         except LaneProtocolError as exc:
             self._protocol_error(str(exc))
             return
-        finally:
-            view.release()  # before the buffer shrinks: a bytearray with a view on it cannot resize
         if start:
             del buffer[:start]
 
