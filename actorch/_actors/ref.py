@@ -227,6 +227,10 @@ class ActorRef(Generic[A]):
         """Stop the actor once its queued messages are handled; its name disappears.
 
         Returns when ``on_stop`` has run and the name is gone from every node.
+        An actor in a process of its own (``Where(process="own")``) takes its
+        process with it: then this returns once that process has also left
+        the system (its node is no longer in ``system.nodes``); the process
+        exits just after, and the node that started it reaps it at once.
         Stopping an actor that is already stopped does nothing.
         """
         if self._actor_id == SERVICE_ID:
