@@ -182,12 +182,28 @@ class ActorRef(Generic[A]):
         )
         return self._caller.streams.stream(request)
 
+    @overload
+    def tell(self, method: Batched[A, T, Any], item: T, /) -> None: ...
+
+    @overload
+    def tell(
+        self, method: Callable[Concatenate[A, P], Awaitable[Any]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> None: ...
+
+    @overload
+    def tell(self, method: str, /, *args: Any, **kwargs: Any) -> None: ...
+
     def tell(self, method: Any, /, *args: Any, **kwargs: Any) -> None:
         """Send a message without waiting for its result (fire and forget).
 
         The endpoint and arguments are checked here when the actor class can be
         imported; tensors are copied at once, so the sender may reuse its own.
         A failure after sending is logged with the actor and endpoint.
+
+        Args:
+            method: The endpoint, as ``ActorClass.method`` (type-checked) or its name.
+            *args: Positional arguments for the endpoint (one item for a batched one).
+            **kwargs: Keyword arguments for the endpoint.
 
         Raises:
             EndpointError: Unknown or private endpoint, or arguments that do not bind.
