@@ -244,16 +244,24 @@ class ActorRef(Generic[A]):
 
         Returns when ``on_stop`` has run and the name is gone from every node.
         An actor in a process of its own (``Where(process="own")``) takes its
-        process with it: then this returns once that process has also left
-        the system (its node is no longer in ``system.nodes``); the process
-        exits just after, and the node that started it reaps it at once.
+        process with it: stopped from another node, this returns once that
+        process has also left the system (its node is no longer in
+        ``system.nodes``); the process exits just after, and the node that
+        started it reaps it at once. Stopped from its own process (by itself),
+        it returns as soon as it has stopped, and the process leaves next.
         Stopping an actor that is already stopped does nothing.
         """
         if self._actor_id == SERVICE_ID:
             raise EndpointError(f"{self._label} is a system service and cannot be stopped")
         with contextlib.suppress(ActorStoppedError):  # its node left the system, stopping it
             await self._caller.call(
-                self._rank, SERVICE_ID, "stop_actor", (self._actor_id,), {}, self._label, current_deadline()
+                self._rank,
+                SERVICE_ID,
+                "stop_actor",
+                (self._actor_id, self._rank != self._caller.rank),
+                {},
+                self._label,
+                current_deadline(),
             )
 
     async def _keep_snapshot(self, state: Any) -> bool:
