@@ -16,6 +16,7 @@ import pytest
 import structlog
 
 import actorch
+from actorch._launch import run as run_module
 from actorch._launch.eventloop import LEFTOVER_WAIT, run_bounded
 from actorch._launch.interrupts import INTERRUPT_EXIT_CODE, TERMINATE_EXIT_CODE, InterruptWatcher
 from actorch._transport.rpc_setup import RpcOptions
@@ -27,6 +28,25 @@ async def answer(system: actorch.ActorSystem) -> int:
 
 def test_run_in_one_process_returns_what_main_returned() -> None:
     assert actorch.run(answer, configure_logs=False) == 42
+
+
+@pytest.mark.parametrize(("rank", "warned"), [(0, 1), (1, 0)])
+def test_run_under_torchrun_takes_torchruns_world_over_world_size_and_rank_0_says_so(
+    monkeypatch: pytest.MonkeyPatch, rank: int, warned: int
+) -> None:
+    for key, value in {"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("ACTORCH_WORLD_SIZE", raising=False)
+    joined: list[Any] = []
+    monkeypatch.setattr(run_module, "rpc_transport", lambda world, options: joined.append(world))
+    monkeypatch.setattr(run_module, "_serve", lambda world, plan: joined.append(world))
+    monkeypatch.setattr(run_module, "lead", lambda main, transport, plan: None)
+    monkeypatch.setattr(run_module, "run_bounded", lambda lead, interrupts: "led")
+    with structlog.testing.capture_logs() as logs:
+        assert actorch.run(answer, world_size=3, configure_logs=False) == "led"
+    assert joined[0].world_size == 2
+    ignored = "run(world_size=3) is ignored: torchrun started 2 processes, and the launcher's count is the system's"
+    assert [entry["event"] for entry in logs if entry["log_level"] == "warning"] == [ignored] * warned
 
 
 @pytest.mark.parametrize("timeout", [0, -1.0, True, "3"])

@@ -306,10 +306,13 @@ def test_strict_mode_refuses_values_that_need_pickle() -> None:
 
 @pytest.mark.timeout(120)
 def test_torchrun_launch() -> None:
-    run = run_argv(torchrun_argv("simple.py", "--world-size", "none", nproc=2), timeout=100)
+    """The script says ``world_size=3``: torchrun's two processes are the system, as under ``actorch run``."""
+    run = run_argv(torchrun_argv("simple.py", "--world-size", "3", nproc=2), timeout=100)
     run.assert_clean_exit(0)
     r = run.result("simple")
     assert (r["rank"], r["world_size"]) == (0, 2)
+    ignored = "run(world_size=3) is ignored: torchrun started 2 processes, and the launcher's count is the system's"
+    assert run.stderr.count(ignored) == 1, f"rank 0 says so, once{run.report()}"
     assert r["host"][:2] == [1, 1]
     assert len(set(r["node_pids"])) == 2
     assert (r["typed"], r["by_name"], r["after_tell"]) == (3, 6, 10)

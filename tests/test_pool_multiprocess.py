@@ -1,8 +1,10 @@
 """Node processes on demand between real processes: added, placed on, owned by an actor, and always ended.
 
 ``mp_scripts/pool.py grow`` runs every check of one static system that grows;
-``pool.py hold`` is a one-process system that starts a node and an actor's own
-process, then waits for the test to interrupt or kill it: Ctrl-C, SIGTERM and
+``pool.py reap`` has processes leave and actors' own processes stop, twenty in
+a row, and follows each until it is gone: none may stay a zombie; ``pool.py
+hold`` is a one-process system that starts a node and an actor's own process,
+then waits for the test to interrupt or kill it: Ctrl-C, SIGTERM and
 SIGKILL of rank 0 must each leave no process behind. ``mp_scripts/agent.py``
 and ``actorch serve --pool`` test the host agent across two network
 namespaces where the suite may make them (root), and over loopback otherwise.
@@ -16,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import netns
 import pytest
@@ -83,6 +86,30 @@ def test_a_static_system_adds_nodes_places_on_them_and_gives_actors_processes_of
     left = run.result("leave")
     assert left["left"] == 2
     assert left["refused"]["error"]["type"] == "UnsupportedError", "the launch's own nodes cannot leave a static system"
+
+
+REAPED_WITHIN = 1.0
+"""Seconds a process that left may be seen a zombie before its parent reaps it."""
+
+
+def assert_reaped(followed: dict[str, Any], what: str) -> None:
+    assert followed["gone"], f"{what} was still there a minute after it left: {followed}"
+    assert followed["zombie"] < REAPED_WITHIN, f"{what} stayed a zombie: {followed}"
+
+
+@pytest.mark.timeout(400)
+def test_processes_that_leave_are_reaped_at_once_and_stop_waits_for_an_actors_own_process() -> None:
+    run = Script(script_argv("pool.py", "reap")).finish(380)
+    run.assert_clean_exit(0)
+    assert run.returned() == {"rounds": 10}
+    reaped = run.result("reap")
+    assert len(reaped["workers"]) == 2
+    for followed in reaped["workers"]:
+        assert_reaped(followed, "a launch worker that left an elastic system")
+    for index, round_ in enumerate(reaped["rounds"]):
+        assert_reaped(round_["left"], f"round {index}: an added node that left")
+        assert_reaped(round_["stopped"], f"round {index}: an actor's own process")
+        assert not round_["stopped"]["listed"], f"round {index}: stop() returned while the actor's node was listed"
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 import pytest
+import structlog
 from actors import Counter
 
 import actorch
@@ -186,8 +187,11 @@ def test_actorch_run_sets_the_world_size_in_place_of_the_scripts(monkeypatch: py
     async def main(system: actorch.ActorSystem) -> None:
         raise AssertionError("main must not run")
 
-    actorch.run(main, world_size=3, configure_logs=False)
+    with structlog.testing.capture_logs() as logs:
+        actorch.run(main, world_size=3, configure_logs=False)
     assert seen[0][1] == 4
+    ignored = "run(world_size=3) is ignored: actorch run started 4 processes, and the launcher's count is the system's"
+    assert [entry["event"] for entry in logs if entry["log_level"] == "warning"] == [ignored]
 
 
 async def test_metrics_without_prometheus_client_say_what_to_install(

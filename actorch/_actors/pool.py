@@ -10,19 +10,22 @@ process that exits first, or a wait past its bound, fails the whole call and
 ends what it started. It then keeps the processes: it reaps each as it exits,
 kills one whose node was lost while it still runs, and on leaving the system
 asks them to leave first. A node with an *owner* is one actor's own process:
-it leaves when that actor stops, or if no owner comes.
+it leaves when that actor stops, or if no owner comes; a ``stop()`` of that
+actor returns once the node is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from actorch._actors.restart import ActorExit
 from actorch._actors.service import NodeService
 from actorch._base.errors import JoinError, UnsupportedError
+from actorch._base.reaping import watch_exit
 from actorch._transport.base import NodeInfo, NodeTraits
 
 if TYPE_CHECKING:
@@ -97,6 +100,7 @@ class NodePool:
         self._ranks: dict[int, int] = {}  # pid -> rank, once joined
         self._joining: dict[int, asyncio.Future[int]] = {}  # pid -> its rank, once it has joined
         self._owner_task: asyncio.Task[None] | None = None
+        self._owner_id: int | None = None  # the actor whose own process this is, once built
         self._emptied = asyncio.Event()
         host.node.on_peer_joined(self._on_joined)
         host.node.on_peer_lost(self._on_lost)
@@ -144,7 +148,7 @@ class NodePool:
             assert process.pid is not None
             self._children[process.pid] = process
             waits.append(self._joining.setdefault(process.pid, loop.create_future()))
-            loop.add_reader(process.sentinel, self._on_exit, process)
+            watch_exit(process, loop, functools.partial(self._on_exit, process))
             self._catch_up(process.pid)
         try:
             try:
@@ -178,10 +182,7 @@ class NodePool:
             waiting.set_result(info.rank)
 
     def _on_exit(self, process: NodeProcess) -> None:
-        """A process this node started has exited: reap it; fail whoever waits for it to join."""
-        with contextlib.suppress(ValueError, OSError):
-            asyncio.get_running_loop().remove_reader(process.sentinel)
-        process.is_alive()  # reaps it
+        """A process this node started has exited, and is reaped: forget it; fail whoever waits for it to join."""
         pid = process.pid
         if pid is None:
             return
@@ -261,8 +262,23 @@ class NodePool:
         except BaseException:
             self._leave()
             raise
+        self._owner_id = ref._actor_id
         self._owner_task = asyncio.get_running_loop().create_task(self._leave_after(ref))
         return ref
+
+    async def follow_owner(self, actor_id: int) -> None:
+        """Once actor ``actor_id`` was stopped on request: if it owns this process, leave, and never return.
+
+        The stop call that awaits this is then answered by the node's going,
+        not by a reply: it ends at the caller once this node has left and is
+        gone from the system (``ActorStoppedError``, which ``ActorRef.stop``
+        takes as done), so that ``stop()`` returns only then; the process
+        exits next, and the node that started it reaps it.
+        """
+        if actor_id != self._owner_id:
+            return
+        self._leave()
+        await asyncio.get_running_loop().create_future()  # never set: the node closes under it, answering nothing
 
     async def _leave_after(self, ref: ActorRef[Any]) -> None:
         exit_ = await self._host.wait_stopped(ref._actor_id)

@@ -182,12 +182,28 @@ class ActorRef(Generic[A]):
         )
         return self._caller.streams.stream(request)
 
+    @overload
+    def tell(self, method: Batched[A, T, Any], item: T, /) -> None: ...
+
+    @overload
+    def tell(
+        self, method: Callable[Concatenate[A, P], Awaitable[Any]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> None: ...
+
+    @overload
+    def tell(self, method: str, /, *args: Any, **kwargs: Any) -> None: ...
+
     def tell(self, method: Any, /, *args: Any, **kwargs: Any) -> None:
         """Send a message without waiting for its result (fire and forget).
 
         The endpoint and arguments are checked here when the actor class can be
         imported; tensors are copied at once, so the sender may reuse its own.
         A failure after sending is logged with the actor and endpoint.
+
+        Args:
+            method: The endpoint, as ``ActorClass.method`` (type-checked) or its name.
+            *args: Positional arguments for the endpoint (one item for a batched one).
+            **kwargs: Keyword arguments for the endpoint.
 
         Raises:
             EndpointError: Unknown or private endpoint, or arguments that do not bind.
@@ -227,13 +243,25 @@ class ActorRef(Generic[A]):
         """Stop the actor once its queued messages are handled; its name disappears.
 
         Returns when ``on_stop`` has run and the name is gone from every node.
+        An actor in a process of its own (``Where(process="own")``) takes its
+        process with it: stopped from another node, this returns once that
+        process has also left the system (its node is no longer in
+        ``system.nodes``); the process exits just after, and the node that
+        started it reaps it at once. Stopped from its own process (by itself),
+        it returns as soon as it has stopped, and the process leaves next.
         Stopping an actor that is already stopped does nothing.
         """
         if self._actor_id == SERVICE_ID:
             raise EndpointError(f"{self._label} is a system service and cannot be stopped")
         with contextlib.suppress(ActorStoppedError):  # its node left the system, stopping it
             await self._caller.call(
-                self._rank, SERVICE_ID, "stop_actor", (self._actor_id,), {}, self._label, current_deadline()
+                self._rank,
+                SERVICE_ID,
+                "stop_actor",
+                (self._actor_id, self._rank != self._caller.rank),
+                {},
+                self._label,
+                current_deadline(),
             )
 
     async def _keep_snapshot(self, state: Any) -> bool:

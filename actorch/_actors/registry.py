@@ -3,7 +3,9 @@
 The registry maps names to refs. A name is reserved before its actor is built
 (so a taken name fails before any side effect) and bound once the actor has
 started. Releasing a name evicts it from every node's cache before it returns,
-so a stopped actor's name is gone everywhere once ``stop()`` has returned. The
+so a stopped actor's name is gone everywhere once ``stop()`` has returned (a
+node whose loop a handler has kept busy for ``EVICT_TIMEOUT`` evicts it as
+soon as it runs again, before it handles any message sent to it later). The
 names of a lost node, reservations included, go at once. Nodes that watch
 membership events subscribe: each change is told to their service, numbered so
 that a subscriber can tell the changes its snapshot already holds.
@@ -12,6 +14,8 @@ that a subscriber can tell the changes its snapshot already holds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import functools
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -27,6 +31,7 @@ REGISTRY_ID = 2
 """Actor id of the registry on rank 0 (after the node service, id 1)."""
 
 EVICT_TIMEOUT = 5.0
+"""Seconds a release waits for the nodes to evict its name; a busy node still evicts it later, before anything else."""
 
 
 class Registry(Actor):
@@ -88,7 +93,8 @@ class Registry(Actor):
         assert self._evicting is not None
         names, evicted = self._evicting
         self._evicting = None
-        task = asyncio.ensure_future(self._evict_everywhere(names))
+        # An eviction is the registry's own, not part of the release's call: no deadline, no call chain.
+        task = asyncio.get_running_loop().create_task(self._evict_everywhere(names), context=contextvars.Context())
         self._evictions.add(task)
         task.add_done_callback(self._evictions.discard)
         task.add_done_callback(functools.partial(_settle, evicted))
@@ -144,12 +150,18 @@ class Registry(Actor):
             self._services[rank].tell("name_event", self._seq, kind, name, ref, reason)
 
     async def _evict_everywhere(self, names: list[str]) -> None:
+        """Evict ``names`` from every live node's cache; wait ``EVICT_TIMEOUT`` at most, never giving one up.
+
+        A node whose event loop a handler keeps busy longer than that still
+        gets the eviction: the call is left to run, and the node handles it
+        before any message that reaches it later.
+        """
         calls = [
-            asyncio.wait_for(service.call("evict", names), EVICT_TIMEOUT)
-            for service in list(self._services.values())
-            if service.rank not in self._lost
+            service.call("evict", names) for service in list(self._services.values()) if service.rank not in self._lost
         ]
-        await asyncio.gather(*calls, return_exceptions=True)
+        evicted = asyncio.gather(*calls, return_exceptions=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(evicted), EVICT_TIMEOUT)
 
 
 def _settle(future: asyncio.Future[None], _: object) -> None:

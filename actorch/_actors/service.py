@@ -33,6 +33,9 @@ class NodeProcesses(Protocol):
     async def build_owner(self, build: Callable[[], Awaitable[ActorRef[Any]]]) -> ActorRef[Any]:
         """Build the actor whose own process this node is."""
 
+    async def follow_owner(self, actor_id: int) -> None:
+        """Once ``actor_id`` was stopped: if this node is its own process, leave and never return."""
+
 
 class ServiceBackend(Protocol):
     """What the node service needs of its node's actor host."""
@@ -174,9 +177,16 @@ class NodeService(Actor):
         share = self._backend.gpu_share()
         return share.devices, dict(share.holders)
 
-    async def stop_actor(self, actor_id: int) -> None:
-        """Stop a local actor: drain it, run ``on_stop``, release its name."""
+    async def stop_actor(self, actor_id: int, from_elsewhere: bool = False) -> None:
+        """Stop a local actor: drain it, run ``on_stop``, release its name.
+
+        If this node is the actor's own process, the node then leaves the
+        system; asked ``from_elsewhere`` (another node), this call is then
+        not answered: it ends once the node is gone.
+        """
         await self._backend.stop_actor(actor_id, ActorExit("stopped"))
+        if from_elsewhere:
+            await self._backend.pool.follow_owner(actor_id)
 
     async def wait_stopped(self, actor_id: int) -> ActorExit:
         """Wait until a local actor has stopped; how it ended."""

@@ -102,7 +102,8 @@ class ActorSystem(ABC):
         waiting on it end in ``ActorStoppedError``), and its process exits with
         code 0. On the leaving node itself this returns once the leave has
         begun (the calling actor stops with the others); for another node it
-        returns once that node has left the system (its process exits just after).
+        returns once that node has left the system (its process exits just
+        after, and the node that started it reaps it at once).
 
         Raises:
             UnsupportedError: The system is not elastic.

@@ -18,6 +18,8 @@ import dataclasses
 import os
 from typing import TypeVar
 
+import structlog
+
 from actorch._base.config import (
     DEFAULT_MAX_MESSAGE,
     DEFAULT_SEND_BUDGET,
@@ -42,6 +44,8 @@ from actorch._transport.rpc_setup import DeviceMapSpec, RpcOptions
 __all__ = ["run"]
 
 T = TypeVar("T")
+
+log = structlog.get_logger("actorch")
 
 WORLD_SIZE_ENV = "ACTORCH_WORLD_SIZE"
 """Set by ``actorch run -n N``: the number of local processes, in place of ``run``'s ``world_size``."""
@@ -80,8 +84,9 @@ def run(
     Args:
         main: The async function to run on rank 0.
         world_size: Number of processes; None or 1 runs everything in this one.
-            Under ``torchrun`` it may be left None (the world comes from the
-            environment); if given it must match.
+            Under a launcher (``torchrun``, ``actorch run -n N``) the world is
+            the launcher's, whatever this says (a different number is ignored
+            with a warning).
         strict: Refuse to send values that would need pickle.
         transport: TensorPipe transport, ``"uv"`` (default; idles at ~0 % CPU)
             or ``"shm"`` (lower latency, busy-spins a core per idle process).
@@ -169,8 +174,9 @@ def run(
             did); the other nodes are processes of their own, configured at
             ``log_level`` either way.
 
-    ``actorch run -n N script.py`` sets ``ACTORCH_WORLD_SIZE``, which then
-    takes the place of ``world_size``.
+    Under a launcher, ``torchrun`` or ``actorch run -n N``, the launcher's
+    number of processes is the system's: a different ``world_size`` is
+    ignored, with one warning on rank 0 that names both numbers.
 
     Any system started from a script, elastic or not, can start more node
     processes while it runs (``system.add_nodes``, ``Where(process="own")``),
@@ -208,7 +214,7 @@ def run(
     )
     if not _is_port(port):
         raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {port!r}")
-    world_size, launcher_sized = _requested_world_size(world_size)
+    world_size, _ = _requested_world_size(world_size)
     under_torchrun = all(var in os.environ for var in TORCHRUN_VARS)
     if plan.status is not None and not (under_torchrun and os.environ["RANK"] != "0"):
         check_status_port(*plan.status)  # a taken port fails here, before any worker starts
@@ -219,15 +225,13 @@ def run(
             os.environ["MASTER_ADDR"],
             int(os.environ["MASTER_PORT"]),
         )
-        if world_size is not None and world_size != world.world_size and not launcher_sized:
-            raise ValueError(f"run(world_size={world_size}) but torchrun started {world.world_size} processes")
+        if world_size is not None and world_size != world.world_size and world.rank == 0:
+            _launcher_wins(world_size, world.world_size)
         said = NodeTraits(resources=declared_resources(resources, world.world_size).get(world.rank, {}))
         world = dataclasses.replace(world, traits=said)
         if world.rank != 0:
             _serve(world, plan)
         return run_bounded(lead(main, rpc_transport(world, plan.options), plan), interrupts=interrupt_policy(plan))
-    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
-        raise ValueError(f"world_size must be a positive int, not {world_size!r}")
     traits = launch_traits(resources, world_size or 1)
     if elastic:
         return _launch_elastic(main, world_size, host, plan, port, traits, under_torchrun=under_torchrun)
@@ -310,19 +314,32 @@ def _status_address(host: str, port: int | None) -> tuple[str, int] | None:
 
 
 def _requested_world_size(world_size: int | None) -> tuple[int | None, bool]:
-    """``world_size``, or what ``actorch run`` asked for in ``ACTORCH_WORLD_SIZE``; and whether a launcher set it.
+    """``world_size``, checked, or what ``actorch run -n 1`` asked for in ``ACTORCH_WORLD_SIZE``; and whether it did.
 
-    ``ACTORCH_WORLD_SIZE=launcher`` (``actorch run`` handing over to torchrun)
-    means: the world torchrun starts, whatever ``world_size`` says.
+    A launcher's count wins over the script's, as torchrun's world does
+    (``_launcher_wins`` says so once). ``ACTORCH_WORLD_SIZE=launcher``
+    (``actorch run`` handing over to torchrun) leaves ``world_size`` as
+    given: the world is the one torchrun starts, compared with it there.
     """
+    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
+        raise ValueError(f"world_size must be a positive int, not {world_size!r}")
     asked = os.environ.get(WORLD_SIZE_ENV)
-    if not asked:
+    if not asked or asked == "launcher":
         return world_size, False
-    if asked == "launcher":
-        return None, True
     if not asked.isdigit() or int(asked) < 1:
         raise ValueError(f"{WORLD_SIZE_ENV} must be a positive int, not {asked!r}")
+    if world_size is not None and world_size != int(asked):
+        _launcher_wins(world_size, int(asked))
     return int(asked), True
+
+
+def _launcher_wins(world_size: int, launched: int) -> None:
+    """Say, once, that the launcher's number of processes is the system's, not ``run(world_size=...)``'s."""
+    launcher = "actorch run" if os.environ.get(WORLD_SIZE_ENV) else "torchrun"
+    log.warning(
+        f"run(world_size={world_size}) is ignored: {launcher} started {launched} "
+        f"process{'' if launched == 1 else 'es'}, and the launcher's count is the system's"
+    )
 
 
 def _launch_elastic(

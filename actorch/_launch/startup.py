@@ -21,6 +21,7 @@ from actorch._actors.host import ActorHost
 from actorch._actors.system import ActorSystem
 from actorch._actors.system_node import open_system
 from actorch._base.config import SystemConfig
+from actorch._base.reaping import watch_exit
 from actorch._launch.workers import exit_of, kill_lost
 from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.elastic import ElasticRpcTransport
@@ -155,6 +156,8 @@ async def start_node(
     if workers:
         node = host.node
         host.node.on_peer_lost(lambda rank, why: None if rank in node.left else kill_lost(workers, rank))
+        for worker in workers:  # one that leaves an elastic system, or is killed, exits while the others serve on
+            watch_exit(worker, node.loop)
     return system, host
 
 

@@ -192,6 +192,16 @@ class Finder(actorch.Actor):
             return {"error": describe(exc), "seconds": time.monotonic() - started}
         return {"found": [ref.name, ref.rank], "seconds": time.monotonic() - started}
 
+    async def list_names(self, pattern: str) -> list[str | None]:
+        return [ref.name for ref in await self.system.lookup_all(pattern)]
+
+    async def stop_named(self, name: str) -> None:
+        await (await self.system.lookup(name)).stop()
+
+    async def block(self, seconds: float) -> None:
+        """Keep this node's event loop busy, as CPU-bound code in a handler does."""
+        time.sleep(seconds)  # noqa: ASYNC251 - blocking the loop is the point
+
 
 class Gauge(actorch.Actor):
     """Measures how many ``work`` handlers overlap."""

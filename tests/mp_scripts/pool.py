@@ -8,6 +8,12 @@ Usage:
   CPU-bound actors processes of their own, shows them in the status, lets one
   go (its process leaves and is reaped), has an added node leave, and returns;
   every process it started must be gone with it.
+- ``python pool.py reap``: an elastic ``run(world_size=3)`` system has its two
+  launch workers leave, one after the other, then, ``REAP_ROUNDS`` times in a
+  row, adds a node and an actor of its own process, has the node leave and
+  stops the actor at once, and follows each process that left until it is
+  gone: how long it was seen a zombie (its parent must reap it at once), and
+  whether a stopped actor's node was still listed when ``stop()`` returned.
 - ``python pool.py hold TMPDIR``: a one-process ``run(main)`` system adds a node
   and an actor of its own process, starts adding one more, writes the pids of
   the three to ``TMPDIR/pids`` while the last still starts, and waits until the
@@ -32,6 +38,10 @@ import actorch
 from actorch._launch.status import gather_status
 
 WORK_SECONDS = 1.0
+REAP_ROUNDS = 10
+"""Rounds of ``pool.py reap``: each has an added node leave and an actor's own process stop (20 exits in all)."""
+GONE_WITHIN = 60.0
+"""Seconds ``pool.py reap`` follows a process that left before it gives up waiting for it to be gone."""
 
 
 async def add_and_place(system: actorch.ActorSystem) -> dict[str, Any]:
@@ -108,6 +118,53 @@ async def grow(system: actorch.ActorSystem) -> dict[str, Any]:
     )
 
 
+def process_state(pid: int) -> str:
+    """The state letter of ``pid`` in ``/proc`` (``Z``: a zombie), or ``gone``."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return "gone"
+
+
+async def follow(pid: int) -> dict[str, Any]:
+    """Follow a process that left until it is gone: whether it went, and for how long it was seen a zombie."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + GONE_WITHIN
+    zombie_since = None
+    while (state := process_state(pid)) != "gone" and loop.time() < deadline:
+        if state == "Z" and zombie_since is None:
+            zombie_since = loop.time()
+        await asyncio.sleep(0.01)
+    return {"gone": state == "gone", "zombie": 0.0 if zombie_since is None else loop.time() - zombie_since}
+
+
+async def leave_and_follow(system: actorch.ActorSystem, node: actorch.NodeInfo) -> dict[str, Any]:
+    """Have ``node`` leave, then follow its process."""
+    await system.leave(node.rank)
+    return await follow(node.pid)
+
+
+async def stop_and_follow(system: actorch.ActorSystem, owned: actorch.ActorRef[Simulator]) -> dict[str, Any]:
+    """Stop an actor of its own process; whether its node was still listed then; follow its process."""
+    pid = (await owned.call(Simulator.where))["pid"]
+    await owned.stop()
+    listed = owned.rank in {info.rank for info in system.nodes}
+    return {"listed": listed, **await follow(pid)}
+
+
+async def reap(system: actorch.ActorSystem) -> dict[str, Any]:
+    workers = [await leave_and_follow(system, info) for info in system.nodes if info.rank != 0]
+    rounds = []
+    for _ in range(REAP_ROUNDS):
+        (added,), owned = await asyncio.gather(
+            system.add_nodes(1), system.spawn(Simulator, on=actorch.Where(process="own"))
+        )
+        left, stopped = await asyncio.gather(leave_and_follow(system, added), stop_and_follow(system, owned))
+        rounds.append({"left": left, "stopped": stopped})
+    emit("reap", workers=workers, rounds=rounds)
+    return {"rounds": len(rounds)}
+
+
 async def hold(system: actorch.ActorSystem) -> None:
     node = (await system.add_nodes(1))[0]
     own = await system.spawn(Simulator, on=actorch.Where(process="own"))
@@ -124,5 +181,9 @@ async def hold(system: actorch.ActorSystem) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "grow":
         print("RETURNED " + json.dumps(actorch.run(grow, world_size=2, stop_grace=2.0)), flush=True)
+    elif sys.argv[1] == "reap":
+        # A loaded machine starves node processes as they start: none is lost here, so none is counted lost.
+        returned = actorch.run(reap, world_size=3, elastic=True, stop_grace=1.0, liveness_timeout=30.0)
+        print("RETURNED " + json.dumps(returned), flush=True)
     else:
         actorch.run(hold, stop_grace=1.0)
