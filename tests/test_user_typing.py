@@ -123,7 +123,9 @@ def test_mypy_strict_on_a_users_script_checks_call_and_tell_and_reports_nothing_
     assert checked.stdout.rstrip().endswith("Found 2 errors in 1 file (checked 1 source file)"), checked.stdout
 
 
-def test_a_wheel_for_pip_install_ships_py_typed_and_actorch_alone(project: Path, tmp_path: Path) -> None:
+def test_a_wheel_for_pip_install_ships_py_typed_and_actorch_alone_with_its_console_script(
+    project: Path, tmp_path: Path
+) -> None:
     built = run(
         [
             sys.executable,
@@ -144,4 +146,6 @@ def test_a_wheel_for_pip_install_ships_py_typed_and_actorch_alone(project: Path,
     (wheel,) = tmp_path.glob("actorch-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "actorch/py.typed" in names
-    assert {name.split("/")[0] for name in names} == {"actorch", wheel.name.split("-py")[0] + ".dist-info"}
+    # _actorch_cli.py: the console script's module, which starts the command without the package's facade
+    shipped = {name.split("/")[0] for name in names}
+    assert shipped == {"actorch", "_actorch_cli.py", wheel.name.split("-py")[0] + ".dist-info"}
