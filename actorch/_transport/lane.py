@@ -35,6 +35,10 @@ The lane's own health is judged by the kernel's view of each connection
 acknowledge, while its window is open, mean the link is silent, whatever torch
 RPC's heartbeats say. Everything else runs on the node's event loop; nothing
 here touches torch.
+
+The module is one piece past 600 lines because the handshake, the frames and
+the connections' lives are one protocol: each state of a connection decides
+how the next bytes on it are read.
 """
 
 from __future__ import annotations

@@ -18,6 +18,11 @@ that was lost but comes back (it was only stopped, or the partition healed) is
 stale: its bundles and pings are answered with ``EXPELLED``, which tells it that
 this node counts it lost, so it sees this node lost in turn instead of talking
 to a world that moved on.
+
+Past 600 lines, the module holds more than torch RPC's transport: the
+sequencing that puts the lane's bundles and torch RPC's back in link order,
+and the heartbeat's judgement, belong in modules of their own that do not know
+torch. They stay here until the transports are re-housed as plug-ins.
 """
 
 from __future__ import annotations
