@@ -75,6 +75,8 @@ PIXELS = (4, 84, 84)
 PIXEL_ACTIONS = 4
 PIXEL_EPISODE = 400  # mean steps of a pixel episode (its end is drawn, so that episodes differ)
 ENV_FORMS = ("serial", "vector", "async")
+RUN_OPTIONS = {"liveness_timeout": 60.0}
+"""A loaded machine may starve a node for seconds: the bench measures collection, not failure detection."""
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR"}
 
 
@@ -112,8 +114,13 @@ WORKLOADS = {
 }
 
 
+MINE = ("collector", "agent")
+BASE = " @base"
+"""The mark of a side run from the checkout ``--compare`` names."""
+
+
 def split_side(side: str) -> tuple[str, int]:
-    kind, _, envs = side.rpartition(" K=")
+    kind, _, envs = side.removesuffix(BASE).rpartition(" K=")
     return kind, int(envs)
 
 
@@ -319,6 +326,7 @@ class Meter:
         self.result = {
             "fps": self.frames / elapsed,
             "cpu_us": cpu / self.frames * 1e6,
+            "cores": cpu / elapsed,
             "learner_cores": learner / elapsed,
             "bytes_per_s": self.bytes / elapsed,
             "frames": self.frames,
@@ -418,6 +426,7 @@ def run_limit(args: argparse.Namespace, envs: int) -> dict[str, float]:
     return {
         "fps": fps,
         "cpu_us": cpu / frames * 1e6,
+        "cores": cpu / elapsed,
         "learner_cores": (process_cpu() - learner) / elapsed,
         "bytes_per_s": 0.0,
         "frames": frames,
@@ -448,7 +457,7 @@ def run_agent(args: argparse.Namespace, envs: int) -> dict[str, float]:
                 assert meter.result is not None
                 return meter.result
 
-    return actorch.run(main, world_size=args.workers + 1, configure_logs=False)
+    return actorch.run(main, world_size=args.workers + 1, configure_logs=False, **RUN_OPTIONS, transport=args.transport)
 
 
 def run_collector(args: argparse.Namespace, envs: int) -> dict[str, float]:
@@ -472,7 +481,7 @@ def run_collector(args: argparse.Namespace, envs: int) -> dict[str, float]:
         assert meter.result is not None
         return meter.result
 
-    return actorch.run(main, world_size=args.workers + 1, configure_logs=False)
+    return actorch.run(main, world_size=args.workers + 1, configure_logs=False, **RUN_OPTIONS, transport=args.transport)
 
 
 # --------------------------------------------------------------------------- TorchRL sides
@@ -577,11 +586,14 @@ def measure(
     args: argparse.Namespace, workload: Workload, side: str, workers: int, seconds: float, form: str = "serial"
 ) -> dict[str, float] | None:
     python = args.torchrl_python if side.startswith("torchrl") else sys.executable
+    env = {**os.environ, **ONE_THREAD}
+    if side.endswith(BASE):
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.compare, env.get("PYTHONPATH")]))
     command = [
         python,
         os.path.abspath(__file__),
         "--side",
-        side,
+        side.removesuffix(BASE),
         "--workload",
         workload.name,
         "--workers",
@@ -594,10 +606,11 @@ def measure(
         str(args.frames_per_batch or workload.frames_per_batch),
         "--window",
         str(args.window),
+        "--transport",
+        args.transport,
         "--env-form",
         form,
     ]
-    env = {**os.environ, **ONE_THREAD}
     try:
         ran = subprocess.run(command, capture_output=True, text=True, env=env, timeout=seconds * 10 + 240, check=False)
     except subprocess.TimeoutExpired:
@@ -652,19 +665,22 @@ def report(
         print(f"  TorchRL's K={form_envs} environments per worker: {form}")
     for count in workers:
         print(f"\n{count} workers")
-        header = f"{'side':26}{'frames/s':>10}{'of limit':>10}{'CPU/frame':>12}{'learner':>10}"
-        print(header + (f"{'MB/s':>9}" if pixels else ""))
+        header = f"{'side':32}{'frames/s':>10}{'of limit':>10}{'CPU/frame':>12}{'x plain':>9}{'cores':>7}{'learner':>9}"
+        print(header + (f"{'MB/s':>8}" if pixels else ""))
         for side in sides:
             rows = results.get((side, count), [])
             fps, cpu, learner = median(rows, "fps"), median(rows, "cpu_us"), median(rows, "learner_cores")
-            if fps is None or cpu is None or learner is None:
-                print(f"{side:26}{'-':>10}")
+            used = median(rows, "cores")
+            if fps is None or cpu is None or learner is None or used is None:
+                print(f"{side:32}{'-':>10}")
                 continue
-            limit = median(results.get((f"limit K={split_side(side)[1]}", count), []), "fps")
+            limits = results.get((f"limit K={split_side(side)[1]}", count), [])
+            limit, plain = median(limits, "fps"), median(limits, "cpu_us")
             share = f"{fps / limit:.0%}" if limit else "-"
-            line = f"{side:26}{fps:>10,.0f}{share:>10}{cpu:>9.0f} us{learner:>10.2f}"
+            times = f"{cpu / plain:.2f}" if plain else "-"
+            line = f"{side:32}{fps:>10,.0f}{share:>10}{cpu:>9.0f} us{times:>9}{used:>7.2f}{learner:>9.2f}"
             if pixels:
-                line += f"{(median(rows, 'bytes_per_s') or 0) / 1e6:>9.0f}"
+                line += f"{(median(rows, 'bytes_per_s') or 0) / 1e6:>8.0f}"
             print(line)
         for base in ("torchrl multiasync", "torchrl rpc"):
             ratios = []
@@ -685,9 +701,10 @@ def report(
         if limits:
             print(f"the limit per process (x {min(count, cores())} cores): " + ", ".join(limits))
     print(
-        "columns: frames/s to the learner; of limit: the fraction of the plain loop's frames/s with the same K; "
-        "CPU/frame: CPU time of every process of the side per frame; learner: the learner's cores"
-        + ("; MB/s: tensor bytes delivered" if pixels else "")
+        "columns: frames/s to the learner; of limit: the fraction of the limit's frames/s with the same K, "
+        "measured in the same rounds; CPU/frame: CPU time of every process of the side per frame; x plain: that "
+        "over the limit's (the plain loop's); cores: CPU time of the side's processes over the span's wall time; "
+        "learner: the learner's share of it" + ("; MB/s: tensor bytes delivered" if pixels else "")
     )
 
 
@@ -700,9 +717,13 @@ def cli() -> None:
     parser.add_argument("--warmup", type=int, default=4096, help="frames delivered before the measurement starts")
     parser.add_argument("--frames-per-batch", type=int, default=0, help="per worker (0: the workload's own)")
     parser.add_argument("--window", type=int, default=2, help="the Collection's window")
+    parser.add_argument("--transport", choices=("uv", "shm"), default="uv", help="actorch's TensorPipe transport")
     parser.add_argument("--sides", nargs="+", help="sides to run (default: all of the workload's)")
     parser.add_argument("--env-form", choices=ENV_FORMS, help="TorchRL's form of K environments (default: fastest)")
     parser.add_argument("--torchrl-python", default=sys.executable, help="the interpreter of TorchRL's sides")
+    parser.add_argument(
+        "--compare", help="another checkout of actorch: its collector and agent sides run too, marked @base"
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: one short round with 2 workers")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -717,6 +738,8 @@ def cli() -> None:
     for name in args.workload:
         workload = WORKLOADS[name]
         sides = [side for side in workload.sides if args.sides is None or side in args.sides]
+        if args.compare:
+            sides = [mark for side in sides for mark in (side, side + BASE)[: 2 if split_side(side)[0] in MINE else 1]]
         if not torchrl and any(side.startswith("torchrl") for side in sides):
             print(
                 f"TorchRL is not installed for {args.torchrl_python}: its sides are left out.\n"
@@ -741,7 +764,8 @@ def cli() -> None:
                     results.setdefault((side, count), []).append(outcome)
                     print(
                         f"{name}, round {round_index + 1}, {count} workers, {side}: {outcome['fps']:,.0f} frames/s, "
-                        f"{outcome['cpu_us']:.0f} us CPU per frame, learner {outcome['learner_cores']:.2f} cores, "
+                        f"{outcome['cpu_us']:.0f} us CPU per frame, {outcome['cores']:.2f} cores, "
+                        f"learner {outcome['learner_cores']:.2f}, "
                         f"load {outcome['load']:.1f}",
                         flush=True,
                     )
