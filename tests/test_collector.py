@@ -17,7 +17,7 @@ from actorch import Batch, Collection, Collector, ParameterServer, ReplayBuffer
 from actorch.testing import LocalWorld
 
 sys.path.insert(0, str(SCRIPTS))
-from corridor import Corridor, broken_corridor, corridor, drift
+from corridor import Corridor, FramePolicy, Pixels, broken_corridor, corridor, drift
 
 
 def policy() -> nn.Module:
@@ -192,6 +192,93 @@ async def test_collector_truncates_episodes_at_max_steps(world: LocalWorld) -> N
     assert batch.truncated[:, 0].tolist() == [False, False, True] * 3 + [False]
     assert batch.episode_lengths == [3, 3, 3]
     assert batch.observations[3, 0, 0] == 0.0  # the environment was reset after the cut
+
+
+async def test_collector_truncates_at_max_steps_across_batches(world: LocalWorld) -> None:
+    [collector] = await spawn(world, 1, num_envs=1, frames_per_batch=2, max_steps=3, policy=always_right)
+    batches = [await collector.call(Collector.collect) for _ in range(5)]
+    assert torch.cat([batch.truncated[:, 0] for batch in batches]).tolist() == [False, False, True] * 3 + [False]
+    assert [length for batch in batches for length in batch.episode_lengths] == [3, 3, 3]
+    rewards = torch.cat([batch.rewards[:, 0] for batch in batches])
+    returns = [total for batch in batches for total in batch.episode_returns]
+    assert returns == [float(rewards[start : start + 3].sum()) for start in (0, 3, 6)]
+
+
+async def test_collector_keeps_the_environments_dtype_in_its_batch(world: LocalWorld) -> None:
+    [pixels] = await spawn(world, 1, env=Pixels, policy=FramePolicy, logits=True)
+    batch = await pixels.call(Collector.collect)
+    assert batch.observations.dtype == batch.next_observations.dtype == torch.uint8
+    assert batch.observations.shape == (4, 2, 2, 3)
+    assert torch.equal(batch.next_observations[:-1], batch.observations[1:])
+    floats = await world[0].spawn(Collector, args=(corridor, policy), kwargs={"num_envs": 2, "frames_per_batch": 8})
+    assert (await floats.call(Collector.collect)).observations.dtype == torch.float32  # lists of Python floats
+
+
+class Scaled(Collector):
+    """Converts its observations itself: the batch holds what ``to_state`` makes."""
+
+    def to_state(self, observation: Any) -> torch.Tensor:
+        return torch.tensor([observation[0] * 10, observation[1]], dtype=torch.float64)
+
+
+async def test_collector_batch_holds_what_an_overridden_to_state_makes(world: LocalWorld) -> None:
+    collector = await world[0].spawn(
+        Scaled, args=(corridor, always_right), kwargs={"num_envs": 2, "frames_per_batch": 20, "max_steps": 4}, on=1
+    )
+    await collector.call(Collector.set_weights, {"weight": torch.tensor([50.0])}, 1)  # always steps right
+    batch = await collector.call(Collector.collect)
+    assert batch.observations.dtype == torch.float64
+    assert batch.observations[:4, 0, 0].tolist() == [0.0, 1.25, 2.5, 3.75]  # one cell of eight a step, times 10
+    assert batch.observations[4, 0, 0] == 0.0, "cut at max_steps and reset"
+    assert batch.next_observations[3, 0, 0] == 5.0, "the last state of the cut episode"
+    assert batch.episode_lengths == [4, 4, 4, 4]
+
+
+class Logits(nn.Module):
+    """Logits that make action 1 all but certain."""
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        return torch.tensor([[-20.0, 20.0]]).expand(len(states), 2)
+
+
+async def test_collector_samples_from_logits_when_told(world: LocalWorld) -> None:
+    [collector] = await spawn(world, 1, policy=Logits, logits=True)
+    batch = await collector.call(Collector.collect)
+    assert bool((batch.actions == 1).all())
+    assert bool((batch.log_probs > -1e-6).all()), "log-probabilities of a softmax, not of the logits themselves"
+
+
+def cartpole_vector(mode: str) -> Any:
+    import gymnasium  # noqa: PLC0415 - only this test needs it
+
+    autoreset = getattr(gymnasium.vector.AutoresetMode, mode)
+    return gymnasium.make_vec(
+        "CartPole-v1", num_envs=3, vectorization_mode="sync", vector_kwargs={"autoreset_mode": autoreset}
+    )
+
+
+def cartpole() -> Any:
+    import gymnasium  # noqa: PLC0415
+
+    return gymnasium.make("CartPole-v1")
+
+
+def cartpole_policy() -> nn.Module:
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2), nn.Softmax(dim=-1))
+
+
+@pytest.mark.parametrize("mode", ["SAME_STEP", "DISABLED"])
+async def test_collector_plays_a_gymnasium_vector_env_as_it_plays_separate_ones(world: LocalWorld, mode: str) -> None:
+    pytest.importorskip("gymnasium")
+    options = {"frames_per_batch": 150, "seed": 4}
+    vector = await world[0].spawn(Collector, args=(lambda: cartpole_vector(mode), cartpole_policy), kwargs=options)
+    separate = await world[0].spawn(Collector, args=([cartpole] * 3, cartpole_policy), kwargs=options)
+    left, right = [await collector.call(Collector.collect) for collector in (vector, separate)]
+    assert left.episode_returns, "episodes ended and their environments were reset"
+    for field in ("observations", "actions", "rewards", "terminated", "truncated", "next_observations"):
+        assert torch.equal(getattr(left, field), getattr(right, field)), field
+    assert left.episode_returns == right.episode_returns
+    assert left.episode_lengths == right.episode_lengths
 
 
 async def test_collector_fills_a_replay_buffer_with_flat_transitions(world: LocalWorld) -> None:

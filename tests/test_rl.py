@@ -15,7 +15,7 @@ from actorch import Agent, EpisodeStats, Observer, Rollout
 from actorch.testing import LocalWorld
 
 sys.path.insert(0, str(SCRIPTS))
-from corridor import Corridor, broken_corridor, corridor, drift
+from corridor import Corridor, FramePolicy, Pixels, broken_corridor, corridor, drift
 
 
 def small_policy() -> nn.Module:
@@ -337,6 +337,35 @@ async def test_observer_plays_a_gymnasium_vector_env_as_it_plays_separate_ones(w
     assert [rollout.env for rollout in results[0]] == [0, 1, 2]
     assert all(same_rollouts(left, right) for left, right in zip(*results, strict=True))
     assert any(rollout.episode_rewards for rollout in results[0]), "an episode ended and its environment was reset"
+
+
+class Logits(nn.Module):
+    """Logits that make action 1 all but certain."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logits = nn.Parameter(torch.tensor([[-20.0, 20.0]]))
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        return self.logits.expand(len(states), 2)
+
+
+async def test_agent_samples_from_logits_when_told(world: LocalWorld) -> None:
+    await seat(world, 1)
+    agent = await world[0].spawn(Agent, args=(Logits,), kwargs={"logits": True})
+    [rollout] = await agent.call(Agent.collect, 6)
+    assert rollout.actions is not None
+    assert rollout.actions.tolist() == [1] * 6
+
+
+async def test_observer_hands_the_agent_states_in_the_environments_dtype(world: LocalWorld) -> None:
+    await world[0].spawn(Observer, args=(Pixels,), kwargs={"num_envs": 2}, name="rl/observers/0", on=1)
+    agent = await world[0].spawn(Agent, args=(FramePolicy,), kwargs={"logits": True})
+    rollouts = await agent.call(Agent.collect, 3)
+    for rollout in rollouts:
+        assert rollout.states is not None
+        assert rollout.states.dtype == torch.uint8
+        assert rollout.states.shape == (3, 2, 3)
 
 
 async def test_observer_refuses_a_vector_env_that_resets_in_the_next_step(world: LocalWorld) -> None:

@@ -54,7 +54,7 @@ class Agent(Actor):
 
     Args:
         policy: A module mapping states ``[batch, *state]`` to action
-            probabilities ``[batch, actions]``, or a function (or
+            probabilities ``[batch, actions]`` (or logits, with ``logits``), or a function (or
             ``"module:function"`` path) building it on the agent's node.
         observers: Glob pattern of the observers' names.
         optimizer: Optimizer class or its path, given the policy's parameters and ``lr``.
@@ -65,6 +65,8 @@ class Agent(Actor):
         smoothing: Weight of the newest episode in ``running_reward``.
         seed: Seeds the policy's initial weights (drawn on the CPU, then moved,
             so they are the same on every device) and the action sampling.
+        logits: Whether the policy returns logits rather than probabilities
+            (TorchRL's policies do); the action is sampled from their softmax.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class Agent(Actor):
         batch: bool = True,
         smoothing: float = 0.1,
         seed: int | None = None,
+        logits: bool = False,
     ) -> None:
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must be within [0, 1], not {gamma!r}")
@@ -90,6 +93,7 @@ class Agent(Actor):
         self.generator = torch.Generator(device=self.device)
         if seed is not None:
             self.generator.manual_seed(seed)
+        self.logits = logits
         self.pattern = observers
         self.gamma = gamma
         self.batch = batch
@@ -279,7 +283,7 @@ class Agent(Actor):
 
         ``states`` are on the agent's device; so are the actions and log-probabilities returned.
         """
-        return sample_categorical(self.policy(states), self.generator)
+        return sample_categorical(self.policy(states), self.generator, logits=self.logits)
 
     def returns(self, rollout: Rollout) -> torch.Tensor:
         """Discounted returns of a rollout, restarting where an episode ended."""

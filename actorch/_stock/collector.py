@@ -19,12 +19,13 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy
 import torch
 
 from actorch._actors.actor import Actor
 from actorch._actors.ref import ActorRef
 from actorch._base.codec import serializable
-from actorch._stock.envs import EnvFactory, EnvPlayer, Steps
+from actorch._stock.envs import EnvFactory, EnvPlayer, Rows, state_dtype
 from actorch._stock.policies import PolicyFactory, build_policy, sample_categorical
 from actorch._stock.sharded_replay import ShardedReplayBuffer
 
@@ -96,8 +97,11 @@ class Collector(EnvPlayer, Actor):
     """Plays K environments with its own copy of the policy and hands out batches of what it saw.
 
     The policy maps states ``[batch, *state]`` to action probabilities
-    ``[batch, actions]``, as the agent's does; override :meth:`act` for
-    another kind. Each collector draws its initial weights from its own seed
+    ``[batch, actions]``, as the agent's does, or to logits with
+    ``logits=True``; override :meth:`act` for another kind. States keep the
+    environment's dtype (see :meth:`~actorch.Observer.to_state`): a policy
+    of pixels casts its uint8 input in its forward, so that every batch
+    carries a quarter of float32's bytes. Each collector draws its initial weights from its own seed
     and calls them version 0: a learner publishes its own weights before the
     first batch, so that every batch it takes was played by weights it knows.
     Weights change only between batches: a batch is all one version. Hand
@@ -117,6 +121,8 @@ class Collector(EnvPlayer, Actor):
         seed: Seeds the environments (environment ``i`` gets ``seed + i``), the
             policy's initial weights and the action sampling.
         max_steps: Longest single episode: one that runs longer is truncated.
+        logits: Whether the policy returns logits rather than probabilities
+            (TorchRL's policies do); the action is sampled from their softmax.
 
     Raises:
         ValueError: If ``frames_per_batch`` is not a positive multiple of the
@@ -135,6 +141,7 @@ class Collector(EnvPlayer, Actor):
         frames_per_batch: int = 1000,
         seed: int | None = None,
         max_steps: int = 10_000,
+        logits: bool = False,
     ) -> None:
         self._open_envs(env, num_envs, max_steps)
         if not isinstance(frames_per_batch, int) or frames_per_batch < 1 or frames_per_batch % self.num_envs:
@@ -150,14 +157,18 @@ class Collector(EnvPlayer, Actor):
         if seed is not None:
             self.generator.manual_seed(seed)
         self.seed = seed
+        self.logits = logits
         self.version = 0
         """The version of the weights the policy holds (0: its initial ones)."""
         self.key = self.name or f"{type(self).__name__}#{self.ref.rank}:{id(self):x}"
         self._pending: tuple[Mapping[str, torch.Tensor], int] | None = None
         self._newer = asyncio.Event()  # set when weights of a new version arrive
         self._states: torch.Tensor | None = None  # the states to act on next, once the environments were reset
-        self._returns = [0.0] * self.num_envs
-        self._lengths = [0] * self.num_envs
+        self._next: torch.Tensor | None = None  # where a batch's last step writes them (the batch leaves)
+        # Observations go straight from the environments into the batch unless a subclass converts them.
+        self._raw = type(self).to_state is EnvPlayer.to_state
+        self._wire = type(self).to_env is EnvPlayer.to_env
+        self._tally = _Tally(self.num_envs, max_steps)
         self._counts = {"batches": 0, "frames": 0, "episodes": 0, "weights": 0}
         self._seconds = 0.0
 
@@ -263,7 +274,7 @@ class Collector(EnvPlayer, Actor):
 
     def act(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample one action per state; return ``(actions, log_probs)``, each ``[batch]``. Runs without a graph."""
-        return sample_categorical(self.policy(states), self.generator)
+        return sample_categorical(self.policy(states), self.generator, logits=self.logits)
 
     # ------------------------------------------------------------------ internals
 
@@ -298,78 +309,180 @@ class Collector(EnvPlayer, Actor):
         """Step every environment ``frames_per_batch / envs`` times with the policy; yield to the loop now and then."""
         self._install()
         if self._states is None:
-            observations = self.envs.reset(self.seed)
-            self._states = torch.stack([self.to_state(observation) for observation in observations])
-        steps, count = self.frames_per_batch // self.num_envs, self.num_envs
-        playing = list(range(count))
-        states = self._states
-        seen, taken, probabilities, nexts = [], [], [], []
-        rewards = torch.empty((steps, count), dtype=torch.float32)
-        terminated = torch.empty((steps, count), dtype=torch.bool)
-        truncated = torch.empty((steps, count), dtype=torch.bool)
-        returns: list[float] = []
-        lengths: list[int] = []
+            self._begin()
+        assert self._states is not None
+        assert self._next is not None
+        steps = self.frames_per_batch // self.num_envs
+        batch = _Rows(steps, self._states, self._next, raw=self._raw)
+        self._tally.begin()
         started = time.perf_counter()
-        pause = started + _YIELD_EVERY
-        for step in range(steps):
-            with torch.no_grad():
-                actions, log_probs = self.act(states)
-            wire = actions.tolist() if actions.dim() == 1 else [self.to_env(action) for action in actions]
-            outcome = self.envs.step(wire, playing)
-            rewards[step] = torch.tensor(outcome.rewards)
-            ends = list(outcome.terminated)
-            cuts = self._cut(outcome)
-            terminated[step] = torch.tensor(ends)
-            truncated[step] = torch.tensor(cuts)
-            self._account(outcome.rewards, ends, cuts, returns, lengths)
-            seen.append(states)
-            taken.append(actions)
-            probabilities.append(log_probs)
-            nexts.append(torch.stack([self.to_state(observation) for observation in outcome.final]))
-            states = torch.stack([self.to_state(observation) for observation in outcome.observations])
-            self._states = states  # kept step by step: a batch cancelled midway leaves them where the envs are
-            if time.perf_counter() >= pause:
-                await asyncio.sleep(0)
-                pause = time.perf_counter() + _YIELD_EVERY
+        step = 0
+        try:
+            while step < steps:
+                step = self._play(batch, step, time.perf_counter() + _YIELD_EVERY)
+                if step < steps:
+                    await asyncio.sleep(0)
+        finally:
+            # A batch given up on midway leaves the states where the environments are.
+            self._states = batch.observations[step] if step < steps else self._next
+        self._tally.carry(batch.rewards.numpy())
         self._seconds += time.perf_counter() - started
         self._counts["batches"] += 1
-        self._counts["frames"] += steps * count
-        self._counts["episodes"] += len(returns)
+        self._counts["frames"] += self.frames_per_batch
+        self._counts["episodes"] += len(self._tally.returns)
         return Batch(
             self.key,
             self.version,
-            torch.stack(seen),
-            torch.stack(taken),
-            torch.stack(probabilities),
-            rewards,
-            terminated,
-            truncated,
-            torch.stack(nexts),
-            returns,
-            lengths,
+            batch.observations,
+            torch.stack(batch.actions),
+            torch.stack(batch.log_probs),
+            batch.rewards,
+            batch.terminated,
+            batch.truncated,
+            batch.finals,
+            self._tally.returns,
+            self._tally.lengths,
         )
 
-    def _cut(self, outcome: Steps) -> list[bool]:
-        """The step's truncations, with episodes that reach ``max_steps`` cut here too (their environments reset)."""
-        cuts = list(outcome.truncated)
-        for index, length in enumerate(self._lengths):
-            if not (outcome.terminated[index] or cuts[index]) and length + 1 >= self.max_steps:
-                cuts[index] = True
-                outcome.observations[index] = self.envs.reset_one(index)
-        return cuts
+    def _play(self, batch: _Rows, step: int, pause: float) -> int:
+        """Play the batch's steps from ``step`` on until it is full or ``pause`` has passed; return the next step."""
+        steps = len(batch.states)
+        states, actions_taken, log_probs_taken = batch.states, batch.actions, batch.log_probs
+        final, following, reward, ended, cut = batch.arrays
+        tally = self._tally
+        with torch.no_grad():
+            while step < steps:
+                actions, log_probs = self.act(states[step])
+                actions_taken.append(actions)
+                log_probs_taken.append(log_probs)
+                wire = actions.tolist() if self._wire and actions.dim() == 1 else [self.to_env(a) for a in actions]
+                rows = Rows(final[step], following[step], reward[step], ended[step], cut[step])
+                done = self.envs.step_into(wire, rows) if self._raw else self._step_hooked(wire, rows)
+                if done or step >= tally.next_cut:
+                    self._end_episodes(step, done, rows, reward)
+                step += 1
+                if time.perf_counter() >= pause:
+                    break
+        return step
 
-    def _account(
-        self, rewards: list[float], ends: list[bool], cuts: list[bool], returns: list[float], lengths: list[int]
-    ) -> None:
-        """Add a step's rewards to each environment's episode; record the episodes that ended."""
-        for index, reward in enumerate(rewards):
-            self._returns[index] += reward
-            self._lengths[index] += 1
-            if ends[index] or cuts[index]:
-                returns.append(self._returns[index])
-                lengths.append(self._lengths[index])
-                self._returns[index] = 0.0
-                self._lengths[index] = 0
+    def _begin(self) -> None:
+        """Reset every environment (seeded) and size the states from what they give."""
+        observations = self.envs.reset(self.seed)
+        if self._raw:
+            try:
+                dtype = state_dtype(observations[0])
+                first = numpy.stack([numpy.asarray(observation, dtype=dtype) for observation in observations])
+            except (TypeError, ValueError):  # not arrays of one shape (a dict, ragged): to_state converts
+                self._raw = False
+            else:
+                if dtype.kind != "O":
+                    self._states = torch.from_numpy(first)
+                    self._next = torch.empty_like(self._states)
+                    return
+                self._raw = False
+        self._states = torch.stack([self.to_state(observation) for observation in observations])
+        self._next = torch.empty_like(self._states)
+
+    def _step_hooked(self, actions: list[Any], rows: Rows) -> list[int]:
+        """A step whose observations go through :meth:`to_state`, written into the batch's rows."""
+        outcome = self.envs.step(actions, range(self.num_envs))
+        rows.final[...] = torch.stack([self.to_state(observation) for observation in outcome.final])
+        rows.following[...] = torch.stack([self.to_state(observation) for observation in outcome.observations])
+        rows.rewards[...] = outcome.rewards
+        rows.terminated[...] = outcome.terminated
+        rows.truncated[...] = outcome.truncated
+        ends = zip(outcome.terminated, outcome.truncated, strict=True)
+        return [index for index, (terminated, truncated) in enumerate(ends) if terminated or truncated]
+
+    def _end_episodes(self, step: int, done: list[int], rows: Rows, rewards: Any) -> None:
+        """Record the episodes that ended at ``step``, cutting (and resetting) those that reach ``max_steps``."""
+        tally = self._tally
+        cut = [index for index in tally.due(step) if index not in done]
+        for index in cut:
+            rows.truncated[index] = True
+            observation = self.envs.reset_one(index)
+            rows.following[index] = observation if self._raw else self.to_state(observation)
+        for index in sorted(done + cut):
+            tally.end(index, step, rewards)
+
+
+class _Rows:
+    """A batch being played: its tensors, made before the first step, and the rows each step writes.
+
+    With ``raw`` the environments' observations are written through NumPy
+    views of the tensors (one copy, no conversion); without, as the tensors
+    :meth:`~Collector.to_state` makes. A step's next states are the next
+    step's observations, and the last step's go to ``following``, the
+    collector's own, since the batch leaves.
+    """
+
+    def __init__(self, steps: int, states: torch.Tensor, following: torch.Tensor, *, raw: bool) -> None:
+        count = len(states)
+        self.observations = torch.empty((steps, *states.shape), dtype=states.dtype)
+        self.finals = torch.empty_like(self.observations)
+        self.rewards = torch.zeros((steps, count), dtype=torch.float32)
+        self.terminated = torch.zeros((steps, count), dtype=torch.bool)
+        self.truncated = torch.zeros((steps, count), dtype=torch.bool)
+        self.observations[0] = states
+        self.states = self.observations.unbind(0)
+        self.actions: list[torch.Tensor] = []
+        self.log_probs: list[torch.Tensor] = []
+        flags = [tensor.numpy() for tensor in (self.rewards, self.terminated, self.truncated)]
+        if raw:
+            seen = self.observations.numpy()
+            self.arrays: tuple[Any, ...] = (self.finals.numpy(), [*seen[1:], following.numpy()], *flags)
+        else:
+            self.arrays = (self.finals, [*self.states[1:], following], *flags)
+
+
+class _Tally:
+    """Each environment's episode so far, counted per episode and per batch rather than per step.
+
+    An episode's return and length come from the batch's rewards when it
+    ends (plus what earlier batches carried), so the playing loop does no
+    bookkeeping per step: one comparison tells it when an episode is due to
+    be cut at ``max_steps``.
+    """
+
+    def __init__(self, count: int, max_steps: int) -> None:
+        self.max_steps = max_steps
+        self.carried_returns = [0.0] * count  # of each episode under way, from earlier batches
+        self.carried_lengths = [0] * count
+        self.starts = [0] * count  # the row of this batch where each episode under way began
+        self.cuts = [max_steps - 1] * count  # the row at which each would reach max_steps
+        self.next_cut = max_steps - 1
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+
+    def begin(self) -> None:
+        """A new batch: rows count from 0 again."""
+        self.returns, self.lengths = [], []
+        self.starts = [0] * len(self.starts)
+        self.cuts = [self.max_steps - 1 - length for length in self.carried_lengths]
+        self.next_cut = min(self.cuts)
+
+    def due(self, step: int) -> list[int]:
+        """The environments whose episode reaches ``max_steps`` at ``step``."""
+        if step < self.next_cut:
+            return []
+        return [index for index, row in enumerate(self.cuts) if row <= step]
+
+    def end(self, index: int, step: int, rewards: Any) -> None:
+        """Environment ``index``'s episode ended at ``step``: record it; the next one starts on the row after."""
+        start = self.starts[index]
+        self.returns.append(self.carried_returns[index] + float(rewards[start : step + 1, index].sum()))
+        self.lengths.append(self.carried_lengths[index] + step + 1 - start)
+        self.carried_returns[index], self.carried_lengths[index] = 0.0, 0
+        self.starts[index] = step + 1
+        self.cuts[index] = step + self.max_steps
+        self.next_cut = min(self.cuts)
+
+    def carry(self, rewards: Any) -> None:
+        """The batch is done: carry each episode under way into the next."""
+        steps = len(rewards)
+        for index, start in enumerate(self.starts):
+            self.carried_returns[index] += float(rewards[start:, index].sum())
+            self.carried_lengths[index] += steps - start
 
 
 async def _extend(buffer: Any, transitions: dict[str, torch.Tensor]) -> Any:

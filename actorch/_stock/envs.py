@@ -21,7 +21,7 @@ import torch
 
 from actorch._stock.import_paths import resolve
 
-__all__ = ["EnvFactory", "EnvPlayer", "EnvSet", "Steps"]
+__all__ = ["EnvFactory", "EnvPlayer", "EnvSet", "Rows", "Steps", "state_dtype"]
 
 EnvFactory = Callable[[], Any] | str
 """A function returning an environment (or a vector environment), or its ``"module:function"`` path."""
@@ -48,6 +48,24 @@ class Steps(NamedTuple):
     terminated: list[bool]
     truncated: list[bool]
     final: list[Any]
+
+
+class Rows(NamedTuple):
+    """Where one step of every sub-environment is written: NumPy arrays, one row per sub-environment.
+
+    Attributes:
+        final: The observation each step gave (an ended episode's last one).
+        following: The observation to act on next (after an episode ended, the next one's first).
+        rewards: The rewards.
+        terminated: Whether the episode ended in a terminal state (written only where it ended).
+        truncated: Whether the episode was cut short (written only where it ended).
+    """
+
+    final: Any
+    following: Any
+    rewards: Any
+    terminated: Any
+    truncated: Any
 
 
 class EnvSet:
@@ -171,6 +189,55 @@ class EnvSet:
                     steps.observations[position] = fresh[index]
         return steps
 
+    def step_into(self, actions: Sequence[Any], rows: Rows) -> list[int]:
+        """Step every sub-environment with ``actions`` (one each), writing what they give into ``rows``.
+
+        The playing loop of a collector: observations are written straight
+        into the arrays of its batch, one copy from the environment's own, and
+        the rewards, terminations and truncations likewise. Those whose episode
+        ended are reset, and their fresh observation written to
+        ``rows.following`` in place of the last one (which stays in
+        ``rows.final``). Returns their indices. ``rows.terminated`` and
+        ``rows.truncated`` must come cleared: only the ended are written.
+        """
+        if self.vector is not None:
+            return self._step_vector_into(actions, rows)
+        ended: list[int] = []
+        final, rewards = rows.final, rows.rewards
+        for index, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
+            observation, reward, terminated, truncated, _ = env.step(action)
+            final[index] = observation
+            rewards[index] = reward
+            if terminated or truncated:
+                rows.terminated[index] = terminated
+                rows.truncated[index] = truncated
+                ended.append(index)
+        rows.following[...] = final
+        for index in ended:
+            rows.following[index] = self.reset_one(index)
+        return ended
+
+    def _step_vector_into(self, actions: Sequence[Any], rows: Rows) -> list[int]:
+        observations, rewards, terminated, truncated, info = self.vector.step(_as_array(list(actions)))
+        rows.final[...] = observations
+        rows.following[...] = observations
+        rows.rewards[...] = rewards
+        rows.terminated[...] = terminated
+        rows.truncated[...] = truncated
+        ended = [int(index) for index in numpy.flatnonzero(numpy.logical_or(terminated, truncated))]
+        if not ended:
+            return ended
+        if self._same_step:
+            finals = info["final_obs"]
+            for index in ended:
+                rows.final[index] = finals[index]
+        else:
+            mask = numpy.zeros(self.count, dtype=bool)
+            mask[ended] = True
+            fresh, _ = self.vector.reset(options={"reset_mask": mask})
+            rows.following[mask] = fresh[mask]
+        return ended
+
     def close(self) -> None:
         """Close every environment that can be closed."""
         for env in [self.vector] if self.vector is not None else self.envs:
@@ -210,9 +277,22 @@ class EnvPlayer:
         self.envs.close()
 
     def to_state(self, observation: Any) -> torch.Tensor:
-        """An environment's observation as the float32 tensor the policy takes."""
-        return torch.as_tensor(observation, dtype=torch.float32)
+        """An environment's observation as the tensor the policy takes, in the environment's own dtype.
+
+        Pixels stay uint8 (a quarter of float32's bytes in every batch and
+        message): the policy casts them in its forward. The one change is
+        float64, NumPy's default, which becomes torch's default float dtype
+        (float32), as a tensor built from a list of floats would.
+        """
+        state = torch.as_tensor(observation)
+        return state.to(torch.get_default_dtype()) if state.dtype == torch.float64 else state
 
     def to_env(self, action: Any) -> Any:
         """An action as the environment takes it: a number, or a tensor as a NumPy array (from any device)."""
         return action.numpy(force=True) if isinstance(action, torch.Tensor) else action
+
+
+def state_dtype(observation: Any) -> Any:
+    """The NumPy dtype :meth:`EnvPlayer.to_state` gives ``observation``: its own, float64 as torch's default float."""
+    dtype = numpy.asarray(observation).dtype
+    return numpy.dtype(str(torch.get_default_dtype()).removeprefix("torch.")) if dtype == numpy.float64 else dtype

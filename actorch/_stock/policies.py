@@ -2,8 +2,8 @@
 
 The agent (policy on the learner) and the collector (a copy of the policy on
 each worker) both take a module, a function building one, or its import path,
-and both sample one action per state from the action probabilities the
-policy returns.
+and both sample one action per state from the action probabilities (or the
+logits) the policy returns.
 """
 
 from __future__ import annotations
@@ -39,8 +39,22 @@ def build_policy(policy: PolicyFactory, device: torch.device, seed: int | None =
     return module.to(device)
 
 
-def sample_categorical(probs: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """One action per row of ``probs`` (``[batch, actions]``), drawn with ``generator``; ``(actions, log_probs)``."""
-    actions = torch.multinomial(probs.detach(), 1, generator=generator).squeeze(1)
-    log_probs = torch.log(probs.gather(1, actions.unsqueeze(1)).squeeze(1).clamp_min(1e-12))
-    return actions, log_probs
+def sample_categorical(
+    scores: torch.Tensor, generator: torch.Generator, *, logits: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One action per row of ``scores`` (``[batch, actions]``), drawn with ``generator``; ``(actions, log_probs)``.
+
+    ``scores`` are probabilities, or logits if ``logits`` is set (a softmax
+    away from them). The draw is the Gumbel-max one (``argmax(p / e)`` with
+    ``e`` exponential), a handful of tensor operations per batch of states: the
+    collector's loop runs it every step. ``log_probs`` keep the graph of
+    ``scores``, for a learner that acts and learns in one forward.
+    """
+    noise = torch.empty_like(scores, requires_grad=False).exponential_(generator=generator)
+    noise.clamp_min_(torch.finfo(noise.dtype).tiny)  # a draw of 0 would pick an action of probability 0
+    if logits:
+        log_probs = torch.log_softmax(scores, dim=1)
+        actions = (log_probs.detach() - noise.log_()).argmax(dim=1, keepdim=True)
+        return actions.squeeze(1), log_probs.gather(1, actions).squeeze(1)
+    actions = (scores.detach() / noise).argmax(dim=1, keepdim=True)
+    return actions.squeeze(1), scores.gather(1, actions).log().squeeze(1)

@@ -11,6 +11,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import numpy
+import torch
+from torch import nn
+
 
 class Corridor:
     """Gymnasium-style ``reset``/``step``; the observation is ``[position / length, 1]``."""
@@ -87,3 +91,30 @@ class Drift:
 
 def drift() -> Drift:
     return Drift()
+
+
+class Pixels:
+    """Observations of uint8 frames (2 x 3), as pixel environments give them; a step changes one pixel."""
+
+    def __init__(self) -> None:
+        self.frame = numpy.zeros((2, 3), dtype=numpy.uint8)
+
+    def reset(self, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+        self.frame[:] = 0
+        return self.frame.copy(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self.frame[0, 0] += 1 + int(action)
+        return self.frame.copy(), 1.0, False, False, {}
+
+
+class FramePolicy(nn.Module):
+    """Casts the uint8 frames in its forward, as a pixel policy does: the batch keeps them uint8."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(6, 2)
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        assert frames.dtype == torch.uint8
+        return self.linear(frames.flatten(1).float() / 255)
