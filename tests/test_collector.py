@@ -8,6 +8,7 @@ import time
 from typing import Any, ClassVar
 
 import pytest
+import structlog
 import torch
 from _mp import SCRIPTS
 from torch import nn
@@ -413,3 +414,22 @@ async def test_collection_refuses_bad_options(world: LocalWorld, kwargs: dict[st
         Collection(refs, **kwargs)
     with pytest.raises(ValueError, match="at least one collector"):
         Collection([])
+
+
+async def test_collection_iterated_before_any_publish_warns_once(world: LocalWorld) -> None:
+    collector = await world[0].spawn(
+        Collector, args=(corridor, always_right), kwargs={"num_envs": 1, "frames_per_batch": 4}, on=1
+    )
+    with structlog.testing.capture_logs() as logs:
+        async with Collection([collector]) as collection:
+            taken = 0
+            async for batch in collection:
+                assert batch.version == 0
+                taken += 1
+                if taken == 3:
+                    break
+            await collection.publish(AlwaysRight())
+            await anext(collection)
+    said = [entry for entry in logs if entry["event"].startswith("batches handed out before any publish")]
+    assert len(said) == 1
+    assert said[0]["log_level"] == "warning"

@@ -111,6 +111,7 @@ class Collection:
         self._arrivals = itertools.count()
         self._last: _Source | None = None  # the source of the batch handed out last (asked again lazily)
         self._closed = False
+        self._unpublished_said = False
         self._counts = {"batches": 0, "frames": 0, "dropped": 0, "asked_again": 0, "failed": 0, "published": 0}
 
     def __repr__(self) -> str:
@@ -150,6 +151,14 @@ class Collection:
                 log.debug("stale batch set aside", collector=batch.collector, version=batch.version, at=self.version)
                 self._arm(source)
                 continue
+            if not self._unpublished_said and self.version == 0 and self.server is None:
+                self._unpublished_said = True
+                log.warning(
+                    "batches handed out before any publish: the collectors act with the weights their policy "
+                    "factory made, not the learner's; publish the learner's policy first",
+                    version=batch.version,
+                    collector=batch.collector,
+                )
             self._counts["batches"] += 1
             self._counts["frames"] += batch.frames
             source.taken += 1
