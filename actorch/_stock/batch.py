@@ -81,3 +81,45 @@ class Batch:
             "next_observations": self.next_observations,
         }
         return {key: value.reshape(-1, *value.shape[2:]) for key, value in flat.items()}
+
+    def to_tensordict(self, *, log_prob_key: str = "action_log_prob") -> Any:
+        """The batch as a TorchRL rollout: a ``tensordict.TensorDict`` of batch size ``[envs, steps]``.
+
+        TorchRL's layout, which its losses and value estimators (``ClipPPOLoss``,
+        ``GAE``) take as they are: time last, ``observation``, ``action`` and
+        ``log_prob_key`` at the root, and under ``"next"`` the
+        ``observation``, ``reward``, ``done``, ``terminated`` and ``truncated``
+        that followed (the last four ``[envs, steps, 1]``). The tensors are
+        the batch's own, transposed (views, no copy).
+
+        Raises:
+            ModuleNotFoundError: If ``tensordict`` is not installed (``pip install tensordict``; TorchRL brings it).
+        """
+        try:
+            from tensordict import TensorDict  # noqa: PLC0415 - an optional dependency, imported when used
+        except ModuleNotFoundError as exc:
+            raise ModuleNotFoundError(
+                "Batch.to_tensordict needs the tensordict package: pip install tensordict (TorchRL brings it)"
+            ) from exc
+
+        def time_last(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.transpose(0, 1)
+
+        def flag(tensor: torch.Tensor) -> torch.Tensor:
+            return time_last(tensor).unsqueeze(-1)
+
+        steps, envs = self.rewards.shape
+        following = {
+            "observation": time_last(self.next_observations),
+            "reward": flag(self.rewards),
+            "done": flag(self.dones),
+            "terminated": flag(self.terminated),
+            "truncated": flag(self.truncated),
+        }
+        root = {
+            "observation": time_last(self.observations),
+            "action": time_last(self.actions),
+            log_prob_key: time_last(self.log_probs),
+            "next": TensorDict(following, batch_size=[envs, steps]),
+        }
+        return TensorDict(root, batch_size=[envs, steps], device=self.observations.device)
