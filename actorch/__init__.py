@@ -66,8 +66,9 @@ from actorch._launch.run import run
 from actorch._launch.serving import serve
 from actorch._launch.start import start
 from actorch._stock.agent import Agent, EpisodeStats
+from actorch._stock.batch import Batch
 from actorch._stock.collection import Collection
-from actorch._stock.collector import Batch, Collector
+from actorch._stock.collector import Collector
 from actorch._stock.group import ActorGroup
 from actorch._stock.observer import Observer, Rollout
 from actorch._stock.parameter_client import ParameterClient

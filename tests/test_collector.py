@@ -399,6 +399,18 @@ async def test_collection_ends_when_every_stream_has_ended(world: LocalWorld) ->
     await collection.aclose()
 
 
+async def test_collection_leaves_its_collectors_idle_on_exit_or_stops_them_when_told(world: LocalWorld) -> None:
+    kept, stopped = await spawn(world, 2)
+    async with Collection([kept]) as collection:
+        await collection.__anext__()
+    assert (await kept.call(Collector.statistics))["batches"] >= 1, "the collector is still there, idle"
+    async with Collection([kept, stopped], stop_collectors=True) as collection:
+        await collection.__anext__()
+        await stopped.stop()  # one already gone is passed over
+    with pytest.raises(actorch.ActorStoppedError):
+        await kept.call(Collector.statistics)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -108,3 +108,15 @@ def test_collect_train_example_stops_at_its_frame_budget_with_streamed_batches()
     assert int(done.group(2).replace(",", "")) == 1024, "four batches of 256"
     assert done.group(5, 6) == ("1", "2")
     assert "max lag 1, 0 stale batches set aside" in out
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torchrl") is None, reason="the example needs TorchRL: pip install -e '.[bench]'"
+)
+def test_torchrl_ppo_example_learns_with_torchrls_loss_on_batches_of_actorch_collectors() -> None:
+    out = run_example("torchrl_ppo.py", "--target", "60", "--max-frames", "60000", "--envs", "4")
+    done = re.search(r"^mean return ([\d.]+) over the last (\d+) episodes after ([\d,]+) frames$", out, re.MULTILINE)
+    assert done, out
+    assert float(done.group(1)) >= 60.0, out
+    assert int(done.group(2)) == 20
+    assert 0 < int(done.group(3).replace(",", "")) < 60000

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from typing import Any, Literal
 
@@ -31,8 +32,10 @@ from torch import nn
 
 from actorch._actors.ref import ActorRef
 from actorch._engine.streaming import Stream
-from actorch._stock.collector import Batch, Collector
+from actorch._stock.batch import Batch
+from actorch._stock.collector import Collector
 from actorch._stock.group import ActorGroup
+from actorch._stock.handover import Handover, Mappings, host_identity
 
 __all__ = ["Collection"]
 
@@ -57,10 +60,17 @@ class _Source:
 class Collection:
     """Batches from many :class:`~actorch.Collector` s as one ``async for``, and their weights kept in sync.
 
-    Use it as an async context manager (or call :meth:`aclose`) so the
-    collectors stop when the learner is done. Iteration ends when no
+    Use it as an async context manager (or call :meth:`aclose`): leaving it
+    closes the streams, so each collector gives up the batch it was playing
+    and waits, alive and idle, for its next reader; with
+    ``stop_collectors=True`` it stops them too. Iteration ends when no
     collector is left; a collector that fails is left out, and its error is
     raised once from the iteration (with a note naming it), which may go on.
+
+    Collectors on the learner's host (in other processes) hand their batches
+    over through shared memory: the observations are written once, by the
+    collector, and copied once, into the learner's batch. Others send them
+    by value.
 
     Args:
         collectors: The collectors' refs (``await system.lookup_all("rl/collectors/*")``).
@@ -69,10 +79,13 @@ class Collection:
         on_lag: What happens to a batch past ``max_lag``: ``"drop"`` or
             ``"wait"`` (see the module's documentation).
         window: How many batches each collector may be ahead of the learner
-            (``"wait"`` asks for one at a time).
+            (``"wait"`` asks for one at a time). 2 keeps a collector playing
+            while its last batch travels and waits to be taken, for
+            throughput; 1 keeps batches a version fresher.
         version: The learner's version to start from.
         server: A :class:`~actorch.ParameterServer` the collectors pull
             newer weights from before each batch, instead of :meth:`publish`.
+        stop_collectors: Stop the collectors when the collection closes.
 
     Raises:
         ValueError: If there are no collectors, ``max_lag`` is negative,
@@ -89,6 +102,7 @@ class Collection:
         window: int = 1,
         version: int = 0,
         server: ActorRef[Any] | None = None,
+        stop_collectors: bool = False,
     ) -> None:
         refs = list(collectors)
         if not refs:
@@ -107,11 +121,14 @@ class Collection:
         self.version = version
         """The learner's version: :meth:`publish` moves it; set it yourself when weights travel another way."""
         self.server = server
+        self.stop_collectors = stop_collectors
+        self._refs = refs
         self._sources = [_Source(ref) for ref in refs]
         self._arrivals = itertools.count()
         self._last: _Source | None = None  # the source of the batch handed out last (asked again lazily)
         self._closed = False
         self._unpublished_said = False
+        self._mappings = Mappings()  # the slots of the collectors on this host, whose batches come by reference
         self._counts = {"batches": 0, "frames": 0, "dropped": 0, "asked_again": 0, "failed": 0, "published": 0}
 
     def __repr__(self) -> str:
@@ -193,7 +210,10 @@ class Collection:
         }
 
     async def aclose(self) -> None:
-        """Stop reading: close the collectors' streams and cancel what is asked of them."""
+        """Stop reading: close the collectors' streams and cancel what is asked of them; stop them if told to.
+
+        Collectors already stopped, or lost with their node, are passed over.
+        """
         if self._closed:
             return
         self._closed = True
@@ -205,6 +225,12 @@ class Collection:
                 await asyncio.gather(source.pending, return_exceptions=True)
             if source.stream is not None:
                 await source.stream.aclose()
+        self._mappings.clear()
+        if self.stop_collectors:
+            outcomes = await asyncio.gather(*(ref.stop() for ref in self._refs), return_exceptions=True)
+            for ref, outcome in zip(self._refs, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    log.debug("collector not stopped", collector=ref.name or repr(ref), error=repr(outcome))
 
     # ------------------------------------------------------------------ internals
 
@@ -215,10 +241,14 @@ class Collection:
         """Ask ``source`` for its next batch: the next item of its stream, or a call (``"wait"``)."""
         if self.max_lag is not None and self.on_lag == "wait":
             floor = max(self.version - self.max_lag, 0)
-            next_batch: Awaitable[Batch] = source.ref.call(Collector.collect, floor, server=self.server)
+            asked = Handover(host_identity(), os.getpid(), 2)  # one batch at a time: the one taken, the one made
+            next_batch: Awaitable[Batch] = source.ref.call(Collector.collect, floor, server=self.server, handover=asked)
         else:
             if source.stream is None:
-                source.stream = source.ref.stream(Collector.batches, server=self.server).with_window(self.window)
+                # The collector keeps a slot more than the batches the stream may hold unread.
+                asked = Handover(host_identity(), os.getpid(), self.window + 1)
+                stream = source.ref.stream(Collector.batches, server=self.server, handover=asked)
+                source.stream = stream.with_window(self.window)
             next_batch = anext(source.stream)
         source.pending = asyncio.ensure_future(_outcome(next_batch))
         source.pending.add_done_callback(lambda _: setattr(source, "ready_at", next(self._arrivals)))
@@ -229,7 +259,7 @@ class Collection:
         assert task is not None
         source.pending = None
         try:
-            return task.result()
+            return self._mappings.resolved(task.result())
         except StopAsyncIteration:
             self._sources.remove(source)
             return None

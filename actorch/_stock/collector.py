@@ -1,4 +1,4 @@
-"""``Collector``: a worker that plays its environments with its own copy of the policy, and ``Batch``, what it sends.
+"""``Collector``: a worker that plays its environments with its own copy of the policy, sending batches of what it saw.
 
 The other design of RL collection. Where the agent keeps the one policy and
 answers every step of every observer (one message per step), a collector
@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy
@@ -24,73 +23,16 @@ import torch
 
 from actorch._actors.actor import Actor
 from actorch._actors.ref import ActorRef
-from actorch._base.codec import serializable
+from actorch._stock.batch import Batch
 from actorch._stock.envs import EnvFactory, EnvPlayer, Rows, state_dtype
+from actorch._stock.handover import Handover, Slots, by_reference, carve, room, usable
 from actorch._stock.policies import PolicyFactory, build_policy, sample_categorical
 from actorch._stock.sharded_replay import ShardedReplayBuffer
 
-__all__ = ["Batch", "Collector"]
+__all__ = ["Collector"]
 
 _YIELD_EVERY = 0.005
 """Seconds of stepping after which a collector lets its node's loop run (weights and other calls come in)."""
-
-
-@serializable(23)
-@dataclass
-class Batch:
-    """Transitions a collector gathered with one version of the policy: ``steps`` steps of each of its environments.
-
-    Tensors are time-major: ``[steps, envs, ...]``.
-
-    Attributes:
-        collector: The collector's name (or key).
-        version: The version of the policy weights that acted in every step.
-        observations: The state acted on, ``[steps, envs, *state]``.
-        actions: The action taken, ``[steps, envs, *action]``.
-        log_probs: Its log-probability under the acting policy, ``[steps, envs]``.
-        rewards: The reward, ``[steps, envs]``, float32.
-        terminated: Whether the episode ended in a terminal state there, ``[steps, envs]``.
-        truncated: Whether it was cut short there (a time limit), ``[steps, envs]``.
-        next_observations: The state after the step (an ended episode's last
-            one, not the next episode's first), ``[steps, envs, *state]``.
-        episode_returns: The total reward of each episode that ended in the batch.
-        episode_lengths: The length of each of those episodes, in the same order.
-    """
-
-    collector: str
-    version: int
-    observations: torch.Tensor = field(repr=False)
-    actions: torch.Tensor = field(repr=False)
-    log_probs: torch.Tensor = field(repr=False)
-    rewards: torch.Tensor = field(repr=False)
-    terminated: torch.Tensor = field(repr=False)
-    truncated: torch.Tensor = field(repr=False)
-    next_observations: torch.Tensor = field(repr=False)
-    episode_returns: list[float] = field(default_factory=list)
-    episode_lengths: list[int] = field(default_factory=list)
-
-    @property
-    def frames(self) -> int:
-        """Transitions in the batch: steps times environments."""
-        return int(self.rewards.numel())
-
-    @property
-    def dones(self) -> torch.Tensor:
-        """Whether an episode ended at each step, terminated or truncated."""
-        return self.terminated | self.truncated
-
-    def transitions(self) -> dict[str, torch.Tensor]:
-        """The batch flattened to ``[frames, ...]`` per field, as ``ReplayBuffer.extend`` takes it."""
-        flat = {
-            "observations": self.observations,
-            "actions": self.actions,
-            "log_probs": self.log_probs,
-            "rewards": self.rewards,
-            "terminated": self.terminated,
-            "truncated": self.truncated,
-            "next_observations": self.next_observations,
-        }
-        return {key: value.reshape(-1, *value.shape[2:]) for key, value in flat.items()}
 
 
 class Collector(EnvPlayer, Actor):
@@ -110,6 +52,7 @@ class Collector(EnvPlayer, Actor):
     time (:meth:`collect`), or straight into a replay buffer (:meth:`fill`).
     A batch given up on midway (cancelled, past its deadline, its stream
     closed) is lost, and the next one starts where the environments are.
+    Batches are played one at a time, whoever asks.
 
     Args:
         env: An environment factory (or path), a list of them, or a factory of
@@ -169,7 +112,9 @@ class Collector(EnvPlayer, Actor):
         self._raw = type(self).to_state is EnvPlayer.to_state
         self._wire = type(self).to_env is EnvPlayer.to_env
         self._tally = _Tally(self.num_envs, max_steps)
-        self._counts = {"batches": 0, "frames": 0, "episodes": 0, "weights": 0}
+        self._playing = asyncio.Lock()
+        self._slots: Slots | None = None  # shared memory for a reader on this host, once one asks
+        self._counts = {"batches": 0, "frames": 0, "episodes": 0, "weights": 0, "by_reference": 0}
         self._seconds = 0.0
 
     async def set_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> int:
@@ -195,7 +140,9 @@ class Collector(EnvPlayer, Actor):
             self._newer = asyncio.Event()
         return max(version, newest)
 
-    async def batches(self, count: int | None = None, *, server: ActorRef[Any] | None = None) -> AsyncIterator[Batch]:
+    async def batches(
+        self, count: int | None = None, *, server: ActorRef[Any] | None = None, handover: Handover | None = None
+    ) -> AsyncIterator[Batch]:
         """Collect batch after batch, yielding each as it is done: ``ref.stream(Collector.batches)``.
 
         The next batch is collected while the stream has room for it (its
@@ -205,31 +152,39 @@ class Collector(EnvPlayer, Actor):
             count: Batches to collect, or None for as many as the consumer takes.
             server: A :class:`~actorch.ParameterServer` (of the same policy) to
                 pull newer weights from before each batch.
+            handover: Who reads the stream (``Handover(host, pid, slots)``,
+                ``slots`` above its window): a reader on this host in another
+                process gets the observations through shared memory, one copy
+                on their way instead of three. :class:`~actorch.Collection` asks for it.
 
         Raises:
             ValueError: If ``count`` is below 1.
         """
         _check_count(count)
+        slots = self._slots_for(handover)
         made = 0
         while count is None or made < count:
             if server is not None:
                 await self._pull(server)
-            yield await self._batch()
+            yield await self._batch(slots)
             made += 1
 
-    async def collect(self, min_version: int = 0, *, server: ActorRef[Any] | None = None) -> Batch:
+    async def collect(
+        self, min_version: int = 0, *, server: ActorRef[Any] | None = None, handover: Handover | None = None
+    ) -> Batch:
         """Collect one batch, first waiting for weights of at least ``min_version``.
 
         Args:
             min_version: The oldest weights the batch may be made with; the
                 collector waits for newer ones to arrive (:meth:`set_weights`).
             server: A parameter server to pull newer weights from first.
+            handover: As for :meth:`batches`, for a reader that asks for one batch at a time.
         """
         if server is not None:
             await self._pull(server)
         while max(self.version, self._pending[1] if self._pending is not None else 0) < min_version:
             await self._newer.wait()
-        return await self._batch()
+        return await self._batch(self._slots_for(handover))
 
     async def fill(self, buffer: Any, batches: int | None = None, *, server: ActorRef[Any] | None = None) -> int:
         """Collect batches into ``buffer`` until ``batches`` are in, or for ever; return the transitions added.
@@ -262,8 +217,16 @@ class Collector(EnvPlayer, Actor):
             await pending
         return added
 
+    async def on_stop(self) -> None:
+        """Close the environments and let the slots of shared memory go."""
+        self._slots = None
+        await super().on_stop()
+
     async def statistics(self) -> dict[str, Any]:
-        """Batches, frames and episodes collected, weight versions taken, the version held, frames per second."""
+        """Batches, frames and episodes collected, weight versions taken, the version held, frames per second.
+
+        ``by_reference`` counts the batches handed over through shared memory.
+        """
         seconds = self._seconds
         return {
             **self._counts,
@@ -305,7 +268,21 @@ class Collector(EnvPlayer, Actor):
         self.version = version
         self._counts["weights"] += 1
 
-    async def _batch(self) -> Batch:
+    def _slots_for(self, handover: Handover | None) -> Slots | None:
+        """The slots to hand batches to this reader through, if it shares this host (and not this process)."""
+        asked = usable(handover)
+        if asked is None:
+            return None
+        if self._slots is None or self._slots.count < asked.slots:
+            self._slots = Slots(asked.slots)
+        return self._slots
+
+    async def _batch(self, slots: Slots | None = None) -> Batch:
+        """One batch, its environments played by one caller at a time (streams and calls may come at once)."""
+        async with self._playing:
+            return await self._play_batch(slots)
+
+    async def _play_batch(self, slots: Slots | None) -> Batch:
         """Step every environment ``frames_per_batch / envs`` times with the policy; yield to the loop now and then."""
         self._install()
         if self._states is None:
@@ -313,7 +290,7 @@ class Collector(EnvPlayer, Actor):
         assert self._states is not None
         assert self._next is not None
         steps = self.frames_per_batch // self.num_envs
-        batch = _Rows(steps, self._states, self._next, raw=self._raw)
+        batch = _Rows(steps, self._states, self._next, raw=self._raw, slots=slots)
         self._tally.begin()
         started = time.perf_counter()
         step = 0
@@ -330,7 +307,7 @@ class Collector(EnvPlayer, Actor):
         self._counts["batches"] += 1
         self._counts["frames"] += self.frames_per_batch
         self._counts["episodes"] += len(self._tally.returns)
-        return Batch(
+        made = Batch(
             self.key,
             self.version,
             batch.observations,
@@ -343,6 +320,10 @@ class Collector(EnvPlayer, Actor):
             self._tally.returns,
             self._tally.lengths,
         )
+        if batch.slot is None:
+            return made
+        self._counts["by_reference"] += 1
+        return by_reference(made, batch.slot)
 
     def _play(self, batch: _Rows, step: int, pause: float) -> int:
         """Play the batch's steps from ``step`` on until it is full or ``pause`` has passed; return the next step."""
@@ -416,10 +397,18 @@ class _Rows:
     collector's own, since the batch leaves.
     """
 
-    def __init__(self, steps: int, states: torch.Tensor, following: torch.Tensor, *, raw: bool) -> None:
+    def __init__(
+        self, steps: int, states: torch.Tensor, following: torch.Tensor, *, raw: bool, slots: Slots | None
+    ) -> None:
         count = len(states)
-        self.observations = torch.empty((steps, *states.shape), dtype=states.dtype)
-        self.finals = torch.empty_like(self.observations)
+        shape = (steps, *states.shape)
+        self.slot: torch.UntypedStorage | None = None
+        if slots is None:
+            self.observations = torch.empty(shape, dtype=states.dtype)
+            self.finals = torch.empty_like(self.observations)
+        else:  # both in a slot of shared memory: they are written where the reader will read them
+            self.slot = slots.take(room(shape, states.dtype, 2))
+            self.observations, self.finals = carve(self.slot, shape, states.dtype, 2)
         self.rewards = torch.zeros((steps, count), dtype=torch.float32)
         self.terminated = torch.zeros((steps, count), dtype=torch.bool)
         self.truncated = torch.zeros((steps, count), dtype=torch.bool)
