@@ -342,7 +342,7 @@ async def test_broadcast_tell_checks_each_members_endpoint_and_sends_to_the_rest
     assert caught.value.failed == [1]
     refused = caught.value.results[1]
     assert isinstance(refused, actorch.EndpointError)
-    assert refused.__notes__ == [f"in the broadcast tell of 'record' to {stranger._label}"]
+    assert refused.__notes__ == [f"in {stranger._label}, one of the tells of 'record'"]
     with pytest.raises(actorch.GroupError) as caught:
         broadcast_tell(refs, Member.record, 1, 2)  # type: ignore[call-overload]
     assert caught.value.failed == [0, 1]

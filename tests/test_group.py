@@ -259,12 +259,12 @@ async def test_group_call_failure_raises_group_error_with_every_outcome(world: L
     assert isinstance(stopped, actorch.ActorStoppedError)
     assert list(error.exceptions) == [refused, stopped]
     assert str(error).startswith(
-        "2 of 4 calls to 'fail_if' failed: member 1 (actor 'g/1' on node 1): ValueError; "
-        "member 2 (actor 'g/2' on node 2): ActorStoppedError"
+        "2 of 4 calls to 'fail_if' failed: member 1 (actor 'g/1' on node 1): ValueError: worker 1 refuses; "
+        "member 2 (actor 'g/2' on node 2): ActorStoppedError: cannot call 'fail_if' of "
     )
     assert refused.__notes__[0].startswith("Raised in 'fail_if' of actor 'g/1' (Worker) on node 1, pid ")
-    assert refused.__notes__[1:] == ["in member 1 (actor 'g/1' on node 1) of the group call to 'fail_if'"]
-    assert stopped.__notes__ == ["in member 2 (actor 'g/2' on node 2) of the group call to 'fail_if'"]
+    assert refused.__notes__[1:] == ["in member 1 (actor 'g/1' on node 1), one of the calls to 'fail_if'"]
+    assert stopped.__notes__ == ["in member 2 (actor 'g/2' on node 2), one of the calls to 'fail_if'"]
 
 
 async def test_group_error_can_be_caught_by_member_exception_type(world: LocalWorld) -> None:

@@ -79,13 +79,13 @@ def test_group_error_across_processes_names_members_and_keeps_results(group_run:
     assert refused["message"] == "worker 1 refuses"
     assert "ActorStoppedError" in mro_of(stopped)
     assert r["message"].startswith(
-        "2 of 3 calls to 'fail_if' failed: member 1 (actor 'err/1' on node 1): ValueError; "
-        "member 2 (actor 'err/2' on node 2): ActorStoppedError"
+        "2 of 3 calls to 'fail_if' failed: member 1 (actor 'err/1' on node 1): ValueError: worker 1 refuses; "
+        "member 2 (actor 'err/2' on node 2): ActorStoppedError: cannot call 'fail_if' of "
     )
     remote_note, member_note = r["notes"][0]
     assert remote_note.startswith("Raised in 'fail_if' of actor 'err/1' (")
-    assert member_note == "in member 1 (actor 'err/1' on node 1) of the group call to 'fail_if'"
-    assert r["notes"][1] == ["in member 2 (actor 'err/2' on node 2) of the group call to 'fail_if'"]
+    assert member_note == "in member 1 (actor 'err/1' on node 1), one of the calls to 'fail_if'"
+    assert r["notes"][1] == ["in member 2 (actor 'err/2' on node 2), one of the calls to 'fail_if'"]
 
 
 @pytest.mark.timeout(FIRST_USE)

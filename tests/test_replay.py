@@ -709,7 +709,8 @@ async def test_sharded_update_priorities_refuses_bad_input(world: LocalWorld) ->
         await prioritized.update_priorities(torch.tensor([2 << SHARD_SHIFT]), torch.ones(1))
     with pytest.raises(ValueError, match="index -1 names no shard"):
         await prioritized.update_priorities(torch.tensor([-1]), torch.ones(1))
-    with pytest.raises(actorch.GroupError, match="update_priorities failed on 1 of 1 replay shards: shard 1") as info:
+    shard_1_failed = r"1 of 1 calls to 'update_priorities' of replay shards failed: replay shard 1 \("
+    with pytest.raises(actorch.GroupError, match=shard_1_failed) as info:
         await prioritized.update_priorities(torch.tensor([1 << SHARD_SHIFT | 7]), torch.ones(1))
     assert isinstance(info.value.exceptions[0], ValueError)
     uniform = ShardedReplayBuffer(await spawn_shards(world, ReplayBuffer, 8, prefix="uniform"))
@@ -756,9 +757,9 @@ async def test_sharded_group_error_names_a_stopped_shard(world: LocalWorld) -> N
     assert isinstance(error.exceptions[0], actorch.ActorStoppedError)
     assert any("replay shard 1" in note and "shards/2" in note for note in error.exceptions[0].__notes__)
     assert isinstance(error.results[0], Sample)
-    with pytest.raises(actorch.GroupError, match="extend failed on 1 of 2"):
+    with pytest.raises(actorch.GroupError, match="1 of 2 calls to 'extend' of replay shards failed"):
         await client.extend(batch_of(range(2)))
-    with pytest.raises(actorch.GroupError, match="statistics failed on 1 of 2"):
+    with pytest.raises(actorch.GroupError, match="1 of 2 calls to 'statistics' of replay shards failed"):
         await client.size()
 
 

@@ -454,7 +454,7 @@ async def test_agent_train_streaming_names_a_failed_observer_and_goes_on(world: 
     await seat(world, 2)
     await world[0].spawn(Observer, args=(broken_corridor,), name="rl/observers/broken", on=1)
     agent = await world[0].spawn(Agent, args=(small_policy,))
-    with pytest.raises(actorch.RemoteError, match="1 of 3 observers failed in their episode streams: "):
+    with pytest.raises(actorch.RemoteError, match="1 of 3 observers' episode streams failed: observer "):
         await agent.call(Agent.train_streaming, 2)
     await (await world[0].lookup("rl/observers/broken")).stop()
     assert [stats.observers for stats in await agent.call(Agent.train_streaming, 2)] == [2, 2]

@@ -14,7 +14,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 from actorch._actors.actor import Actor, endpoints_of
 from actorch._actors.ref import ActorRef, resolve_class
 from actorch._base.deadline import current_deadline
-from actorch._base.errors import GroupError
+from actorch._base.errors import group_failure
 from actorch._engine.batching import Batched
 from actorch._engine.caller import Caller
 from actorch._engine.endpoints import check_call, endpoint_name
@@ -138,17 +138,9 @@ def broadcast_tell(refs: Iterable[ActorRef[Any]], method: Any, /, *args: Any, **
     told = tell_many(caller, [_target(members[index]) for index in sent], endpoint, args, kwargs)
     for index, outcome in zip(sent, told, strict=True):
         outcomes[index] = outcome
-    failures = [outcome for outcome in outcomes if outcome is not None]
-    if not failures:
-        return
-    named: list[str] = []
-    for ref, outcome in zip(members, outcomes, strict=True):
-        if outcome is not None:
-            outcome.add_note(f"in the broadcast tell of {endpoint!r} to {ref._label}")
-            named.append(f"{ref._label}: {type(outcome).__name__}")
-    raise GroupError(
-        f"{len(failures)} of {len(members)} tells of {endpoint!r} failed: {'; '.join(named)}", failures, outcomes
-    )
+    failed = group_failure(f"tells of {endpoint!r}", lambda index: members[index]._label, outcomes)
+    if failed is not None:
+        raise failed
 
 
 def _target(ref: ActorRef[Any]) -> CastTarget:

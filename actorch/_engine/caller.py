@@ -23,6 +23,7 @@ from actorch._base.errors import (
     NodeLostError,
     SerializationError,
     SystemClosedError,
+    actor_stopped,
 )
 from actorch._engine.calls import RemoteCall
 from actorch._engine.message import CallContext, Message, Origin, current_call
@@ -209,9 +210,7 @@ class Caller(NodeSide):
         try:
             if not ok:
                 if payload[0] == Origin.GONE:
-                    error: BaseException = ActorStoppedError(
-                        f"cannot call {pending.endpoint!r} of {pending.label}: the actor has stopped"
-                    )
+                    error: BaseException = actor_stopped(f"call {pending.endpoint!r}", pending.label)
                 else:
                     error = rebuild_error(payload, pending.label, pending.endpoint)
                 pending.set_exception(error)

@@ -29,6 +29,7 @@ from actorch._base.errors import (
     NodeLostError,
     SerializationError,
     SystemClosedError,
+    actor_stopped,
 )
 from actorch._engine.cell import Cell
 from actorch._engine.message import ItemRefused, Message, Origin, Outlet, Reply
@@ -417,7 +418,7 @@ class Streams(NodeSide):
     def _open_local(self, stream: Stream[Any], opening: StreamRequest, window: int) -> _Link:
         cell = self.cells.get(opening.actor_id)
         if cell is None or cell.stopping:
-            raise ActorStoppedError(f"cannot stream {opening.endpoint!r}: {opening.label} is stopped")
+            raise actor_stopped(f"stream {opening.endpoint!r}", opening.label)
         link = _LocalLink(self, stream, opening, window, cell)
         message = Message(
             opening.endpoint, opening.args, opening.kwargs, self.new_key(), opening.chain, opening.deadline, link
@@ -484,11 +485,7 @@ class Streams(NodeSide):
         if ok:
             link.end(None)
         elif payload[0] == Origin.GONE:
-            link.end(
-                ActorStoppedError(
-                    f"cannot stream {link.opening.endpoint!r} of {link.opening.label}: the actor has stopped"
-                )
-            )
+            link.end(actor_stopped(f"stream {link.opening.endpoint!r}", link.opening.label))
         else:
             link.end(rebuild_error(payload, link.opening.label, link.opening.endpoint))
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from actorch._base.codec import serializable
-from actorch._base.errors import GroupError
+from actorch._base.errors import group_failure
 from actorch._stock.observer import Rollout
 
 __all__ = ["EpisodeStats", "by_observer", "first_episode", "raise_failures", "rows_by_env"]
@@ -47,21 +47,9 @@ class EpisodeStats:
 
 def raise_failures(refs: list[Any], outcomes: list[Any]) -> None:
     """Raise a GroupError naming the observers whose stream failed, if any did (a cancellation as it is)."""
-    named: list[str] = []
-    failures: list[Exception] = []
-    for ref, outcome in zip(refs, outcomes, strict=True):
-        if isinstance(outcome, Exception):
-            observer = ref.name or repr(ref)
-            outcome.add_note(f"in the episode stream of observer {observer}")
-            named.append(f"{observer}: {type(outcome).__name__}")
-            failures.append(outcome)
-        elif isinstance(outcome, BaseException):
-            raise outcome
-    if failures:
-        summary = ", ".join(named)
-        raise GroupError(
-            f"{len(failures)} of {len(refs)} observers failed in their episode streams: {summary}", failures, outcomes
-        )
+    failed = group_failure("observers' episode streams", lambda i: f"observer {refs[i].name or refs[i]!r}", outcomes)
+    if failed is not None:
+        raise failed
 
 
 def first_episode(rollout: Rollout) -> float:

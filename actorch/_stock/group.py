@@ -18,7 +18,7 @@ from typing import Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar, ov
 from actorch._actors.actor import Actor
 from actorch._actors.broadcast import broadcast, broadcast_tell
 from actorch._actors.ref import ActorRef
-from actorch._base.errors import GroupError, RemoteError
+from actorch._base.errors import GroupError, group_failure
 from actorch._engine.batching import Batched
 from actorch._stock.partitioners import Partitioner
 
@@ -250,16 +250,6 @@ class ActorGroup(Generic[A]):
         return plan
 
 
-def error_kind(exc: BaseException) -> str:
-    """The class name an error is known by: a remote error's original class (``ValueError``)."""
-    return exc.type_name.rpartition(".")[2] if isinstance(exc, RemoteError) else type(exc).__name__
-
-
-def failure_reason(exc: BaseException) -> str:
-    """A member's error in one line for a ``GroupError``'s message: ``ValueError: its message``."""
-    return f"{error_kind(exc)}: {exc}"
-
-
 def _describe(ref: ActorRef[Any]) -> str:
     if ref.name is not None:
         return f"actor {ref.name!r} on node {ref.rank}"
@@ -273,18 +263,14 @@ def _raise_failures(method: Any, plan: list[_MemberCall], outcomes: list[Any]) -
     If ``method`` has no name, it is no endpoint at all: every member's ref refused
     it with the same ``EndpointError``, and that error is raised alone.
     """
-    failures = [outcome for outcome in outcomes if isinstance(outcome, Exception)]
-    if not failures:
-        return
     endpoint = method if type(method) is str else getattr(method, "__name__", None)
     if not isinstance(endpoint, str):
-        raise failures[0]
-    named: list[str] = []
-    for call, outcome in zip(plan, outcomes, strict=True):
-        if isinstance(outcome, Exception):
-            member = f"member {call.member} ({_describe(call.ref)})"
-            outcome.add_note(f"in {member} of the group call to {endpoint!r}")
-            named.append(f"{member}: {error_kind(outcome)}")
-    raise GroupError(
-        f"{len(failures)} of {len(plan)} calls to {endpoint!r} failed: {'; '.join(named)}", failures, outcomes
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome
+        return
+    failed = group_failure(
+        f"calls to {endpoint!r}", lambda index: f"member {plan[index].member} ({_describe(plan[index].ref)})", outcomes
     )
+    if failed is not None:
+        raise failed

@@ -18,8 +18,7 @@ from typing import Any
 import torch
 
 from actorch._actors.ref import ActorRef
-from actorch._base.errors import GroupError
-from actorch._stock.group import failure_reason
+from actorch._base.errors import group_failure
 from actorch._stock.parameter_server import Parameters, ParameterServer
 from actorch._stock.transfer import DeviceLike, as_device, to_device
 
@@ -117,18 +116,8 @@ class ParameterClient:
 
     async def _each(self, call: Any) -> list[Any]:
         results = await asyncio.gather(*(call(i) for i in range(len(self.servers))), return_exceptions=True)
-        failed = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
-        for _, error in failed:
-            if not isinstance(error, Exception):
-                raise error  # cancellation and the like are not shard failures
-        if failed:
+        failed = group_failure("parameter shards", lambda i: f"shard {i} ({self.servers[i]!r})", results)
+        if failed is not None:
             self._update([r if isinstance(r, Parameters) else None for r in results])
-            for index, error in failed:
-                error.add_note(f"parameter shard {index}: {self.servers[index]!r}")
-            reasons = "; ".join(f"shard {i} ({self.servers[i]!r}): {failure_reason(error)}" for i, error in failed)
-            raise GroupError(
-                f"{len(failed)} of {len(self.servers)} parameter shards failed: {reasons}",
-                [error for _, error in failed if isinstance(error, Exception)],
-                results,
-            )
+            raise failed
         return list(results)

@@ -18,8 +18,7 @@ import torch
 from torch import Tensor
 
 from actorch._actors.ref import ActorRef
-from actorch._base.errors import GroupError
-from actorch._stock.group import failure_reason
+from actorch._base.errors import group_failure
 from actorch._stock.prioritized_replay import PrioritizedReplayBuffer
 from actorch._stock.replay import ReplayBuffer, Sample
 from actorch._stock.transfer import DeviceLike, as_device
@@ -239,23 +238,17 @@ class ShardedReplayBuffer:
         outcomes = await asyncio.gather(
             *(self.shards[shard].call(calls[shard][0], *calls[shard][1]) for shard in shards), return_exceptions=True
         )
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
-                raise outcome  # cancellation and the like are not a shard's failure
-        failed = [
-            (shard, outcome) for shard, outcome in zip(shards, outcomes, strict=True) if isinstance(outcome, Exception)
-        ]
-        if not failed:
-            return dict(zip(shards, outcomes, strict=True))
         results: list[Any] = [None] * len(self.shards)
         for shard, outcome in zip(shards, outcomes, strict=True):
             results[shard] = outcome
-        for shard, error in failed:
-            error.add_note(f"replay shard {shard}: {self.shards[shard]!r}")
-        named = ", ".join(f"shard {shard} ({self.shards[shard]!r}): {failure_reason(error)}" for shard, error in failed)
-        raise GroupError(
-            f"{what} failed on {len(failed)} of {len(shards)} replay shards: {named}", [e for _, e in failed], results
-        )
+
+        def label(index: int) -> str:
+            return f"replay shard {shards[index]} ({self.shards[shards[index]]!r})"
+
+        failed = group_failure(f"calls to {what!r} of replay shards", label, outcomes, results)
+        if failed is not None:
+            raise failed
+        return dict(zip(shards, outcomes, strict=True))
 
     def _merge(self, samples: dict[int, Sample], sizes: list[int], masses: list[float], beta: float) -> Sample:
         shards = sorted(samples)
