@@ -10,7 +10,7 @@ import torch
 
 from actorch import SerializationError, serializable
 from actorch._base import codec as _codec
-from actorch._base.codec import Codec, current_context, register_extension, register_side_type
+from actorch._base.codec import OWN_CODES, Codec, current_context, register_extension, register_side_type
 from actorch._base.devices import TensorRoute
 
 
@@ -215,8 +215,34 @@ def test_register_extension_accepts_the_same_registration_twice() -> None:
 
 @pytest.mark.parametrize("code", [-1, 0, 2, 15, 128, 1000])
 def test_register_extension_refuses_a_code_outside_the_user_range(code: int) -> None:
-    with pytest.raises(ValueError, match=r"16\.\.127"):
+    with pytest.raises(ValueError, match=rf"extension code must be in 32\.\.127, not {code}$"):
         register_extension(Native, code, lambda obj: 0, lambda data, context: None)
+
+
+@pytest.mark.parametrize(("code", "holder"), [(16, "actorch._actors.ref.ActorRef"), (24, "actorch")])
+def test_register_extension_refuses_a_code_reserved_for_actorch(code: int, holder: str) -> None:
+    with pytest.raises(ValueError, match=rf"^extension code {code} is reserved for {holder}: use 32\.\.127$"):
+        register_extension(Native, code, lambda obj: 0, lambda data, context: None)
+
+
+def test_own_codes_are_unique_in_actorchs_range_and_each_class_registered_with_its_own() -> None:
+    import actorch  # noqa: F401, PLC0415 - registers every class of actorch's
+
+    assert len(set(OWN_CODES.values())) == len(OWN_CODES)
+    assert all(16 <= code < 32 for code in OWN_CODES.values())
+    registered = {code: cls.__qualname__ for cls, (code, _) in _codec._encoders.items()}  # public ones say "actorch"
+    assert {name: registered.get(code) for name, code in OWN_CODES.items()} == {
+        name: name.rpartition(".")[2] for name in OWN_CODES
+    }
+
+
+def test_an_own_class_cannot_take_another_code_and_a_users_class_needs_one() -> None:
+    from actorch._actors.relocation import RelocationSpec  # noqa: PLC0415
+
+    with pytest.raises(ValueError, match=r"RelocationSpec has extension code 30 \(OWN_CODES\), not 40$"):
+        register_extension(RelocationSpec, 40, lambda obj: 0, lambda data, context: None)
+    with pytest.raises(ValueError, match="needs an extension code: only actorch's own classes may omit it"):
+        serializable()(Carried)
 
 
 def test_register_extension_refuses_a_code_taken_by_another_decoder() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 import actorch
 from actorch._base import errors as _errors
-from actorch._base.errors import RemoteError, actor_stopped, group_failure, remote_error
+from actorch._base.errors import RemoteError, actor_stopped, remote_error
 
 
 class CustomError(Exception):
@@ -247,10 +247,10 @@ def test_the_errors_page_draws_the_tree_of_the_errors_module_and_describes_every
         assert f"[`{name}`][actorch.{name}]" in page, f"the errors page does not describe {name}"
 
 
-def test_group_failure_names_each_failed_member_with_its_error_and_notes_it() -> None:
+def test_group_error_from_outcomes_names_each_failed_member_with_its_error_and_notes_it() -> None:
     refused, lost = ValueError("bad seed"), actorch.NodeLostError("node 2 was lost")
     outcomes: list[object] = [1, refused, lost, 4]
-    error = group_failure("calls to 'step'", lambda index: f"member {index}", outcomes)
+    error = actorch.GroupError.from_outcomes("calls to 'step'", lambda index: f"member {index}", outcomes)
     assert isinstance(error, actorch.GroupError)
     assert error.message == (
         "2 of 4 calls to 'step' failed: member 1: ValueError: bad seed; member 2: NodeLostError: node 2 was lost"
@@ -261,18 +261,20 @@ def test_group_failure_names_each_failed_member_with_its_error_and_notes_it() ->
     assert refused.__notes__ == ["in member 1, one of the calls to 'step'"]
 
 
-def test_group_failure_is_none_when_nothing_failed_and_keeps_given_results() -> None:
-    assert group_failure("tells of 'x'", str, [1, None, "ok"]) is None
+def test_group_error_from_outcomes_is_none_when_nothing_failed_and_keeps_given_results() -> None:
+    assert actorch.GroupError.from_outcomes("tells of 'x'", str, [1, None, "ok"]) is None
     failed = ValueError("no")
-    error = group_failure("calls to 'x' of shards", lambda i: f"shard {i + 3}", [failed], results=[None, None, failed])
+    error = actorch.GroupError.from_outcomes(
+        "calls to 'x' of shards", lambda i: f"shard {i + 3}", [failed], results=[None, None, failed]
+    )
     assert error is not None
     assert error.results == [None, None, failed]
     assert error.failed == [2]
 
 
-def test_group_failure_raises_a_cancellation_as_it_is() -> None:
+def test_group_error_from_outcomes_raises_a_cancellation_as_it_is() -> None:
     with pytest.raises(asyncio.CancelledError):
-        group_failure("calls to 'x'", str, [ValueError("no"), asyncio.CancelledError()])
+        actorch.GroupError.from_outcomes("calls to 'x'", str, [ValueError("no"), asyncio.CancelledError()])
 
 
 def test_actor_stopped_says_what_could_not_be_done_and_to_whom() -> None:

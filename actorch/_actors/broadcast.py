@@ -14,7 +14,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 from actorch._actors.actor import Actor, endpoints_of
 from actorch._actors.ref import ActorRef, resolve_class
 from actorch._base.deadline import current_deadline
-from actorch._base.errors import group_failure
+from actorch._base.errors import GroupError
 from actorch._engine.batching import Batched
 from actorch._engine.caller import Caller
 from actorch._engine.endpoints import check_call, endpoint_name
@@ -138,7 +138,7 @@ def broadcast_tell(refs: Iterable[ActorRef[Any]], method: Any, /, *args: Any, **
     told = tell_many(caller, [_target(members[index]) for index in sent], endpoint, args, kwargs)
     for index, outcome in zip(sent, told, strict=True):
         outcomes[index] = outcome
-    failed = group_failure(f"tells of {endpoint!r}", lambda index: members[index]._label, outcomes)
+    failed = GroupError.from_outcomes(f"tells of {endpoint!r}", lambda index: members[index]._label, outcomes)
     if failed is not None:
         raise failed
 

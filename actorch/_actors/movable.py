@@ -42,7 +42,6 @@ RELOCATOR_ID = 3
 Origin = tuple[int, int]
 """Where a relocatable actor was first started, ``(rank, actor id)``: its identity wherever it moves."""
 
-_MOVABLE_REF_CODE = 31
 _RELOCATOR_LABEL = actor_label(None, "Relocator", RELOCATOR_ID, 0)
 _moves: set[asyncio.Task[None]] = set()  # refs learning their actor's new home
 
@@ -290,4 +289,4 @@ def _decode(data: list[Any], caller: Any) -> MovableRef[Any]:
     return movable_ref(caller, data[0], data[1], data[2], data[3], (data[4], data[5]))
 
 
-register_extension(MovableRef, _MOVABLE_REF_CODE, _encode, _decode)
+register_extension(MovableRef, None, _encode, _decode)

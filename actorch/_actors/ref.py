@@ -35,8 +35,6 @@ T = TypeVar("T")
 SERVICE_ID = 1
 """Actor id of every node's own service actor (spawn, stop, shutdown)."""
 
-_REF_CODE = 16
-
 
 @functools.lru_cache(maxsize=1024)
 def resolve_class(path: str) -> type[Actor] | None:
@@ -299,4 +297,4 @@ def _decode_ref(data: list[Any], caller: Any) -> ActorRef[Any]:
     return make_ref(caller, data[0], data[1], data[2], data[3])
 
 
-register_extension(ActorRef, _REF_CODE, _encode_ref, _decode_ref)
+register_extension(ActorRef, None, _encode_ref, _decode_ref)

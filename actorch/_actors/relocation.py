@@ -59,7 +59,7 @@ def relocatable_homes(what: str, ranks: list[int]) -> list[int]:
     return homes
 
 
-@serializable(30)
+@serializable()
 @dataclass(frozen=True)
 class RelocationSpec:
     """How to build a relocatable actor again, and what its spawn asked of the node hosting it.

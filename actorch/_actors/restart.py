@@ -12,7 +12,7 @@ __all__ = ["EXIT_REASONS", "ActorExit", "Restart"]
 EXIT_REASONS = ("stopped", "failed", "node_lost", "node_left", "shutdown")
 
 
-@serializable(21)
+@serializable()
 @dataclass(frozen=True)
 class Restart:
     """Restart an actor that fails, on the same node under the same name (``spawn(..., restart=)``).
@@ -66,7 +66,7 @@ class Restart:
         return min(self.max_backoff, self.backoff * self.factor ** max(0, failures - 1))
 
 
-@serializable(22)
+@serializable()
 @dataclass(frozen=True)
 class ActorExit:
     """How an actor ended, as ``await ref.wait_stopped()`` reports it.

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
+from types import MappingProxyType
 from typing import Any, NoReturn, TypeVar
 
 import msgpack
@@ -48,6 +49,7 @@ from actorch._base.tensorforms import (
 __all__ = [
     "INLINE_TENSOR_BYTES",
     "MAX_NESTING",
+    "OWN_CODES",
     "Codec",
     "current_context",
     "register_extension",
@@ -63,7 +65,26 @@ _SIDE = 3
 _STAGED = 4  # a tensor staged through host memory: the receiver moves it to its device
 _INLINE = 5  # a small CPU tensor carried in the bytes: dtype code, shape, data
 _PARTS = 6  # a sparse or quantized tensor as the parts that rebuild it (index, value, integer tensors...)
-_FIRST_USER_CODE = 16
+_FIRST_OWN_CODE = 16
+_FIRST_USER_CODE = 32
+
+# actorch's own extension codes, the one place they are given out: a class named
+# here registers with its code and no other, and no other class may take one of
+# 16..31. A new type takes the next free code here.
+OWN_CODES: Mapping[str, int] = MappingProxyType(
+    {
+        "actorch._actors.ref.ActorRef": 16,
+        "actorch._stock.replay.Sample": 17,
+        "actorch._stock.parameter_server.Parameters": 18,
+        "actorch._stock.observer.Rollout": 19,
+        "actorch._stock.episodes.EpisodeStats": 20,
+        "actorch._actors.restart.Restart": 21,
+        "actorch._actors.restart.ActorExit": 22,
+        "actorch._stock.batch.Batch": 23,
+        "actorch._actors.relocation.RelocationSpec": 30,
+        "actorch._actors.movable.MovableRef": 31,
+    }
+)
 
 T = TypeVar("T")
 
@@ -90,17 +111,20 @@ def current_context() -> Any:
     return _decoding_context.get()
 
 
-def register_extension(cls: type, code: int, encode: Encoder, decode: Decoder) -> None:
+def register_extension(cls: type, code: int | None, encode: Encoder, decode: Decoder) -> None:
     """Make instances of ``cls`` travel natively (also in strict mode).
 
     Args:
         cls: The exact class to encode.
-        code: Extension code, 16 to 127, unique per class.
+        code: Extension code, 32 to 127, unique per class; None for one of
+            actorch's own classes, whose code is in ``OWN_CODES``.
         encode: Turns an instance into msgpack-native data (no tensors).
         decode: Rebuilds the instance from that data and the decoding context.
+
+    Raises:
+        ValueError: If the code is out of range, reserved for actorch or taken.
     """
-    if not _FIRST_USER_CODE <= code <= 127:
-        raise ValueError(f"extension code must be in 16..127, not {code}")
+    code = _checked_code(cls, code)
     if _decoders.get(code, decode) is not decode:
         raise ValueError(f"extension code {code} is taken")
     _encoders[cls] = (code, encode)
@@ -122,15 +146,33 @@ def _qualified(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def serializable(code: int) -> Callable[[type[T]], type[T]]:
+def _checked_code(cls: type, code: int | None) -> int:
+    """``cls``'s extension code: ``code``, or its entry in ``OWN_CODES`` (which must agree)."""
+    own = OWN_CODES.get(_qualified(cls))
+    if own is not None:
+        if code not in (None, own):
+            raise ValueError(f"{_qualified(cls)} has extension code {own} (OWN_CODES), not {code}")
+        return own
+    if code is None:
+        raise ValueError(f"{_qualified(cls)} needs an extension code: only actorch's own classes may omit it")
+    if _FIRST_OWN_CODE <= code < _FIRST_USER_CODE:
+        taken = next((name for name, value in OWN_CODES.items() if value == code), "actorch")
+        raise ValueError(f"extension code {code} is reserved for {taken}: use 32..127")
+    if not _FIRST_USER_CODE <= code <= 127:
+        raise ValueError(f"extension code must be in 32..127, not {code}")
+    return code
+
+
+def serializable(code: int | None = None) -> Callable[[type[T]], type[T]]:
     """Class decorator: instances of this dataclass travel natively, in strict mode too.
 
     The fields (those ``__init__`` takes) are encoded in order, tensors among them
     through the tensor path, and the instance is rebuilt by calling the class.
-    Codes 16 to 31 are actorch's own; use 32 to 127.
+    Codes 16 to 31 are actorch's own (``OWN_CODES``); use 32 to 127.
 
     Args:
-        code: The extension code, unique per class.
+        code: The extension code, unique per class (None: one of actorch's own,
+            which takes its code from ``OWN_CODES``).
 
     Raises:
         TypeError: If the class is not a dataclass.
@@ -141,6 +183,7 @@ def serializable(code: int) -> Callable[[type[T]], type[T]]:
         if not dataclasses.is_dataclass(cls):
             raise TypeError(f"@serializable needs a dataclass, not {cls.__qualname__}")
         names = [field.name for field in dataclasses.fields(cls) if field.init]
+        own = _checked_code(cls, code)
 
         def encode(obj: Any) -> list[Any]:
             return [getattr(obj, name) for name in names]
@@ -149,15 +192,15 @@ def serializable(code: int) -> Callable[[type[T]], type[T]]:
             return cls(**dict(zip(names, data, strict=True)))
 
         registered = _encoders.get(cls)
-        if registered is not None and registered[0] == code:
+        if registered is not None and registered[0] == own:
             return cls  # the very same class decorated again
-        previous = _serializable_classes.get(code)
+        previous = _serializable_classes.get(own)
         if previous is not None and _qualified(previous) == _qualified(cls):
             # The class was defined again (its module reloaded): the new one takes over.
             _encoders.pop(previous, None)
-            _decoders.pop(code, None)
-        register_extension(cls, code, encode, decode)
-        _serializable_classes[code] = cls
+            _decoders.pop(own, None)
+        register_extension(cls, own, encode, decode)
+        _serializable_classes[own] = cls
         return cls
 
     return register

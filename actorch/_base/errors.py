@@ -55,7 +55,6 @@ __all__ = [
     "UnsupportedError",
     "actor_stopped",
     "describe",
-    "group_failure",
     "kind_of",
     "remote_error",
 ]
@@ -186,41 +185,41 @@ class GroupError(ExceptionGroup[Exception], ActorchError):
         """The same group call narrowed to ``excs`` (what ``except*`` and ``split`` build)."""
         return GroupError(self.message, excs, self.results)
 
+    @classmethod
+    def from_outcomes(
+        cls, what: str, label: Callable[[int], str], outcomes: Sequence[Any], results: Sequence[Any] | None = None
+    ) -> GroupError | None:
+        """The one ``GroupError`` of a fan-out whose ``outcomes`` hold exceptions; None if none does.
 
-def group_failure(
-    what: str, label: Callable[[int], str], outcomes: Sequence[Any], results: Sequence[Any] | None = None
-) -> GroupError | None:
-    """The one ``GroupError`` of a fan-out whose ``outcomes`` hold exceptions; None if none does.
+        Every fan-out (group calls, broadcasts, shards, observers' streams) reports
+        its failures this way, so they all read alike: ``2 of 4 calls to 'step'
+        failed: member 1 (actor 'w/1' on node 1): ValueError: bad; ...``. Each
+        failed member's exception gets a note naming it, for its traceback. A
+        ``BaseException`` that is not an ``Exception`` (a cancellation) is no
+        member's failure: it is raised as it is.
 
-    Every fan-out (group calls, broadcasts, shards, observers' streams) reports
-    its failures this way, so they all read alike: ``2 of 4 calls to 'step'
-    failed: member 1 (actor 'w/1' on node 1): ValueError: bad; ...``. Each
-    failed member's exception gets a note naming it, for its traceback. A
-    ``BaseException`` that is not an ``Exception`` (a cancellation) is no
-    member's failure: it is raised as it is.
-
-    Args:
-        what: The fan-out, plural, as the message's subject: ``"calls to 'step'"``.
-        label: The member at an index, as the message names it.
-        outcomes: One entry per member: its result, or the exception it raised.
-        results: The error's ``results`` when they are not ``outcomes`` itself.
-    """
-    for outcome in outcomes:
-        if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
-            raise outcome
-    failed = [(index, outcome) for index, outcome in enumerate(outcomes) if isinstance(outcome, Exception)]
-    if not failed:
-        return None
-    named: list[str] = []
-    for index, error in failed:
-        member = label(index)
-        error.add_note(f"in {member}, one of the {what}")
-        named.append(f"{member}: {describe(error)}")
-    return GroupError(
-        f"{len(failed)} of {len(outcomes)} {what} failed: {'; '.join(named)}",
-        [error for _, error in failed],
-        outcomes if results is None else results,
-    )
+        Args:
+            what: The fan-out, plural, as the message's subject: ``"calls to 'step'"``.
+            label: The member at an index, as the message names it.
+            outcomes: One entry per member: its result, or the exception it raised.
+            results: The error's ``results`` when they are not ``outcomes`` itself.
+        """
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+                raise outcome
+        failed = [(index, outcome) for index, outcome in enumerate(outcomes) if isinstance(outcome, Exception)]
+        if not failed:
+            return None
+        named: list[str] = []
+        for index, error in failed:
+            member = label(index)
+            error.add_note(f"in {member}, one of the {what}")
+            named.append(f"{member}: {describe(error)}")
+        return cls(
+            f"{len(failed)} of {len(outcomes)} {what} failed: {'; '.join(named)}",
+            [error for _, error in failed],
+            outcomes if results is None else results,
+        )
 
 
 def actor_stopped(what: str, label: str) -> ActorStoppedError:

@@ -19,7 +19,7 @@ from actorch._base.codec import serializable
 __all__ = ["Batch"]
 
 
-@serializable(23)
+@serializable()
 @dataclass
 class Batch:
     """Transitions a collector gathered with one version of the policy: ``steps`` steps of each of its environments.

@@ -13,13 +13,13 @@ from typing import Any
 import torch
 
 from actorch._base.codec import serializable
-from actorch._base.errors import group_failure
+from actorch._base.errors import GroupError
 from actorch._stock.observer import Rollout
 
 __all__ = ["EpisodeStats", "by_observer", "first_episode", "raise_failures", "rows_by_env"]
 
 
-@serializable(20)
+@serializable()
 @dataclass
 class EpisodeStats:
     """How one episode of the agent went.
@@ -47,7 +47,9 @@ class EpisodeStats:
 
 def raise_failures(refs: list[Any], outcomes: list[Any]) -> None:
     """Raise a GroupError naming the observers whose stream failed, if any did (a cancellation as it is)."""
-    failed = group_failure("observers' episode streams", lambda i: f"observer {refs[i].name or refs[i]!r}", outcomes)
+    failed = GroupError.from_outcomes(
+        "observers' episode streams", lambda i: f"observer {refs[i].name or refs[i]!r}", outcomes
+    )
     if failed is not None:
         raise failed
 

@@ -18,7 +18,7 @@ from typing import Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar, ov
 from actorch._actors.actor import Actor
 from actorch._actors.broadcast import broadcast, broadcast_tell
 from actorch._actors.ref import ActorRef
-from actorch._base.errors import GroupError, group_failure
+from actorch._base.errors import GroupError
 from actorch._engine.batching import Batched
 from actorch._stock.partitioners import Partitioner
 
@@ -269,7 +269,7 @@ def _raise_failures(method: Any, plan: list[_MemberCall], outcomes: list[Any]) -
             if isinstance(outcome, Exception):
                 raise outcome
         return
-    failed = group_failure(
+    failed = GroupError.from_outcomes(
         f"calls to {endpoint!r}", lambda index: f"member {plan[index].member} ({_describe(plan[index].ref)})", outcomes
     )
     if failed is not None:

@@ -37,7 +37,7 @@ in order).
 """
 
 
-@serializable(19)
+@serializable()
 @dataclass
 class Rollout:
     """What one environment of an observer saw in one run.

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from actorch._actors.ref import ActorRef
-from actorch._base.errors import group_failure
+from actorch._base.errors import GroupError
 from actorch._stock.parameter_server import Parameters, ParameterServer
 from actorch._stock.transfer import DeviceLike, as_device, to_device
 
@@ -116,7 +116,7 @@ class ParameterClient:
 
     async def _each(self, call: Any) -> list[Any]:
         results = await asyncio.gather(*(call(i) for i in range(len(self.servers))), return_exceptions=True)
-        failed = group_failure("parameter shards", lambda i: f"shard {i} ({self.servers[i]!r})", results)
+        failed = GroupError.from_outcomes("parameter shards", lambda i: f"shard {i} ({self.servers[i]!r})", results)
         if failed is not None:
             self._update([r if isinstance(r, Parameters) else None for r in results])
             raise failed

@@ -38,7 +38,7 @@ ModelFactory = Callable[[], nn.Module] | str
 OptimizerClass = type[torch.optim.Optimizer] | str
 
 
-@serializable(18)
+@serializable()
 @dataclass(frozen=True)
 class Parameters:
     """A version of a server's parameters.

@@ -43,7 +43,7 @@ SNAPSHOT_FORMAT = "actorch.replay"
 SNAPSHOT_VERSION = 1
 
 
-@serializable(17)
+@serializable()
 @dataclass(frozen=True, eq=False, repr=False)
 class Sample:
     """A batch drawn from a replay buffer.

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from actorch._actors.ref import ActorRef
-from actorch._base.errors import group_failure
+from actorch._base.errors import GroupError
 from actorch._stock.prioritized_replay import PrioritizedReplayBuffer
 from actorch._stock.replay import ReplayBuffer, Sample
 from actorch._stock.transfer import DeviceLike, as_device
@@ -245,7 +245,7 @@ class ShardedReplayBuffer:
         def label(index: int) -> str:
             return f"replay shard {shards[index]} ({self.shards[shards[index]]!r})"
 
-        failed = group_failure(f"calls to {what!r} of replay shards", label, outcomes, results)
+        failed = GroupError.from_outcomes(f"calls to {what!r} of replay shards", label, outcomes, results)
         if failed is not None:
             raise failed
         return dict(zip(shards, outcomes, strict=True))
