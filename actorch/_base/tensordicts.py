@@ -2,7 +2,9 @@
 
 TorchRL's users hold their data in TensorDicts, so one travels natively: its
 batch size, device, dimension names and lock go in the message's bytes, and
-its entries after them, in order. Tensors among them take the codec's tensor
+its entries after them, in order. It arrives on the device its tensors
+arrived on: the one it was sent from, unless they were staged through host
+memory or crossed a device map, as any tensor may be. Tensors among them take the codec's tensor
 path (inlined if small, on torch RPC's own path if not; never pickled), a
 nested TensorDict takes this same form, and a non-tensor entry
 (``NonTensorData``) travels as its data, as any value does. Other kinds of
@@ -81,7 +83,7 @@ def rebuild(fields: Any) -> Any:
             raise ValueError(f"a batch size of {batch_size}")
         if not (device is None or isinstance(device, str)) or not isinstance(entries, list):
             raise TypeError("a device or entries of the wrong type")
-        rebuilt = tensordict.TensorDict(batch_size=batch_size, device=device, names=names)
+        rebuilt = tensordict.TensorDict(batch_size=batch_size, device=_arrival(device, entries), names=names)
         for key, kind, value in entries:
             if not isinstance(key, str):
                 raise TypeError(f"a key of type {type(key).__name__}")
@@ -96,6 +98,22 @@ def rebuild(fields: Any) -> Any:
     except Exception as exc:  # noqa: BLE001 - whatever tensordict raises on a malformed layout
         raise SerializationError(f"a TensorDict arrived malformed: {_describe(exc)}") from None
     return rebuilt
+
+
+def _arrival(sent: str | None, entries: list[Any]) -> Any:
+    """Where the TensorDict goes: where its tensors arrived (staged, or through a device map), else where it was.
+
+    A TensorDict with a device holds every tensor on it, so they all take one
+    way, and the first one tells where they landed.
+    """
+    if sent is None:
+        return None
+    for entry in entries:
+        value = entry[2] if isinstance(entry, list) and len(entry) == 3 and entry[1] == _AS_IS else None
+        device = value.device if isinstance(value, torch.Tensor) else getattr(value, "device", None)
+        if isinstance(device, torch.device):
+            return device
+    return sent
 
 
 def _describe(exc: Exception) -> str:
