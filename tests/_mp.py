@@ -184,6 +184,15 @@ class Finished:
         )
         return record
 
+    def logs(self, event: str) -> list[dict[str, Any]]:
+        """The JSON log records of ``event`` that every process of the run wrote to stderr (not a terminal)."""
+        records = []
+        for line in self.stderr.splitlines():
+            if line.startswith("{") and f'"event": {json.dumps(event)}' in line:
+                with contextlib.suppress(ValueError):  # a line two processes wrote into each other
+                    records.append(json.loads(line))
+        return [record for record in records if record.get("event") == event]
+
     def returned(self) -> Any:
         """The JSON value after ``RETURNED`` (what ``actorch.run`` returned), or fail."""
         for line in self.stdout.splitlines():
