@@ -108,7 +108,7 @@ class ActorLifecycle:
             device=placed,
         )
         # No await since pick: no other spawn can have taken these GPUs or resources meanwhile.
-        holder = name or f"{cls.__qualname__}#{cell.actor_id}"
+        holder = name or f"{cls.__qualname__}#{cell.actor_id} on node {self.rank}"  # ids repeat across nodes
         self.gpus.hold(lent, cell.actor_id, holder)
         self.holdings.hold(cell.actor_id, held, holder)
         if relocatable:
