@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -183,6 +184,15 @@ class Finished:
         )
         return record
 
+    def logs(self, event: str) -> list[dict[str, Any]]:
+        """The JSON log records of ``event`` that every process of the run wrote to stderr (not a terminal)."""
+        records = []
+        for line in self.stderr.splitlines():
+            if line.startswith("{") and f'"event": {json.dumps(event)}' in line:
+                with contextlib.suppress(ValueError):  # a line two processes wrote into each other
+                    records.append(json.loads(line))
+        return [record for record in records if record.get("event") == event]
+
     def returned(self) -> Any:
         """The JSON value after ``RETURNED`` (what ``actorch.run`` returned), or fail."""
         for line in self.stdout.splitlines():
@@ -314,6 +324,50 @@ def run_script(name: str, *args: str, timeout: float = 90.0) -> Finished:
 def run_argv(argv: list[str], timeout: float = 90.0) -> Finished:
     """Run an arbitrary command line like :func:`run_script`."""
     return Script(argv).finish(timeout)
+
+
+def run_on_terminal(argv: list[str], timeout: float = 90.0) -> tuple[int, str]:
+    """Run ``argv`` with stdout and stderr a pseudo-terminal; its exit code (-9 if it hung) and what it wrote.
+
+    The text comes without colour codes and with plain newlines. A run that
+    outlives ``timeout`` is killed as a whole, as :func:`run_script` does.
+    """
+    marker = uuid.uuid4().hex
+    main, side = os.openpty()
+    process = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env=script_env(marker),
+        stdin=subprocess.DEVNULL,
+        stdout=side,
+        stderr=side,
+        start_new_session=True,
+    )
+    os.close(side)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([main], [], [], 0.5)[0]:
+                continue
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # EIO: every holder of the terminal's other side has closed it
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(deadline - time.monotonic(), 1.0))
+    finally:
+        os.close(main)
+        kill_all(marker, process.pid)
+        process.wait()
+    text = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    return process.returncode, _COLOUR.sub("", text)
+
+
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def wait_for_file(path: Path, script: Script, timeout: float) -> None:

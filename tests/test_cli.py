@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -27,7 +28,7 @@ from pathlib import Path
 import pytest
 from _mp import REPO, SCRIPTS, Script, free_port, run_argv, script_env, wait_for_file
 
-from actorch._launch import cli, cli_run
+from actorch._launch import cli, cli_run, runner
 from actorch._launch.runtime import running_systems
 
 ACTORCH = [sys.executable, "-m", "_actorch_cli"]
@@ -357,15 +358,64 @@ def test_run_with_torchruns_flags_hands_over_to_torch_distributed_run() -> None:
     assert run.stderr.count(ignored) == 1, f"rank 0 says so, once{run.report()}"
 
 
+BAD_INPUT = """import actorch
+
+
+async def main(system: actorch.ActorSystem) -> None:
+    raise ValueError("bad input")
+
+
+if __name__ == "__main__":
+    actorch.run(main)
+"""
+"""A script whose ``main`` fails, for every launcher."""
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(90)
-def test_a_failed_run_ends_with_torchruns_summary_naming_rank_0s_error(tmp_path: Path) -> None:
-    run = run_argv([*ACTORCH, "run", "-n", "2", str(SCRIPTS / "main_raises.py"), str(tmp_path)], timeout=75)
+def test_a_failed_run_prints_the_traceback_once_and_ends_naming_the_rank_and_the_error(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(BAD_INPUT)
+    run = run_argv([*ACTORCH, "run", "-n", "3", str(script)], timeout=75)
     run.assert_clean_exit(1)
-    summary = run.stderr[run.stderr.index("Root Cause") :]
-    assert "rank      : 0 (local_rank: 0)" in summary
-    assert "MainFailedError: main failed on purpose" in summary  # rank 0's own traceback, from its error file
-    assert run.stderr.rstrip().splitlines()[-1].startswith(f"actorch run: {SCRIPTS / 'main_raises.py'} failed: rank 0")
+    assert run.stderr.count("Traceback (most recent call last)") == 1, run.report()
+    assert run.stderr.count('raise ValueError("bad input")') == 1, run.report()
+    assert not re.search(r"^[EW]\d{4} ", run.stderr, re.MULTILINE), f"no line from torchrun's agent{run.report()}"
+    assert run.stderr.rstrip().splitlines()[-1] == f"actorch run: {script} failed on rank 0: ValueError: bad input"
+
+
+def test_a_failed_script_on_one_process_ends_naming_the_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text('raise ValueError("bad input")\n')
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert runner.main([str(script)]) == 1  # what actorch run -n 1 runs, in place of itself
+    err = capsys.readouterr().err
+    assert err.count("Traceback (most recent call last)") == 1, err
+    assert err.rstrip().splitlines()[-2:] == [
+        "ValueError: bad input",
+        f"actorch run: {script} failed on rank 0: ValueError: bad input",
+    ]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(90)
+def test_a_failed_run_with_stderr_in_log_files_prints_the_traceback_it_did_not_show(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(BAD_INPUT)
+    logs = tmp_path / "logs"
+    run = run_argv([*ACTORCH, "run", "-n", "2", "--log-dir", str(logs), "--redirects", "2", str(script)], timeout=75)
+    run.assert_clean_exit(1)
+    [logged] = [path.read_text() for path in logs.glob("*/attempt_0/0/stderr.log")]
+    assert logged.count('raise ValueError("bad input")') == 1, logged
+    said = run.stderr.rstrip().splitlines()
+    shown = said.index("actorch run: rank 0's traceback (its stderr went to a log file):")
+    assert said[shown + 1] == "Traceback (most recent call last):", run.report()
+    assert run.stderr.count('raise ValueError("bad input")') == 1, run.report()
+    assert said[-2:] == ["ValueError: bad input", f"actorch run: {script} failed on rank 0: ValueError: bad input"]
 
 
 @pytest.mark.multiprocess

@@ -75,7 +75,8 @@ async def test_a_failed_tell_is_logged_as_an_error(world: LocalWorld, on: int) -
             assert await brittle.call(Brittle.echo, 1) == 1  # the tell was handled before
     [entry] = loud(logs)
     assert (entry["event"], entry["log_level"], entry["endpoint"]) == ("tell failed", "error", "fail")
-    assert "raise ValueError" in entry["traceback"]
+    assert "raise ValueError" in entry["exception"]
+    assert "cell.py" not in entry["exception"], "the runtime's frames that ran the handler are left out"
 
 
 async def test_a_refused_tell_is_logged_as_a_warning() -> None:
@@ -98,3 +99,12 @@ async def test_a_result_that_cannot_be_sent_is_logged_as_a_warning() -> None:
             async with asyncio.timeout(5):
                 await brittle.call(Brittle.make_set)
     assert [(entry["event"], entry["log_level"]) for entry in loud(logs)] == [("result refused", "warning")]
+
+
+async def test_a_lost_node_is_logged_as_a_warning_once_by_the_lowest_live_rank() -> None:
+    async with local_world(4, stop_grace=0.5) as world:
+        with structlog.testing.capture_logs() as logs:
+            world.kill(3)
+            world.kill(0)  # the rank that told the first loss
+    told = [(entry["node"], entry["peer"], entry["log_level"]) for entry in logs if entry["event"] == "node lost"]
+    assert sorted(told) == [(0, 3, "warning"), (1, 0, "warning"), (1, 3, "debug"), (2, 0, "debug"), (2, 3, "debug")]

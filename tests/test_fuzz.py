@@ -7,7 +7,7 @@ codec in strict mode, and once all examples have run the actor must still
 answer exactly as before.
 
 The decoder is fed random bytes and mutated encodings of drawn values (tensors
-of every kind among them): nothing but ``SerializationError`` comes out, and
+of every kind among them, TensorDicts): nothing but ``SerializationError`` comes out, and
 sizes declared beyond the bytes are refused before anything is allocated.
 """
 
@@ -233,6 +233,24 @@ def test_codec_decodes_random_bytes_to_a_value_or_serialization_error(data: byte
 MUTATIONS = st.sampled_from(["flip", "truncate", "insert", "overwrite", "duplicate"])
 
 
+def mutate(data: bytes, mutations: list[tuple[str, int, bytes]]) -> bytes:
+    """``data`` with each mutation applied in turn."""
+    mutated = bytearray(data)
+    for mutation, where, noise in mutations:
+        at = where % (len(mutated) + 1)
+        if mutation == "flip" and at < len(mutated):
+            mutated[at] ^= noise[0]
+        elif mutation == "truncate":
+            del mutated[at:]
+        elif mutation == "insert":
+            mutated[at:at] = noise
+        elif mutation == "overwrite":
+            mutated[at : at + len(noise)] = noise
+        else:
+            mutated[at:at] = mutated[at : at + len(noise) * 4]
+    return bytes(mutated)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(
     payload=payloads(),
@@ -251,20 +269,56 @@ def test_codec_decodes_mutated_messages_to_a_value_or_serialization_error(
         data, side = codec.encode([(1, "x", payload), {"extra": extra}], route=TensorRoute(1), arguments=True)
     except SerializationError:
         reject()  # not a message to begin with (an int wider than 64 bits)
-    mutated = bytearray(data)
-    for mutation, where, noise in mutations:
-        at = where % (len(mutated) + 1)
-        if mutation == "flip" and at < len(mutated):
-            mutated[at] ^= noise[0]
-        elif mutation == "truncate":
-            del mutated[at:]
-        elif mutation == "insert":
-            mutated[at:at] = noise
-        elif mutation == "overwrite":
-            mutated[at : at + len(noise)] = noise
-        else:
-            mutated[at:at] = mutated[at : at + len(noise) * 4]
-    decoded_or_refused(codec, bytes(mutated), side[:keep] if keep < len(side) else side)
+    decoded_or_refused(codec, mutate(data, mutations), side[:keep] if keep < len(side) else side)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    mutations=st.lists(st.tuples(MUTATIONS, st.integers(0, 1 << 12), st.binary(min_size=1, max_size=9)), max_size=3),
+    keep=st.integers(0, 2),
+    strict=st.booleans(),
+)
+def test_codec_decodes_mutated_tensordicts_to_a_value_or_serialization_error(
+    mutations: list[tuple[str, int, bytes]], keep: int, strict: bool
+) -> None:
+    tensordict = pytest.importorskip("tensordict")
+    td = tensordict.TensorDict(
+        {
+            "observation": torch.arange(12, dtype=torch.uint8).view(2, 6),
+            "pixels": torch.rand(2, 65, 64),  # past what is inlined: on the side list
+            "next": tensordict.TensorDict({"reward": torch.ones(2, 1)}, batch_size=[2], names=["env"]),
+        },
+        batch_size=[2],
+        device="cpu",
+    )
+    td.set_non_tensor("env", "CartPole-v1")
+    codec = Codec(strict=strict)
+    data, side = codec.encode([td.lock_(), td["next"]], route=TensorRoute(1))
+    decoded_or_refused(codec, mutate(data, mutations), side[:keep])
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [[-1], None, None, False, []],  # a negative batch size
+        [[2], None, None, False, [["x", 0, torch.ones(3)]]],  # a tensor that does not fit the batch size
+        [[2], None, None, False, [[7, 0, torch.ones(2)]]],  # a key that is not a string
+        [[2], None, None, False, [["x", 0, 5]]],  # an entry that is not a tensor
+        [[2], None, None, False, [["x", 9, torch.ones(2)]]],  # no such kind of entry
+        [[2], "nowhere", None, False, []],  # no such device
+        [[2], None, ["a", "b"], False, []],  # names that do not fit the batch size
+        [[2], None, None, False],  # a field missing
+        ["2", None, None, False, []],  # a batch size that is not a list
+        [[2], None, None, False, {"x": 1}],  # entries that are not a list
+    ],
+    ids=["negative", "shape", "key", "not-tensor", "kind", "device", "names", "short", "batch", "entries"],
+)
+def test_codec_refuses_a_malformed_tensordict(fields: list[Any]) -> None:
+    pytest.importorskip("tensordict")
+    codec = Codec()
+    body, side = codec.encode(fields)  # the layout as a plain list, its tensors on the side list
+    with pytest.raises(SerializationError, match="TensorDict arrived malformed"):
+        codec.decode(ext(_codec._TENSORDICT, body), side)
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,15 @@
+import asyncio
 import io
 import json
+import os
 
 import pytest
 import structlog
+from _mp import SCRIPTS, run_on_terminal, script_argv
 
+import actorch
 from actorch._launch.logs import LOG_LEVEL_ENV, configure_logging, effective_log_level
+from actorch.testing import local_world
 
 
 @pytest.fixture(autouse=True)
@@ -86,3 +91,54 @@ def test_the_level_given_wins_over_the_environment(monkeypatch):
     assert effective_log_level(None) == "error"
     monkeypatch.delenv(LOG_LEVEL_ENV)
     assert effective_log_level(None) == "warning"
+
+
+RUNTIME = os.path.dirname(actorch.__file__) + os.sep
+"""Where actorch's own frames come from."""
+
+
+class Told(actorch.Actor):
+    async def fail(self) -> None:
+        raise ValueError("told to fail")
+
+    async def ping(self) -> int:
+        return 1
+
+
+async def test_configure_logging_puts_a_failed_tells_trimmed_traceback_in_json_when_not_a_terminal(monkeypatch):
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    configure_logging("warning")
+    async with local_world(2) as world:
+        ref = await world[0].spawn(Told, on=1)
+        ref.tell(Told.fail)
+        async with asyncio.timeout(5):
+            assert await ref.call(Told.ping) == 1
+    [record] = [json.loads(line) for line in stream.getvalue().splitlines() if '"tell failed"' in line]
+    assert (record["level"], record["node"], record["error"]) == ("error", 1, "ValueError: told to fail")
+    assert record["exception"].startswith("Traceback (most recent call last):\n")
+    assert 'raise ValueError("told to fail")' in record["exception"]
+    assert RUNTIME not in record["exception"], "the runtime's frames that ran the handler are left out"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(90)
+def test_failures_on_a_worker_print_their_tracebacks_as_lines_on_a_terminal():
+    code, text = run_on_terminal(script_argv("failure_logs.py"), timeout=75)
+    assert code == 0, text
+    script = str(SCRIPTS / "failure_logs.py")
+    lines = text.splitlines()
+    for event, raised, error in (
+        ("tell failed", 'raise ValueError("told to fail")', "ValueError: told to fail"),
+        ("actor failed", 'raise KeyError("corrupt")', "KeyError: 'corrupt'"),
+    ):
+        [at] = [index for index, line in enumerate(lines) if f"] {event} " in line]
+        assert "[error" in lines[at], lines[at]
+        assert "node=1" in lines[at], lines[at]
+        assert "exception=" not in lines[at], lines[at]
+        frames = lines[at + 1 : lines.index("", at)]
+        assert frames[0] == "Traceback (most recent call last):", text
+        assert frames[1].startswith(f'  File "{script}", line '), "the handler's frame comes first, no runtime frame"
+        assert frames[2] == f"    {raised}", text
+        assert frames[-1] == error, text
+        assert not [line for line in frames if RUNTIME in line], text

@@ -353,6 +353,8 @@ def test_node_lost_and_shutdown_with_a_dead_worker(how: str, tmp_path: Path) -> 
     assert_raised(r["lookup_lost"], "ActorNotFoundError")
     assert r["listed"] == ["fresh", "survivor"], "a lost node's names must disappear"
     assert r["lost_nodes"] == [1]
+    told = [(record["node"], record["peer"]) for record in run.logs("node lost") if record["level"] == "warning"]
+    assert told == [(0, 1)], f"one warning for the loss, from rank 0 (node 2 logs it at debug level){run.report()}"
     assert r["survivor_value"] == 6
     assert r["fresh"] == [2, 8]
     shutdown = run.result("shutdown")

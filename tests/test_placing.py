@@ -92,6 +92,23 @@ async def test_resources_held_by_an_actor_come_back_when_it_stops(envs: LocalWor
     assert given_back["held"] == {}
 
 
+async def test_a_placement_error_names_unnamed_holders_by_class_id_and_node(envs: LocalWorld) -> None:
+    first = await envs[0].spawn(Sim, on=Where(label="env", resources={"env_slots": 2}))
+    second = await envs[0].spawn(Sim, on=Where(label="env", resources={"env_slots": 1}))
+    assert (first.rank, second.rank) == (1, 2)
+    with pytest.raises(actorch.PlacementError) as refused:
+        await envs[0].spawn(Sim, on=Where(label="env", resources={"env_slots": 1}))
+    first_id, second_id = first._actor_id, second._actor_id
+    assert first_id == second_id, "ids are per node: the number alone would name both"
+    assert str(refused.value) == (
+        "spawn(Sim, on=Where(label='env', resources={'env_slots': 1.0})): no node fits; "
+        "node 0: label None, not 'env'; "
+        f"node 1: 0 env_slots free, needs 1 env_slots (held by Sim#{first_id} on node 1); "
+        f"node 2: 0 env_slots free, needs 1 env_slots (held by Sim#{second_id} on node 2); "
+        "node 3: label 'learner', not 'env'"
+    )
+
+
 async def test_a_placement_error_names_every_node_and_why(envs: LocalWorld) -> None:
     await envs[0].spawn(Sim, name="slots/a", on=Where(label="env", resources={"env_slots": 2}))
     await envs[0].spawn(Sim, name="slots/b", on=Where(label="env", resources={"env_slots": 1}))

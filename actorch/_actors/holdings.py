@@ -43,7 +43,7 @@ class Holdings:
         return free
 
     def holders(self) -> dict[str, dict[str, float]]:
-        """What each holding actor (its name, or ``Class#id``) holds."""
+        """What each holding actor (its name, or ``Class#id on node N``) holds."""
         return {holder: dict(amounts) for holder, amounts in self._held.values()}
 
     def pick(self, needs: Mapping[str, float], what: str) -> dict[str, float]:

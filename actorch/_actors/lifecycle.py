@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -32,6 +31,7 @@ from actorch._base.errors import ActorStoppedError, PlacementError, describe
 from actorch._engine.cell import CANCEL_WAIT, Cell
 from actorch._engine.message import CallContext, current_call
 from actorch._engine.node import Node
+from actorch._engine.wire import handler_traceback
 
 __all__ = ["ActorLifecycle", "Bind"]
 
@@ -108,7 +108,7 @@ class ActorLifecycle:
             device=placed,
         )
         # No await since pick: no other spawn can have taken these GPUs or resources meanwhile.
-        holder = name or f"{cls.__qualname__}#{cell.actor_id}"
+        holder = name or f"{cls.__qualname__}#{cell.actor_id} on node {self.rank}"  # ids repeat across nodes
         self.gpus.hold(lent, cell.actor_id, holder)
         self.holdings.hold(cell.actor_id, held, holder)
         if relocatable:
@@ -309,7 +309,7 @@ class ActorLifecycle:
             actor=cell.label,
             error=cause,
             restarts=cell.restarts,
-            traceback="".join(traceback.format_exception(error)),
+            exception=handler_traceback(error),  # structlog's key for a traceback: renderers show it as one
         )
         if cancelled:
             await asyncio.wait(cancelled, timeout=CANCEL_WAIT)

@@ -43,7 +43,7 @@ class GpuShare:
         rank: The node's rank.
         devices: Its GPUs (``("cuda:0", "cuda:1")``), empty without one.
         holders: The GPUs held by actors spawned with ``gpus=``, with the actor
-            holding each (its name, or ``Class#id``).
+            holding each (its name, or ``Class#id on node N``).
     """
 
     rank: int

@@ -8,9 +8,11 @@ each tensor torch RPC carries apart costs about 80 us of CPU at either end, far
 more than copying a few kilobytes, and an observation or an action is a few
 bytes. Objects only the transport can carry (torch RRefs) ride in the same
 side list. Tuples, and classes registered with :func:`register_extension` (actor
-refs) or :func:`serializable` (dataclasses), are native; anything else msgpack
-cannot carry is pickled, unless the codec is strict, which refuses it with
-``SerializationError``. A tensor on an accelerator that its message's
+refs) or :func:`serializable` (dataclasses), are native, and so is a
+``tensordict.TensorDict`` (:mod:`actorch._base.tensordicts`), its tensors on the
+tensor path like any other; anything else msgpack cannot carry is pickled,
+unless the codec is strict, which refuses it with ``SerializationError``. A
+tensor on an accelerator that its message's
 :class:`~actorch._base.devices.TensorRoute` does not carry directly is staged
 through host memory and marked so, for the receiver to move it to its device.
 
@@ -36,6 +38,7 @@ import torch
 
 from actorch._base.devices import TensorRoute, accelerator
 from actorch._base.errors import SerializationError
+from actorch._base.tensordicts import is_tensordict, layout, rebuild
 from actorch._base.tensorforms import (
     INLINE_TENSOR_BYTES,
     from_inline,
@@ -65,6 +68,7 @@ _SIDE = 3
 _STAGED = 4  # a tensor staged through host memory: the receiver moves it to its device
 _INLINE = 5  # a small CPU tensor carried in the bytes: dtype code, shape, data
 _PARTS = 6  # a sparse or quantized tensor as the parts that rebuild it (index, value, integer tensors...)
+_TENSORDICT = 7  # a tensordict.TensorDict: batch size, device, names, lock, then its entries
 _FIRST_OWN_CODE = 16
 _FIRST_USER_CODE = 32
 
@@ -89,7 +93,7 @@ OWN_CODES: Mapping[str, int] = MappingProxyType(
 T = TypeVar("T")
 
 MAX_NESTING = 32
-"""Deepest chain of tuples and extension values (refs, dataclasses, tensors as parts) one message may hold.
+"""Deepest chain of tuples and extension values (refs, dataclasses, TensorDicts, tensors as parts) in a message.
 
 Each level is decoded by a msgpack call of its own, which takes 40-50 KiB of
 C stack: 200 levels, in 700 bytes, overflowed a thread's 8 MiB stack and
@@ -303,8 +307,8 @@ class _Encoding:
         """``inner`` packed on its own (a packer's buffer is not reentrant), at most ``MAX_NESTING`` deep."""
         if self.depth > MAX_NESTING:  # the receiver could not decode it
             raise SerializationError(
-                f"the value nests tuples or extension values (refs, dataclasses, tensors sent as parts) more than "
-                f"{MAX_NESTING} deep; use lists or dicts for deeper structures"
+                "the value nests tuples or extension values (refs, dataclasses, TensorDicts, tensors sent as parts) "
+                f"more than {MAX_NESTING} deep; use lists or dicts for deeper structures"
             )
         self.depth += 1
         try:
@@ -325,6 +329,8 @@ class _Encoding:
         if registered is not None:
             code, encode = registered
             return msgpack.ExtType(code, self.nested(encode(obj)))
+        if is_tensordict(obj):  # recognised here, past every common type, so other values pay nothing for it
+            return msgpack.ExtType(_TENSORDICT, self.nested(layout(obj)))
         if self.strict:
             raise SerializationError(
                 f"strict serialization refuses {type(obj).__qualname__} values; send "
@@ -410,13 +416,15 @@ class _Decoding:
         return self.rarer(code, payload)
 
     def rarer(self, code: int, payload: bytes) -> Any:
-        """The value of a staged tensor, sparse tensor, pickle or registered extension."""
+        """The value of a staged tensor, sparse tensor, TensorDict, pickle or registered extension."""
         if code == _STAGED:
             tensor = self.tensors[int.from_bytes(payload, "little")]
             device = self.device
             return tensor if device is None or device.type == "cpu" else accelerator().to_device(tensor, device)
         if code == _PARTS:
             return from_parts(self.unpack(payload))
+        if code == _TENSORDICT:
+            return rebuild(self.unpack(payload))
         if code == _PICKLE:
             if self.strict:
                 raise SerializationError("strict serialization refuses a pickled value")
@@ -466,6 +474,8 @@ def _find(value: Any, target: torch.Tensor, path: list[str]) -> list[str] | None
         items = ((f"[{key!r}]", item) for key, item in value.items())
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         items = ((f".{field.name}", getattr(value, field.name)) for field in dataclasses.fields(value))
+    elif is_tensordict(value):
+        items = ((f"[{key!r}]", item) for key, item in value.items())
     else:
         return None
     for step, item in items:

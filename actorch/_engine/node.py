@@ -269,14 +269,26 @@ class Node:
         self.lost[rank] = why
         if self.closed or self.departing or left:
             self.log.debug("node left", peer=rank, why=why)
-        else:
+        elif self._tells_losses():
             self.log.warning("node lost", peer=rank, why=why)
+        else:
+            self.log.debug("node lost", peer=rank, why=why)
         self.flow.fail_rank(rank, lambda: self.caller.unreachable(rank, "cannot wait for room in a mailbox there"))
         self.caller.fail_rank(rank, why)
         self.streams.fail_rank(rank, why)
         self.callee.cancel_from(rank)  # their caller is gone: nobody waits for these handlers
         for listener in list(self._lost_listeners):
             listener(rank, why)
+
+    def _tells_losses(self) -> bool:
+        """Whether this node is the lowest live rank it knows, the one node that logs a loss as a warning.
+
+        Every node that counts a peer lost logs it; one warning per loss is
+        enough for the whole system (rank 0, unless it is the one lost), the
+        others log it at debug level.
+        """
+        live = [rank for rank in self.ranks() if rank not in self.lost and rank not in self.left]
+        return all(rank >= self.rank for rank in live)
 
     def cut_off(self) -> None:
         """Stop sending, as if this node's process had died (for in-process test worlds)."""

@@ -13,7 +13,7 @@ from typing import Any
 from actorch._base.errors import describe
 from actorch._engine.flow import FlowControl
 from actorch._engine.message import Message, Origin, Reply
-from actorch._engine.wire import error_payload, handler_error, is_refusal
+from actorch._engine.wire import handler_error, handler_traceback, is_refusal
 
 __all__ = ["LocalReply", "TellDone", "log_heard_failure", "log_tell_failure"]
 
@@ -75,14 +75,20 @@ class TellDone(Reply):
 
 
 def log_tell_failure(log: Any, label: str, message: Message, exc: BaseException, origin: Origin) -> None:
-    """Log a tell that failed: nobody waits for its result, so the log is where it shows."""
+    """Log a tell that failed: nobody waits for its result, so the log is where it shows.
+
+    A handler's traceback goes under structlog's ``exception`` key, where
+    renderers show it as a traceback (multi-line on a console), trimmed as a
+    remote caller would see it.
+    """
+    text = handler_traceback(exc) if origin == Origin.HANDLER else None
     log.error(
         "tell failed",
         actor=label,
         endpoint=message.endpoint,
         call=f"{message.key:#x}",
         error=describe(exc),
-        traceback=error_payload(exc, origin)[3] or None,
+        **({"exception": text} if text else {}),
     )
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "check_size",
     "error_payload",
     "handler_error",
+    "handler_traceback",
     "is_refusal",
     "message_size",
     "rebuild_error",
@@ -84,16 +85,17 @@ def error_payload(exc: BaseException, origin: Origin) -> list[Any]:
     text = ""
     if origin == Origin.HANDLER:
         explain_context_clash(exc)
-        text = _handler_traceback(exc)
+        text = handler_traceback(exc)
     return [int(origin), name, str(exc), text, os.getpid(), socket.gethostname()]
 
 
-def _handler_traceback(exc: BaseException) -> str:
+def handler_traceback(exc: BaseException) -> str:
     """The traceback of a handler's error as text, from the first frame that is not the runtime's own.
 
     The frames of the runtime that ran the handler (the mailbox worker, the
     deadline and device wrappers) say nothing about the error; the stock
-    actors' frames are user-level code and stay.
+    actors' frames are user-level code and stay. Remote tracebacks and the
+    logs of failures nobody hears (a tell's, an actor's) show this text.
     """
     summary = traceback.TracebackException.from_exception(exc)
     frames = summary.stack

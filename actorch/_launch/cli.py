@@ -78,8 +78,8 @@ def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
         description=(
             "Run SCRIPT (which calls actorch.run(main)) on N processes per host through PyTorch's launcher, "
             "torch.distributed.run, with torchrun's flags: rank 0 runs main, the others serve actors. Each rank's "
-            "output can go to its own log file, a failed run ends with torchrun's summary of which rank failed "
-            "and why, and --max-restarts starts the group again when a rank fails. -n 1 without torchrun's flags "
+            "output can go to its own log file, a failed run ends with a line naming the rank that failed first "
+            "and its error, and --max-restarts starts the group again when a rank fails. -n 1 without torchrun's flags "
             "runs SCRIPT in this one process."
         ),
         epilog=_EXAMPLES,

@@ -2,10 +2,13 @@
 
 Through torchrun every rank is a process of torchrun's agent, which runs in
 this very process: its per-rank log files (``--log-dir``, ``--redirects``,
-``--tee``), its restarts (``--max-restarts``) and its summary of a failed run
-come with it. Each rank runs the script under ``actorch._launch.runner``,
-which ends an interrupted rank quietly and gives torchrun the exception of a
-rank that failed, so that the summary names rank 0's error as the root cause.
+``--tee``) and its restarts (``--max-restarts``) come with it. Each rank runs
+the script under ``actorch._launch.runner``, which ends an interrupted rank
+quietly, and prints the traceback of a rank that failed where the rank's
+stderr goes and records its exception for the agent. A failed run then ends
+with one line naming the first failure's rank, type and message (and with the
+tracebacks the console did not show, those of ranks whose stderr went to a
+file), instead of torchrun's summary, which would print each traceback again.
 ``-n 1`` without any of torchrun's flags replaces this process with the
 script's (an in-process world: no torch RPC, nothing else to start).
 """
@@ -68,7 +71,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
 
 
 def _torchrun(parser: argparse.ArgumentParser, args: argparse.Namespace, handed: list[str], script: Path) -> int:
-    """Run torchrun's agent here, as ``torchrun`` would, with its errors as one line and its summary kept."""
+    """Run torchrun's agent here, as ``torchrun`` would, with its errors and a failed run's end as one line."""
     from torch.distributed.elastic.multiprocessing.api import SignalException  # noqa: PLC0415 - heavy
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: PLC0415
     from torch.distributed.launcher.api import elastic_launch  # noqa: PLC0415
@@ -90,13 +93,7 @@ def _torchrun(parser: argparse.ArgumentParser, args: argparse.Namespace, handed:
     try:
         elastic_launch(config, entrypoint)(*entry_args)
     except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
-        exc.name = str(script)  # the summary's title: the user's script, not the runner
-        sys.stderr.write(f"{exc.format_msg()}\n")  # type: ignore[no-untyped-call]
-        print(
-            f"actorch run: {script} failed: rank {rank} exited with code {failure.exitcode} (first failure above)",
-            file=sys.stderr,
-        )
+        _report_failures(script, exc.failures, args)
         return 1
     except SignalException as exc:
         if exc.sigval == signal.SIGINT:
@@ -109,6 +106,60 @@ def _torchrun(parser: argparse.ArgumentParser, args: argparse.Namespace, handed:
         print(f"actorch run: the launch failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _report_failures(script: Path, failures: dict[int, Any], args: argparse.Namespace) -> None:
+    """Say how a failed run failed: each traceback the console has not shown yet, then the first failure in a line.
+
+    Each rank prints its own traceback, as Python would, where its stderr
+    goes; only the tracebacks of ranks whose stderr went to a file alone are
+    printed here. Ranks that ended without an error of their own (the agent
+    stops the others once one fails) are not failures worth a line.
+    """
+    first = min(failures, key=lambda rank: (failures[rank].timestamp, _error_of(failures[rank]) is None, rank))
+    for rank, failure in sorted(failures.items()):
+        error = _error_of(failure)
+        if error is None:
+            continue
+        text = error.get("extraInfo", {}).get("py_callstack")
+        if text and not _stderr_on_console(args, failure.local_rank):
+            print(f"actorch run: rank {rank}'s traceback (its stderr went to a log file):", file=sys.stderr)
+            sys.stderr.write(text if text.endswith("\n") else f"{text}\n")
+        if rank != first:
+            print(f"actorch run: rank {rank} failed too: {_what_failed(failure)}", file=sys.stderr)
+    print(f"actorch run: {script} failed on rank {first}: {_what_failed(failures[first])}", file=sys.stderr)
+
+
+def _error_of(failure: Any) -> dict[str, Any] | None:
+    """The exception a rank's runner recorded in its error file (``message``, ``extraInfo``), or None."""
+    message = failure.message
+    return message if isinstance(message, dict) else None
+
+
+def _what_failed(failure: Any) -> str:
+    """A rank's failure in a few words: its exception's type and message, its signal, or its exit code."""
+    error = _error_of(failure)
+    if error is not None and error.get("message"):
+        return str(error["message"])
+    if failure.exitcode < 0:
+        return f"killed by {failure.signal_name()}"
+    return f"exited with code {failure.exitcode}"
+
+
+def _stderr_on_console(args: argparse.Namespace, local_rank: int) -> bool:
+    """Whether local rank ``local_rank``'s stderr reached this console, by torchrun's rules for its output flags."""
+    from torch.distributed.elastic.multiprocessing.api import Std  # noqa: PLC0415 - heavy
+
+    def has_stderr(flag: str | None) -> bool:
+        if flag is None:
+            return False
+        streams = Std.from_str(flag)
+        stream = streams.get(local_rank, Std.NONE) if isinstance(streams, dict) else streams
+        return stream & Std.ERR == Std.ERR
+
+    if args.local_ranks_filter and local_rank not in {int(rank) for rank in args.local_ranks_filter.split(",")}:
+        return False
+    return has_stderr(args.tee) or not has_stderr(args.redirects)
 
 
 def _launch_config(args: Any) -> tuple[Any, Any, list[str]]:
@@ -133,7 +184,17 @@ def _launch_config(args: Any) -> tuple[Any, Any, list[str]]:
 
 
 def _quiet_agent_logs() -> None:
-    """Keep torchrun's agent to its errors: its warnings narrate a Ctrl-C or a failure line by line."""
+    """Keep torchrun's agent to its errors: its warnings narrate a Ctrl-C or a failure line by line.
+
+    Its error line for a failed rank goes too: the closing line says which
+    rank failed, and how.
+    """
     for name in list(logging.root.manager.loggerDict):
         if name.startswith(("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher")):
             logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_not_a_failed_rank)
+
+
+def _not_a_failed_rank(record: logging.LogRecord) -> bool:
+    """False for the agent's line about a failed rank (``failed (exitcode: 1) local_rank: 0 ...``)."""
+    return not str(record.msg).startswith("failed (exitcode")

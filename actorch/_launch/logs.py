@@ -1,6 +1,8 @@
 """Logging set-up for programs started by ``actorch.run`` (the library itself never configures).
 
-Human-readable lines on a terminal, JSON lines otherwise; the level comes from
+Human-readable lines on a terminal (stderr is a tty), with a failure's
+traceback as lines under its line; JSON lines otherwise, one object per line
+with the traceback as text under ``exception``. The level comes from
 ``run(log_level=...)``, else ``ACTORCH_LOG_LEVEL``, else ``warning``. Every
 node of a launch is configured with rank 0's level (it travels in the plan).
 """
@@ -63,16 +65,15 @@ def configure_logging(level: str | None = None) -> None:
     chosen = effective_log_level(level)
     if structlog.is_configured() and structlog.get_config()["processors"] is not _MADE.get("processors"):
         return
-    renderer: structlog.typing.Processor = (
-        structlog.dev.ConsoleRenderer() if sys.stderr.isatty() else structlog.processors.JSONRenderer()
-    )
     processors: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso"),
-        structlog.processors.format_exc_info,
-        renderer,
     ]
+    if sys.stderr.isatty():  # the console renderer prints a traceback (``exception``, ``exc_info``) as lines
+        processors.append(structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback))
+    else:
+        processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[chosen.upper()]),

@@ -6,8 +6,9 @@ about how the process ends. Ctrl-C ends it with exit code 130 and no
 traceback: ``actorch.run`` has already shut the system down in order, and the
 interrupt's traceback would only walk through actorch's own frames. And under
 torchrun, an uncaught exception is also written to torchrun's error file
-(``TORCHELASTIC_ERROR_FILE``), as torchrun's ``@record`` does, so that the
-summary of a failed run shows it.
+(``TORCHELASTIC_ERROR_FILE``), as torchrun's ``@record`` does, so that
+``actorch run`` can name it in its closing line (and show its traceback where
+the rank's stderr went to a file); with ``-n 1`` the runner says that line itself.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def main(argv: list[str]) -> int:
 
             ErrorHandler().record_exception(exc)
         sys.excepthook(type(exc), exc, exc.__traceback__)
+        if "TORCHELASTIC_RUN_ID" not in os.environ:  # under torchrun, actorch run's agent says it, for every rank
+            print(f"actorch run: {script} failed on rank 0: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0
 

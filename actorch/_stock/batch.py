@@ -90,7 +90,8 @@ class Batch:
         ``log_prob_key`` at the root, and under ``"next"`` the
         ``observation``, ``reward``, ``done``, ``terminated`` and ``truncated``
         that followed (the last four ``[envs, steps, 1]``). The tensors are
-        the batch's own, transposed (views, no copy).
+        the batch's own, transposed (views, no copy). Sent to another actor,
+        the TensorDict travels natively, its tensors on the tensor path.
 
         Raises:
             ModuleNotFoundError: If ``tensordict`` is not installed (``pip install tensordict``; TorchRL brings it).
