@@ -41,18 +41,23 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
 
 @pytest.fixture(scope="session", autouse=True)
 def private_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The systems the suite runs announce themselves in a directory of its own, not the user's.
+    """The systems the suite runs announce and record themselves in directories of their own, not the user's.
 
     The scripts it starts inherit it, so ``actorch status`` and ``actorch stop``
     in a test see only the suite's systems.
     """
-    saved = os.environ.get("ACTORCH_RUNTIME_DIR")
-    os.environ["ACTORCH_RUNTIME_DIR"] = str(tmp_path_factory.mktemp("runtime"))
+    private = {
+        "ACTORCH_RUNTIME_DIR": str(tmp_path_factory.mktemp("runtime")),
+        "ACTORCH_RUNS_DIR": str(tmp_path_factory.mktemp("runs")),  # and their run records, likewise
+    }
+    saved = {name: os.environ.get(name) for name in private}
+    os.environ.update(private)
     yield
-    if saved is None:
-        os.environ.pop("ACTORCH_RUNTIME_DIR", None)
-    else:
-        os.environ["ACTORCH_RUNTIME_DIR"] = saved
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture

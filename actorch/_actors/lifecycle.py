@@ -185,6 +185,7 @@ class ActorLifecycle:
         except BaseException:
             cell.instance = old
             raise
+        self.node.log.debug("actor started", actor=cell.label, cls=class_path(cls), device=str(cell.device))
 
     async def run_hook(
         self, cell: Cell, hook: str, *args: Any, raise_errors: bool = False, limit: float | None = None
@@ -248,6 +249,8 @@ class ActorLifecycle:
             if release_name and cell.name is not None:
                 await self.release_name(cell.name, exit_.reason)
             self.supervisor.ended(cell.actor_id, replace(exit_, restarts=cell.restarts))
+            stats = final_statistics(cell)
+            self.node.log.debug("actor stopped", actor=cell.label, reason=exit_.reason, statistics=stats)
         finally:
             del self._stopping[cell.actor_id]
             self._on_stop_ran.discard(cell.actor_id)
@@ -344,3 +347,13 @@ class ActorLifecycle:
     async def _give_up(self, cell: Cell, cause: str, why: str) -> None:
         self.node.log.error("actor stopped after failing", actor=cell.label, error=cause, why=why)
         await self.stop(cell, ActorExit("failed", cause))
+
+
+def final_statistics(cell: Cell) -> dict[str, Any]:
+    """What a run record keeps of a stopped actor: its counts, and per endpoint its calls, errors and mean time."""
+    endpoints = {
+        endpoint: {"calls": stats.calls, "errors": stats.errors, "mean_s": stats.total_ns / stats.calls / 1e9}
+        for endpoint, stats in cell.metrics.items()
+        if stats.calls
+    }
+    return {**cell.statistics(), "endpoints": endpoints}

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from actorch._base.record import is_run_id
+
 __all__ = ["DEFAULT_MAX_MESSAGE", "DEFAULT_SEND_BUDGET", "DEFAULT_WINDOW", "SystemConfig", "is_count", "is_number"]
 
 DEFAULT_WINDOW = 4096
@@ -49,6 +51,8 @@ class SystemConfig:
         send_budget: Bytes one node may have on their way to one other node
             (sent, not yet taken there); past it a tell raises
             ``MailboxFullError`` and a call waits for them to drain.
+        run_record: The run's id, under which every node writes its record of
+            the run (``actorch history``); None: no record.
     """
 
     strict: bool = False
@@ -57,6 +61,7 @@ class SystemConfig:
     mailbox_size: int = DEFAULT_WINDOW
     max_message_size: int = DEFAULT_MAX_MESSAGE
     send_budget: int = DEFAULT_SEND_BUDGET
+    run_record: str | None = None
 
     def __post_init__(self) -> None:
         for field in ("lookup_timeout", "stop_grace"):
@@ -65,3 +70,8 @@ class SystemConfig:
         for field in ("mailbox_size", "max_message_size", "send_budget"):
             if not is_count(getattr(self, field)):
                 raise ValueError(f"{field} must be an int >= 1, not {getattr(self, field)!r}")
+        if self.run_record is not None and not is_run_id(self.run_record):
+            raise ValueError(
+                f"run_record must be a run id (letters, digits, '.', '_', '-'; at most 128) or None, "
+                f"not {self.run_record!r}"
+            )

@@ -35,6 +35,7 @@ __all__ = [
     "KEEP_RUNS",
     "MAX_NODE_BYTES",
     "RECORDED_DEBUG",
+    "RECORD_ENV",
     "RUNS_DIR_ENV",
     "RecordedLog",
     "RunRecord",
@@ -50,6 +51,9 @@ __all__ = [
 
 RUNS_DIR_ENV = "ACTORCH_RUNS_DIR"
 """Environment variable naming the directory of run records."""
+
+RECORD_ENV = "ACTORCH_RECORD"
+"""Environment variable that turns run records off when it says ``0``."""
 
 MAX_NODE_BYTES = 8 << 20
 """Bytes one node's record file may reach before it is rotated (two files at most per node)."""

@@ -22,6 +22,7 @@ from actorch._base.codec import Codec
 from actorch._base.config import SystemConfig
 from actorch._base.errors import SystemClosedError
 from actorch._base.names import actor_label
+from actorch._base.record import RecordedLog, RunRecord
 from actorch._engine.callee import Callee
 from actorch._engine.caller import Caller
 from actorch._engine.cell import Cell, FailureListener
@@ -64,7 +65,12 @@ class Node:
         self.left: set[int] = set()  # peers that said they leave: once gone, their calls end in ActorStoppedError
         self.closed = False
         self.departing = False  # set once shutdown starts: peers leaving is expected
-        self.log = log.bind(node=self.rank)
+        bound = log.bind(node=self.rank)
+        self.record = _open_record(config.run_record, self.rank)
+        if self.record is not None and self.record.failed is not None:
+            bound.warning("run record not kept", why=self.record.failed)
+            self.record = None
+        self.log: Any = bound if self.record is None else RecordedLog(bound, self.record)
         self.messages_refused = 0
         self.bytes_received = 0  # message envelopes and bodies taken from peers (not their tensors)
         self._cells: dict[int, Cell] = {}
@@ -312,6 +318,9 @@ class Node:
         if tasks:
             await asyncio.wait(tasks, timeout=1.0)
         await self.transport.close()
+        if self.record is not None:
+            self.record.write("node closed")
+            self.record.close()
 
     def statistics(self) -> dict[str, int]:
         """Calls and tells sent and received, messages refused, calls pending or waiting for room, actors, bytes.
@@ -335,3 +344,15 @@ class Node:
             "waiting_for_room": self.flow.waiting(),
             "actors": len(self._cells),
         }
+
+
+def _open_record(run: str | None, rank: int) -> RunRecord | None:
+    """Node ``rank``'s record of run ``run`` (None: none kept); one that could not be opened says why in ``failed``."""
+    if run is None:
+        return None
+    record = RunRecord(run, rank)
+    try:
+        return record.open()
+    except OSError as exc:
+        record.failed = f"run record {record.path} not opened: {exc}"
+        return record

@@ -11,13 +11,16 @@ import asyncio
 import functools
 import inspect
 import os
+import socket
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from actorch._actors.host import ActorHost
 from actorch._actors.service import NodeService
 from actorch._actors.system import ActorSystem
-from actorch._base.errors import ActorStoppedError, NodeLostError
+from actorch._base.errors import ActorStoppedError, NodeLostError, describe
+from actorch._base.record import traceback_text
 from actorch._launch.interrupts import InterruptPolicy
 from actorch._launch.nodes import LocalLauncher, grow_refusal
 from actorch._launch.runtime import Announcement, status_address
@@ -100,10 +103,18 @@ async def lead(main: Main[T], transport: Transport, plan: Plan, workers: list[An
             await status.start()
             announced.status = status_address(plan.status[0], status.port)
         _announce(announced, host)
-        result = await main(system)
+        _record_start(host, system.world_size)
+        try:
+            result = await main(system)
+        except BaseException as exc:
+            if host.node.record is not None:
+                host.node.record.write("main failed", error=describe(exc), traceback=traceback_text(exc))
+            raise
         failed = False
         return result
     finally:
+        if host.node.record is not None:
+            host.node.record.write("run ended", outcome="failed" if failed else "ok")
         announced.withdraw()
         if status is not None:
             await status.close()
@@ -120,6 +131,20 @@ def _give_pool(host: ActorHost, transport: Transport, plan: Plan, workers: list[
         return
     arguments = functools.partial(_newcomer_arguments, plan)
     host.pool.launcher = LocalLauncher(_serve_newcomer, arguments, transport.invitation, workers)
+
+
+def _record_start(host: ActorHost, world_size: int) -> None:
+    """Open rank 0's record of the run with what was run, where and by whom (``actorch history`` lists it so)."""
+    if host.node.record is not None:
+        host.node.record.write(
+            "run started",
+            script=sys.argv[0],
+            argv=sys.argv[1:],
+            world_size=world_size,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            cwd=os.getcwd(),
+        )
 
 
 def _announce(announced: Announcement, host: ActorHost) -> None:

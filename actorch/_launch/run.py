@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from typing import TypeVar
 
 import structlog
@@ -28,6 +29,7 @@ from actorch._base.config import (
     is_count,
     is_number,
 )
+from actorch._base.record import RECORD_ENV, new_run_id
 from actorch._launch.eventloop import run_bounded
 from actorch._launch.guard import refuse_run_while_imported
 from actorch._launch.lead import Main, check_main, interrupt_policy, lead
@@ -78,6 +80,7 @@ def run(
     resources: ResourceSpec = None,
     log_level: str | None = None,
     configure_logs: bool = True,
+    record: bool = True,
 ) -> T:
     """Start an actor system, run ``main(system)`` on rank 0, shut down, and return its result.
 
@@ -173,6 +176,12 @@ def run(
         configure_logs: Configure structlog here (unless the program already
             did); the other nodes are processes of their own, configured at
             ``log_level`` either way.
+        record: Keep a record of the run, written by every node as it goes:
+            nodes joined and lost, actors started, failed, restarted,
+            relocated and stopped (with their statistics), errors with their
+            tracebacks. ``actorch history`` lists and shows past runs; the
+            directory is ``ACTORCH_RUNS_DIR``, else ``~/.local/state/actorch/runs``.
+            ``ACTORCH_RECORD=0`` turns it off too.
 
     Under a launcher, ``torchrun`` or ``actorch run -n N``, the launcher's
     number of processes is the system's: a different ``world_size`` is
@@ -211,6 +220,7 @@ def run(
         status=(status_host, status_port),
         log_level=log_level,
         configure_logs=configure_logs,
+        record=record,
     )
     if not _is_port(port):
         raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {port!r}")
@@ -258,6 +268,7 @@ def _plan(
     status: tuple[str, int | None],
     log_level: str | None,
     configure_logs: bool,
+    record: bool = False,
 ) -> Plan:
     """Check ``run``'s options (``start`` takes the same) and make the plan every node starts with."""
     if not is_number(liveness_timeout, inclusive=False):
@@ -272,6 +283,7 @@ def _plan(
         mailbox_size=mailbox_size,
         max_message_size=max_message_size,
         send_budget=send_budget,
+        run_record=_run_id() if _recording(record) else None,
     )
     if devices not in ("stage", "strict"):
         raise ValueError(f"devices must be 'stage' or 'strict', not {devices!r}")
@@ -293,6 +305,25 @@ def _plan(
             "setup with the node's rank before the node serves (only serve() hands a setup the system)"
         )
     return Plan(config, options, setup, tune_gc=tune_gc, status=_status_address(*status), log_level=level)
+
+
+def _recording(record: object) -> bool:
+    """Whether to keep a run record: ``record``, unless ``ACTORCH_RECORD`` says 0 (checked here)."""
+    if not isinstance(record, bool):
+        raise TypeError(f"record must be True or False, not {record!r}")
+    return record and os.environ.get(RECORD_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _run_id() -> str:
+    """This run's id; under torchrun, the same on every rank of this host (the launcher's pid and start)."""
+    if all(var in os.environ for var in TORCHRUN_VARS):
+        launcher = os.getppid()
+        try:
+            started = os.stat(f"/proc/{launcher}").st_mtime
+        except OSError:
+            started = None
+        return new_run_id(sys.argv[0], launcher, started)
+    return new_run_id(sys.argv[0])
 
 
 def _is_port(port: object) -> bool:

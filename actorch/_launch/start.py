@@ -149,6 +149,7 @@ def start(
     resources: ResourceSpec = None,
     log_level: str | None = None,
     configure_logs: bool = True,
+    record: bool = True,
 ) -> Opening:
     """Start an actor system from a running event loop (a notebook, an async program); this process is rank 0.
 
@@ -192,6 +193,7 @@ def start(
         resources: As ``run``'s.
         log_level: As ``run``'s.
         configure_logs: As ``run``'s.
+        record: As ``run``'s.
 
     Returns:
         An ``Opening``: await it for the system, or use it in ``async with``.
@@ -222,6 +224,7 @@ def start(
         status=(status_host, status_port),
         log_level=log_level,
         configure_logs=configure_logs,
+        record=record,
     )
     if not _is_port(port):
         raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {port!r}")
