@@ -2,10 +2,10 @@
 
 Bad input and failures are tested in this process through the command's
 ``main``; what needs a real system or a real terminal's Ctrl-C is a
-subprocess. ``actorch run -n 2 --status-port 0`` starts a system
-(``tests/mp_scripts/ops.py``) that stays up until the test is done with it;
-``actorch status`` finds it by its runtime file, and an HTTP client reads rank
-0's status endpoint.
+subprocess. ``actorch run -n 2`` (or ``python ops.py``) starts a system
+(``tests/mp_scripts/ops.py``) that stays up until the test is done with it; it
+serves its status by default, ``actorch status`` with no flags finds it by its
+runtime file, and an HTTP client reads rank 0's status endpoint.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ def launcher_env(monkeypatch: pytest.MonkeyPatch) -> None:
         (["run", "--max-restarts", "x", "examples/quickstart.py"], "expected an int >= 0"),
         (["run", "--master-port", "99999", "examples/quickstart.py"], "expected a port"),
         (["run", "--status-port", "http", "examples/quickstart.py"], "expected a port"),
+        (["run", "--status-port", "1", "--no-status", "examples/quickstart.py"], "not allowed with argument"),
         (["run", "--nnodes", "1:2:3", "examples/quickstart.py"], 'not in "MIN:MAX" format'),
         (["run", "--nnodes", "two", "examples/quickstart.py"], "invalid literal"),
         (["run", "-n", "2", "--redirects", "9", "examples/quickstart.py"], "9 does not match"),
@@ -328,6 +329,14 @@ def test_status_of_nothing_says_so_with_exit_code_1(capsys: pytest.CaptureFixtur
             cli.main(args)
         assert ended.value.code == 1, args
         assert says in one_line(capsys.readouterr().err)
+        if args[0] == "status":  # --json: the error as JSON on stdout too
+            with pytest.raises(SystemExit) as ended:
+                cli.main([*args, "--json"])
+            captured = capsys.readouterr()
+            said = json.loads(captured.out)
+            assert ended.value.code == said["exit_code"] == 1, args
+            assert says in said["error"]
+            assert said["error"] in one_line(captured.err)
 
 
 # ---------------------------------------------------------------------- actorch run
@@ -454,10 +463,10 @@ def test_a_script_without_the_main_guard_fails_naming_the_workers_error_and_the_
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 def test_status_finds_watches_and_scrapes_a_live_system_and_ctrl_c_ends_it(tmp_path: Path) -> None:
-    system = Script([*ACTORCH, "run", "-n", "2", "--status-port", "0", str(SCRIPTS / "ops.py"), str(tmp_path)])
+    system = Script([*ACTORCH, "run", "-n", "2", str(SCRIPTS / "ops.py"), str(tmp_path)])  # no status flag
     try:
         wait_for_file(tmp_path / "ready", system, 60)
-        (found,) = running_systems()  # status_port=0: the port it took is in its runtime file
+        (found,) = running_systems()  # it serves its status on a free port, which its runtime file holds
         assert found.argv == [str(SCRIPTS / "ops.py"), str(tmp_path)]
         assert found.world_size == 2
         address = found.status
@@ -556,12 +565,44 @@ def _ctrl_c_while_watching(tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(90)
+def test_status_and_stop_find_a_plain_run_without_any_status_option(tmp_path: Path) -> None:
+    system = Script([sys.executable, str(SCRIPTS / "ops.py"), str(tmp_path), "2"])  # run(main, world_size=2)
+    try:
+        wait_for_file(tmp_path / "ready", system, 60)
+        (found,) = running_systems()
+        assert found.status is not None
+        shown = actorch_cli("status", "--json")
+        assert shown.returncode == 0, shown.stderr
+        status = json.loads(shown.stdout)
+        assert [node["rank"] for node in status["nodes"]] == [0, 1]
+        assert {actor["name"] for node in status["nodes"] for actor in node["actors"]} == {
+            "ops/counter0",
+            "ops/counter1",
+        }
+        stopped = actorch_cli("stop", "--timeout", "30")
+        assert stopped.returncode == 0, stopped.stderr
+    finally:
+        finished = system.finish(30)
+    finished.assert_clean_exit(143)  # SIGTERM to rank 0: every actor stops in order
+    assert running_systems() == []
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(90)
 def test_stop_ends_a_system_run_through_torchrun_in_order(tmp_path: Path) -> None:
-    system = Script([*ACTORCH, "run", "-n", "2", str(SCRIPTS / "ops.py"), str(tmp_path)])
+    system = Script([*ACTORCH, "run", "-n", "2", "--no-status", str(SCRIPTS / "ops.py"), str(tmp_path)])
     try:
         wait_for_file(tmp_path / "ready", system, 60)
         (found,) = running_systems()
         assert found.status is None  # it serves no status, and is found all the same
+        shown = actorch_cli("status", "--json")
+        assert shown.returncode == 1
+        said = json.loads(shown.stdout)
+        assert said["pid"] == found.pid
+        assert said["error"].endswith(
+            "serves no status: it was started with run(..., status=False) or actorch run "
+            "--no-status (actorch stop still finds it)"
+        )
         assert found.launcher == system.proc.pid  # actorch run is torchrun's agent
         stopped = actorch_cli("stop", "--timeout", "30")
         assert stopped.returncode == 0, stopped.stderr

@@ -18,6 +18,7 @@ import pytest
 from _mp import Finished, Script, script_argv, torchrun_argv, wait_for_file
 
 from actorch._launch.interrupts import INTERRUPT_EXIT_CODE, TERMINATE_EXIT_CODE
+from actorch._launch.lead import PING_WAIT
 
 pytestmark = pytest.mark.multiprocess
 
@@ -28,6 +29,8 @@ STUCK_BOUND = GRACE + 2.0
 MARGIN = 5.0
 """Slack for a loaded two-core machine; the bounds themselves are what the docs promise."""
 FORCED_LINE = f"exits with code {INTERRUPT_EXIT_CODE}"
+FIRST_LINE = "actorch: Ctrl-C: stopping in order; "
+"""How the line the first Ctrl-C writes at once begins."""
 
 
 class Start(Protocol):
@@ -86,9 +89,10 @@ def test_ctrl_c_ends_a_system_whose_main_is_stuck_in_torch_within_the_bound(
 
 
 @pytest.mark.timeout(120)
-def test_ctrl_c_pressed_twice_ends_a_stuck_system_at_once(start: Start) -> None:
-    # With stop_grace=30, the first Ctrl-C alone would wait 31 s for main.
-    script = start("stuck", 30.0)
+@pytest.mark.parametrize("mode", ["stuck", "worker_stuck"])
+def test_ctrl_c_pressed_twice_ends_a_stuck_system_at_once(mode: str, start: Start) -> None:
+    # With stop_grace=30, the first Ctrl-C alone would wait 31 s for main, or 30 s for the worker's handler.
+    script = start(mode, 30.0)
     ctrl_c(script, "leader")
     time.sleep(0.5)
     second = ctrl_c(script, "leader")
@@ -96,6 +100,32 @@ def test_ctrl_c_pressed_twice_ends_a_stuck_system_at_once(start: Start) -> None:
     assert_forced(run, "actorch: a second Ctrl-C; killed 1 local worker")
     took = run.ended_at - second
     assert took < 1.0 + MARGIN, f"the run ended {took:.1f} s after the second Ctrl-C{run.report()}"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("target", ["leader", "group"])
+def test_first_ctrl_c_says_what_it_waits_for_and_a_blocked_worker_ends_within_stop_grace(
+    target: str, start: Start, tmp_path: Path
+) -> None:
+    grace = 3.0  # long enough that the shutdown's whole bound (2 x 3 + 5 s) would overrun the one tested
+    script = start("worker_stuck", grace)
+    sent = ctrl_c(script, target)
+    run = script.finish(timeout=60)
+    assert not run.timed_out, f"Ctrl-C did not end the run{run.report()}"
+    assert run.returncode == -signal.SIGINT, f"it ended in order, not by force{run.report()}"
+    assert FORCED_LINE not in run.stderr, run.report()
+    (said,) = [line for line in run.stderr.splitlines() if line.startswith(FIRST_LINE)]
+    assert "waiting for handler 'block' of actor 'sleeper' (Stuck) on node 1 (running for " in said, said
+    assert f"handlers get stop_grace ({grace:g} s) to end" in said, said
+    assert said.endswith("; Ctrl-C again ends it now"), said
+    # written at once: before rank 0 gave up on the blocked worker, stop_grace into the shutdown
+    blocked = "node did not answer shutdown: its event loop is blocked"
+    assert blocked in run.stderr, run.report()
+    assert run.stderr.index(FIRST_LINE) < run.stderr.index(blocked), run.report()
+    assert (tmp_path / "on_stop_rank0").exists(), f"rank 0's own actors stopped in order{run.report()}"
+    assert not run.leftovers, f"processes were left behind{run.report()}"
+    took = run.ended_at - sent
+    assert took < grace + PING_WAIT + 3.0, f"the run ended {took:.1f} s after Ctrl-C{run.report()}"
 
 
 @pytest.mark.timeout(120)

@@ -7,6 +7,7 @@ in ``test_cli``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import pytest
 
 import actorch
 from actorch._launch import cli
+from actorch._launch.cli_status import fetch_status
 from actorch._launch.runtime import Announcement, running_systems, runtime_dir, status_address
 
 
@@ -105,11 +107,29 @@ def test_run_announces_its_system_while_main_runs(runtime: Path) -> None:
     async def main(system: actorch.ActorSystem) -> list[tuple[int, str | None]]:
         return [(found.pid, found.status) for found in running_systems()]
 
-    (seen,) = actorch.run(main, status_port=0, configure_logs=False)
+    (seen,) = actorch.run(main, configure_logs=False)  # the status is served by default
     assert seen[0] == os.getpid()
     assert seen[1] is not None
     assert seen[1].startswith("127.0.0.1:")
     assert not seen[1].endswith(":0")  # the port it took, not the 0 it was asked for
+    assert running_systems() == []
+
+
+def test_a_system_started_with_status_false_is_announced_without_an_address(runtime: Path) -> None:
+    async def main(system: actorch.ActorSystem) -> list[tuple[int, str | None]]:
+        return [(found.pid, found.status) for found in running_systems()]
+
+    assert actorch.run(main, status=False, configure_logs=False) == [(os.getpid(), None)]
+
+
+async def test_start_serves_the_status_and_announces_it(runtime: Path) -> None:
+    async with actorch.start(configure_logs=False) as system:
+        (found,) = running_systems()
+        assert found.pid == os.getpid()
+        assert found.status is not None
+        status = await asyncio.to_thread(fetch_status, found.status)
+        assert [node["rank"] for node in status["nodes"]] == [0]
+        assert status["world_size"] == system.world_size == 1
     assert running_systems() == []
 
 
@@ -136,6 +156,22 @@ def test_several_systems_are_listed_and_one_is_picked_by_pid(
         cli.main(["status", "--pid", str(sleeper.pid)])
     assert ended.value.code == 1
     assert f"the system of pid {sleeper.pid} (second.py --fast) serves no status" in capsys.readouterr().err
+    for command in (["status", "--json"], ["status", "--json", "--pid", str(sleeper.pid)]):
+        with pytest.raises(SystemExit) as ended:
+            cli.main(command)
+        captured = capsys.readouterr()
+        said = json.loads(captured.out)  # JSON on stdout, whatever happened
+        assert said["exit_code"] == ended.value.code
+        assert said["error"] in captured.err
+    assert ended.value.code == 1
+    assert said["pid"] == sleeper.pid
+    with pytest.raises(SystemExit) as ended:
+        cli.main(["status", "--json"])
+    several = json.loads(capsys.readouterr().out)
+    assert ended.value.code == several["exit_code"] == 2
+    assert [system["argv"] for system in several["systems"]] == [["first.py"], ["second.py", "--fast"]]
+    assert cli.main(["status", "--list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["systems"] == several["systems"]
     with pytest.raises(SystemExit) as ended:
         cli.main(["status", "--pid", str(os.getpid())])  # picked: its address answers nothing
     assert ended.value.code == 1

@@ -151,6 +151,9 @@ def test_histogram_buckets_are_cumulative_for_prometheus() -> None:
         ({"status_port": -1}, {}, "status_port must be an int"),
         ({"status_port": "8470"}, {}, "status_port must be an int"),
         ({}, {"ACTORCH_STATUS_PORT": "http"}, "ACTORCH_STATUS_PORT must be a port"),
+        ({"status": "no"}, {}, r"status must be True \(serve it, the default\) or False \(serve none\), not 'no'"),
+        ({"status": False, "status_port": 8470}, {}, "status_port=8470 was given with status=False"),
+        ({"status_host": ""}, {}, "status_host must be an address"),
         ({}, {"ACTORCH_WORLD_SIZE": "0"}, "ACTORCH_WORLD_SIZE must be a positive int"),
     ],
 )
@@ -177,6 +180,35 @@ def test_run_refuses_a_taken_status_port_before_any_worker_starts(monkeypatch: p
         port = taken.getsockname()[1]
         with pytest.raises(OSError, match=f"status port {port} on 127.0.0.1 is in use"):
             actorch.run(main, world_size=3, status_port=port, configure_logs=False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "env", "served"),
+    [
+        ({}, {}, ("127.0.0.1", 0)),  # on by default, on a free port
+        ({"status_port": 8470}, {"ACTORCH_STATUS_PORT": "9000"}, ("127.0.0.1", 8470)),
+        ({}, {"ACTORCH_STATUS_PORT": "9000"}, ("127.0.0.1", 9000)),
+        ({"status_host": "::1"}, {}, ("::1", 0)),
+        ({"status": False}, {}, None),
+        ({}, {"ACTORCH_STATUS_PORT": "off"}, None),  # actorch run --no-status
+        ({"status": False}, {"ACTORCH_STATUS_PORT": "9000"}, None),
+    ],
+)
+def test_run_serves_the_status_unless_told_not_to(
+    monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any], env: dict[str, str], served: tuple[str, int] | None
+) -> None:
+    seen: list[Any] = []
+    monkeypatch.setattr(run_module, "_launch_local", lambda *args: seen.append(args))
+    monkeypatch.setattr(run_module, "check_status_port", lambda *args: None)
+    monkeypatch.delenv("ACTORCH_STATUS_PORT", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+    async def main(system: actorch.ActorSystem) -> None:
+        raise AssertionError("main must not run")
+
+    actorch.run(main, configure_logs=False, **kwargs)
+    assert seen[0][3].status == served
 
 
 def test_actorch_run_sets_the_world_size_in_place_of_the_scripts(monkeypatch: pytest.MonkeyPatch) -> None:

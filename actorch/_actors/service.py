@@ -219,6 +219,9 @@ class NodeService(Actor):
         """Node ``rank`` has left: forget its names, tell this node's event subscribers."""
         self._backend.peer_left(rank)
 
+    async def ping(self) -> None:
+        """Answer at once: this node's event loop runs (rank 0 asks a node that is slow to shut down)."""
+
     async def shutdown(self, failed: bool = False) -> None:
         """Stop every user actor of this node: the system is ending, rank 0 leaves next.
 

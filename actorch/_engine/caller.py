@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Coroutine
-from time import perf_counter_ns
+from time import monotonic, perf_counter_ns
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from actorch._base.deadline import inherited_deadline
@@ -124,6 +124,7 @@ class Caller(NodeSide):
                 self.flow.release(call.target)
                 raise TimeoutError(f"deadline passed before calling {call.endpoint!r} of {call.label}")
         call.call_id = call_id = next(self._call_ids)
+        call.sent_at = monotonic()
         self.pending[call_id] = call
         self._send(rank, self.pack([CALL, call_id, actor_id, call.endpoint, remaining, chain, body]), tensors)
         self.calls_sent += 1

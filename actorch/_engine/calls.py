@@ -28,7 +28,7 @@ T = TypeVar("T")
 class RemoteCall(asyncio.Future[T], Coroutine[Any, Any, T]):
     """The result of a call sent to another node, to be awaited (or gathered, or made a task)."""
 
-    __slots__ = ("_abandon", "_steps", "call_id", "device", "endpoint", "label", "target", "waiting")
+    __slots__ = ("_abandon", "_steps", "call_id", "device", "endpoint", "label", "sent_at", "target", "waiting")
 
     def __init__(
         self,
@@ -44,6 +44,7 @@ class RemoteCall(asyncio.Future[T], Coroutine[Any, Any, T]):
         self.label = label
         self.device: torch.device | None = None  # where staged tensors of the result go: the calling actor's device
         self.call_id = 0  # 0 until sent
+        self.sent_at = 0.0  # time.monotonic() when sent: what Ctrl-C reports as waited for, and how long
         self.waiting: asyncio.Task[None] | None = None  # sends it once the mailbox has room
         self._abandon: Callable[[RemoteCall[Any]], None] | None = abandon
         self._steps: Generator[Any, None, T] | None = None

@@ -29,7 +29,8 @@ INTERRUPTED = 130
 _EXAMPLES = """\
 examples:
   actorch run -n 4 train.py --epochs 3        four local processes; train.py calls actorch.run(main)
-  actorch run -n 4 --status-port 0 train.py   ... and rank 0 serves its status on a free port
+  actorch run -n 4 --status-port 8470 train.py
+                                              ... rank 0 serves its status on port 8470 (by default: a free one)
   actorch run -n 4 --log-dir logs -r 3 train.py
                                               each rank's output in logs/<run id>/attempt_0/<rank>/
   actorch run -n 2 --max-restarts 3 train.py  start the whole group again (up to 3 times) when a rank fails
@@ -95,9 +96,14 @@ def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
         metavar="N",
         help="processes on this host (1); torchrun's auto, cpu and gpu also work",
     )
-    run.add_argument(
-        "--status-port", type=_port, metavar="PORT", help="have rank 0 serve its status on this port (0: a free one)"
+    status = run.add_mutually_exclusive_group()
+    status.add_argument(
+        "--status-port",
+        type=_port,
+        metavar="PORT",
+        help="rank 0 serves its status on this port (by default: a free one, found by actorch status)",
     )
+    status.add_argument("--no-status", action="store_true", help="rank 0 serves no status (actorch stop still works)")
     logs = run.add_argument_group("per-rank logs (torchrun's)")
     logs.add_argument(
         "--log-dir", metavar="DIR", help="write each rank's output under DIR/<run id>/attempt_<k>/<rank>/"
@@ -161,8 +167,8 @@ def _add_status(commands: argparse._SubParsersAction[_Parser]) -> None:
         "status",
         help="show a running system: its nodes, its actors, call rates",
         description=(
-            "Show the nodes and actors of a running system, from the status its rank 0 serves "
-            "(actorch.run(..., status_port=PORT) or actorch run --status-port PORT). With no address it reads "
+            "Show the nodes and actors of a running system, from the status its rank 0 serves (every system "
+            "serves one, on a free port, unless started with status=False or --no-status). With no address it reads "
             f"${STATUS_PORT_ENV}, else finds the system running on this host by its runtime file "
             f"(${RUNTIME_DIR_ENV}, else $XDG_RUNTIME_DIR/actorch or a per-user temporary directory)."
         ),
@@ -179,7 +185,11 @@ def _add_status(commands: argparse._SubParsersAction[_Parser]) -> None:
         "--interval", type=_seconds, default=1.0, metavar="SECONDS", help="seconds between refreshes (1)"
     )
     status.add_argument("--count", type=_positive, metavar="N", help="with --watch: stop after N refreshes")
-    status.add_argument("--json", action="store_true", help="print the status as JSON (schema in docs/operations.md)")
+    status.add_argument(
+        "--json",
+        action="store_true",
+        help='print the status as JSON (schema in docs/operations.md); a failure too, as {"error": ...}',
+    )
     status.set_defaults(func=status_command)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from actorch._launch.run import WORLD_SIZE_ENV
-from actorch._launch.status import STATUS_PORT_ENV, check_status_port
+from actorch._launch.status import STATUS_OFF, STATUS_PORT_ENV, check_status_port
 
 __all__ = ["RENDEZVOUS_FLAGS", "RUNNER", "TORCHRUN_FLAGS", "run_command"]
 
@@ -59,6 +59,8 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         except OSError as exc:
             parser.exit(2, f"actorch run: error: --status-port: {exc.strerror}\n")
         os.environ[STATUS_PORT_ENV] = str(args.status_port)
+    elif args.no_status:
+        os.environ[STATUS_PORT_ENV] = STATUS_OFF
     handed = [flag for flag in TORCHRUN_FLAGS if getattr(args, flag) not in (None, False)]
     if args.nproc == 1 and not handed:
         os.environ[WORLD_SIZE_ENV] = "1"

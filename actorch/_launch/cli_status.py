@@ -5,7 +5,8 @@ A system is found by an address given on the command line, by
 (``actorch._launch.runtime``). What cannot be read is one line on stderr: exit
 code 2 when the command line is at fault (or it does not say which of several
 systems), 1 when the system is not there or does not answer as an actorch
-status does.
+status does. With ``--json``, stdout has JSON whatever happens: the status, or
+an object whose ``error`` says what went wrong, for a script to read.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import urllib.request
 from typing import Any, NoReturn
 
 from actorch._launch.runtime import RunningSystem, running_systems, runtime_dir
-from actorch._launch.status import READABLE_SCHEMAS, STATUS_PORT_ENV
+from actorch._launch.status import READABLE_SCHEMAS, STATUS_OFF, STATUS_PORT_ENV
 
 __all__ = ["StatusUnavailable", "fetch_status", "status_command", "stop_command"]
 
@@ -34,7 +35,10 @@ class StatusUnavailable(Exception):  # noqa: N818 - reads as what happened
     """Raised when an address gives no actorch status: nothing answers, or something else does."""
 
 
-def _fail(command: str, message: str, code: int = 1) -> NoReturn:
+def _fail(command: str, message: str, code: int = 1, *, as_json: bool = False, **details: Any) -> NoReturn:
+    """End the command with ``message`` on stderr and exit code ``code``; ``as_json`` says it on stdout too."""
+    if as_json:
+        print(json.dumps({"error": message, "exit_code": code, **details}), flush=True)
     print(f"actorch {command}: error: {message}", file=sys.stderr)
     raise SystemExit(code)
 
@@ -42,27 +46,58 @@ def _fail(command: str, message: str, code: int = 1) -> NoReturn:
 # ---------------------------------------------------------------------- finding a system
 
 
-def _systems(command: str) -> list[RunningSystem]:
+def _systems(command: str, *, as_json: bool = False) -> list[RunningSystem]:
     try:
         return running_systems()
     except OSError as exc:
-        _fail(command, f"cannot read the runtime directory: {exc}")
+        _fail(command, f"cannot read the runtime directory: {exc}", as_json=as_json)
 
 
-def _one_system(command: str, pid: int | None) -> RunningSystem:
-    """The system of this host that the command means: the one with rank 0's ``pid``, or the only one."""
-    systems = _systems(command)
+def _one_system(command: str, pid: int | None, *, as_json: bool = False) -> RunningSystem:
+    """The system of this host that the command means: the one with rank 0's ``pid``, or the only one.
+
+    Each system has a runtime file of its own (named by rank 0's pid): with
+    several, which one is meant is the user's to say, by ``--pid``.
+    """
+    systems = _systems(command, as_json=as_json)
     if pid is not None:
         for system in systems:
             if system.pid == pid:
                 return system
-        _fail(command, f"no actorch system whose rank 0 has pid {pid} runs on this host (actorch status --list)")
+        _fail(
+            command,
+            f"no actorch system whose rank 0 has pid {pid} runs on this host (actorch status --list)",
+            as_json=as_json,
+        )
     if not systems:
-        _fail(command, f"no actorch system runs on this host (none has a runtime file in {runtime_dir()})")
+        _fail(
+            command,
+            f"no actorch system runs on this host (none has a runtime file in {runtime_dir()})",
+            as_json=as_json,
+        )
     if len(systems) > 1:
-        _print_systems(systems)
-        _fail(command, f"{len(systems)} actorch systems run on this host: pick one with --pid PID", 2)
+        if not as_json:
+            _print_systems(systems)
+        _fail(
+            command,
+            f"{len(systems)} actorch systems run on this host: pick one with --pid PID",
+            2,
+            as_json=as_json,
+            systems=[_record(system) for system in systems],
+        )
     return systems[0]
+
+
+def _record(system: RunningSystem) -> dict[str, Any]:
+    """A system found in the runtime directory, as ``--json`` shows it."""
+    return {
+        "pid": system.pid,
+        "status": system.status,
+        "world_size": system.world_size,
+        "started": system.started,
+        "argv": system.argv,
+        "cwd": system.cwd,
+    }
 
 
 def _address(args: argparse.Namespace) -> str:
@@ -72,16 +107,24 @@ def _address(args: argparse.Namespace) -> str:
     if args.port is not None:
         return f"127.0.0.1:{args.port}"
     port = os.environ.get(STATUS_PORT_ENV)
-    if args.pid is None and port and port != "0":  # 0 asks a system for a free port: find which it took
+    # 0 asks a system for a free port (find which it took), and off for none: the runtime file says which
+    if args.pid is None and port and port not in ("0", STATUS_OFF):
         if not port.isdigit() or int(port) > 65535:
-            _fail("status", f"{STATUS_PORT_ENV} must be a port (1..65535), not {port!r}", 2)
+            _fail(
+                "status",
+                f"{STATUS_PORT_ENV} must be a port (1..65535) or {STATUS_OFF!r}, not {port!r}",
+                2,
+                as_json=args.json,
+            )
         return f"127.0.0.1:{port}"
-    system = _one_system("status", args.pid)
+    system = _one_system("status", args.pid, as_json=args.json)
     if system.status is None:
         _fail(
             "status",
-            f"the system of pid {system.pid} ({system.script}) serves no status: "
-            "start it with actorch run --status-port PORT, or run(..., status_port=PORT)",
+            f"the system of pid {system.pid} ({system.script}) serves no status: it was started with "
+            "run(..., status=False) or actorch run --no-status (actorch stop still finds it)",
+            as_json=args.json,
+            pid=system.pid,
         )
     return system.status
 
@@ -150,7 +193,11 @@ def _reason(exc: OSError) -> str:
 def status_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``actorch status``: print the status once, as JSON, or ``--watch``-ing; the exit code."""
     if args.list:
-        _print_systems(_systems("status"))
+        systems = _systems("status", as_json=args.json)
+        if args.json:
+            print(json.dumps({"systems": [_record(system) for system in systems]}), flush=True)
+        else:
+            _print_systems(systems)
         return 0
     address = _address(args)
     from rich.console import Console  # noqa: PLC0415 - only this command needs rich
@@ -164,7 +211,7 @@ def status_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         try:
             current = fetch_status(address)
         except StatusUnavailable as exc:
-            _fail("status", str(exc))
+            _fail("status", str(exc), as_json=args.json, address=address)
         if args.json:
             print(json.dumps(current), flush=True)
         else:

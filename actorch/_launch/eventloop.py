@@ -130,6 +130,8 @@ class _MainSignals:
         self.interrupted += 1
         if self.watcher is not None:
             self.watcher.acknowledge()
+            if self.interrupted == 1:
+                self.watcher.announce()  # before main is cancelled: what it waits for is still there to tell
         if self.interrupted == 1 and not self._main.done():
             self._loop.call_soon_threadsafe(self._main.cancel)
             return

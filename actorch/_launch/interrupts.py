@@ -49,12 +49,16 @@ class InterruptPolicy:
         terminate: SIGTERM (what schedulers send) ends the run as Ctrl-C
             does, in order and within the same bounds; the process then
             exits with ``TERMINATE_EXIT_CODE``.
+        describe: Called on the watcher's thread at the first Ctrl-C: what
+            the run waits for now, in words, for the line written at once to
+            stderr (which also says that a second Ctrl-C ends it).
     """
 
     respond_within: float = 11.0
     finish_within: float = 52.0
     on_force: Callable[[], str] | None = None
     terminate: bool = False
+    describe: Callable[[], str] | None = None
 
 
 class InterruptWatcher:
@@ -66,8 +70,11 @@ class InterruptWatcher:
     Ctrl-C, the main thread must take the interrupt (the SIGINT handler calls
     ``acknowledge``) within ``policy.respond_within`` seconds, and then end
     the run within ``policy.finish_within`` seconds; a second Ctrl-C ends the
-    process at once. Ending it means calling ``policy.on_force``, writing one
-    line to stderr and ``os._exit``. With ``policy.terminate``, SIGTERM counts
+    process at once. The first Ctrl-C writes one line to stderr at once, from
+    the watcher's thread (so also while the main thread is blocked): what the
+    run waits for (``policy.describe``), and that a second Ctrl-C ends it.
+    Ending it means calling ``policy.on_force``, writing one line to stderr
+    and ``os._exit``. With ``policy.terminate``, SIGTERM counts
     as a press too, and a run it began ends with ``TERMINATE_EXIT_CODE``.
     Create and close it in the main thread.
     """
@@ -84,6 +91,8 @@ class InterruptWatcher:
         self._acknowledged_at: float | None = None
         self._closed = False
         self._lock = threading.Lock()
+        self._announced = False
+        self._announce_lock = threading.Lock()  # apart from _lock, which a forced exit holds to the end
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._write_fd, False)
         try:
@@ -161,8 +170,32 @@ class InterruptWatcher:
         if self._first_press is None:
             self._first_press = now
             self._first_signal = pressed[0]
+            if pressed[0] == signal.SIGINT:
+                self.announce()
         if self.presses > 1:
             self._force(f"a second {_press_name(pressed[0])}")
+
+    def announce(self) -> None:
+        """Write the first Ctrl-C's line, once: the run stops in order, what it waits for, how to end it now.
+
+        The SIGINT handler calls it before it cancels ``main`` (so the calls
+        ``main`` waits on are still pending), and the watcher's thread when it
+        reads the signal: whichever comes first writes it.
+        """
+        with self._announce_lock:  # held while it describes: the SIGINT handler cancels main only after
+            if self._announced:
+                return
+            self._announced = True
+            waits = ""
+            if self.policy.describe is not None:
+                try:
+                    waits = self.policy.describe()
+                except Exception as exc:  # noqa: BLE001 - the line goes out without it
+                    waits = f"(what it waits for could not be told: {exc!r})"
+            steps = "; ".join(filter(None, ["actorch: Ctrl-C: stopping in order", waits, "Ctrl-C again ends it now"]))
+            with contextlib.suppress(Exception):
+                sys.stderr.write(f"{steps}\n")
+                sys.stderr.flush()
 
     def _counted(self) -> tuple[signal.Signals, ...]:
         return (signal.SIGINT, signal.SIGTERM) if self.policy.terminate else (signal.SIGINT,)

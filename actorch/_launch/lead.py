@@ -2,25 +2,31 @@
 
 ``lead`` serves the status and writes the runtime file while ``main`` runs;
 when ``main`` returns or raises, every actor everywhere stops in order, rank 0
-leaves first, and local workers that do not answer in time are killed.
+leaves first, and local workers that do not answer in time are killed: at
+once once a worker's handlers have had ``stop_grace`` and its event loop does
+not answer (a handler blocks it), else after the whole shutdown's bound. The
+first Ctrl-C says on stderr what rank 0 waits for (``describe_waits``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import os
 import socket
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from time import monotonic
+from typing import Any, ClassVar, TypeVar
 
 from actorch._actors.host import ActorHost
 from actorch._actors.service import NodeService
 from actorch._actors.system import ActorSystem
 from actorch._base.errors import ActorStoppedError, NodeLostError, describe
 from actorch._base.record import traceback_text
+from actorch._engine.node import SYSTEM_IDS
 from actorch._launch.interrupts import InterruptPolicy
 from actorch._launch.nodes import LocalLauncher, grow_refusal
 from actorch._launch.runtime import Announcement, status_address
@@ -30,11 +36,21 @@ from actorch._launch.status import StatusServer
 from actorch._launch.workers import kill_lost, kill_workers
 from actorch._transport.base import Transport
 
-__all__ = ["Main", "check_main", "interrupt_policy", "lead"]
+__all__ = ["PING_WAIT", "Main", "check_main", "describe_waits", "interrupt_policy", "lead"]
 
 T = TypeVar("T")
 Main = Callable[[ActorSystem], Awaitable[T]]
 """The async function that rank 0 runs with the system: ``run``'s ``main``."""
+PING_WAIT = 2.0
+"""Seconds a worker that has not stopped ``stop_grace`` into the shutdown has to show that its event loop runs."""
+_SHOWN_WAITS = 3
+"""Calls the first Ctrl-C's line names, the oldest first; the others are counted."""
+
+
+class _Led:
+    """The node that rank 0 leads now, if any: what the first Ctrl-C describes (one system per process)."""
+
+    host: ClassVar[ActorHost | None] = None
 
 
 def check_main(main: object) -> None:
@@ -85,7 +101,34 @@ def interrupt_policy(plan: Plan, workers: list[Any] | None = None) -> InterruptP
         finish_within=4 * grace + 12.0,
         on_force=(lambda: kill_workers(workers)) if workers is not None else None,
         terminate=True,
+        describe=functools.partial(describe_waits, grace),
     )
+
+
+def describe_waits(grace: float) -> str:
+    """What rank 0 waits for now, in words: its calls not yet answered (node, actor, handler, for how long).
+
+    Called on the interrupt watcher's thread: it only reads (a copy of) the
+    pending calls and the cells' counters, and says the shutdown's bounds.
+    """
+    host = _Led.host
+    bound = (
+        f"handlers get stop_grace ({grace:g} s) to end, then a node whose event loop they still block "
+        f"is killed ({PING_WAIT:g} s later)"
+    )
+    if host is None:
+        return f"the system is not up yet; {bound}"
+    now = monotonic()
+    sent = sorted((call for call in list(host.node.caller.pending.values()) if call.sent_at), key=lambda c: c.sent_at)
+    waits = [
+        f"handler {call.endpoint!r} of {call.label} (running for {now - call.sent_at:.1f} s)"
+        for call in sent[:_SHOWN_WAITS]
+    ]
+    if len(sent) > _SHOWN_WAITS:
+        waits.append(f"{len(sent) - _SHOWN_WAITS} more calls")
+    busy = [cell for cell in host.node.cells() if cell.actor_id > SYSTEM_IDS and cell.running]
+    waits += [f"{cell.label} ({cell.running} handler{'s' if cell.running > 1 else ''} running)" for cell in busy]
+    return f"waiting for {', '.join(waits)}; {bound}" if waits else bound
 
 
 async def lead(main: Main[T], transport: Transport, plan: Plan, workers: list[Any] | None = None) -> T:
@@ -104,6 +147,7 @@ async def lead(main: Main[T], transport: Transport, plan: Plan, workers: list[An
             announced.status = status_address(plan.status[0], status.port)
         _announce(announced, host)
         _record_start(host, system.world_size)
+        _Led.host = host
         try:
             result = await main(system)
         except BaseException as exc:
@@ -118,7 +162,10 @@ async def lead(main: Main[T], transport: Transport, plan: Plan, workers: list[An
         announced.withdraw()
         if status is not None:
             await status.close()
-        silent = await asyncio.shield(_shutdown_world(host, failed))
+        try:
+            silent = await asyncio.shield(_shutdown_world(host, failed))
+        finally:
+            _Led.host = None
         for rank in silent:
             kill_lost(launched, rank)  # its loop is stuck: do not wait for its watchdog
 
@@ -181,17 +228,56 @@ async def _shutdown_world(host: ActorHost, failed: bool) -> list[int]:
 
 
 async def _call_all(host: ActorHost, ranks: list[int], endpoint: Any, limit: float, *args: Any) -> list[bool]:
-    """Call ``endpoint`` of every rank's service at once; whether each answered within ``limit`` seconds."""
+    """Call ``endpoint`` of every rank's service at once; whether each answered within ``limit`` seconds.
+
+    A rank that has not answered ``stop_grace`` seconds in, and does not
+    answer a ping within ``PING_WAIT`` either, has its event loop blocked (a
+    handler in blocking code, which no cancellation reaches): it counts as
+    not answering then, rather than when ``limit`` runs out.
+    """
+    grace = host.config.stop_grace
 
     async def one(rank: int) -> bool:
+        call = asyncio.ensure_future(host.services[rank].call(endpoint, *args))
         try:
             async with asyncio.timeout(limit):
-                await host.services[rank].call(endpoint, *args)
+                await _settled_within(call, grace)
+                if not call.done() and not await _answers_ping(host, rank):
+                    call.cancel()
+                    host.node.log.warning(
+                        "node did not answer shutdown: its event loop is blocked (a handler in blocking code?)",
+                        peer=rank,
+                        stop_grace=grace,
+                    )
+                    return False
+                await call
         except (NodeLostError, ActorStoppedError):
             return True  # it is gone already, or it left the system meanwhile
         except Exception as exc:  # noqa: BLE001 - a node that fails here is reported, not fatal
+            call.cancel()
             host.node.log.warning("node did not answer shutdown", peer=rank, error=repr(exc))
             return False
         return True
 
     return list(await asyncio.gather(*(one(rank) for rank in ranks)))
+
+
+async def _settled_within(call: asyncio.Future[Any], seconds: float) -> None:
+    """Wait until ``call`` has its outcome or ``seconds`` have passed, whichever comes first; ``call`` goes on."""
+    settled = asyncio.Event()
+    call.add_done_callback(lambda _: settled.set())
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await settled.wait()
+
+
+async def _answers_ping(host: ActorHost, rank: int) -> bool:
+    """Whether node ``rank``'s event loop answers within ``PING_WAIT`` (a node that is gone answers too)."""
+    try:
+        async with asyncio.timeout(PING_WAIT):
+            await host.services[rank].call(NodeService.ping)
+    except TimeoutError:
+        return False
+    except Exception:  # noqa: BLE001 - lost, left, or failing: not blocked; the shutdown call says the rest
+        return True
+    return True

@@ -38,7 +38,7 @@ from actorch._launch.logs import configure_logging, effective_log_level
 from actorch._launch.nodes import ResourceSpec, declared_resources
 from actorch._launch.serving import _serve, takes_system
 from actorch._launch.startup import TORCHRUN_VARS, Plan, Setup, World, rpc_transport
-from actorch._launch.status import STATUS_PORT_ENV, check_status_port
+from actorch._launch.status import STATUS_OFF, STATUS_PORT_ENV, check_status_port
 from actorch._launch.workers import reap_workers
 from actorch._transport.base import NodeTraits
 from actorch._transport.rpc_setup import DeviceMapSpec, RpcOptions
@@ -75,6 +75,7 @@ def run(
     port: int = 0,
     setup: Setup | None = None,
     tune_gc: bool = True,
+    status: bool = True,
     status_port: int | None = None,
     status_host: str = "127.0.0.1",
     resources: ResourceSpec = None,
@@ -161,10 +162,17 @@ def run(
             (10,000 in 0.43 s rather than 0.95 s). Frozen objects are never
             freed: set False if ``setup`` leaves cyclic garbage it expects
             collected, or to keep Python's defaults.
-        status_port: Have rank 0 serve the system's live status on this port
-            (0: a free one) for ``actorch status``, and Prometheus metrics at
-            ``/metrics`` with ``actorch[metrics]`` installed; read-only. None
-            reads ``ACTORCH_STATUS_PORT``, and serves nothing without it.
+        status: Have rank 0 serve the system's live status, read-only, for
+            ``actorch status`` (and Prometheus metrics at ``/metrics`` with
+            ``actorch[metrics]`` installed), and write its address into the
+            runtime file where ``actorch status`` finds it. On by default: an
+            idle listening socket on rank 0's event loop, which costs nothing
+            until asked. False serves none (``actorch stop`` still finds the
+            system); so does ``ACTORCH_STATUS_PORT=off`` (``actorch run
+            --no-status``) when ``status_port`` is None.
+        status_port: The port the status is served on; None reads
+            ``ACTORCH_STATUS_PORT`` (``actorch run --status-port``), else 0: a
+            free one, which the runtime file records.
         status_host: The address the status is served on; loopback unless you mean otherwise.
         resources: Amounts of resources the nodes declare, over the CPUs,
             memory and GPUs they detect, for ``Where`` placement: one mapping
@@ -217,7 +225,7 @@ def run(
         devices=devices,
         setup=setup,
         tune_gc=tune_gc,
-        status=(status_host, status_port),
+        status=(status, status_host, status_port),
         log_level=log_level,
         configure_logs=configure_logs,
         record=record,
@@ -265,7 +273,7 @@ def _plan(
     devices: str,
     setup: Setup | None,
     tune_gc: bool,
-    status: tuple[str, int | None],
+    status: tuple[bool, str, int | None],
     log_level: str | None,
     configure_logs: bool,
     record: bool = False,
@@ -330,17 +338,28 @@ def _is_port(port: object) -> bool:
     return is_count(port, 0) and isinstance(port, int) and port <= 65535
 
 
-def _status_address(host: str, port: int | None) -> tuple[str, int] | None:
-    """Where rank 0 serves the status: ``status_port``, else ``ACTORCH_STATUS_PORT``, else nowhere."""
-    if port is None:
-        found = os.environ.get(STATUS_PORT_ENV)
-        if not found:
-            return None
-        if not found.isdigit() or not _is_port(int(found)):
-            raise ValueError(f"{STATUS_PORT_ENV} must be a port (0..65535), not {found!r}")
-        port = int(found)
-    if not _is_port(port):
+def _status_address(enabled: bool, host: str, port: int | None) -> tuple[str, int] | None:
+    """Where rank 0 serves the status: None when ``status`` is False or ``ACTORCH_STATUS_PORT`` is ``off``.
+
+    The port is ``status_port``, else ``ACTORCH_STATUS_PORT``, else 0 (a free one).
+    """
+    if not isinstance(enabled, bool):
+        raise ValueError(f"status must be True (serve it, the default) or False (serve none), not {enabled!r}")
+    if not isinstance(host, str) or not host:
+        raise ValueError(f"status_host must be an address (a non-empty str such as '127.0.0.1'), not {host!r}")
+    if port is not None and not _is_port(port):
         raise ValueError(f"status_port must be an int in 0..65535 (0: a free one), or None, not {port!r}")
+    if not enabled:
+        if port is not None:
+            raise ValueError(f"status_port={port!r} was given with status=False, which serves no status: drop one")
+        return None
+    if port is None:
+        found = os.environ.get(STATUS_PORT_ENV, "")
+        if found == STATUS_OFF:
+            return None
+        if found and (not found.isdigit() or not _is_port(int(found))):
+            raise ValueError(f"{STATUS_PORT_ENV} must be a port (0..65535) or {STATUS_OFF!r}, not {found!r}")
+        port = int(found) if found else 0
     return host, port
 
 

@@ -144,6 +144,7 @@ def start(
     port: int = 0,
     setup: Setup | None = None,
     tune_gc: bool = False,
+    status: bool = True,
     status_port: int | None = None,
     status_host: str = "127.0.0.1",
     resources: ResourceSpec = None,
@@ -188,6 +189,7 @@ def start(
         setup: As ``run``'s: called on every node with its rank before it serves.
         tune_gc: As ``run``'s, but off by default: the process is yours, and
             ``gc.freeze()`` would keep everything it holds now for good.
+        status: As ``run``'s: on by default, so ``actorch status`` finds the system.
         status_port: As ``run``'s.
         status_host: As ``run``'s.
         resources: As ``run``'s.
@@ -221,7 +223,7 @@ def start(
         devices=devices,
         setup=setup,
         tune_gc=tune_gc,
-        status=(status_host, status_port),
+        status=(status, status_host, status_port),
         log_level=log_level,
         configure_logs=configure_logs,
         record=record,

@@ -1,7 +1,10 @@
 """The live status of a running system: gathered from every node, served read-only by rank 0 over HTTP.
 
-Rank 0 serves it only when asked (``run(status_port=...)`` or
-``ACTORCH_STATUS_PORT``), on loopback unless told otherwise. The server
+Rank 0 serves it unless told not to (``run(status=False)``,
+``ACTORCH_STATUS_PORT=off``), on a free loopback port unless told otherwise
+(``status_port``, ``status_host``), and writes the address into its runtime
+file. The server runs on rank 0's event loop: until a client connects it is
+one listening socket there, which adds nothing to the handling of messages. It
 answers ``GET /status`` with the whole system as JSON, ``GET /metrics`` with
 Prometheus' text format when ``prometheus_client`` is installed, and refuses
 everything else: it changes nothing in the system. ``actorch status`` is its
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "READABLE_SCHEMAS",
+    "STATUS_OFF",
     "STATUS_PORT_ENV",
     "STATUS_SCHEMA",
     "StatusServer",
@@ -33,7 +37,9 @@ __all__ = [
 ]
 
 STATUS_PORT_ENV = "ACTORCH_STATUS_PORT"
-"""Environment variable that asks rank 0 to serve the status on this port (as ``run(status_port=...)``)."""
+"""Environment variable naming rank 0's status port (as ``run(status_port=...)``), or ``off`` for none."""
+STATUS_OFF = "off"
+"""``ACTORCH_STATUS_PORT``'s value that serves no status (``actorch run --no-status``), as ``run(status=False)``."""
 STATUS_SCHEMA = 2
 """Version of the status JSON's fields (its ``schema`` field); docs/operations.md lists them.
 

@@ -1,4 +1,4 @@
-"""A system to watch from outside: ``actorch run -n 2 --status-port P ops.py TMPDIR``.
+"""A system to watch from outside: ``actorch run -n 2 ops.py TMPDIR``, or ``python ops.py TMPDIR 2``.
 
 Rank 0 spawns a few actors, calls them (each counter's ``explode`` raises once),
 writes ``TMPDIR/ready`` and keeps the system up until ``TMPDIR/done`` appears
@@ -18,6 +18,7 @@ from actors import Counter, emit
 import actorch
 
 TMP = Path(sys.argv[1])
+WORLD_SIZE = int(sys.argv[2]) if len(sys.argv) > 2 else None  # None: the launcher's
 
 
 async def main(system: actorch.ActorSystem) -> str:
@@ -37,4 +38,4 @@ async def main(system: actorch.ActorSystem) -> str:
 
 
 if __name__ == "__main__":
-    print("RETURNED", repr(actorch.run(main)), flush=True)
+    print("RETURNED", repr(actorch.run(main, world_size=WORLD_SIZE)), flush=True)
