@@ -172,6 +172,7 @@ def console_script(*args: str, runtime: Path) -> tuple[subprocess.CompletedProce
     """The console script (``_actorch_cli``) with ``args`` in a fresh interpreter; its run, and what it imported."""
     env = script_env("cli")
     env["ACTORCH_RUNTIME_DIR"] = str(runtime)
+    env["ACTORCH_RUNS_DIR"] = str(runtime.parent / "runs")
     env.pop("ACTORCH_STATUS_PORT", None)
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "_actorch_cli", *args],
@@ -200,6 +201,8 @@ def console_script(*args: str, runtime: Path) -> tuple[subprocess.CompletedProce
         (["run", "-n", "0", "examples/quickstart.py"], 2, "expected an int >= 1"),
         (["serve", "--resource", "gpus"], 2, "expected NAME=AMOUNT, not 'gpus'"),
         (["status", "--address", "127.0.0.1"], 2, "expected HOST:PORT"),
+        (["history"], 0, ""),
+        (["history", "nope"], 1, "actorch history: no runs recorded"),
     ],
 )
 def test_help_status_stop_and_bad_input_do_not_import_torch(

@@ -30,7 +30,7 @@ from actorch._base.devices import accelerator, on_device, parse_device
 from actorch._base.errors import ActorStoppedError, PlacementError, describe
 from actorch._engine.cell import CANCEL_WAIT, Cell
 from actorch._engine.message import CallContext, current_call
-from actorch._engine.node import Node
+from actorch._engine.node import SYSTEM_IDS, Node
 from actorch._engine.wire import handler_traceback
 
 __all__ = ["ActorLifecycle", "Bind"]
@@ -185,7 +185,8 @@ class ActorLifecycle:
         except BaseException:
             cell.instance = old
             raise
-        self.node.log.debug("actor started", actor=cell.label, cls=class_path(cls), device=str(cell.device))
+        if cell.actor_id > SYSTEM_IDS:  # the runtime's own actors start on every node, every run
+            self.node.log.debug("actor started", actor=cell.label, cls=class_path(cls), device=str(cell.device))
 
     async def run_hook(
         self, cell: Cell, hook: str, *args: Any, raise_errors: bool = False, limit: float | None = None

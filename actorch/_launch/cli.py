@@ -16,6 +16,8 @@ import argparse
 import sys
 from typing import NoReturn
 
+from actorch._base.record import RECORD_ENV, RUNS_DIR_ENV
+from actorch._launch.cli_history import history_command
 from actorch._launch.cli_serve import parse_resource
 from actorch._launch.cli_status import status_command, stop_command
 from actorch._launch.runtime import RUNTIME_DIR_ENV
@@ -43,6 +45,8 @@ examples:
   actorch status --list                       every system running on this host
   actorch status --address 10.0.0.5:8470      a system on another host
   actorch stop                                shut the system of this host down gracefully
+  actorch history                             the runs recorded on this host, newest first
+  actorch history last                        the newest one as a report: what happened, errors, statistics
   python -m actorch ...                       the same, without the console script
 """
 
@@ -69,6 +73,7 @@ def parser() -> argparse.ArgumentParser:
     _add_serve(commands)
     _add_status(commands)
     _add_stop(commands)
+    _add_history(commands)
     return top
 
 
@@ -191,6 +196,27 @@ def _add_status(commands: argparse._SubParsersAction[_Parser]) -> None:
         help='print the status as JSON (schema in docs/operations.md); a failure too, as {"error": ...}',
     )
     status.set_defaults(func=status_command)
+
+
+def _add_history(commands: argparse._SubParsersAction[_Parser]) -> None:
+    history = commands.add_parser(
+        "history",
+        help="list past runs, or show one as a report",
+        description=(
+            "List the runs recorded on this host, newest first, or show one: what ran, what happened in order "
+            "(nodes joined and lost, actors started, failed, restarted, relocated, stopped), the errors with their "
+            "tracebacks, and each actor's final statistics. Every system records its run as it goes unless "
+            f"started with record=False or ${RECORD_ENV}=0; the records are in ${RUNS_DIR_ENV}, else "
+            "$XDG_STATE_HOME/actorch/runs or ~/.local/state/actorch/runs, the newest 100 runs kept."
+        ),
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    history.add_argument("run", nargs="?", help="the run to show: its id, part of it, or 'last'")
+    history.add_argument("--limit", type=_positive, default=20, metavar="N", help="list at most N runs (20)")
+    history.add_argument("--dir", metavar="PATH", help="the runs directory to read (default: this user's)")
+    history.add_argument("--json", action="store_true", help="print the list, or the run's entries, as JSON")
+    history.set_defaults(func=history_command)
 
 
 def _add_stop(commands: argparse._SubParsersAction[_Parser]) -> None:

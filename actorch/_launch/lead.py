@@ -25,8 +25,8 @@ from actorch._actors.host import ActorHost
 from actorch._actors.service import NodeService
 from actorch._actors.system import ActorSystem
 from actorch._base.errors import ActorStoppedError, NodeLostError, describe
-from actorch._base.record import traceback_text
 from actorch._engine.node import SYSTEM_IDS
+from actorch._engine.wire import handler_traceback
 from actorch._launch.interrupts import InterruptPolicy
 from actorch._launch.nodes import LocalLauncher, grow_refusal
 from actorch._launch.runtime import Announcement, status_address
@@ -152,7 +152,7 @@ async def lead(main: Main[T], transport: Transport, plan: Plan, workers: list[An
             result = await main(system)
         except BaseException as exc:
             if host.node.record is not None:
-                host.node.record.write("main failed", error=describe(exc), traceback=traceback_text(exc))
+                host.node.record.write("main failed", error=describe(exc), traceback=handler_traceback(exc).rstrip())
             raise
         failed = False
         return result
