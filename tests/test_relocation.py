@@ -337,7 +337,7 @@ def test_eligible_nodes_keep_to_the_device_and_gpus_the_spawn_asked_for() -> Non
     assert refused[1] == "has no cuda:1 (no GPU)"
     chosen, refused = eligible_nodes(spec(gpus=2), NODES, {}, {})
     assert chosen == [3]
-    assert refused[2] == "has 1 GPU(s), the actor holds 2"
+    assert refused[2] == "has 1 gpus, needs 2 gpus"
     assert eligible_nodes(spec(device="cpu"), NODES, {}, {})[0] == [0, 1, 2, 3]
 
 
@@ -462,7 +462,7 @@ async def test_an_actor_placed_by_label_with_no_node_of_that_label_left_says_why
     async with local_world(3, stop_grace=0.5, lookup_timeout=5.0, labels={1: "env", 2: "learner"}) as world:
         tally = await world[0].spawn(Tally, on=actorch.Where(label="env"), restart=RELOCATE)
         world.kill(1)
-        with pytest.raises(actorch.NodeLostError, match="node 2: is labelled 'learner', not 'env'"):
+        with pytest.raises(actorch.NodeLostError, match="node 2: label 'learner', not 'env'"):
             await tally.call(Tally.get)
 
 

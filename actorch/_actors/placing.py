@@ -21,12 +21,11 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from actorch._actors.holdings import share_lacks
+from actorch._actors.fit import EPSILON, LEAVING, LOST, by_node, lacks_free, refusal
 from actorch._actors.service import NodeService
 from actorch._actors.where import Where
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import NodeLostError, PlacementError, UnsupportedError
-from actorch._base.resources import describe_amount
 from actorch._transport.base import NodeInfo
 
 if TYPE_CHECKING:
@@ -41,7 +40,6 @@ RETRY_FIRST = 0.05
 RETRY_MOST = 1.0
 MEET_WITHIN = 30.0
 """Seconds a node that asked for node processes waits to be told of them, once they have joined."""
-_EPSILON = 1e-9
 
 SpawnThere = Callable[[int, Mapping[str, float]], Awaitable[T]]
 """Spawns on node ``rank`` holding ``needs`` there (the node raises ``PlacementError`` if they are taken)."""
@@ -97,7 +95,7 @@ class Placer:
                             raise  # not the node's refusal for want of room: the actor's own code raised it
                         refusals[rank] = why
                         attempts.last = exc
-                attempts.last = PlacementError(f"{what}: no node fits; {_nodes(refusals)}")
+                attempts.last = PlacementError(f"{what}: no node fits; {by_node(refusals)}")
                 if not where.wait:
                     raise attempts.last
                 await attempts.pause()
@@ -115,7 +113,7 @@ class Placer:
                 room = f"room for {len(plan)} of {count} members" if plan else "no node fits"
                 for rank in fitting:
                     refusals[rank] = f"room for {plan.count(rank)}"
-                attempts.last = PlacementError(f"{what}: {room}; {_nodes(refusals)}")
+                attempts.last = PlacementError(f"{what}: {room}; {by_node(refusals)}")
                 if not where.wait:
                     raise attempts.last
                 await attempts.pause()
@@ -128,8 +126,9 @@ class Placer:
         self._changed.clear()  # a node that joins from now on wakes a placement that waits
         refusals: dict[int, str] = {}
         asked: list[NodeInfo] = []
+        unavailable = self.unavailable()
         for info in host.node.peers():
-            why = self.static_refusal(info, where)
+            why = refusal(info, where, None, unavailable)
             if why is None:
                 asked.append(info)
             else:
@@ -140,10 +139,10 @@ class Placer:
         free: dict[int, dict[str, float]] = {}
         for info, share in zip(asked, answers, strict=True):
             if share is None:
-                refusals[info.rank] = "lost"
+                refusals[info.rank] = LOST
                 continue
             free[info.rank] = share["free"]
-            why = share_lacks(share, needs)
+            why = lacks_free(share, needs)
             if why is None:
                 fitting.append(info.rank)
             else:
@@ -152,25 +151,12 @@ class Placer:
         fitting.sort(key=lambda rank: (rank != own, rank))
         return refusals, fitting, free
 
-    def static_refusal(self, info: NodeInfo, where: Where) -> str | None:  # noqa: PLR0911 - one return per reason
-        """Why node ``info`` can never take ``where`` as it is now (label, host, size, state), or None."""
+    def unavailable(self) -> dict[int, str]:
+        """The nodes that take no actor now, and why: lost, or leaving the system."""
         node = self._host.node
-        rank = info.rank
-        if rank in node.lost:
-            return "lost"
-        if rank in node.left or rank in self._host.leaving:
-            return "leaving the system"
-        if info.owner is not None:  # before its label: no Where places on it, whatever it asks
-            return f"the own process of {info.owner}"
-        if where.label is not None and info.label != where.label:
-            return f"label {info.label!r}, not {where.label!r}"
-        if where.host is not None and info.host != where.host:
-            return f"on host {info.host}, not {where.host}"
-        for name, amount in where.needs().items():
-            have = info.resources.get(name, 0.0)
-            if have + _EPSILON < amount:
-                return f"has {describe_amount(name, have)}, needs {describe_amount(name, amount)}"
-        return None
+        unavailable = dict.fromkeys(node.left | self._host.leaving, LEAVING)
+        unavailable.update(dict.fromkeys(node.lost, LOST))
+        return unavailable
 
     async def _share(self, rank: int) -> dict[str, Any] | None:
         """What node ``rank`` has free and who holds what; None if it is lost."""
@@ -183,7 +169,7 @@ class Placer:
     async def _refusal_now(self, rank: int, where: Where) -> str | None:
         """Why node ``rank`` refuses ``where`` now, asked again; None if it has room (the refusal was not its)."""
         share = await self._share(rank)
-        return "lost" if share is None else share_lacks(share, where.needs())
+        return LOST if share is None else lacks_free(share, where.needs())
 
     def _bounded(self, where: Where) -> _Attempts:
         limit = None if not where.wait else self._host.config.lookup_timeout
@@ -363,9 +349,7 @@ def _plan(
     plan: list[int] = []
     for _ in range(count):
         room = [
-            rank
-            for rank in fitting
-            if all(left[rank].get(name, 0.0) + _EPSILON >= need for name, need in needs.items())
+            rank for rank in fitting if all(left[rank].get(name, 0.0) + EPSILON >= need for name, need in needs.items())
         ]
         if not room:
             break
@@ -386,8 +370,3 @@ async def all_or_none(spawns: Any) -> list[Any]:
     started = [outcome for outcome in outcomes if not isinstance(outcome, BaseException)]
     await asyncio.gather(*(ref.stop() for ref in started), return_exceptions=True)
     raise failures[0]
-
-
-def _nodes(refusals: Mapping[int, str]) -> str:
-    """Every node and why it was refused, by rank."""
-    return "; ".join(f"node {rank}: {why}" for rank, why in sorted(refusals.items())) or "no node"

@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from actorch._actors.actor import Actor, class_path
+from actorch._actors.fit import refusal
 from actorch._actors.movable import RELOCATOR_ID, Origin, movable_ref
 from actorch._actors.ref import ActorRef, make_ref
 from actorch._actors.restart import ActorExit, Restart
+from actorch._actors.where import Where
 from actorch._base.codec import serializable
 from actorch._base.errors import describe
 from actorch._base.names import actor_label
+from actorch._base.resources import CPUS, MEMORY
 from actorch._transport.base import NodeInfo
 
 if TYPE_CHECKING:
@@ -101,32 +104,22 @@ def eligible_nodes(
     """The nodes that may host ``spec``'s actor, best first, and why each other node may not.
 
     The one place relocation chooses a node. A node qualifies when it is not
-    ``unavailable`` (lost, leaving, rank 0) and has what the spawn asked for:
-    the device named with ``device=``, or at least ``gpus`` GPUs; the label and
-    the host its ``Where`` named; and at least the resources the actor holds
-    (the node itself checks, as it builds the actor, that enough of them are
-    free, and the relocator goes on to the next node if not). The node hosting
+    ``unavailable`` (lost, leaving, rank 0) and fits what the spawn asked for
+    (``fit.refusal``: the device named with ``device=``, the label and host its
+    ``Where`` named, at least the GPUs and resources the actor holds; the node
+    itself checks, as it builds the actor, that enough of them are free, and
+    the relocator goes on to the next node if not). The node hosting
     the fewest relocatable actors (``load``) comes first, then the lowest rank.
     """
     chosen: list[int] = []
     refused: dict[int, str] = {}
+    where = _where(spec)
     for info in nodes:
-        rank = info.rank
-        short = [name for name, amount in spec.needs.items() if info.resources.get(name, 0.0) < amount]
-        if rank in unavailable:
-            refused[rank] = unavailable[rank]
-        elif spec.device is not None and spec.device != "cpu" and spec.device not in info.devices:
-            refused[rank] = f"has no {spec.device} ({', '.join(info.devices) or 'no GPU'})"
-        elif len(info.devices) < spec.gpus:
-            refused[rank] = f"has {len(info.devices)} GPU(s), the actor holds {spec.gpus}"
-        elif spec.node_label is not None and info.label != spec.node_label:
-            refused[rank] = f"is labelled {info.label!r}, not {spec.node_label!r}"
-        elif spec.node_host is not None and info.host != spec.node_host:
-            refused[rank] = f"is on host {info.host!r}, not {spec.node_host!r}"
-        elif short:
-            refused[rank] = f"has less {', '.join(short)} than the actor holds"
+        why = refusal(info, where, spec.device, unavailable)
+        if why is None:
+            chosen.append(info.rank)
         else:
-            chosen.append(rank)
+            refused[info.rank] = why
     chosen.sort(key=lambda rank: (load.get(rank, 0), rank))
     return chosen, refused
 
@@ -172,3 +165,10 @@ class Relocatables:
             await self._relocator.call("forget", origin, exit_)
         except Exception as exc:  # noqa: BLE001 - what stopped it matters more; rank 0 may be gone too
             self._caller.log.warning("rank 0 did not hear that a relocatable actor stopped", error=describe(exc))
+
+
+def _where(spec: RelocationSpec) -> Where:
+    """What ``spec``'s spawn asked of its node, as a ``Where``."""
+    needs = dict(spec.needs)
+    cpus, memory = needs.pop(CPUS, 0.0), needs.pop(MEMORY, 0.0)
+    return Where(label=spec.node_label, host=spec.node_host, cpus=cpus, memory=memory, gpus=spec.gpus, resources=needs)

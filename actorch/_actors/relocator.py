@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from actorch._actors.actor import Actor
+from actorch._actors.fit import LEAVING, LOST, by_node
 from actorch._actors.movable import Origin
 from actorch._actors.ref import ActorRef
 from actorch._actors.registry import Registry
@@ -245,8 +246,7 @@ class Relocator(Actor):
             chosen, unfit = eligible_nodes(spec, self._host.node.peers(), self._unavailable(), load)
             candidates = [rank for rank in chosen if rank not in refused]
             if not candidates:
-                nodes = "; ".join(f"node {rank}: {why}" for rank, why in sorted({**unfit, **refused}.items()))
-                raise _NotMoved(f"no node can host it ({nodes})")
+                raise _NotMoved(f"no node can host it ({by_node({**unfit, **refused})})")
             rank = entry.target = candidates[0]
             try:
                 ref: ActorRef[Any] = await self._host.services[rank].call(
@@ -272,8 +272,8 @@ class Relocator(Actor):
 
     def _unavailable(self) -> dict[int, str]:
         host = self._host
-        unavailable = dict.fromkeys(host.leaving, "leaving the system")
-        unavailable.update(dict.fromkeys(host.node.lost, "lost"))
+        unavailable = dict.fromkeys(host.leaving, LEAVING)
+        unavailable.update(dict.fromkeys(host.node.lost, LOST))
         unavailable[0] = RANK_0
         return unavailable
 
