@@ -1,7 +1,8 @@
 """Whether a node fits a spawn: the one predicate that ``Where`` placement, ``gpus=`` and relocation ask.
 
 A node is refused for what it *is* (:func:`refusal`: lost or leaving, another
-actor's own process, its label or host, a device it lacks, less of a resource
+actor's own process, its label or host, not the node of the actor it must be
+near or the node of one it must be apart from, a device it lacks, less of a resource
 in all than the actor holds, :func:`lacks_capacity`) or for what it *has free* now (:func:`lacks_free`: what
 other actors hold). Each reason is one phrase, worded here and nowhere else,
 so a ``PlacementError`` and a relocation that finds no node read the same
@@ -11,14 +12,26 @@ so a ``PlacementError`` and a relocation that finds no node read the same
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from actorch._actors.where import Where
+from actorch._actors.spawn_request import SpawnRequest
+from actorch._actors.where import Placed, Where
 from actorch._base.resources import GPUS, describe_amount
 from actorch._transport.base import NodeInfo
 
-__all__ = ["EPSILON", "LEAVING", "LOST", "by_node", "capacity", "lacks_capacity", "lacks_free", "refusal"]
+__all__ = [
+    "EPSILON",
+    "LEAVING",
+    "LOST",
+    "HomeOf",
+    "by_node",
+    "capacity",
+    "lacks_capacity",
+    "lacks_free",
+    "rank_of",
+    "refusal",
+]
 
 EPSILON = 1e-9
 """How much an amount may fall short and still count as enough: fractions of a CPU add up with rounding errors."""
@@ -32,15 +45,29 @@ def capacity(info: NodeInfo) -> dict[str, float]:
     return {**info.resources, GPUS: float(info.resources.get(GPUS, len(info.devices)))}
 
 
-def refusal(info: NodeInfo, where: Where, device: str | None, unavailable: Mapping[int, str]) -> str | None:
-    """Why node ``info`` can never take an actor placed by ``where`` (on ``device``) as it is now; None if it can.
+HomeOf = Callable[[Placed], int | None]
+"""Where an actor lives now, as the one who asks knows it; None if it lives nowhere any more."""
+
+
+def rank_of(ref: Placed) -> int:
+    """The node of ``ref``'s actor, as the ref knows it."""
+    return ref.rank
+
+
+def refusal(  # noqa: PLR0911 - one return per reason
+    info: NodeInfo, request: SpawnRequest, unavailable: Mapping[int, str], home_of: HomeOf = rank_of
+) -> str | None:
+    """Why node ``info`` can never take the actor of ``request`` as the node is now; None if it can.
 
     Args:
         info: The node.
-        where: What the spawn asked of its node (label, host, the resources the actor holds).
-        device: The device the spawn named (``device=``), if any: the node must have it.
+        request: The spawn: the device it named, the label and host its ``Where``
+            asked for, the GPUs and resources the actor holds.
         unavailable: Nodes that take no actor now, and why (``LOST``, ``LEAVING``, rank 0 for relocation).
+        home_of: Where the actors its ``Where`` is near or apart from live now
+            (the relocator knows better than their refs where relocated ones went).
     """
+    where, device = request.where, request.device
     if info.rank in unavailable:
         return unavailable[info.rank]
     if info.owner is not None:  # before its label: no placement puts an actor there, whatever it asks
@@ -49,9 +76,32 @@ def refusal(info: NodeInfo, where: Where, device: str | None, unavailable: Mappi
         return f"label {info.label!r}, not {where.label!r}"
     if where.host is not None and info.host != where.host:
         return f"on host {info.host!r}, not {where.host!r}"
+    why = _affinity(info.rank, where, unavailable, home_of)
+    if why is not None:
+        return why
     if device is not None and device != "cpu" and device not in info.devices:
         return f"has no {device} ({', '.join(info.devices) or 'no GPU'})"
-    return lacks_capacity(capacity(info), where.needs())
+    return lacks_capacity(capacity(info), request.needs())
+
+
+def _affinity(rank: int, where: Where, unavailable: Mapping[int, str], home_of: HomeOf) -> str | None:
+    """Why node ``rank`` is not near the actor ``where`` asks for, or is the node of one it keeps apart from."""
+    if where.near is not None:
+        home = home_of(where.near)
+        if home is None:
+            return f"not the node of {_who(where.near)}, which lives on no node now"
+        if home != rank:
+            gone = f", {unavailable[home]}" if home in unavailable else ""
+            return f"not the node of {_who(where.near)} (node {home}{gone})"
+    for other in where.apart:
+        if home_of(other) == rank:
+            return f"the node of {_who(other)}"
+    return None
+
+
+def _who(ref: Placed) -> str:
+    """An actor as a refusal names it: its name, or its ref."""
+    return ref.name if ref.name is not None else repr(ref)
 
 
 def lacks_capacity(have: Mapping[str, float], needs: Mapping[str, float]) -> str | None:

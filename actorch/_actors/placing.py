@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.fit import EPSILON, LEAVING, LOST, by_node, lacks_free, refusal
 from actorch._actors.service import NodeService
+from actorch._actors.spawn_request import SpawnRequest
 from actorch._actors.where import Where
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import NodeLostError, PlacementError, UnsupportedError
@@ -31,7 +32,7 @@ from actorch._transport.base import NodeInfo
 if TYPE_CHECKING:
     from actorch._actors.host import ActorHost
 
-__all__ = ["PlacedSpawn", "Placer", "all_or_none"]
+__all__ = ["Placer", "SpawnThere", "all_or_none"]
 
 T = TypeVar("T")
 
@@ -41,10 +42,8 @@ RETRY_MOST = 1.0
 MEET_WITHIN = 30.0
 """Seconds a node that asked for node processes waits to be told of them, once they have joined."""
 
-SpawnThere = Callable[[int, Mapping[str, float]], Awaitable[T]]
-"""Spawns on node ``rank`` holding ``needs`` there (the node raises ``PlacementError`` if they are taken)."""
-PlacedSpawn = Callable[[int, str | None, Mapping[str, float], bool], Awaitable[T]]
-"""Spawns on node ``rank`` under a name, holding ``needs`` there, as the node's owner or not."""
+SpawnThere = Callable[[int, SpawnRequest], Awaitable[T]]
+"""Spawns the request's actor on node ``rank`` (the node raises ``PlacementError`` if what it holds is taken)."""
 
 
 class Placer:
@@ -61,36 +60,33 @@ class Placer:
     async def spawn(
         self,
         what: str,
-        where: Where,
+        request: SpawnRequest,
         names: list[str | None],
         owners: list[str],
         spread: bool | None,
-        spawn_there: PlacedSpawn[T],
+        spawn_there: SpawnThere[T],
     ) -> list[T]:
-        """Spawn one actor per name where ``where`` says: processes of their own, a group (``spread`` given), or one."""
-        needs = where.needs()
-        if where.own:
-            return await self.own_processes(
-                len(names), where, owners, lambda rank, index: spawn_there(rank, names[index], needs, True)
-            )
+        """Spawn ``request``'s actor once per name: in processes of their own, as a group (``spread`` given), or one."""
+        requests = [request.named(name) for name in names]
+        if request.own:
+            return await self.own_processes(requests, owners, spawn_there)
         if spread is None:
-            return [await self.place(what, where, lambda rank, needs: spawn_there(rank, names[0], needs, False))]
-        return await self.place_group(
-            what, len(names), where, spread, lambda rank, index: spawn_there(rank, names[index], needs, False)
-        )
+            return [await self.place(what, requests[0], spawn_there)]
+        return await self.place_group(what, requests, spread, spawn_there)
 
     # ------------------------------------------------------------------ one actor
 
-    async def place(self, what: str, where: Where, spawn_there: SpawnThere[T]) -> T:
-        """Spawn on the first node that fits ``where``, waiting for one if it says so."""
+    async def place(self, what: str, request: SpawnRequest, spawn_there: SpawnThere[T]) -> T:
+        """Spawn on the first node that fits ``request``, waiting for one if its ``Where`` says so."""
+        where = request.where
         async with self._bounded(where) as attempts:
             while True:
-                refusals, fitting, _ = await self._survey(where)
+                refusals, fitting, _ = await self._survey(request)
                 for rank in fitting:
                     try:
-                        return await spawn_there(rank, where.needs())
+                        return await spawn_there(rank, request)
                     except PlacementError as exc:
-                        why = await self._refusal_now(rank, where)
+                        why = await self._refusal_now(rank, request)
                         if why is None:
                             raise  # not the node's refusal for want of room: the actor's own code raised it
                         refusals[rank] = why
@@ -101,15 +97,16 @@ class Placer:
                 await attempts.pause()
 
     async def place_group(
-        self, what: str, count: int, where: Where, spread: bool, spawn_there: Callable[[int, int], Awaitable[T]]
+        self, what: str, requests: Sequence[SpawnRequest], spread: bool, spawn_there: SpawnThere[T]
     ) -> list[T]:
-        """Spawn ``count`` members on nodes that fit ``where``, spread or packed, all or none."""
+        """Spawn a member per request on nodes that fit, spread or packed, all or none (they differ by name alone)."""
+        count, where = len(requests), requests[0].where
         async with self._bounded(where) as attempts:
             while True:
-                refusals, fitting, free = await self._survey(where)
-                plan = _plan(count, fitting, free, where.needs(), spread)
+                refusals, fitting, free = await self._survey(requests[0])
+                plan = _plan(count, fitting, free, requests[0].needs(), spread)
                 if len(plan) == count:
-                    return await all_or_none(spawn_there(rank, index) for index, rank in enumerate(plan))
+                    return await all_or_none(spawn_there(rank, requests[index]) for index, rank in enumerate(plan))
                 room = f"room for {len(plan)} of {count} members" if plan else "no node fits"
                 for rank in fitting:
                     refusals[rank] = f"room for {plan.count(rank)}"
@@ -120,21 +117,21 @@ class Placer:
 
     # ------------------------------------------------------------------ what nodes have
 
-    async def _survey(self, where: Where) -> tuple[dict[int, str], list[int], dict[int, dict[str, float]]]:
-        """Why each node that cannot take ``where`` does not, those that can now (best first), what they have free."""
+    async def _survey(self, request: SpawnRequest) -> tuple[dict[int, str], list[int], dict[int, dict[str, float]]]:
+        """Why each node that cannot take ``request`` does not, those that can now (best first), what they have free."""
         host = self._host
         self._changed.clear()  # a node that joins from now on wakes a placement that waits
         refusals: dict[int, str] = {}
         asked: list[NodeInfo] = []
         unavailable = self.unavailable()
         for info in host.node.peers():
-            why = refusal(info, where, None, unavailable)
+            why = refusal(info, request, unavailable)
             if why is None:
                 asked.append(info)
             else:
                 refusals[info.rank] = why
         answers = await asyncio.gather(*(self._share(info.rank) for info in asked))
-        needs = where.needs()
+        needs = request.needs()
         fitting = []
         free: dict[int, dict[str, float]] = {}
         for info, share in zip(asked, answers, strict=True):
@@ -166,10 +163,10 @@ class Placer:
             return None
         return found
 
-    async def _refusal_now(self, rank: int, where: Where) -> str | None:
-        """Why node ``rank`` refuses ``where`` now, asked again; None if it has room (the refusal was not its)."""
+    async def _refusal_now(self, rank: int, request: SpawnRequest) -> str | None:
+        """Why node ``rank`` refuses ``request`` now, asked again; None if it has room (the refusal was not its)."""
         share = await self._share(rank)
-        return LOST if share is None else lacks_free(share, where.needs())
+        return LOST if share is None else lacks_free(share, request.needs())
 
     def _bounded(self, where: Where) -> _Attempts:
         limit = None if not where.wait else self._host.config.lookup_timeout
@@ -178,17 +175,18 @@ class Placer:
     # ------------------------------------------------------------------ processes of their own
 
     async def own_processes(
-        self, count: int, where: Where, owners: list[str], spawn_there: Callable[[int, int], Awaitable[T]]
+        self, requests: Sequence[SpawnRequest], owners: list[str], spawn_there: SpawnThere[T]
     ) -> list[T]:
-        """Start ``count`` node processes, one per actor, then spawn each actor on its own; all or none.
+        """Start a node process per request, then spawn each actor in its own; all or none.
 
         A node whose actor could not be spawned leaves the system again.
         """
-        infos = await self.add_nodes(count, where.label, {}, where.env or {}, where.host, owners)
+        where = requests[0].where
+        infos = await self.add_nodes(len(requests), where.label, {}, where.env or {}, where.host, owners)
 
         async def spawn_one(index: int, rank: int) -> T:
             try:
-                return await spawn_there(rank, index)
+                return await spawn_there(rank, requests[index])
             except BaseException:
                 await asyncio.shield(self._dismiss(rank))
                 raise

@@ -11,19 +11,18 @@ place, :func:`eligible_nodes`; the relocator does the moving.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from actorch._actors.actor import Actor, class_path
-from actorch._actors.fit import refusal
+from actorch._actors.fit import HomeOf, rank_of, refusal
 from actorch._actors.movable import RELOCATOR_ID, Origin, movable_ref
 from actorch._actors.ref import ActorRef, make_ref
-from actorch._actors.restart import ActorExit, Restart
-from actorch._actors.where import Where
+from actorch._actors.restart import ActorExit
+from actorch._actors.spawn_request import SpawnRequest
 from actorch._base.codec import serializable
 from actorch._base.errors import describe
 from actorch._base.names import actor_label
-from actorch._base.resources import CPUS, MEMORY
 from actorch._transport.base import NodeInfo
 
 if TYPE_CHECKING:
@@ -65,57 +64,44 @@ def relocatable_homes(what: str, ranks: list[int]) -> list[int]:
 @serializable(30)
 @dataclass(frozen=True)
 class RelocationSpec:
-    """How to build a relocatable actor again, and what its spawn asked of the node hosting it.
+    """A relocatable actor as rank 0 keeps it: where it was first started, and the spawn that built it.
 
     Attributes:
         origin: Where it was first started, ``(rank, actor id)``: its identity.
-        path: Its class, ``module:Qualname``.
-        args: Positional arguments for ``__init__``.
-        kwargs: Keyword arguments for ``__init__``.
-        name: Its name, if any.
-        restart: Its restart policy.
-        device: The device its spawn named (``device=``), if any.
-        gpus: The GPUs its spawn asked to be lent (``gpus=``).
-        needs: Other resources it holds (``Where(cpus=..., resources=...)``).
-        node_label: The label its spawn asked of the node (``Where(label=...)``), if any.
-        node_host: The host its spawn asked for (``Where(host=...)``), if any.
+        request: Its spawn, unchanged: what to build, its name and policy, and
+            what it asked of its node, which every node it moves to must fit too.
     """
 
     origin: Origin
-    path: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    name: str | None
-    restart: Restart
-    device: str | None = None
-    gpus: int = 0
-    needs: dict[str, float] = field(default_factory=dict)
-    node_label: str | None = None
-    node_host: str | None = None
+    request: SpawnRequest
 
     def label(self, home: Origin) -> str:
         """How logs and errors name the actor, living at ``home``."""
-        return actor_label(self.name, self.path.rpartition(":")[2], home[1], home[0])
+        return actor_label(self.request.name, self.request.qualname, home[1], home[0])
 
 
 def eligible_nodes(
-    spec: RelocationSpec, nodes: Sequence[NodeInfo], unavailable: Mapping[int, str], load: Mapping[int, int]
+    spec: RelocationSpec,
+    nodes: Sequence[NodeInfo],
+    unavailable: Mapping[int, str],
+    load: Mapping[int, int],
+    home_of: HomeOf = rank_of,
 ) -> tuple[list[int], dict[int, str]]:
     """The nodes that may host ``spec``'s actor, best first, and why each other node may not.
 
     The one place relocation chooses a node. A node qualifies when it is not
     ``unavailable`` (lost, leaving, rank 0) and fits what the spawn asked for
     (``fit.refusal``: the device named with ``device=``, the label and host its
-    ``Where`` named, at least the GPUs and resources the actor holds; the node
+    ``Where`` named, near or apart from the actors it named, as ``home_of``
+    says where they live; at least the GPUs and resources the actor holds; the node
     itself checks, as it builds the actor, that enough of them are free, and
     the relocator goes on to the next node if not). The node hosting
     the fewest relocatable actors (``load``) comes first, then the lowest rank.
     """
     chosen: list[int] = []
     refused: dict[int, str] = {}
-    where = _where(spec)
     for info in nodes:
-        why = refusal(info, where, spec.device, unavailable)
+        why = refusal(info, spec.request, unavailable, home_of)
         if why is None:
             chosen.append(info.rank)
         else:
@@ -165,10 +151,3 @@ class Relocatables:
             await self._relocator.call("forget", origin, exit_)
         except Exception as exc:  # noqa: BLE001 - what stopped it matters more; rank 0 may be gone too
             self._caller.log.warning("rank 0 did not hear that a relocatable actor stopped", error=describe(exc))
-
-
-def _where(spec: RelocationSpec) -> Where:
-    """What ``spec``'s spawn asked of its node, as a ``Where``."""
-    needs = dict(spec.needs)
-    cpus, memory = needs.pop(CPUS, 0.0), needs.pop(MEMORY, 0.0)
-    return Where(label=spec.node_label, host=spec.node_host, cpus=cpus, memory=memory, gpus=spec.gpus, resources=needs)
