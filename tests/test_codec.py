@@ -219,7 +219,7 @@ def test_register_extension_refuses_a_code_outside_the_user_range(code: int) -> 
         register_extension(Native, code, lambda obj: 0, lambda data, context: None)
 
 
-@pytest.mark.parametrize(("code", "holder"), [(16, "actorch._actors.ref.ActorRef"), (24, "actorch")])
+@pytest.mark.parametrize(("code", "holder"), [(16, "actorch._actors.ref.ActorRef"), (28, "actorch")])
 def test_register_extension_refuses_a_code_reserved_for_actorch(code: int, holder: str) -> None:
     with pytest.raises(ValueError, match=rf"^extension code {code} is reserved for {holder}: use 32\.\.127$"):
         register_extension(Native, code, lambda obj: 0, lambda data, context: None)

@@ -120,7 +120,7 @@ async def test_two_gpu_spawns_at_once_on_a_one_gpu_node_get_it_once(fake: FakeAc
         assert len(placed) == 1
         assert len(refused) == 1
         holder = placed[0].name
-        assert str(refused[0]).endswith(f"node 1: 0 of 1 free (cuda:0 held by {holder})")
+        assert str(refused[0]).endswith(f"node 1: 0 gpus free, needs 1 gpus (held by {holder})")
         assert await world[0].lookup_all("*") == placed  # the refused spawn's name was given back
 
 
@@ -136,7 +136,7 @@ async def test_a_gpu_spawn_on_a_node_without_gpus_names_it(fake: FakeAccelerator
     async with local_world(2, devices={1: ("cuda:0",)}) as world:
         with pytest.raises(actorch.PlacementError) as refused:
             await world[0].spawn(Learner, gpus=1, on=0)
-        assert str(refused.value) == "spawn(Learner, gpus=1, on=0): node 0 does not have 1 free GPU; node 0: no GPU"
+        assert str(refused.value) == "spawn(Learner, gpus=1, on=0): no node fits; node 0: has 0 gpus, needs 1 gpus"
 
 
 async def test_the_refusal_says_what_every_node_has_and_who_holds_it(fake: FakeAccelerator) -> None:
@@ -145,8 +145,8 @@ async def test_the_refusal_says_what_every_node_has_and_who_holds_it(fake: FakeA
         with pytest.raises(actorch.PlacementError) as refused:
             await world[0].spawn(Learner, gpus=2)
         assert str(refused.value) == (
-            "spawn(Learner, gpus=2): no node has 2 free GPUs; node 0: no GPU; "
-            "node 1: 1 of 2 free (cuda:0 held by learner/0); node 2: no GPU"
+            "spawn(Learner, gpus=2): no node fits; node 0: has 0 gpus, needs 2 gpus; "
+            "node 1: 1 gpus free, needs 2 gpus (held by learner/0); node 2: has 0 gpus, needs 2 gpus"
         )
 
 
@@ -155,7 +155,7 @@ async def test_a_gpu_spawn_skips_lost_nodes(fake: FakeAccelerator) -> None:
         world.kill(1)
         first = await world[0].spawn(Learner, gpus=1)
         assert first.rank == 2
-        with pytest.raises(actorch.PlacementError, match=r"node 1: lost; node 2: 0 of 1 free"):
+        with pytest.raises(actorch.PlacementError, match=r"node 1: lost; node 2: 0 gpus free, needs 1 gpus"):
             await world[0].spawn(Learner, gpus=1)
 
 
@@ -245,7 +245,8 @@ def test_gpu_spawns_at_once_between_processes_get_the_one_gpu_once() -> None:
     (refused,) = r["refused"]
     assert refused["type"] == "PlacementError"
     assert refused["message"] in {
-        f"spawn(Learner, gpus=1): no node has 1 free GPU; node 0: no GPU; node 1: 0 of 1 free (cuda:0 held by {name})"
+        f"spawn(Learner, gpus=1): no node fits; node 0: has 0 gpus, needs 1 gpus; "
+        f"node 1: 0 gpus free, needs 1 gpus (held by {name})"
         for name in ("learner/a", "learner/b")
     }
     assert r["where_again"] == [1, "cuda:0"]  # stopping gave it back

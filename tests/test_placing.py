@@ -408,3 +408,29 @@ async def test_a_restarted_actor_keeps_what_it_holds_and_gives_it_back_when_it_s
     assert (await crashing.wait_stopped()).reason == "failed"
     share = await envs[0]._host.services[1].call("resources")
     assert share["held"] == {}, "stopped for good: what it held goes back"
+
+
+async def test_where_near_places_on_the_node_of_that_actor(envs: LocalWorld) -> None:
+    anchor = await envs[0].spawn(Sim, name="anchor", on=2)
+    assert (await envs[0].spawn(Sim, on=Where(near=anchor))).rank == 2
+    members = await envs[0].spawn_group(Sim, 2, on=Where(near=anchor), spread=True)
+    assert [member.rank for member in members] == [2, 2]
+    with pytest.raises(actorch.PlacementError) as refused:
+        await envs[0].spawn(Sim, on=Where(near=anchor, label="learner"))
+    assert str(refused.value) == (
+        "spawn(Sim, on=Where(label='learner', near=<ActorRef actor 'anchor' (Sim) on node 2>)): no node fits; "
+        "node 0: label None, not 'learner'; node 1: label 'env', not 'learner'; node 2: label 'env', not 'learner'; "
+        "node 3: not the node of anchor (node 2)"
+    )
+
+
+async def test_where_apart_from_never_places_on_the_nodes_of_those_actors(envs: LocalWorld) -> None:
+    first = await envs[0].spawn(Sim, name="first", on=1)
+    second = await envs[0].spawn(Sim, name="second", on=Where(label="env", apart_from=first))
+    assert second.rank == 2
+    with pytest.raises(actorch.PlacementError) as refused:
+        await envs[0].spawn(Sim, on=Where(label="env", apart_from=[first, second]))
+    assert str(refused.value).endswith(
+        "no node fits; node 0: label None, not 'env'; node 1: the node of first; "
+        "node 2: the node of second; node 3: label 'learner', not 'env'"
+    )

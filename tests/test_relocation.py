@@ -21,6 +21,7 @@ from actorch._actors.actor import class_path
 from actorch._actors.movable import RELOCATOR_ID, MovableRef
 from actorch._actors.relocation import RELOCATOR_PATH, RelocationSpec, eligible_nodes
 from actorch._actors.relocator import Relocator
+from actorch._actors.spawn_request import SpawnRequest
 from actorch._transport.base import NodeInfo
 from actorch.testing import LocalWorld, local_world
 
@@ -313,7 +314,7 @@ def test_replay_buffer_restore_refuses_a_state_of_another_shape() -> None:
 
 
 def spec(device: str | None = None, gpus: int = 0) -> RelocationSpec:
-    return RelocationSpec((1, 4), "actors:Tally", (), {}, "t", RELOCATE, device, gpus)
+    return RelocationSpec((1, 4), SpawnRequest("actors:Tally", (), {}, "t", RELOCATE, device, gpus))
 
 
 NODES = [
@@ -337,7 +338,7 @@ def test_eligible_nodes_keep_to_the_device_and_gpus_the_spawn_asked_for() -> Non
     assert refused[1] == "has no cuda:1 (no GPU)"
     chosen, refused = eligible_nodes(spec(gpus=2), NODES, {}, {})
     assert chosen == [3]
-    assert refused[2] == "has 1 GPU(s), the actor holds 2"
+    assert refused[2] == "has 1 gpus, needs 2 gpus"
     assert eligible_nodes(spec(device="cpu"), NODES, {}, {})[0] == [0, 1, 2, 3]
 
 
@@ -462,7 +463,7 @@ async def test_an_actor_placed_by_label_with_no_node_of_that_label_left_says_why
     async with local_world(3, stop_grace=0.5, lookup_timeout=5.0, labels={1: "env", 2: "learner"}) as world:
         tally = await world[0].spawn(Tally, on=actorch.Where(label="env"), restart=RELOCATE)
         world.kill(1)
-        with pytest.raises(actorch.NodeLostError, match="node 2: is labelled 'learner', not 'env'"):
+        with pytest.raises(actorch.NodeLostError, match="node 2: label 'learner', not 'env'"):
             await tally.call(Tally.get)
 
 
@@ -473,3 +474,39 @@ async def test_a_relocatable_actor_in_a_process_of_its_own_is_refused_before_any
     with pytest.raises(ValueError, match="process of its own"):
         await world4[0].spawn(Tally, on=actorch.Where(process="own"), restart=RELOCATE)
     assert len(world4[0].nodes) == before
+
+
+# ---------------------------------------------------------------------- affinity: near and apart from
+
+
+async def test_an_actor_placed_apart_from_another_never_moves_to_its_node() -> None:
+    async with local_world(4, stop_grace=0.5, lookup_timeout=5.0, labels={1: "env", 2: "env", 3: "env"}) as world:
+        other = await world[0].spawn(Counter, on=2)
+        tally = await world[0].spawn(Tally, on=actorch.Where(label="env", apart_from=other), restart=RELOCATE)
+        assert tally.rank == 1
+        world.kill(1)
+        assert (await tally.call(Tally.where))[0] == 3, "node 2 comes first by load and rank, but holds the other"
+
+
+async def test_an_actor_placed_near_a_relocatable_one_follows_it_to_its_new_node(world4: LocalWorld) -> None:
+    await world4[0].spawn(Tally, on=1, restart=RELOCATE)  # node 1 hosts one: the anchor moves to node 3
+    anchor = await world4[0].spawn(Tally, on=2, restart=RELOCATE)
+    follower = await world4[0].spawn(Tally, on=actorch.Where(near=anchor), restart=RELOCATE)
+    assert follower.rank == 2
+    world4.kill(2)
+    assert (await anchor.call(Tally.where))[0] == 3
+    assert (await follower.call(Tally.where))[0] == 3, "by load it would have gone to node 1"
+
+
+async def test_an_actor_placed_near_one_whose_node_was_lost_is_not_relocated_and_says_why(
+    world4: LocalWorld,
+) -> None:
+    await world4[0].spawn(Counter, on=2, name="anchor")
+    anchor = await world4[0].lookup("anchor")
+    follower = await world4[0].spawn(Tally, on=actorch.Where(near=anchor), restart=RELOCATE)
+    world4.kill(2)
+    with pytest.raises(actorch.NodeLostError) as lost:
+        await follower.call(Tally.get)
+    assert "node 1: not the node of anchor (node 2, lost); node 2: lost; node 3: not the node of anchor" in str(
+        lost.value
+    )

@@ -60,6 +60,16 @@ def test_a_call_in_flight_fails_with_node_lost_and_later_calls_through_old_refs_
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 10)
+def test_an_actor_placed_apart_from_others_is_not_moved_to_their_nodes(run: Finished) -> None:
+    moved = run.result("moved")
+    assert moved["apart_where"] == 2, "node 2 alone was apart from both"
+    message = raised(moved["apart_after"], "NodeLostError")
+    assert "node 2 was lost, and the actor could not be relocated: no node can host it (node 0: rank 0 hosts" in message
+    assert "; node 1: the node of <ActorRef actor Holder#" in message
+    assert message.endswith("on node 1>; node 2: lost)")
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 10)
 def test_lookups_find_the_relocated_buffer_and_not_a_plain_actor(run: Finished) -> None:
     moved = run.result("moved")
     assert moved["found"] == [1, True], "the name leads to node 1, to an actor equal to the old ref's"

@@ -13,13 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from actorch._actors.fit import lacks_free
 from actorch._actors.placement import GpuShare
 from actorch._base.errors import PlacementError
-from actorch._base.resources import GPUS, describe_amount
+from actorch._base.resources import GPUS
 
-__all__ = ["Holdings", "node_share", "share_lacks"]
-
-_EPSILON = 1e-9  # fractions of a CPU add up with rounding errors
+__all__ = ["Holdings", "node_share"]
 
 
 class Holdings:
@@ -50,19 +49,12 @@ class Holdings:
         """The counted part of ``needs`` if this node has it free: :meth:`hold` it before the next ``await``.
 
         Raises:
-            PlacementError: Something is short; the message says what the node has and who holds it.
+            PlacementError: Something is short; the message says what the node has free and who holds it.
         """
         counted = {name: amount for name, amount in needs.items() if name != GPUS and amount > 0}
-        free = self.free()
-        short = [name for name, amount in counted.items() if free.get(name, 0.0) + _EPSILON < amount]
-        if short:
-            capacity = self._capacity()
-            missing = "; ".join(
-                f"{describe_amount(name, max(free.get(name, 0.0), 0.0))} free of "
-                f"{describe_amount(name, capacity.get(name, 0.0))}, needs {describe_amount(name, counted[name])}"
-                for name in short
-            )
-            raise PlacementError(f"{what}: node {self.rank} has {missing}")
+        why = lacks_free({"free": self.free(), "held": self.holders()}, counted)
+        if why is not None:
+            raise PlacementError(f"{what}: node {self.rank}: {why}")
         return counted
 
     def hold(self, actor_id: int, amounts: Mapping[str, float], holder: str) -> None:
@@ -80,24 +72,9 @@ def node_share(holdings: Holdings, gpus: GpuShare) -> dict[str, Any]:
 
     ``{"free": {name: amount}, "held": {holder: {name: amount}}}``.
     """
-    free = holdings.free()
-    free[GPUS] = float(len(gpus.free))
+    lent = gpus.as_resources()
+    free = {**holdings.free(), **lent["free"]}
     held = holdings.holders()
-    for holder in gpus.holders.values():
-        amounts = held.setdefault(holder, {})
-        amounts[GPUS] = amounts.get(GPUS, 0.0) + 1.0
+    for holder, amounts in lent["held"].items():
+        held.setdefault(holder, {}).update(amounts)
     return {"free": free, "held": held}
-
-
-def share_lacks(share: Mapping[str, Any], needs: Mapping[str, float]) -> str | None:
-    """What a node's free resources (its :func:`node_share`) lack for ``needs``, in words; None if nothing."""
-    free: Mapping[str, float] = share["free"]
-    short = [name for name, amount in needs.items() if free.get(name, 0.0) + _EPSILON < amount]
-    if not short:
-        return None
-    held = ", ".join(sorted(holder for holder, amounts in share["held"].items() if set(amounts) & set(short)))
-    lacking = ", ".join(
-        f"{describe_amount(name, max(free.get(name, 0.0), 0.0))} free, needs {describe_amount(name, needs[name])}"
-        for name in short
-    )
-    return lacking + (f" (held by {held})" if held else "")

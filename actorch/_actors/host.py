@@ -26,6 +26,7 @@ from actorch._actors.registry import REGISTRY_ID, NameCache, Registry
 from actorch._actors.relocator import Relocator
 from actorch._actors.restart import ActorExit
 from actorch._actors.service import NodeService
+from actorch._actors.spawn_request import SpawnRequest
 from actorch._base.config import SystemConfig
 from actorch._base.errors import UnsupportedError
 from actorch._engine.node import SYSTEM_IDS, Node
@@ -81,10 +82,10 @@ class ActorHost(ActorLifecycle):
 
     async def start_services(self) -> None:
         """Host this node's service, and on rank 0 the registry and the relocator."""
-        await self.build(NodeService, (self,), {}, None, system_id=SERVICE_ID)
+        await self.build(SpawnRequest(class_path(NodeService), (self,)), system_id=SERVICE_ID)
         if self.rank == 0:
-            await self.build(Registry, (self.services,), {}, None, system_id=REGISTRY_ID)
-            await self.build(Relocator, (self,), {}, None, system_id=RELOCATOR_ID)
+            await self.build(SpawnRequest(class_path(Registry), (self.services,)), system_id=REGISTRY_ID)
+            await self.build(SpawnRequest(class_path(Relocator), (self,)), system_id=RELOCATOR_ID)
 
     # ------------------------------------------------------------------ resources
 

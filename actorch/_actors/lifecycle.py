@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -20,10 +20,11 @@ import torch
 from actorch._actors.actor import Actor, class_path, endpoints_of, has_state_hooks, place
 from actorch._actors.holdings import Holdings
 from actorch._actors.placement import GpuPool, check_device
-from actorch._actors.ref import ActorRef, make_ref
+from actorch._actors.ref import ActorRef, make_ref, resolve_class
 from actorch._actors.registry import REGISTRY_ID, Registry
 from actorch._actors.relocation import Relocatables, RelocationSpec, check_home
-from actorch._actors.restart import ActorExit, Restart
+from actorch._actors.restart import ActorExit
+from actorch._actors.spawn_request import SpawnRequest
 from actorch._actors.supervisor import Supervisor
 from actorch._base.config import SystemConfig
 from actorch._base.devices import accelerator, on_device, parse_device
@@ -63,39 +64,35 @@ class ActorLifecycle:
 
     async def build(
         self,
-        cls: type[A],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        name: str | None,
-        restart: Restart | None = None,
+        request: SpawnRequest,
         *,
         system_id: int | None = None,
-        device: str | None = None,
-        gpus: int = 0,
-        needs: Mapping[str, float] | None = None,
         origin: tuple[int, int] | None = None,
         kept: tuple[Any] | None = None,
-        fits: tuple[str | None, str | None] | None = None,
-    ) -> ActorRef[A]:
-        """Build an actor of ``cls`` on this node and start it (again after a failed start, if ``restart`` allows).
+    ) -> ActorRef[Any]:
+        """Build the actor ``request`` asks for on this node and start it (again after a failed start, if allowed).
 
-        ``device`` overrides the class's device; it must be one this node has.
-        ``gpus`` lends the actor that many free GPUs of this node until it
-        stops, the first as its device; ``needs`` holds other resources for it
-        (``{"cpus": 1}``) as long; ``PlacementError`` if they are not free.
-        A relocatable actor (``Restart(relocate=True)``) is adopted by rank 0's
-        relocator once it started; one that moved here has its ``origin``, and
-        ``kept`` holds its last snapshot, restored before ``on_start``; ``fits``
-        holds the label and host a node it moves to must have.
+        The request's device overrides the class's; it must be one this node
+        has. GPUs it asks for are lent to the actor (free ones of this node)
+        until it stops, the first as its device; other resources its ``Where``
+        asks (``cpus=1``) are held for it as long; ``PlacementError`` if they
+        are not free. A relocatable actor (``Restart(relocate=True)``) is
+        adopted by rank 0's relocator once it started, with the request; one
+        that moved here has its ``origin``, and ``kept`` holds its last
+        snapshot, restored before ``on_start``.
         """
+        cls = self._class_of(request)
+        name, restart = request.name, request.restart
         node = self.node
         if self.rank in self.leaving and system_id is None:
             raise PlacementError(f"cannot spawn {cls.__qualname__} on node {self.rank}: it is leaving the system")
-        relocatable = restart is not None and restart.relocate
+        relocatable = request.relocatable
         if relocatable:
             check_home(cls.__qualname__, self.rank)
+        gpus, needs = request.lent(), request.held()
         lent = self.gpus.pick(gpus, f"spawn({cls.__qualname__}, gpus={gpus})") if gpus else ()
         held = self.holdings.pick(needs, f"spawn({cls.__qualname__})") if needs else {}
+        device = request.device
         chosen = torch.device(lent[0]) if lent else cls.device if device is None else parse_device(device)
         placed = self.check_device(cls, chosen)
         unborn = cls.__new__(cls)  # holds the cell's place until an instance has started
@@ -113,22 +110,10 @@ class ActorLifecycle:
         self.holdings.hold(cell.actor_id, held, holder)
         if relocatable:
             self.relocatables.take(cell.actor_id, origin)
-        ref: ActorRef[A] = self.relocatables.ref(cell.actor_id, name, cls)
+        ref: ActorRef[Any] = self.relocatables.ref(cell.actor_id, name, cls)
         self._bind(unborn, ref)
-        failures = 0
         try:
-            while True:
-                try:
-                    await self.start_instance(cell, cls, args, kwargs, kept)
-                    break
-                except Exception as exc:
-                    failures += 1
-                    if restart is None or failures > restart.max_restarts:
-                        raise
-                    node.log.error(
-                        "actor failed to start; starting it again", actor=cell.label, error=repr(exc), attempt=failures
-                    )
-                await asyncio.sleep(restart.delay(failures))
+            await self._start_first(cell, cls, request, kept)
         except BaseException as exc:
             unstarted = self.relocatables.drop(cell.actor_id) if origin is None else None
             self._remove(cell)
@@ -136,20 +121,40 @@ class ActorLifecycle:
                 await asyncio.shield(self.relocatables.forget(unstarted, ActorExit("failed", describe(exc))))
             raise
         if restart is not None:
-            self.supervisor.adopt(cell.actor_id, cls, args, kwargs, restart)
+            self.supervisor.adopt(cell.actor_id, cls, request.args, request.kwargs, restart)
         if relocatable and origin is None:
-            assert restart is not None
             origin = self.relocatables.origin(cell.actor_id)
-            spec = RelocationSpec(
-                origin, class_path(cls), args, kwargs, name, restart, device, gpus, dict(needs or {}), *(fits or ())
-            )
             try:
-                await self.relocatables.adopt(spec)
+                await self.relocatables.adopt(RelocationSpec(origin, request))
             except BaseException:
                 unadopted = ActorExit("failed", "rank 0 did not adopt it")
                 await asyncio.shield(self.stop(cell, unadopted, release_name=False))
                 raise
         return ref
+
+    def _class_of(self, request: SpawnRequest) -> type[Actor]:
+        """The class ``request`` builds, imported here; ``ImportError`` naming this node if it cannot be."""
+        cls = resolve_class(request.path)
+        if cls is None:
+            raise ImportError(f"cannot import actor class {request.path!r} on node {self.rank}")
+        return cls
+
+    async def _start_first(self, cell: Cell, cls: type[Actor], request: SpawnRequest, kept: tuple[Any] | None) -> None:
+        """Start the first instance of ``cell``'s actor; again after a failed start, while its policy allows."""
+        restart = request.restart
+        failures = 0
+        while True:
+            try:
+                await self.start_instance(cell, cls, request.args, request.kwargs, kept)
+                return
+            except Exception as exc:
+                failures += 1
+                if restart is None or failures > restart.max_restarts:
+                    raise
+                self.node.log.error(
+                    "actor failed to start; starting it again", actor=cell.label, error=repr(exc), attempt=failures
+                )
+            await asyncio.sleep(restart.delay(failures))
 
     def _remove(self, cell: Cell) -> None:
         """Stop hosting ``cell``'s actor and take back the GPUs and resources it held."""

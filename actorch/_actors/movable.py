@@ -60,6 +60,11 @@ class MovableRef(ActorRef[A]):
     _origin: Origin
     _waiting: list[Send] | None  # messages waiting, in order, while this ref learns its actor's new home
 
+    @property
+    def origin(self) -> Origin:
+        """Where the actor was first started, ``(rank, actor id)``: its identity wherever it moves."""
+        return self._origin
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, MovableRef):
             return self._origin == other._origin

@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from actorch._actors.fit import LOST, by_node, lacks_capacity, lacks_free
 from actorch._base.errors import PlacementError
+from actorch._base.resources import GPUS
 
 __all__ = ["GpuPool", "GpuShare", "candidate_ranks", "check_device", "place_on_gpus"]
 
@@ -55,12 +57,17 @@ class GpuShare:
         """The GPUs no actor holds, in the node's order."""
         return tuple(device for device in self.devices if device not in self.holders)
 
-    def describe(self) -> str:
-        """The node's GPUs in one phrase: ``node 1: 1 of 2 free (cuda:0 held by learner/0)``."""
-        if not self.devices:
-            return f"node {self.rank}: no GPU"
-        held = ", ".join(f"{device} held by {holder}" for device, holder in sorted(self.holders.items()))
-        return f"node {self.rank}: {len(self.free)} of {len(self.devices)} free" + (f" ({held})" if held else "")
+    def as_resources(self) -> dict[str, Any]:
+        """What it says, as a node says what it has of any resource (``{"free": {"gpus": n}, "held": {...}}``)."""
+        held: dict[str, dict[str, float]] = {}
+        for holder in self.holders.values():
+            held.setdefault(holder, {GPUS: 0.0})[GPUS] += 1.0
+        return {"free": {GPUS: float(len(self.free))}, "held": held}
+
+    def lacks(self, count: int) -> str | None:
+        """Why this node cannot lend ``count`` GPUs now, in the words of every placement (``fit``); None if it can."""
+        needs = {GPUS: float(count)}
+        return lacks_capacity({GPUS: float(len(self.devices))}, needs) or lacks_free(self.as_resources(), needs)
 
 
 class GpuPool:
@@ -86,11 +93,12 @@ class GpuPool:
 
         Raises:
             PlacementError: Fewer than ``count`` are free; the message says
-                what this node has and who holds it.
+                what this node has free and who holds it.
         """
         share = self.share()
-        if len(share.free) < count:
-            raise PlacementError(f"{what}: node {self.rank} does not have {_free_gpus(count)}; {share.describe()}")
+        why = share.lacks(count)
+        if why is not None:
+            raise PlacementError(f"{what}: node {self.rank}: {why}")
         return share.free[:count]
 
     def hold(self, devices: Iterable[str], actor_id: int, holder: str) -> None:
@@ -134,25 +142,22 @@ async def place_on_gpus(
 
     Raises:
         PlacementError: No candidate has ``gpus`` free GPUs; the message says
-            what each has and who holds it.
+            what each has free and who holds it, in the words of every placement.
     """
     shares = dict(zip(ranks, await asyncio.gather(*(share_of(rank) for rank in ranks)), strict=True))
+    refusals: dict[int, str] = {}
     for rank in ranks:
         share = shares[rank]
-        if share is None or len(share.free) < gpus:
+        why = LOST if share is None else share.lacks(gpus)
+        if why is not None:
+            refusals[rank] = why
             continue
         try:
             return await spawn_there(rank)
         except PlacementError:
-            shares[rank] = fresh = await share_of(rank)
-            if fresh is not None and len(fresh.free) >= gpus:
+            fresh = await share_of(rank)
+            why = LOST if fresh is None else fresh.lacks(gpus)
+            if why is None:
                 raise  # not the node's refusal for want of GPUs: the actor's own code raised it
-    nodes = "; ".join(
-        share.describe() if share is not None else f"node {rank}: lost" for rank, share in sorted(shares.items())
-    )
-    where = "no node has" if len(ranks) > 1 else f"node {ranks[0]} does not have"
-    raise PlacementError(f"{what}: {where} {_free_gpus(gpus)}; {nodes}")
-
-
-def _free_gpus(count: int) -> str:
-    return f"{count} free GPU" if count == 1 else f"{count} free GPUs"
+            refusals[rank] = why
+    raise PlacementError(f"{what}: no node fits; {by_node(refusals)}")

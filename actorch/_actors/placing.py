@@ -21,18 +21,18 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from actorch._actors.holdings import share_lacks
+from actorch._actors.fit import EPSILON, LEAVING, LOST, by_node, lacks_free, refusal
 from actorch._actors.service import NodeService
+from actorch._actors.spawn_request import SpawnRequest
 from actorch._actors.where import Where
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import NodeLostError, PlacementError, UnsupportedError
-from actorch._base.resources import describe_amount
 from actorch._transport.base import NodeInfo
 
 if TYPE_CHECKING:
     from actorch._actors.host import ActorHost
 
-__all__ = ["PlacedSpawn", "Placer", "all_or_none"]
+__all__ = ["Placer", "SpawnThere", "all_or_none"]
 
 T = TypeVar("T")
 
@@ -41,12 +41,9 @@ RETRY_FIRST = 0.05
 RETRY_MOST = 1.0
 MEET_WITHIN = 30.0
 """Seconds a node that asked for node processes waits to be told of them, once they have joined."""
-_EPSILON = 1e-9
 
-SpawnThere = Callable[[int, Mapping[str, float]], Awaitable[T]]
-"""Spawns on node ``rank`` holding ``needs`` there (the node raises ``PlacementError`` if they are taken)."""
-PlacedSpawn = Callable[[int, str | None, Mapping[str, float], bool], Awaitable[T]]
-"""Spawns on node ``rank`` under a name, holding ``needs`` there, as the node's owner or not."""
+SpawnThere = Callable[[int, SpawnRequest], Awaitable[T]]
+"""Spawns the request's actor on node ``rank`` (the node raises ``PlacementError`` if what it holds is taken)."""
 
 
 class Placer:
@@ -63,87 +60,86 @@ class Placer:
     async def spawn(
         self,
         what: str,
-        where: Where,
+        request: SpawnRequest,
         names: list[str | None],
         owners: list[str],
         spread: bool | None,
-        spawn_there: PlacedSpawn[T],
+        spawn_there: SpawnThere[T],
     ) -> list[T]:
-        """Spawn one actor per name where ``where`` says: processes of their own, a group (``spread`` given), or one."""
-        needs = where.needs()
-        if where.own:
-            return await self.own_processes(
-                len(names), where, owners, lambda rank, index: spawn_there(rank, names[index], needs, True)
-            )
+        """Spawn ``request``'s actor once per name: in processes of their own, as a group (``spread`` given), or one."""
+        requests = [request.named(name) for name in names]
+        if request.own:
+            return await self.own_processes(requests, owners, spawn_there)
         if spread is None:
-            return [await self.place(what, where, lambda rank, needs: spawn_there(rank, names[0], needs, False))]
-        return await self.place_group(
-            what, len(names), where, spread, lambda rank, index: spawn_there(rank, names[index], needs, False)
-        )
+            return [await self.place(what, requests[0], spawn_there)]
+        return await self.place_group(what, requests, spread, spawn_there)
 
     # ------------------------------------------------------------------ one actor
 
-    async def place(self, what: str, where: Where, spawn_there: SpawnThere[T]) -> T:
-        """Spawn on the first node that fits ``where``, waiting for one if it says so."""
+    async def place(self, what: str, request: SpawnRequest, spawn_there: SpawnThere[T]) -> T:
+        """Spawn on the first node that fits ``request``, waiting for one if its ``Where`` says so."""
+        where = request.where
         async with self._bounded(where) as attempts:
             while True:
-                refusals, fitting, _ = await self._survey(where)
+                refusals, fitting, _ = await self._survey(request)
                 for rank in fitting:
                     try:
-                        return await spawn_there(rank, where.needs())
+                        return await spawn_there(rank, request)
                     except PlacementError as exc:
-                        why = await self._refusal_now(rank, where)
+                        why = await self._refusal_now(rank, request)
                         if why is None:
                             raise  # not the node's refusal for want of room: the actor's own code raised it
                         refusals[rank] = why
                         attempts.last = exc
-                attempts.last = PlacementError(f"{what}: no node fits; {_nodes(refusals)}")
+                attempts.last = PlacementError(f"{what}: no node fits; {by_node(refusals)}")
                 if not where.wait:
                     raise attempts.last
                 await attempts.pause()
 
     async def place_group(
-        self, what: str, count: int, where: Where, spread: bool, spawn_there: Callable[[int, int], Awaitable[T]]
+        self, what: str, requests: Sequence[SpawnRequest], spread: bool, spawn_there: SpawnThere[T]
     ) -> list[T]:
-        """Spawn ``count`` members on nodes that fit ``where``, spread or packed, all or none."""
+        """Spawn a member per request on nodes that fit, spread or packed, all or none (they differ by name alone)."""
+        count, where = len(requests), requests[0].where
         async with self._bounded(where) as attempts:
             while True:
-                refusals, fitting, free = await self._survey(where)
-                plan = _plan(count, fitting, free, where.needs(), spread)
+                refusals, fitting, free = await self._survey(requests[0])
+                plan = _plan(count, fitting, free, requests[0].needs(), spread)
                 if len(plan) == count:
-                    return await all_or_none(spawn_there(rank, index) for index, rank in enumerate(plan))
+                    return await all_or_none(spawn_there(rank, requests[index]) for index, rank in enumerate(plan))
                 room = f"room for {len(plan)} of {count} members" if plan else "no node fits"
                 for rank in fitting:
                     refusals[rank] = f"room for {plan.count(rank)}"
-                attempts.last = PlacementError(f"{what}: {room}; {_nodes(refusals)}")
+                attempts.last = PlacementError(f"{what}: {room}; {by_node(refusals)}")
                 if not where.wait:
                     raise attempts.last
                 await attempts.pause()
 
     # ------------------------------------------------------------------ what nodes have
 
-    async def _survey(self, where: Where) -> tuple[dict[int, str], list[int], dict[int, dict[str, float]]]:
-        """Why each node that cannot take ``where`` does not, those that can now (best first), what they have free."""
+    async def _survey(self, request: SpawnRequest) -> tuple[dict[int, str], list[int], dict[int, dict[str, float]]]:
+        """Why each node that cannot take ``request`` does not, those that can now (best first), what they have free."""
         host = self._host
         self._changed.clear()  # a node that joins from now on wakes a placement that waits
         refusals: dict[int, str] = {}
         asked: list[NodeInfo] = []
+        unavailable = self.unavailable()
         for info in host.node.peers():
-            why = self.static_refusal(info, where)
+            why = refusal(info, request, unavailable)
             if why is None:
                 asked.append(info)
             else:
                 refusals[info.rank] = why
         answers = await asyncio.gather(*(self._share(info.rank) for info in asked))
-        needs = where.needs()
+        needs = request.needs()
         fitting = []
         free: dict[int, dict[str, float]] = {}
         for info, share in zip(asked, answers, strict=True):
             if share is None:
-                refusals[info.rank] = "lost"
+                refusals[info.rank] = LOST
                 continue
             free[info.rank] = share["free"]
-            why = share_lacks(share, needs)
+            why = lacks_free(share, needs)
             if why is None:
                 fitting.append(info.rank)
             else:
@@ -152,25 +148,12 @@ class Placer:
         fitting.sort(key=lambda rank: (rank != own, rank))
         return refusals, fitting, free
 
-    def static_refusal(self, info: NodeInfo, where: Where) -> str | None:  # noqa: PLR0911 - one return per reason
-        """Why node ``info`` can never take ``where`` as it is now (label, host, size, state), or None."""
+    def unavailable(self) -> dict[int, str]:
+        """The nodes that take no actor now, and why: lost, or leaving the system."""
         node = self._host.node
-        rank = info.rank
-        if rank in node.lost:
-            return "lost"
-        if rank in node.left or rank in self._host.leaving:
-            return "leaving the system"
-        if info.owner is not None:  # before its label: no Where places on it, whatever it asks
-            return f"the own process of {info.owner}"
-        if where.label is not None and info.label != where.label:
-            return f"label {info.label!r}, not {where.label!r}"
-        if where.host is not None and info.host != where.host:
-            return f"on host {info.host}, not {where.host}"
-        for name, amount in where.needs().items():
-            have = info.resources.get(name, 0.0)
-            if have + _EPSILON < amount:
-                return f"has {describe_amount(name, have)}, needs {describe_amount(name, amount)}"
-        return None
+        unavailable = dict.fromkeys(node.left | self._host.leaving, LEAVING)
+        unavailable.update(dict.fromkeys(node.lost, LOST))
+        return unavailable
 
     async def _share(self, rank: int) -> dict[str, Any] | None:
         """What node ``rank`` has free and who holds what; None if it is lost."""
@@ -180,10 +163,10 @@ class Placer:
             return None
         return found
 
-    async def _refusal_now(self, rank: int, where: Where) -> str | None:
-        """Why node ``rank`` refuses ``where`` now, asked again; None if it has room (the refusal was not its)."""
+    async def _refusal_now(self, rank: int, request: SpawnRequest) -> str | None:
+        """Why node ``rank`` refuses ``request`` now, asked again; None if it has room (the refusal was not its)."""
         share = await self._share(rank)
-        return "lost" if share is None else share_lacks(share, where.needs())
+        return LOST if share is None else lacks_free(share, request.needs())
 
     def _bounded(self, where: Where) -> _Attempts:
         limit = None if not where.wait else self._host.config.lookup_timeout
@@ -192,17 +175,18 @@ class Placer:
     # ------------------------------------------------------------------ processes of their own
 
     async def own_processes(
-        self, count: int, where: Where, owners: list[str], spawn_there: Callable[[int, int], Awaitable[T]]
+        self, requests: Sequence[SpawnRequest], owners: list[str], spawn_there: SpawnThere[T]
     ) -> list[T]:
-        """Start ``count`` node processes, one per actor, then spawn each actor on its own; all or none.
+        """Start a node process per request, then spawn each actor in its own; all or none.
 
         A node whose actor could not be spawned leaves the system again.
         """
-        infos = await self.add_nodes(count, where.label, {}, where.env or {}, where.host, owners)
+        where = requests[0].where
+        infos = await self.add_nodes(len(requests), where.label, {}, where.env or {}, where.host, owners)
 
         async def spawn_one(index: int, rank: int) -> T:
             try:
-                return await spawn_there(rank, index)
+                return await spawn_there(rank, requests[index])
             except BaseException:
                 await asyncio.shield(self._dismiss(rank))
                 raise
@@ -363,9 +347,7 @@ def _plan(
     plan: list[int] = []
     for _ in range(count):
         room = [
-            rank
-            for rank in fitting
-            if all(left[rank].get(name, 0.0) + _EPSILON >= need for name, need in needs.items())
+            rank for rank in fitting if all(left[rank].get(name, 0.0) + EPSILON >= need for name, need in needs.items())
         ]
         if not room:
             break
@@ -386,8 +368,3 @@ async def all_or_none(spawns: Any) -> list[Any]:
     started = [outcome for outcome in outcomes if not isinstance(outcome, BaseException)]
     await asyncio.gather(*(ref.stop() for ref in started), return_exceptions=True)
     raise failures[0]
-
-
-def _nodes(refusals: Mapping[int, str]) -> str:
-    """Every node and why it was refused, by rank."""
-    return "; ".join(f"node {rank}: {why}" for rank, why in sorted(refusals.items())) or "no node"

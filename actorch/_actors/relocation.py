@@ -11,13 +11,15 @@ place, :func:`eligible_nodes`; the relocator does the moving.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from actorch._actors.actor import Actor, class_path
+from actorch._actors.fit import HomeOf, rank_of, refusal
 from actorch._actors.movable import RELOCATOR_ID, Origin, movable_ref
 from actorch._actors.ref import ActorRef, make_ref
-from actorch._actors.restart import ActorExit, Restart
+from actorch._actors.restart import ActorExit
+from actorch._actors.spawn_request import SpawnRequest
 from actorch._base.codec import serializable
 from actorch._base.errors import describe
 from actorch._base.names import actor_label
@@ -62,71 +64,48 @@ def relocatable_homes(what: str, ranks: list[int]) -> list[int]:
 @serializable()
 @dataclass(frozen=True)
 class RelocationSpec:
-    """How to build a relocatable actor again, and what its spawn asked of the node hosting it.
+    """A relocatable actor as rank 0 keeps it: where it was first started, and the spawn that built it.
 
     Attributes:
         origin: Where it was first started, ``(rank, actor id)``: its identity.
-        path: Its class, ``module:Qualname``.
-        args: Positional arguments for ``__init__``.
-        kwargs: Keyword arguments for ``__init__``.
-        name: Its name, if any.
-        restart: Its restart policy.
-        device: The device its spawn named (``device=``), if any.
-        gpus: The GPUs its spawn asked to be lent (``gpus=``).
-        needs: Other resources it holds (``Where(cpus=..., resources=...)``).
-        node_label: The label its spawn asked of the node (``Where(label=...)``), if any.
-        node_host: The host its spawn asked for (``Where(host=...)``), if any.
+        request: Its spawn, unchanged: what to build, its name and policy, and
+            what it asked of its node, which every node it moves to must fit too.
     """
 
     origin: Origin
-    path: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    name: str | None
-    restart: Restart
-    device: str | None = None
-    gpus: int = 0
-    needs: dict[str, float] = field(default_factory=dict)
-    node_label: str | None = None
-    node_host: str | None = None
+    request: SpawnRequest
 
     def label(self, home: Origin) -> str:
         """How logs and errors name the actor, living at ``home``."""
-        return actor_label(self.name, self.path.rpartition(":")[2], home[1], home[0])
+        return actor_label(self.request.name, self.request.qualname, home[1], home[0])
 
 
 def eligible_nodes(
-    spec: RelocationSpec, nodes: Sequence[NodeInfo], unavailable: Mapping[int, str], load: Mapping[int, int]
+    spec: RelocationSpec,
+    nodes: Sequence[NodeInfo],
+    unavailable: Mapping[int, str],
+    load: Mapping[int, int],
+    home_of: HomeOf = rank_of,
 ) -> tuple[list[int], dict[int, str]]:
     """The nodes that may host ``spec``'s actor, best first, and why each other node may not.
 
     The one place relocation chooses a node. A node qualifies when it is not
-    ``unavailable`` (lost, leaving, rank 0) and has what the spawn asked for:
-    the device named with ``device=``, or at least ``gpus`` GPUs; the label and
-    the host its ``Where`` named; and at least the resources the actor holds
-    (the node itself checks, as it builds the actor, that enough of them are
-    free, and the relocator goes on to the next node if not). The node hosting
+    ``unavailable`` (lost, leaving, rank 0) and fits what the spawn asked for
+    (``fit.refusal``: the device named with ``device=``, the label and host its
+    ``Where`` named, near or apart from the actors it named, as ``home_of``
+    says where they live; at least the GPUs and resources the actor holds; the node
+    itself checks, as it builds the actor, that enough of them are free, and
+    the relocator goes on to the next node if not). The node hosting
     the fewest relocatable actors (``load``) comes first, then the lowest rank.
     """
     chosen: list[int] = []
     refused: dict[int, str] = {}
     for info in nodes:
-        rank = info.rank
-        short = [name for name, amount in spec.needs.items() if info.resources.get(name, 0.0) < amount]
-        if rank in unavailable:
-            refused[rank] = unavailable[rank]
-        elif spec.device is not None and spec.device != "cpu" and spec.device not in info.devices:
-            refused[rank] = f"has no {spec.device} ({', '.join(info.devices) or 'no GPU'})"
-        elif len(info.devices) < spec.gpus:
-            refused[rank] = f"has {len(info.devices)} GPU(s), the actor holds {spec.gpus}"
-        elif spec.node_label is not None and info.label != spec.node_label:
-            refused[rank] = f"is labelled {info.label!r}, not {spec.node_label!r}"
-        elif spec.node_host is not None and info.host != spec.node_host:
-            refused[rank] = f"is on host {info.host!r}, not {spec.node_host!r}"
-        elif short:
-            refused[rank] = f"has less {', '.join(short)} than the actor holds"
+        why = refusal(info, spec.request, unavailable, home_of)
+        if why is None:
+            chosen.append(info.rank)
         else:
-            chosen.append(rank)
+            refused[info.rank] = why
     chosen.sort(key=lambda rank: (load.get(rank, 0), rank))
     return chosen, refused
 

@@ -28,13 +28,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from actorch._actors.actor import Actor
-from actorch._actors.movable import Origin
+from actorch._actors.fit import LEAVING, LOST, by_node
+from actorch._actors.movable import MovableRef, Origin
 from actorch._actors.ref import ActorRef
 from actorch._actors.registry import Registry
 from actorch._actors.relocation import RANK_0, RelocationSpec, eligible_nodes
 from actorch._actors.restart import ActorExit
 from actorch._actors.service import NodeService
 from actorch._actors.supervisor import EXITS_KEPT, count_failure
+from actorch._actors.where import Placed, Where
 from actorch._base.config import SystemConfig
 from actorch._base.errors import ActorStoppedError, NodeLostError, PlacementError, describe
 
@@ -168,8 +170,8 @@ class Relocator(Actor):
         for origin, entry in self._actors.items():
             if entry.home[0] == rank and entry.moving is None:
                 self._start_move(origin, entry, rank)
-                if entry.spec.name is not None:
-                    names.append(entry.spec.name)
+                if entry.spec.request.name is not None:
+                    names.append(entry.spec.request.name)
         return names
 
     def statistics(self) -> dict[str, int]:
@@ -200,14 +202,14 @@ class Relocator(Actor):
             self._end(origin, ActorExit("node_lost", why, entry.moves))
             entry.moving = None
             entry.notify()
-            if spec.name is not None:
-                await self._host.registry.call(Registry.release, spec.name, "node_lost")
+            if spec.request.name is not None:
+                await self._host.registry.call(Registry.release, spec.request.name, "node_lost")
             return
         if self._actors.get(origin) is not entry:  # it stopped for good before its node was lost: no new life
             log.info("relocated actor had stopped; stopping it again", actor=entry.label)
             await ref.stop()
-            if spec.name is not None:
-                await self._host.registry.call(Registry.release, spec.name, "stopped")
+            if spec.request.name is not None:
+                await self._host.registry.call(Registry.release, spec.request.name, "stopped")
             return
         moved_from = entry.label
         entry.home, entry.moving = (ref.rank, ref._actor_id), None
@@ -216,9 +218,9 @@ class Relocator(Actor):
         if ref.rank in self._host.node.lost:  # lost again while it started there: move on at once
             self._start_move(origin, entry, ref.rank)
             return
-        if spec.name is not None:
+        if spec.request.name is not None:
             try:
-                await self._host.registry.call(Registry.bind, spec.name, ref)
+                await self._host.registry.call(Registry.bind, spec.request.name, ref)
             except Exception as exc:  # noqa: BLE001 - its refs still find it; the name follows its next move
                 log.warning("relocated actor's name not bound", actor=entry.label, error=describe(exc))
         entry.notify()
@@ -232,36 +234,26 @@ class Relocator(Actor):
 
     async def _rebuild(self, entry: _Relocatable, lost: int) -> ActorRef[Any]:
         """After the policy's backoff, build the actor on the best node that takes it, its snapshot restored."""
-        spec = entry.spec
-        failures = count_failure(entry.failures, spec.restart)
-        if failures > spec.restart.max_restarts:
+        spec, restart = entry.spec, entry.spec.request.restart
+        assert restart is not None  # a relocatable actor has its policy
+        failures = count_failure(entry.failures, restart)
+        if failures > restart.max_restarts:
             raise _NotMoved(f"its policy's {failures - 1} restarts were used up")
-        await asyncio.sleep(spec.restart.delay(failures))
+        await asyncio.sleep(restart.delay(failures))
+        await self._settled(spec.request.where)
         refused: dict[int, str] = {}
         while True:
             load: dict[int, int] = {}
             for other in self._actors.values():
                 load[other.home[0]] = load.get(other.home[0], 0) + 1
-            chosen, unfit = eligible_nodes(spec, self._host.node.peers(), self._unavailable(), load)
+            chosen, unfit = eligible_nodes(spec, self._host.node.peers(), self._unavailable(), load, self._home_of)
             candidates = [rank for rank in chosen if rank not in refused]
             if not candidates:
-                nodes = "; ".join(f"node {rank}: {why}" for rank, why in sorted({**unfit, **refused}.items()))
-                raise _NotMoved(f"no node can host it ({nodes})")
+                raise _NotMoved(f"no node can host it ({by_node({**unfit, **refused})})")
             rank = entry.target = candidates[0]
             try:
                 ref: ActorRef[Any] = await self._host.services[rank].call(
-                    NodeService.spawn,
-                    spec.path,
-                    list(spec.args),
-                    spec.kwargs,
-                    spec.name,
-                    spec.restart,
-                    spec.device,
-                    spec.gpus,
-                    needs=spec.needs or None,
-                    origin=spec.origin,
-                    kept=entry.state,
-                    fits=(spec.node_label, spec.node_host),
+                    NodeService.spawn, spec.request, origin=spec.origin, kept=entry.state
                 )
             except (PlacementError, NodeLostError) as exc:
                 refused[rank] = describe(exc)
@@ -270,10 +262,24 @@ class Relocator(Actor):
             else:
                 return ref
 
+    async def _settled(self, where: Where) -> None:
+        """Wait while an actor ``where`` is near or apart from moves: where it lands decides where this one goes."""
+        for ref in (*((where.near,) if where.near is not None else ()), *where.apart):
+            entry = self._actors.get(ref.origin) if isinstance(ref, MovableRef) else None
+            while entry is not None and entry.moving is not None:
+                await entry.wait_change()
+
+    def _home_of(self, ref: Placed) -> int | None:
+        """The node ``ref``'s actor lives on now: a relocatable one's as this relocator knows it (None: ended)."""
+        if not isinstance(ref, MovableRef):
+            return ref.rank
+        entry = self._actors.get(ref.origin)
+        return None if entry is None else entry.home[0]
+
     def _unavailable(self) -> dict[int, str]:
         host = self._host
-        unavailable = dict.fromkeys(host.leaving, "leaving the system")
-        unavailable.update(dict.fromkeys(host.node.lost, "lost"))
+        unavailable = dict.fromkeys(host.leaving, LEAVING)
+        unavailable.update(dict.fromkeys(host.node.lost, LOST))
         unavailable[0] = RANK_0
         return unavailable
 

@@ -6,13 +6,15 @@ service as a :class:`ServiceBackend`, which is all the service knows of it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from actorch._actors.actor import Actor
 from actorch._actors.placement import GpuShare
-from actorch._actors.ref import ActorRef, resolve_class
-from actorch._actors.restart import ActorExit, Restart
+from actorch._actors.ref import ActorRef
+from actorch._actors.restart import ActorExit
+from actorch._actors.spawn_request import SpawnRequest
 
 __all__ = ["NodeProcesses", "NodeService", "ServiceBackend"]
 
@@ -44,24 +46,11 @@ class ServiceBackend(Protocol):
     pool: NodeProcesses
 
     async def build(
-        self,
-        cls: type[Actor],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        name: str | None,
-        restart: Restart | None,
-        *,
-        device: str | None = None,
-        gpus: int = 0,
-        needs: Mapping[str, float] | None = None,
-        origin: tuple[int, int] | None = None,
-        kept: tuple[Any] | None = None,
-        fits: tuple[str | None, str | None] | None = None,
+        self, request: SpawnRequest, *, origin: tuple[int, int] | None = None, kept: tuple[Any] | None = None
     ) -> ActorRef[Any]:
-        """Build and start an actor here (on ``device``, if given, or holding ``gpus`` free GPUs and ``needs``).
+        """Build and start the actor ``request`` asks for here, holding what it asks.
 
-        ``origin`` and ``kept``: a relocatable actor moved here, and its last
-        snapshot; ``fits``: the label and host its new node must have if it moves.
+        ``origin`` and ``kept``: a relocatable actor moved here, and its last snapshot.
         """
 
     def gpu_share(self) -> GpuShare:
@@ -107,52 +96,20 @@ class NodeService(Actor):
         self._backend = backend
 
     async def spawn(
-        self,
-        path: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        name: str | None,
-        restart: Restart | None = None,
-        device: str | None = None,
-        gpus: int = 0,
-        needs: dict[str, float] | None = None,
-        own: bool = False,
-        origin: tuple[int, int] | None = None,
-        kept: tuple[Any] | None = None,
-        fits: tuple[str | None, str | None] | list[str | None] | None = None,
+        self, request: SpawnRequest, origin: tuple[int, int] | None = None, kept: tuple[Any] | None = None
     ) -> ActorRef[Any]:
-        """Build an actor of the class at ``path`` here and run its ``on_start``.
+        """Build the actor ``request`` asks for here and run its ``on_start``.
 
-        It runs on ``device`` if given; with ``gpus``, it holds that many free
-        GPUs of this node (``PlacementError`` if they are not free) and runs on
-        the first; it holds ``needs`` (``{"cpus": 1}``) too. ``own``: this node
-        is the actor's own process, which leaves the system when it stops.
-        ``origin`` is given when rank 0's relocator moves a relocatable actor
-        here: where it was first started, and ``kept`` its last snapshot
-        (restored before ``on_start``), if it saved one. ``fits``: for a
-        relocatable actor, the label and host a node it moves to must have.
+        It runs on the device the request names, or on the first of the GPUs
+        it is lent, and holds what its ``Where`` asks (``PlacementError`` if
+        that is not free). With ``Where(process="own")`` this node is the
+        actor's own process, which leaves the system when it stops. ``origin``
+        is given when rank 0's relocator moves a relocatable actor here: where
+        it was first started, and ``kept`` its last snapshot (restored before
+        ``on_start``), if it saved one.
         """
-        cls = resolve_class(path)
-        if cls is None:
-            raise ImportError(f"cannot import actor class {path!r} on node {self._backend.rank}")
-        backend = self._backend
-
-        async def build() -> ActorRef[Any]:
-            return await backend.build(
-                cls,
-                tuple(args),
-                kwargs,
-                name,
-                restart,
-                device=device,
-                gpus=gpus,
-                needs=needs,
-                origin=origin,
-                kept=kept,
-                fits=None if fits is None else (fits[0], fits[1]),
-            )
-
-        return await (backend.pool.build_owner(build) if own else build())
+        build = functools.partial(self._backend.build, request, origin=origin, kept=kept)
+        return await (self._backend.pool.build_owner(build) if request.own else build())
 
     async def resources(self) -> dict[str, Any]:
         """What this node has free and who holds what: ``{"free": {name: amount}, "held": {holder: {...}}}``."""

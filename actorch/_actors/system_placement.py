@@ -7,13 +7,15 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from actorch._actors.actor import Actor
+from actorch._actors.actor import Actor, class_path
 from actorch._actors.placing import all_or_none
 from actorch._actors.ref import ActorRef
 from actorch._actors.restart import Restart
+from actorch._actors.spawn_request import SpawnRequest
 from actorch._actors.system_spawning import SystemSpawning, check_spawnable
 from actorch._actors.where import Where
 from actorch._base.config import is_number
@@ -64,8 +66,8 @@ class SystemPlacement(SystemSpawning):
             )
         what = f"spawn_group({cls.__qualname__}, {count}, on={on!r}, spread={spread})"
         owners = [member or cls.__qualname__ for member in names]
-        spawn_there = self._placed_spawn(cls, args, kwargs, restart, None, on)
-        return await self._placer.spawn(what, on, names, owners, spread, spawn_there)
+        request = SpawnRequest(class_path(cls), tuple(args), dict(kwargs or {}), restart=restart, where=on)
+        return await self._placer.spawn(what, request, names, owners, spread, functools.partial(self._spawn_on, cls))
 
     async def add_nodes(
         self,

@@ -15,20 +15,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, check_plain_methods, class_path
 from actorch._actors.placement import GpuShare, candidate_ranks, check_device, place_on_gpus
-from actorch._actors.placing import PlacedSpawn, Placer
+from actorch._actors.placing import Placer
 from actorch._actors.ref import ActorRef, resolve_class
 from actorch._actors.registry import Registry
 from actorch._actors.relocation import check_home, relocatable_homes
 from actorch._actors.relocator import Relocator
 from actorch._actors.restart import Restart
 from actorch._actors.service import NodeService
+from actorch._actors.spawn_request import NOWHERE, SpawnRequest
 from actorch._actors.system import ActorSystem
 from actorch._actors.where import Where
 from actorch._base.config import is_count
 from actorch._base.devices import parse_device
 from actorch._base.errors import NameTakenError, NodeLostError, PlacementError
 from actorch._base.names import check_name
-from actorch._base.resources import GPUS
 from actorch._engine.node import describe_ranks
 
 if TYPE_CHECKING:
@@ -115,12 +115,14 @@ class SystemSpawning(ActorSystem):
         if name is not None:
             check_name(name)
         placed = None if device is None else str(parse_device(device))
+        if isinstance(on, Where) and (gpus or (placed is not None and on.gpus)):
+            raise ValueError(f"spawn({cls.__qualname__}): ask for GPUs in Where(gpus=...) alone, without device=")
+        where = on if isinstance(on, Where) else NOWHERE
+        request = SpawnRequest(class_path(cls), tuple(args), dict(kwargs or {}), name, restart, placed, gpus, where)
+        spawn_there = functools.partial(self._spawn_on, cls)
         if isinstance(on, Where):
-            if gpus or (placed is not None and on.gpus):
-                raise ValueError(f"spawn({cls.__qualname__}): ask for GPUs in Where(gpus=...) alone, without device=")
             what = f"spawn({cls.__qualname__}, on={on!r})"
-            placed_spawn = self._placed_spawn(cls, args, kwargs, restart, placed, on)
-            return (await self._placer.spawn(what, on, [name], [name or cls.__qualname__], None, placed_spawn))[0]
+            return (await self._placer.spawn(what, request, [name], [name or cls.__qualname__], None, spawn_there))[0]
         rank = self.rank if on is None else on
         node = self._host.node
         if isinstance(rank, int) and (rank in self._host.leaving or rank in node.left):
@@ -130,16 +132,12 @@ class SystemSpawning(ActorSystem):
         if rank in node.lost:
             raise NodeLostError(f"cannot spawn {cls.__qualname__} on node {rank}: it was lost")
         if not gpus:
-            return await self._spawn_on(rank, cls, args, kwargs, name, restart, placed, 0)
-
-        async def spawn_there(rank: int) -> ActorRef[A]:
-            return await self._spawn_on(rank, cls, args, kwargs, name, restart, None, gpus)
-
+            return await spawn_there(rank, request)
         what = f"spawn({cls.__qualname__}, gpus={gpus}{'' if on is None else f', on={on}'})"
         ranks = candidate_ranks(self.rank, [rank for rank in node.ranks() if rank not in self._host.leaving], on)
-        if restart is not None and restart.relocate:
+        if request.relocatable:
             ranks = relocatable_homes(cls.__qualname__, ranks)
-        return await place_on_gpus(what, gpus, ranks, self._gpu_share, spawn_there)
+        return await place_on_gpus(what, gpus, ranks, self._gpu_share, lambda rank: spawn_there(rank, request))
 
     async def _gpu_share(self, rank: int) -> GpuShare | None:
         """Node ``rank``'s GPUs and who holds them; None if the node is lost."""
@@ -149,29 +147,11 @@ class SystemSpawning(ActorSystem):
             return None
         return GpuShare(rank, tuple(devices), holders)
 
-    async def _spawn_on(
-        self,
-        rank: int,
-        cls: type[A],
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any] | None,
-        name: str | None,
-        restart: Restart | None,
-        device: str | None,
-        gpus: int,
-        needs: Mapping[str, float] | None = None,
-        *,
-        own: bool = False,
-        fits: tuple[str | None, str | None] | None = None,
-    ) -> ActorRef[A]:
-        """Reserve ``name`` for node ``rank``, have the node build the actor there, bind the name.
-
-        ``fits``: the label and host a ``Where`` asked for, which a relocatable
-        actor's new node must have too.
-        """
-        if restart is not None and restart.relocate:
+    async def _spawn_on(self, cls: type[A], rank: int, request: SpawnRequest) -> ActorRef[A]:
+        """Reserve the request's name for node ``rank``, have the node build the actor ``cls`` there, bind the name."""
+        if request.relocatable:
             check_home(cls.__qualname__, rank)
-            if own:
+            if request.own:
                 raise ValueError(_OWN_NOT_RELOCATED.format(cls.__qualname__))
         if rank != self.rank and _defined_interactively(cls):
             raise TypeError(
@@ -179,30 +159,14 @@ class SystemSpawning(ActorSystem):
                 "session (a notebook cell), which other processes cannot import; define it in a module (a .py "
                 "file beside the notebook) and import it from there"
             )
-        if not gpus:  # refused here, before the name is held: the node checks again as it builds
-            chosen = cls.device if device is None else parse_device(device)
+        if not request.lent():  # refused here, before the name is held: the node checks again as it builds
+            chosen = cls.device if request.device is None else parse_device(request.device)
             check_device(cls.__qualname__, str(chosen), rank, self._host.node.transport.peer(rank).devices)
+        name = request.name
         if name is not None:
             await self._registry_call(Registry.reserve, name, rank)
         try:
-            options: dict[str, Any] = {}  # a plain spawn's message stays as it was
-            if needs:
-                options["needs"] = dict(needs)
-            if own:
-                options["own"] = True
-            if fits is not None and restart is not None and restart.relocate and fits != (None, None):
-                options["fits"] = fits
-            ref: ActorRef[A] = await self._host.services[rank].call(
-                NodeService.spawn,
-                class_path(cls),
-                list(args),
-                dict(kwargs or {}),
-                name,
-                restart,
-                device,
-                gpus,
-                **options,
-            )
+            ref: ActorRef[A] = await self._host.services[rank].call(NodeService.spawn, request)
         except BaseException:
             if name is not None:
                 await asyncio.shield(self._host.release_name(name))
@@ -224,27 +188,6 @@ class SystemSpawning(ActorSystem):
             await self._host.registry.call(endpoint, name, arg)
         except NameTakenError as exc:
             raise NameTakenError(str(exc)) from None
-
-    def _placed_spawn(
-        self,
-        cls: type[A],
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any] | None,
-        restart: Restart | None,
-        device: str | None,
-        where: Where,
-    ) -> PlacedSpawn[ActorRef[A]]:
-        """How the placer spawns on the node it chose: holding what ``Where`` asks, maybe as the node's owner."""
-        fits = (where.label, where.host)
-
-        async def spawn_there(rank: int, name: str | None, needs: Mapping[str, float], own: bool) -> ActorRef[A]:
-            counted = {resource: amount for resource, amount in needs.items() if resource != GPUS}
-            gpus = int(needs.get(GPUS, 0))
-            return await self._spawn_on(
-                rank, cls, args, kwargs, name, restart, device, gpus, counted, own=own, fits=fits
-            )
-
-        return spawn_there
 
     @functools.cached_property
     def _placer(self) -> Placer:

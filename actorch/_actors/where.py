@@ -2,7 +2,8 @@
 
 ``spawn(Cls, on=3)`` names a node exactly. ``spawn(Cls, on=Where(label="env",
 cpus=1))`` describes one instead: its label, its host, the resources the actor
-holds there while it lives, or a process of the actor's own. The placement
+holds there while it lives, the actors it must be near or apart from, or a
+process of the actor's own. The placement
 (``placing``) finds a node that fits, or raises ``PlacementError`` naming each
 node and why it did not, or waits for one (``wait=True``).
 """
@@ -10,17 +11,41 @@ node and why it did not, or waits for one (``wait=True``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
+from actorch._base.codec import serializable
 from actorch._base.resources import CPUS, GPUS, MEMORY, check_resources, describe_amount
 
-__all__ = ["OWN", "Where"]
+__all__ = ["OWN", "Placed", "Where"]
 
 OWN = "own"
 ANY = "any"
 
 
+@runtime_checkable
+class Placed(Protocol):
+    """An actor as ``Where(near=..., apart_from=...)`` names it: its ref (an ``ActorRef``).
+
+    A protocol rather than ``ActorRef`` itself: ``ActorSystem``'s signatures
+    name ``Where``, and ``ActorRef`` is built on ``Actor``, which names the
+    system (the one import tie the layers allow stays that small).
+    """
+
+    @property
+    def rank(self) -> int:
+        """The rank of the node hosting the actor, as the ref knows it."""
+
+    @property
+    def name(self) -> str | None:
+        """The actor's name, if it has one."""
+
+    async def wait_stopped(self) -> object:
+        """How the actor ended, once it has."""
+
+
+@serializable()
 @dataclass(frozen=True)
 class Where:
     """Where to place an actor: a node chosen by label, host and free resources, or a process of its own.
@@ -46,6 +71,8 @@ class Where:
         wait: When nothing fits, wait for a node to join or an actor to give its
             resources back, until the caller's deadline (``asyncio.timeout``) or,
             without one, the system's ``lookup_timeout``; else raise at once.
+        near: Only the node of this actor (its ref).
+        apart_from: Not the node of any of these actors: a ref, or a list of refs.
 
     Example:
         >>> await system.spawn(Simulator, on=actorch.Where(label="env", cpus=1))
@@ -61,6 +88,8 @@ class Where:
     process: str = ANY
     env: Mapping[str, str] | None = field(default=None, hash=False)
     wait: bool = False
+    near: Placed | None = None
+    apart_from: Placed | Sequence[Placed] = ()
 
     def __post_init__(self) -> None:
         for attribute in ("label", "host"):
@@ -92,14 +121,48 @@ class Where:
             object.__setattr__(self, "env", dict(self.env))
         if not isinstance(self.wait, bool):
             raise ValueError(f"Where(wait=...) must be a bool, not {self.wait!r}")
+        self._check_affinity()
+
+    def _check_affinity(self) -> None:
+        """Check ``near`` and ``apart_from``; keep ``apart_from`` as a tuple of refs."""
+        if self.near is not None and not isinstance(self.near, Placed):
+            raise ValueError(f"Where(near=...) must be an actor's ref (ActorRef) or None, not {self.near!r}")
+        apart = (self.apart_from,) if isinstance(self.apart_from, Placed) else self.apart_from
+        if isinstance(apart, (str, bytes)) or not isinstance(apart, Sequence):
+            raise ValueError(f"Where(apart_from=...) must be an actor's ref or a list of refs, not {apart!r}")
+        strays = [item for item in apart if not isinstance(item, Placed)]
+        if strays:
+            raise ValueError(f"Where(apart_from=...) must hold actors' refs only, not {strays[0]!r}")
+        object.__setattr__(self, "apart_from", tuple(apart))
+        if self.near is not None and self.process == OWN:
+            raise ValueError("Where(near=...) places on an actor's node, not in a process of its own (process='own')")
+        if self.near is not None and self.near in self.apart:
+            raise ValueError(f"Where(near=..., apart_from=...): {self.near!r} cannot be both")
 
     def __repr__(self) -> str:
         shown = []
-        for attribute in ("label", "host", "cpus", "gpus", "memory", "resources", "process", "env", "wait"):
+        for attribute in (
+            "label",
+            "host",
+            "cpus",
+            "gpus",
+            "memory",
+            "resources",
+            "process",
+            "env",
+            "wait",
+            "near",
+            "apart_from",
+        ):
             value = getattr(self, attribute)
-            if value != Where.__dataclass_fields__[attribute].default and value not in ({}, None):
+            if value != Where.__dataclass_fields__[attribute].default and value not in ({}, None, ()):
                 shown.append(f"{attribute}={value!r}")
         return f"Where({', '.join(shown)})"
+
+    @property
+    def apart(self) -> tuple[Placed, ...]:
+        """The actors whose nodes are refused (``apart_from``), as a tuple."""
+        return self.apart_from  # type: ignore[return-value]  # __post_init__ made it one
 
     @property
     def own(self) -> bool:

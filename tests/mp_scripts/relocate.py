@@ -2,12 +2,14 @@
 
 Usage: ``python relocate.py TMPDIR``. Three nodes. Node 2 hosts the buffer
 (``Restart(relocate=True)``, ``snapshot_every=10``), a relocatable ``Tally``
-with a call hanging in it, and a plain ``Counter``; node 1 hosts a ``Holder``
-keeping a ref to the buffer. ``main`` adds 57 transitions, samples the buffer
-by name in a loop, SIGKILLs node 2, and records what follows: the hanging
-call, calls through the old refs, lookups, what the buffer holds, the plain
-actor. Then it freezes node 1 (SIGSTOP) past the liveness timeout, where the
-buffer now lives: no node is left to host it (rank 0 never does).
+with a call hanging in it, a plain ``Counter``, and a relocatable ``Tally``
+placed apart from node 1's ``Holder`` (which keeps a ref to the buffer) and
+from an actor on node 0, so that no node may take it once node 2 is lost.
+``main`` adds 57 transitions, samples the buffer by name in a loop, SIGKILLs
+node 2, and records what follows: the hanging call, calls through the old
+refs, lookups, what the buffer holds, the plain actor, the one kept apart.
+Then it freezes node 1 (SIGSTOP) past the liveness timeout, where the buffer
+now lives: no node is left to host it (rank 0 never does).
 """
 
 from __future__ import annotations
@@ -75,6 +77,11 @@ async def main(system: actorch.ActorSystem) -> str:
     plain = await system.spawn(Counter, args=(1,), name="plain", on=2, restart=actorch.Restart())
     holder = await system.spawn(Holder, on=1)
     await holder.call(Holder.hold, buffer)
+    # Kept apart from node 1's holder and an actor on node 0: node 2 alone fits, and nothing once it is lost.
+    beside_main = await system.spawn(Counter, args=(0,))
+    apart = await system.spawn(
+        Tally, args=(EVERY,), name="apart", on=actorch.Where(apart_from=[holder, beside_main]), restart=RELOCATE
+    )
     for index in range(ADDED):
         await buffer.call(actorch.ReplayBuffer.add, {"i": torch.tensor(index)})
     before = await buffer.call(actorch.ReplayBuffer.statistics)
@@ -108,6 +115,8 @@ async def main(system: actorch.ActorSystem) -> str:
         sampled=sorted(set(content.data["i"].tolist())),
         tally_after=await attempt(tally.call(Tally.get)),
         tally_where=await attempt(tally.call(Tally.where)),
+        apart_where=apart.rank,
+        apart_after=await attempt(within(15, apart.call(Tally.get))),
         plain_call=await attempt(plain.call(Counter.get)),
         plain_lookup=await attempt(within(1.0, system.lookup("plain"))),
         sample_errors=sorted(set(sampler.errors)),

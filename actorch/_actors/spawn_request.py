@@ -1,0 +1,82 @@
+"""``SpawnRequest``: one spawn as a value, from ``spawn``/``spawn_group`` to the node that builds the actor.
+
+The caller makes it once; the placer reads its placement, names each group
+member on a copy (:meth:`SpawnRequest.named`), the chosen node's service
+builds the actor from it, and a relocatable actor's relocator keeps it (in a
+``RelocationSpec``) to build the actor again elsewhere. It crosses nodes, so
+the codec carries it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from actorch._actors.restart import Restart
+from actorch._actors.where import Where
+from actorch._base.codec import serializable
+from actorch._base.resources import GPUS
+
+__all__ = ["SpawnRequest"]
+
+NOWHERE = Where()
+"""The placement of a spawn that asks nothing of its node (``on=rank``, or none)."""
+
+
+@serializable()
+@dataclass(frozen=True)
+class SpawnRequest:
+    """What to build, under which name and policy, on what device, and what it asks of its node.
+
+    Attributes:
+        path: The actor's class, ``module:Qualname``.
+        args: Positional arguments for ``__init__``.
+        kwargs: Keyword arguments for ``__init__``.
+        name: Its name, if any.
+        restart: Its restart policy, if any.
+        device: The device its spawn named (``device=``), if any.
+        gpus: The GPUs it asked to be lent (``gpus=``); a ``Where`` asks in ``where.gpus`` instead.
+        where: What it asks of its node (``spawn(on=Where(...))``): label, host,
+            the resources it holds there, a process of its own.
+    """
+
+    path: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    name: str | None = None
+    restart: Restart | None = None
+    device: str | None = None
+    gpus: int = 0
+    where: Where = NOWHERE
+
+    @property
+    def qualname(self) -> str:
+        """The class's qualified name, as messages name the actor (``Learner``)."""
+        return self.path.rpartition(":")[2]
+
+    @property
+    def relocatable(self) -> bool:
+        """Whether its policy moves it when its node is lost (``Restart(relocate=True)``)."""
+        return self.restart is not None and self.restart.relocate
+
+    @property
+    def own(self) -> bool:
+        """Whether it gets a process of its own (``Where(process="own")``)."""
+        return self.where.own
+
+    def lent(self) -> int:
+        """How many GPUs its node lends it, by ``gpus=`` or ``Where(gpus=...)``."""
+        return self.gpus or self.where.gpus
+
+    def held(self) -> dict[str, float]:
+        """The resources it holds on its node besides lent GPUs (``Where(cpus=..., resources=...)``)."""
+        return {name: amount for name, amount in self.where.needs().items() if name != GPUS}
+
+    def needs(self) -> dict[str, float]:
+        """All it holds on its node, lent GPUs included: what a node that fits must have."""
+        lent = self.lent()
+        return {**self.held(), **({GPUS: float(lent)} if lent else {})}
+
+    def named(self, name: str | None) -> SpawnRequest:
+        """The same spawn under ``name`` (a group's member)."""
+        return replace(self, name=name)
