@@ -38,7 +38,7 @@ def refuse_run_while_imported() -> None:
         f"{script} calls actorch.run() when it is imported, and every worker process imports it: "
         'put the call under `if __name__ == "__main__":`'
     )
-    if os.environ.get(WORKER_OF_ENV) == str(os.getppid()):
+    if os.environ.get(WORKER_OF_ENV) in _starters():
         with contextlib.suppress(OSError):
             reports = runtime_dir() / "reports"
             reports.mkdir(mode=0o700, exist_ok=True)
@@ -56,3 +56,14 @@ def worker_report(pid: int) -> str | None:
     with contextlib.suppress(OSError):
         path.unlink()
     return found
+
+
+def _starters() -> tuple[str, ...]:
+    """The pids that may have started this process: its parent, and the parent's parent (through a forkserver)."""
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/stat", encoding="ascii") as file:
+            grandparent = file.read().rpartition(")")[2].split()[1]
+    except (OSError, IndexError):
+        return (str(parent),)
+    return (str(parent), grandparent)

@@ -90,13 +90,24 @@ def _open_alone(host: str, port: int, plan: Plan) -> ElasticRpcTransport:
 def _spawn_workers(
     world_size: int, host: str, port: int, plan: Plan, token: str | None, traits: list[NodeTraits]
 ) -> list[Any]:
-    """Start ranks 1 to ``world_size - 1`` as local processes that serve actors (rank 0's store is at ``port``)."""
-    context = multiprocessing.get_context("spawn")
-    with environment({**QUIET_ENV, WORKER_OF_ENV: str(os.getpid())}):
+    """Start ranks 1 to ``world_size - 1`` as local processes that serve actors (rank 0's store is at ``port``).
+
+    They are forked from multiprocessing's forkserver, which has imported
+    actorch, torch included, once: each worker then starts in a fraction of
+    a second where a spawned one would import torch again (8 workers on 2
+    cores took 3.4x as long; benchmarks/bench_startup.py). As with ``spawn``,
+    each imports the main script anew, so its classes resolve there. The
+    server keeps the environment it was started with, so each worker is given
+    this process's environment as it is now and takes it on first.
+    """
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["actorch"])
+    environ = {**os.environ, **QUIET_ENV, WORKER_OF_ENV: str(os.getpid())}
+    with environment({**QUIET_ENV, WORKER_OF_ENV: str(os.getpid())}):  # the server's own, if this starts it
         workers = [
             context.Process(
-                target=_serve,
-                args=(World(rank, world_size, host, port, token, traits=traits[rank]), plan),
+                target=_serve_in,
+                args=(environ, World(rank, world_size, host, port, token, traits=traits[rank]), plan),
                 name=f"actorch-node{rank}",
                 daemon=True,
             )
@@ -105,6 +116,13 @@ def _spawn_workers(
         for worker in workers:
             worker.start()
     return workers
+
+
+def _serve_in(environ: dict[str, str], world: World, plan: Plan) -> None:
+    """A worker's entry point: take on rank 0's environment, then serve (``_serve``)."""
+    os.environ.clear()
+    os.environ.update(environ)
+    _serve(world, plan)
 
 
 def _rank0_transport(
