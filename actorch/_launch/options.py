@@ -28,14 +28,22 @@ from actorch._base.config import (
     is_number,
 )
 from actorch._base.record import RECORD_ENV
-from actorch._launch.logs import check_log_level
+from actorch._launch.logs import LOG_LEVEL_ENV, check_log_level
 from actorch._launch.nodes import ResourceSpec
 from actorch._launch.serving import takes_system
 from actorch._launch.startup import Setup
 from actorch._launch.status import STATUS_OFF, STATUS_PORT_ENV
 from actorch._transport.rpc_setup import DeviceMapSpec, RpcOptions
 
-__all__ = ["IN_PROCESS", "ConfigKeywords", "OptionKeywords", "SystemOptions", "is_port", "options_of"]
+__all__ = [
+    "IN_PROCESS",
+    "ConfigKeywords",
+    "OptionKeywords",
+    "SystemOptions",
+    "is_port",
+    "launcher_environment",
+    "options_of",
+]
 
 IN_PROCESS = ("strict", "lookup_timeout", "stop_grace", "mailbox_size", "max_message_size", "send_budget")
 """The options that apply to an in-process world (``local_world``): those of ``SystemConfig``."""
@@ -339,3 +347,31 @@ def options_of(
     if not isinstance(options, SystemOptions):
         raise TypeError(f"{taker}(options=...) takes a SystemOptions, not {options!r}")
     return dataclasses.replace(options, **keywords)  # type: ignore[arg-type]
+
+
+def launcher_environment(
+    *, status: bool = True, status_port: int | None = None, log_level: str | None = None, record: bool = True
+) -> dict[str, str]:
+    """What a launcher (``actorch run``) puts in the script's environment to give its ``run`` these options.
+
+    They are the options ``run`` reads from the environment where the script
+    leaves them at their defaults (``SystemOptions.status_address``,
+    ``recording``, and the log level), checked as ``SystemOptions`` checks
+    them. An option left at its default sets nothing: what the environment
+    says already holds.
+
+    Raises:
+        ValueError: A value is not one the option takes.
+    """
+    chosen = SystemOptions(status=status, status_port=status_port, log_level=log_level, record=record)
+    environment: dict[str, str] = {}
+    if chosen.status_port is not None:
+        environment[STATUS_PORT_ENV] = str(chosen.status_port)
+    elif not chosen.status:
+        environment[STATUS_PORT_ENV] = STATUS_OFF
+    level = check_log_level(chosen.log_level)
+    if level is not None:
+        environment[LOG_LEVEL_ENV] = level
+    if not chosen.record:
+        environment[RECORD_ENV] = "0"
+    return environment
