@@ -22,7 +22,7 @@ from actorch._actors.system import ActorSystem
 from actorch._actors.system_node import open_system
 from actorch._base.deadline import DeadlineLoop
 from actorch._base.resources import check_resources
-from actorch._launch.options import IN_PROCESS, ConfigKeywords, options_of
+from actorch._launch.options import IN_PROCESS, ConfigKeywords, options_of, system_config
 from actorch._transport.base import NodeTraits
 from actorch._transport.inprocess import InProcessHub
 
@@ -111,7 +111,7 @@ async def local_world(
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, not {world_size}")
-    config = options_of("local_world", None, options, takes=IN_PROCESS, defaults=_IN_PROCESS_DEFAULTS).system_config()
+    config = system_config(options_of("local_world", None, options, takes=IN_PROCESS, defaults=_IN_PROCESS_DEFAULTS))
     ranks = set(labels or {}) | set(resources or {})
     traits = {
         rank: NodeTraits((labels or {}).get(rank), check_resources((resources or {}).get(rank), f"resources[{rank}]"))

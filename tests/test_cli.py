@@ -29,7 +29,7 @@ import pytest
 from _mp import REPO, SCRIPTS, Script, free_port, run_argv, script_env, wait_for_file
 
 from actorch._launch import cli, cli_run, runner
-from actorch._launch.options import SystemOptions
+from actorch._launch.options import SystemOptions, recording, status_address
 from actorch._launch.run import _plan
 from actorch._launch.runtime import running_systems
 
@@ -160,7 +160,7 @@ def test_run_flags_reach_the_scripts_run_as_the_options_they_name(
     with pytest.raises(SystemExit):
         cli.main(["run", *flags, "examples/quickstart.py"])
     (chosen,) = started
-    seen = {"status_address": chosen.status_address(), "recording": chosen.recording()}
+    seen = {"status_address": status_address(chosen), "recording": recording(chosen)}
     seen["log_level"] = _plan(chosen, tune_gc=True).log_level
     assert {name: seen[name] for name in options} == options
 

@@ -17,6 +17,9 @@ from actorch._launch.options import (
     SystemOptions,
     launcher_environment,
     options_of,
+    recording,
+    status_address,
+    system_config,
 )
 from actorch._launch.run import _plan
 from actorch.testing import local_world
@@ -42,7 +45,7 @@ def test_option_keywords_name_every_option_with_its_type() -> None:
 
 
 def test_in_process_options_are_the_settings_every_node_shares() -> None:
-    config = SystemOptions().system_config()
+    config = system_config(SystemOptions())
     assert {field.name for field in dataclasses.fields(config)} == {*IN_PROCESS, "run_record"}
 
 
@@ -126,8 +129,8 @@ def test_launcher_environment_sets_what_run_then_reads(monkeypatch: pytest.Monke
     for name, value in said.items():
         monkeypatch.setenv(name, value)
     options = SystemOptions(configure_logs=False)
-    assert options.status_address() is None
-    assert options.recording() is False
+    assert status_address(options) is None
+    assert recording(options) is False
     assert _plan(options, tune_gc=True).log_level == "info"
 
 

@@ -8,7 +8,8 @@ every value as it is made, and the settings every node shares
 (``SystemConfig``) are made from it by ``system_config`` alone. What an
 option leaves to the environment (``ACTORCH_STATUS_PORT``,
 ``ACTORCH_LOG_LEVEL``, ``ACTORCH_RECORD``: what ``actorch run``'s flags set)
-is read where the launch is planned, by the methods here.
+is read where the launch is planned, by the functions here; ``launcher_environment``
+sets it for ``actorch run``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ __all__ = [
     "is_port",
     "launcher_environment",
     "options_of",
+    "recording",
+    "rpc_options",
+    "status_address",
+    "system_config",
 ]
 
 IN_PROCESS = ("strict", "lookup_timeout", "stop_grace", "mailbox_size", "max_message_size", "send_budget")
@@ -202,10 +207,10 @@ class SystemOptions:
         if not is_number(self.liveness_timeout, inclusive=False):
             raise ValueError(f"liveness_timeout must be a positive number of seconds, not {self.liveness_timeout!r}")
         check_log_level(self.log_level)
-        self.system_config()
+        system_config(self)
         if self.devices not in ("stage", "strict"):
             raise ValueError(f"devices must be 'stage' or 'strict', not {self.devices!r}")
-        self.rpc_options()
+        rpc_options(self)
         if self.setup is not None and not callable(self.setup):
             raise TypeError(f"setup must be a function of the node's rank, not {self.setup!r}")
         if self.setup is not None and takes_system(self.setup):
@@ -234,55 +239,6 @@ class SystemOptions:
             raise ValueError(
                 f"status_port={self.status_port!r} was given with status=False, which serves no status: drop one"
             )
-
-    def system_config(self, run_record: str | None = None) -> SystemConfig:
-        """The settings every node of the system shares, under the run record ``run_record`` (None: no record)."""
-        return SystemConfig(
-            strict=self.strict,
-            lookup_timeout=self.lookup_timeout,
-            stop_grace=self.stop_grace,
-            mailbox_size=self.mailbox_size,
-            max_message_size=self.max_message_size,
-            send_budget=self.send_budget,
-            run_record=run_record,
-        )
-
-    def rpc_options(self) -> RpcOptions:
-        """How every node sets up torch RPC (heartbeats every fifth of ``liveness_timeout``)."""
-        return RpcOptions(
-            device_maps=self.device_maps,
-            strict_devices=self.devices == "strict",
-            transport=self.transport,
-            lane=self.fast_lane,
-            num_worker_threads=self.rpc_threads,
-            rpc_timeout=self.rpc_timeout,
-            heartbeat_interval=self.liveness_timeout / 5,
-            liveness_timeout=self.liveness_timeout,
-        )
-
-    def recording(self) -> bool:
-        """Whether to keep a run record: ``record``, unless ``ACTORCH_RECORD`` says 0."""
-        return self.record and os.environ.get(RECORD_ENV, "1").strip().lower() not in RECORD_OFF
-
-    def status_address(self) -> tuple[str, int] | None:
-        """Where rank 0 serves the status: None when ``status`` is False or ``ACTORCH_STATUS_PORT`` is ``off``.
-
-        The port is ``status_port``, else ``ACTORCH_STATUS_PORT``, else 0 (a free one).
-
-        Raises:
-            ValueError: ``ACTORCH_STATUS_PORT`` is read and is neither a port nor ``off``.
-        """
-        if not self.status:
-            return None
-        port = self.status_port
-        if port is None:
-            found = os.environ.get(STATUS_PORT_ENV, "")
-            if found == STATUS_OFF:
-                return None
-            if found and (not found.isdigit() or not is_port(int(found))):
-                raise ValueError(f"{STATUS_PORT_ENV} must be a port (0..65535) or {STATUS_OFF!r}, not {found!r}")
-            port = int(found) if found else 0
-        return self.status_host, port
 
 
 class ConfigKeywords(TypedDict, total=False):
@@ -320,6 +276,62 @@ class OptionKeywords(ConfigKeywords, total=False):
     record: bool
 
 
+def system_config(options: SystemOptions, run_record: str | None = None) -> SystemConfig:
+    """The settings every node of a system shares, from its options, under the run record ``run_record`` (None: none).
+
+    The one place a ``SystemConfig`` is made from options.
+    """
+    return SystemConfig(
+        strict=options.strict,
+        lookup_timeout=options.lookup_timeout,
+        stop_grace=options.stop_grace,
+        mailbox_size=options.mailbox_size,
+        max_message_size=options.max_message_size,
+        send_budget=options.send_budget,
+        run_record=run_record,
+    )
+
+
+def rpc_options(options: SystemOptions) -> RpcOptions:
+    """How every node sets up torch RPC (heartbeats every fifth of ``liveness_timeout``)."""
+    return RpcOptions(
+        device_maps=options.device_maps,
+        strict_devices=options.devices == "strict",
+        transport=options.transport,
+        lane=options.fast_lane,
+        num_worker_threads=options.rpc_threads,
+        rpc_timeout=options.rpc_timeout,
+        heartbeat_interval=options.liveness_timeout / 5,
+        liveness_timeout=options.liveness_timeout,
+    )
+
+
+def recording(options: SystemOptions) -> bool:
+    """Whether to keep a run record: ``record``, unless ``ACTORCH_RECORD`` says 0."""
+    return options.record and os.environ.get(RECORD_ENV, "1").strip().lower() not in RECORD_OFF
+
+
+def status_address(options: SystemOptions) -> tuple[str, int] | None:
+    """Where rank 0 serves the status: None when ``status`` is False or ``ACTORCH_STATUS_PORT`` is ``off``.
+
+    The port is ``status_port``, else ``ACTORCH_STATUS_PORT``, else 0 (a free one).
+
+    Raises:
+        ValueError: ``ACTORCH_STATUS_PORT`` is read and is neither a port nor ``off``.
+    """
+    if not options.status:
+        return None
+    port = options.status_port
+    if port is None:
+        found = os.environ.get(STATUS_PORT_ENV, "")
+        if found == STATUS_OFF:
+            return None
+        if found and (not found.isdigit() or not is_port(int(found))):
+            raise ValueError(f"{STATUS_PORT_ENV} must be a port (0..65535) or {STATUS_OFF!r}, not {found!r}")
+        port = int(found) if found else 0
+    return options.status_host, port
+
+
 _FIELDS = frozenset(field.name for field in dataclasses.fields(SystemOptions))
 
 
@@ -355,8 +367,8 @@ def launcher_environment(
     """What a launcher (``actorch run``) puts in the script's environment to give its ``run`` these options.
 
     They are the options ``run`` reads from the environment where the script
-    leaves them at their defaults (``SystemOptions.status_address``,
-    ``recording``, and the log level), checked as ``SystemOptions`` checks
+    leaves them at their defaults (``status_address``, ``recording``, and
+    the log level), checked as ``SystemOptions`` checks
     them. An option left at its default sets nothing: what the environment
     says already holds.
 

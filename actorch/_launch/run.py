@@ -28,7 +28,15 @@ from actorch._launch.lead import Main, check_main, interrupt_policy, lead
 from actorch._launch.local import elastic_token, launch_traits, local_world
 from actorch._launch.logs import configure_logging, effective_log_level
 from actorch._launch.nodes import declared_resources
-from actorch._launch.options import OptionKeywords, SystemOptions, options_of
+from actorch._launch.options import (
+    OptionKeywords,
+    SystemOptions,
+    options_of,
+    recording,
+    rpc_options,
+    status_address,
+    system_config,
+)
 from actorch._launch.serving import _serve
 from actorch._launch.startup import TORCHRUN_VARS, Plan, World, rpc_transport
 from actorch._launch.status import check_status_port
@@ -122,11 +130,11 @@ def _plan(options: SystemOptions, *, tune_gc: bool) -> Plan:
     if options.configure_logs:
         configure_logging(level)
     return Plan(
-        options.system_config(run_record=_run_id() if options.recording() else None),
-        options.rpc_options(),
+        system_config(options, run_record=_run_id() if recording(options) else None),
+        rpc_options(options),
         options.setup,
         tune_gc=tune_gc if options.tune_gc is None else options.tune_gc,
-        status=options.status_address(),
+        status=status_address(options),
         log_level=level,
     )
 
