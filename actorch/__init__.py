@@ -62,6 +62,7 @@ from actorch._engine.batching import Batched, batched
 from actorch._engine.streaming import DEFAULT_WINDOW as DEFAULT_STREAM_WINDOW
 from actorch._engine.streaming import Stream
 from actorch._launch.connect import connect
+from actorch._launch.options import SystemOptions
 from actorch._launch.run import run
 from actorch._launch.serving import serve
 from actorch._launch.start import start
@@ -128,6 +129,7 @@ __all__ = [
     "SnapshotError",
     "Stream",
     "SystemClosedError",
+    "SystemOptions",
     "UnsupportedError",
     "Where",
     "assign_shards",

@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
+from typing import Unpack
 
 from actorch._actors.host import ActorHost
 from actorch._actors.system import ActorSystem
 from actorch._actors.system_node import open_system
-from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_SEND_BUDGET, DEFAULT_WINDOW, SystemConfig
 from actorch._base.deadline import DeadlineLoop
 from actorch._base.resources import check_resources
+from actorch._launch.options import IN_PROCESS, ConfigKeywords, options_of, system_config
 from actorch._transport.base import NodeTraits
 from actorch._transport.inprocess import InProcessHub
 
@@ -73,32 +74,23 @@ class LocalWorld:
             await host.node.close()
 
 
+_IN_PROCESS_DEFAULTS = {"lookup_timeout": 5.0, "stop_grace": 2.0}
+"""Where ``local_world``'s options differ from ``run``'s: shorter waits, for tests."""
+
+
 @asynccontextmanager
 async def local_world(
     world_size: int = 2,
     *,
-    strict: bool = False,
-    lookup_timeout: float = 5.0,
-    stop_grace: float = 2.0,
-    mailbox_size: int = DEFAULT_WINDOW,
-    max_message_size: int = DEFAULT_MAX_MESSAGE,
-    send_budget: int = DEFAULT_SEND_BUDGET,
     devices: Mapping[int, Iterable[str]] | None = None,
     labels: Mapping[int, str] | None = None,
     resources: Mapping[int, Mapping[str, float]] | None = None,
+    **options: Unpack[ConfigKeywords],
 ) -> AsyncIterator[LocalWorld]:
     """Run an actor system of ``world_size`` nodes in this event loop; shut it down on exit.
 
     Args:
         world_size: Number of nodes.
-        strict: Refuse values that would need pickle.
-        lookup_timeout: Seconds ``lookup`` waits without a deadline (short for tests).
-        stop_grace: Seconds stopping actors get before their handlers are cancelled.
-        mailbox_size: Messages one node may have waiting at one actor.
-        max_message_size: Bytes a message between nodes may take.
-        send_budget: Bytes one node may have on their way to another (in
-            process: queued for the loop iteration's bundle) before a tell
-            raises ``MailboxFullError`` and a call waits.
         devices: The GPUs some nodes report instead of this process's, by
             rank (``{1: ("cuda:0", "cuda:1")}``), to test placement with
             ``spawn(..., gpus=)`` on a machine without them. Actors placed on
@@ -107,17 +99,19 @@ async def local_world(
         labels: Labels of some nodes, by rank (``{1: "env"}``), for ``Where(label=...)``.
         resources: Resources some nodes declare, by rank (``{1: {"env_slots": 4}}``),
             over what this process detects, for ``Where`` placement.
+        **options: The options of ``actorch.SystemOptions`` that apply in one
+            process, checked as ``run`` checks them: ``strict``,
+            ``lookup_timeout`` (5 s here, short for tests), ``stop_grace`` (2 s
+            here), ``mailbox_size``, ``max_message_size`` and ``send_budget``
+            (in process: bytes queued for the loop iteration's bundle).
+
+    Raises:
+        TypeError: An option that does not apply in one process.
+        ValueError: ``world_size`` is not positive, or an option's value is not one it takes.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, not {world_size}")
-    config = SystemConfig(
-        strict=strict,
-        lookup_timeout=lookup_timeout,
-        stop_grace=stop_grace,
-        mailbox_size=mailbox_size,
-        max_message_size=max_message_size,
-        send_budget=send_budget,
-    )
+    config = system_config(options_of("local_world", None, options, takes=IN_PROCESS, defaults=_IN_PROCESS_DEFAULTS))
     ranks = set(labels or {}) | set(resources or {})
     traits = {
         rank: NodeTraits((labels or {}).get(rank), check_resources((resources or {}).get(rank), f"resources[{rank}]"))

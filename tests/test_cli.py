@@ -29,6 +29,8 @@ import pytest
 from _mp import REPO, SCRIPTS, Script, free_port, run_argv, script_env, wait_for_file
 
 from actorch._launch import cli, cli_run, runner
+from actorch._launch.options import SystemOptions, recording, status_address
+from actorch._launch.run import _plan
 from actorch._launch.runtime import running_systems
 
 ACTORCH = [sys.executable, "-m", "_actorch_cli"]
@@ -97,6 +99,7 @@ def launcher_env(monkeypatch: pytest.MonkeyPatch) -> None:
         (["status", "--port", "1", "--interval", "nan"], "expected seconds"),
         (["status", "--pid", "-3"], "expected an int >= 0, not '-3'"),
         (["stop", "--timeout", "forever"], "expected seconds"),
+        (["run", "--log-level", "loud", "examples/quickstart.py"], "invalid choice: 'loud'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(
@@ -134,6 +137,35 @@ def test_a_taken_status_port_is_refused_before_anything_starts(
 
 
 @pytest.mark.parametrize(
+    ("flags", "options"),
+    [
+        ([], {"status_address": ("127.0.0.1", 0), "recording": True, "log_level": "warning"}),
+        (["--no-status", "--no-record"], {"status_address": None, "recording": False, "log_level": "warning"}),
+        (["--status-port", "0", "--log-level", "DEBUG"], {"status_address": ("127.0.0.1", 0), "log_level": "debug"}),
+    ],
+    ids=["none", "no status, no record", "status port, log level"],
+)
+def test_run_flags_reach_the_scripts_run_as_the_options_they_name(
+    flags: list[str], options: dict[str, object], monkeypatch: pytest.MonkeyPatch, launcher_env: None
+) -> None:
+    for name in ("ACTORCH_STATUS_PORT", "ACTORCH_LOG_LEVEL", "ACTORCH_RECORD"):
+        monkeypatch.delenv(name, raising=False)
+    started: list[SystemOptions] = []
+
+    def execv(*args: object) -> None:
+        started.append(SystemOptions(configure_logs=False))  # what the script's run() reads, left at its defaults
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execv", execv)
+    with pytest.raises(SystemExit):
+        cli.main(["run", *flags, "examples/quickstart.py"])
+    (chosen,) = started
+    seen = {"status_address": status_address(chosen), "recording": recording(chosen)}
+    seen["log_level"] = _plan(chosen, tune_gc=True).log_level
+    assert {name: seen[name] for name in options} == options
+
+
+@pytest.mark.parametrize(
     ("args", "says"),
     [
         (["run", "no/such/script.py"], "no such script: no/such/script.py"),
@@ -155,7 +187,7 @@ def test_help_is_complete_with_examples(capsys: pytest.CaptureFixture[str]) -> N
         assert ended.value.code == 0
         helps[tuple(args)] = capsys.readouterr().out
         assert "examples:" in helps[tuple(args)]
-    for flag in (*cli_run.TORCHRUN_FLAGS, "nproc_per_node", "status_port"):
+    for flag in (*cli_run.TORCHRUN_FLAGS, "nproc_per_node", "status_port", "no_status", "log_level", "no_record"):
         assert f"--{flag.replace('_', '-')}" in helps[("run",)]
     for flag in ("--port", "--address", "--pid", "--list", "--watch", "--interval", "--count", "--json"):
         assert flag in helps[("status",)]

@@ -59,6 +59,7 @@ from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer
 
 import actorch
 from actorch._base import codec
+from actorch._launch.options import IN_PROCESS, options_of
 from actorch.testing import local_world
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +69,6 @@ WORLD_SIZE = 3
 
 REAL_RUN = actorch.run
 RUN_SIGNATURE = inspect.signature(REAL_RUN)
-LOCAL_WORLD_OPTIONS = ("strict", "lookup_timeout", "stop_grace", "mailbox_size", "max_message_size")
 SNIPPET = re.compile(r'\A\s*--8<--\s+"([^"]+)"\s*\Z')
 SCRIPT_TIMEOUT = 120.0
 """Seconds a block run as a script may take, worker processes included."""
@@ -162,11 +162,13 @@ class Page:
 
     def fake_run(self, main: Any, world_size: int | None = None, **options: Any) -> Any:
         """``actorch.run`` for a doc block: ``main`` in an in-process world of ``world_size`` nodes."""
-        RUN_SIGNATURE.bind(main, world_size, **options)  # a misspelt option fails here, as in run
-        if options.get("elastic"):
+        RUN_SIGNATURE.bind(main, world_size, **options)
+        given = options.pop("options", None)
+        chosen = options_of("run", given, options)  # a misspelt or bad option fails here, as in run
+        if chosen.elastic:
             raise RuntimeError("an elastic system needs processes: mark this block skipped, saying so")
-        setup = options.get("setup")
-        kwargs = {key: options[key] for key in LOCAL_WORLD_OPTIONS if key in options}
+        setup = chosen.setup
+        kwargs = {key: getattr(chosen, key) for key in IN_PROCESS if key in options or given is not None}
 
         async def in_world() -> Any:
             async with local_world(world_size or 1, **kwargs) as world:

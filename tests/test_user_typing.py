@@ -1,4 +1,4 @@
-"""A user's ``mypy --strict`` sees actorch after the README's ``pip install -e .``, and checks ``call`` and ``tell``.
+"""A user's ``mypy --strict`` sees actorch after the README's ``pip install -e .``, and checks calls, tells and options.
 
 A copy of the repository (so that the builds write nothing into the real one)
 is installed, editable and for real, by pip and the project's own build
@@ -6,8 +6,9 @@ backend into a fresh virtualenv. To stay fast it installs nothing else:
 the virtualenv reaches the test environment's packages (torch, msgpack and its
 stubs, setuptools) through a ``.pth`` line, as ``--system-site-packages``
 would reach the system's, and pip builds without isolation. A small typed
-script with one wrong argument to ``call`` and one to ``tell`` must get
-exactly those two errors from mypy, and none inside actorch. A wheel built for
+script with one wrong argument to ``call``, one to ``tell``, one option of
+the wrong type and one misspelt must get exactly those four errors from mypy,
+and none inside actorch. A wheel built for
 ``pip install .`` must ship ``py.typed``, and neither kind of install may make
 the repository's other folders importable.
 """
@@ -49,9 +50,15 @@ async def main(system: actorch.ActorSystem) -> int:
 
 if __name__ == "__main__":
     actorch.run(main)
+    shared = actorch.SystemOptions(strict=True, lookup_timeout=5.0)
+    actorch.run(main, 2, options=shared, log_level="info", status_port=None)
+    actorch.run(main, strict="yes")
+    actorch.run(main, stirct=True)
 """
 WRONG_CALL_LINE = 13
 WRONG_TELL_LINE = 14
+WRONG_OPTION_LINE = 23
+MISSPELT_OPTION_LINE = 24
 
 pytestmark = pytest.mark.timeout(600)  # mypy reads torch's stubs cold: about 40 s of CPU
 
@@ -114,13 +121,16 @@ def test_mypy_strict_on_a_users_script_checks_call_and_tell_and_reports_nothing_
     argv = [sys.executable, "-m", "mypy", "--strict", "--config-file", str(config), "--cache-dir", str(tmp_path)]
     checked = run([*argv, "--python-executable", str(user_venv), script.name], tmp_path)
     errors = [line for line in checked.stdout.splitlines() if ": error: " in line]
-    assert [line.split(":")[:2] for line in errors] == [
-        [script.name, str(WRONG_CALL_LINE)],
-        [script.name, str(WRONG_TELL_LINE)],
+    assert [(*line.split(":")[:2], line.rpartition(" ")[2]) for line in errors] == [
+        (script.name, str(WRONG_CALL_LINE), "[call-overload]"),
+        (script.name, str(WRONG_TELL_LINE), "[call-overload]"),
+        (script.name, str(WRONG_OPTION_LINE), "[arg-type]"),
+        (script.name, str(MISSPELT_OPTION_LINE), "[call-arg]"),
     ], checked.stdout + checked.stderr
-    assert all(line.endswith("[call-overload]") for line in errors), checked.stdout
-    assert "actorch" not in checked.stdout.replace("actorch.Actor", ""), "no error or note points inside actorch"
-    assert checked.stdout.rstrip().endswith("Found 2 errors in 1 file (checked 1 source file)"), checked.stdout
+    assert 'Unexpected keyword argument "stirct" for "run"; did you mean "strict"?' in checked.stdout
+    said = checked.stdout.replace("actorch.Actor", "").replace('note: "run" defined in "actorch._launch.run"', "")
+    assert "actorch" not in said, "no error or note points inside actorch"
+    assert checked.stdout.rstrip().endswith("Found 4 errors in 1 file (checked 1 source file)"), checked.stdout
 
 
 def test_a_wheel_for_pip_install_ships_py_typed_and_actorch_alone_with_its_console_script(

@@ -20,6 +20,7 @@ from actorch._base.record import RECORD_ENV, RUNS_DIR_ENV
 from actorch._launch.cli_history import history_command
 from actorch._launch.cli_serve import parse_resource
 from actorch._launch.cli_status import status_command, stop_command
+from actorch._launch.logs import LOG_LEVELS
 from actorch._launch.runtime import RUNTIME_DIR_ENV
 from actorch._launch.status import STATUS_PORT_ENV
 
@@ -109,6 +110,19 @@ def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="rank 0 serves its status on this port (by default: a free one, found by actorch status)",
     )
     status.add_argument("--no-status", action="store_true", help="rank 0 serves no status (actorch stop still works)")
+    run.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        metavar="LEVEL",
+        help="actorch's log level on every node: debug, info, warning, error or critical (by default: "
+        "$ACTORCH_LOG_LEVEL, else warning), for a script whose run() leaves log_level unset",
+    )
+    run.add_argument(
+        "--no-record",
+        action="store_true",
+        help="keep no record of the run for actorch history (as record=False)",
+    )
     logs = run.add_argument_group("per-rank logs (torchrun's)")
     logs.add_argument(
         "--log-dir", metavar="DIR", help="write each rank's output under DIR/<run id>/attempt_<k>/<rank>/"

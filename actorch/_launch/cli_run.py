@@ -24,8 +24,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from actorch._launch.options import launcher_environment
 from actorch._launch.run import WORLD_SIZE_ENV
-from actorch._launch.status import STATUS_OFF, STATUS_PORT_ENV, check_status_port
+from actorch._launch.status import check_status_port
 
 __all__ = ["RENDEZVOUS_FLAGS", "RUNNER", "TORCHRUN_FLAGS", "run_command"]
 
@@ -58,9 +59,11 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             check_status_port("127.0.0.1", args.status_port)
         except OSError as exc:
             parser.exit(2, f"actorch run: error: --status-port: {exc.strerror}\n")
-        os.environ[STATUS_PORT_ENV] = str(args.status_port)
-    elif args.no_status:
-        os.environ[STATUS_PORT_ENV] = STATUS_OFF
+    os.environ.update(
+        launcher_environment(
+            status=not args.no_status, status_port=args.status_port, log_level=args.log_level, record=not args.no_record
+        )
+    )
     handed = [flag for flag in TORCHRUN_FLAGS if getattr(args, flag) not in (None, False)]
     if args.nproc == 1 and not handed:
         os.environ[WORLD_SIZE_ENV] = "1"

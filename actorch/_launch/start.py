@@ -22,21 +22,19 @@ import os
 import sys
 from collections.abc import Callable, Coroutine, Generator
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 from actorch._actors.system import ActorSystem, hand_over
-from actorch._base.config import DEFAULT_MAX_MESSAGE, DEFAULT_SEND_BUDGET, DEFAULT_WINDOW
 from actorch._base.errors import UnsupportedError
 from actorch._launch.lead import lead
 from actorch._launch.local import elastic_token, launch_traits, local_world
-from actorch._launch.nodes import ResourceSpec
-from actorch._launch.run import _is_port, _plan, _requested_world_size
-from actorch._launch.startup import TORCHRUN_VARS, Plan, Setup
+from actorch._launch.options import OptionKeywords, SystemOptions, options_of
+from actorch._launch.run import _plan, _requested_world_size
+from actorch._launch.startup import TORCHRUN_VARS, Plan
 from actorch._launch.status import check_status_port
 from actorch._launch.workers import JOIN_TIMEOUT, kill_workers
 from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.rpc import active_transport, drop_at_exit
-from actorch._transport.rpc_setup import DeviceMapSpec
 
 __all__ = ["Opening", "start", "wake_for_interrupts"]
 
@@ -126,31 +124,8 @@ async def _wake_forever() -> None:
 def start(
     world_size: int | None = None,
     *,
-    strict: bool = False,
-    transport: str = "uv",
-    fast_lane: bool = True,
-    host: str = "127.0.0.1",
-    lookup_timeout: float = 30.0,
-    stop_grace: float = 10.0,
-    liveness_timeout: float = 2.5,
-    mailbox_size: int = DEFAULT_WINDOW,
-    max_message_size: int = DEFAULT_MAX_MESSAGE,
-    send_budget: int = DEFAULT_SEND_BUDGET,
-    rpc_timeout: float = 60.0,
-    rpc_threads: int = 4,
-    device_maps: DeviceMapSpec = "auto",
-    devices: str = "stage",
-    elastic: bool = False,
-    port: int = 0,
-    setup: Setup | None = None,
-    tune_gc: bool = False,
-    status: bool = True,
-    status_port: int | None = None,
-    status_host: str = "127.0.0.1",
-    resources: ResourceSpec = None,
-    log_level: str | None = None,
-    configure_logs: bool = True,
-    record: bool = True,
+    options: SystemOptions | None = None,
+    **keywords: Unpack[OptionKeywords],
 ) -> Opening:
     """Start an actor system from a running event loop (a notebook, an async program); this process is rank 0.
 
@@ -170,78 +145,37 @@ def start(
     Args:
         world_size: Number of processes, this one included; None or 1 runs
             every node in this process.
-        strict: As ``run``'s.
-        transport: As ``run``'s.
-        fast_lane: As ``run``'s.
-        host: As ``run``'s.
-        lookup_timeout: As ``run``'s.
-        stop_grace: As ``run``'s.
-        liveness_timeout: As ``run``'s.
-        mailbox_size: As ``run``'s.
-        max_message_size: As ``run``'s.
-        send_budget: As ``run``'s.
-        rpc_timeout: As ``run``'s.
-        rpc_threads: As ``run``'s.
-        device_maps: As ``run``'s.
-        devices: As ``run``'s.
-        elastic: As ``run``'s: other processes may ``serve`` or ``connect``.
-        port: As ``run``'s.
-        setup: As ``run``'s: called on every node with its rank before it serves.
-        tune_gc: As ``run``'s, but off by default: the process is yours, and
+        options: Options built beforehand; None: the defaults.
+        **keywords: Options, as keywords: any field of ``SystemOptions``, as
+            ``run`` takes them; over ``options``' when both are given.
+            ``tune_gc`` is off unless asked for: the process is yours, and
             ``gc.freeze()`` would keep everything it holds now for good.
-        status: As ``run``'s: on by default, so ``actorch status`` finds the system.
-        status_port: As ``run``'s.
-        status_host: As ``run``'s.
-        resources: As ``run``'s.
-        log_level: As ``run``'s.
-        configure_logs: As ``run``'s.
-        record: As ``run``'s.
 
     Returns:
         An ``Opening``: await it for the system, or use it in ``async with``.
         Bad options raise here, before anything starts.
 
     Raises:
+        TypeError: An unknown option, or a ``setup`` that is not a function of the rank.
         ValueError: A bad option, or ``elastic`` with device maps.
         RuntimeError: (when awaited) This process already runs a system, or
             a worker failed to start.
         UnsupportedError: Under torchrun, whose world ``run`` joins instead.
     """
-    plan = _plan(
-        strict=strict,
-        transport=transport,
-        fast_lane=fast_lane,
-        lookup_timeout=lookup_timeout,
-        stop_grace=stop_grace,
-        liveness_timeout=liveness_timeout,
-        mailbox_size=mailbox_size,
-        max_message_size=max_message_size,
-        send_budget=send_budget,
-        rpc_timeout=rpc_timeout,
-        rpc_threads=rpc_threads,
-        device_maps=device_maps,
-        devices=devices,
-        setup=setup,
-        tune_gc=tune_gc,
-        status=(status, status_host, status_port),
-        log_level=log_level,
-        configure_logs=configure_logs,
-        record=record,
-    )
-    if not _is_port(port):
-        raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {port!r}")
+    chosen = options_of("start", options, keywords)
+    plan = _plan(chosen, tune_gc=False)
     if all(var in os.environ for var in TORCHRUN_VARS):
         raise UnsupportedError("actorch.start() launches local processes; under torchrun, call actorch.run(main)")
     if plan.status is not None:
         check_status_port(*plan.status)  # a taken port fails here, before any worker starts
     world_size, _ = _requested_world_size(world_size)
-    token = elastic_token(world_size, plan, under_torchrun=False) if elastic else None
+    token = elastic_token(world_size, plan, under_torchrun=False) if chosen.elastic else None
     if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
     size = world_size or 1
-    traits = launch_traits(resources, size)
+    traits = launch_traits(chosen.resources, size)
     what = f"actorch.start(world_size={size})"
-    return Opening(what, lambda: _open(plan, size, host, port, token, traits))
+    return Opening(what, lambda: _open(plan, size, chosen.host, chosen.port, token, traits))
 
 
 class _Driven:

@@ -1,0 +1,146 @@
+"""``SystemOptions``: the one declaration of what ``run``, ``start``, ``local_world`` and ``actorch run`` take."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from typing import Any
+
+import pytest
+
+import actorch
+from actorch._launch.options import (
+    IN_PROCESS,
+    ConfigKeywords,
+    OptionKeywords,
+    SystemOptions,
+    launcher_environment,
+    options_of,
+    recording,
+    status_address,
+    system_config,
+)
+from actorch._launch.run import _plan
+from actorch.testing import local_world
+
+
+async def setup_marker(system: actorch.ActorSystem) -> str | None:
+    return os.environ.get("ACTORCH_OPTIONS_TEST")
+
+
+def mark(rank: int) -> None:
+    os.environ["ACTORCH_OPTIONS_TEST"] = f"set up node {rank}"
+
+
+def annotation_text(annotation: Any) -> str:
+    return annotation.__forward_arg__ if isinstance(annotation, typing.ForwardRef) else str(annotation)
+
+
+def test_option_keywords_name_every_option_with_its_type() -> None:
+    fields = {field.name: field.type for field in dataclasses.fields(SystemOptions)}
+    keywords = {name: annotation_text(kind) for name, kind in OptionKeywords.__annotations__.items()}
+    assert keywords == fields
+    assert set(ConfigKeywords.__annotations__) == set(IN_PROCESS)
+
+
+def test_in_process_options_are_the_settings_every_node_shares() -> None:
+    config = system_config(SystemOptions())
+    assert {field.name for field in dataclasses.fields(config)} == {*IN_PROCESS, "run_record"}
+
+
+@pytest.mark.parametrize(
+    ("given", "error", "says"),
+    [
+        ({"liveness_timeout": 0}, ValueError, "liveness_timeout must be a positive number of seconds, not 0"),
+        ({"lookup_timeout": -1}, ValueError, "lookup_timeout must be a finite number of seconds >= 0, not -1"),
+        ({"mailbox_size": 0}, ValueError, "mailbox_size must be an int >= 1, not 0"),
+        ({"devices": "copy"}, ValueError, "devices must be 'stage' or 'strict', not 'copy'"),
+        ({"transport": "ib"}, ValueError, "transport must be 'uv' or 'shm', not 'ib'"),
+        ({"device_maps": 3}, ValueError, "device_maps must be 'auto', None or a mapping, not 3"),
+        ({"log_level": "loud"}, ValueError, "log_level must be one of 'debug', 'info', 'warning'"),
+        ({"record": 1}, TypeError, "record must be True or False, not 1"),
+        ({"status": "no"}, ValueError, "status must be True (serve it, the default) or False (serve none), not 'no'"),
+        ({"status_host": ""}, ValueError, "status_host must be an address"),
+        ({"status_port": 70000}, ValueError, "status_port must be an int in 0..65535 (0: a free one), or None"),
+        ({"status": False, "status_port": 1}, ValueError, "status_port=1 was given with status=False"),
+        ({"port": -1}, ValueError, "port must be an int in 0..65535 (0: a free one), not -1"),
+        ({"setup": "seed"}, TypeError, "setup must be a function of the node's rank, not 'seed'"),
+    ],
+)
+def test_system_options_refuse_a_bad_value_naming_the_option(
+    given: dict[str, Any], error: type[Exception], says: str
+) -> None:
+    with pytest.raises(error) as refused:
+        SystemOptions(**given)
+    assert says in str(refused.value)
+
+
+def test_run_refuses_an_unknown_option_naming_it_before_anything_starts() -> None:
+    with pytest.raises(TypeError, match=r"run\(\) got an unexpected keyword argument 'stirct' \(its options: "):
+        actorch.run(setup_marker, stirct=True)  # type: ignore[call-arg]
+
+
+def test_start_refuses_options_that_are_not_system_options() -> None:
+    with pytest.raises(TypeError, match=r"start\(options=...\) takes a SystemOptions, not \{'strict': True\}"):
+        actorch.start(options={"strict": True})  # type: ignore[arg-type]
+
+
+def test_keywords_override_the_options_given_beside_them() -> None:
+    base = SystemOptions(strict=True, lookup_timeout=5.0)
+    chosen = options_of("run", base, {"lookup_timeout": 1.0})
+    assert (chosen.strict, chosen.lookup_timeout) == (True, 1.0)
+    assert base.lookup_timeout == 5.0
+    with pytest.raises(ValueError, match="lookup_timeout must be a finite number"):
+        options_of("run", base, {"lookup_timeout": float("nan")})
+
+
+def test_run_takes_options_built_beforehand(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ACTORCH_OPTIONS_TEST", raising=False)
+    options = actorch.SystemOptions(setup=mark, configure_logs=False)
+    assert actorch.run(setup_marker, options=options) == "set up node 0"
+
+
+def test_the_driver_decides_tune_gc_unless_the_options_do() -> None:
+    assert _plan(SystemOptions(configure_logs=False), tune_gc=True).tune_gc is True
+    assert _plan(SystemOptions(configure_logs=False), tune_gc=False).tune_gc is False
+    assert _plan(SystemOptions(configure_logs=False, tune_gc=True), tune_gc=False).tune_gc is True
+
+
+async def test_local_world_refuses_an_option_that_does_not_apply_in_one_process() -> None:
+    with pytest.raises(TypeError, match=r"local_world\(\) got an unexpected keyword argument 'rpc_threads'"):
+        async with local_world(2, rpc_threads=8):  # type: ignore[call-arg]
+            pass
+
+
+async def test_local_world_checks_its_options_as_run_does() -> None:
+    with pytest.raises(ValueError, match="send_budget must be an int >= 1, not 0"):
+        async with local_world(2, send_budget=0):
+            pass
+
+
+def test_launcher_environment_sets_what_run_then_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ACTORCH_STATUS_PORT", "ACTORCH_LOG_LEVEL", "ACTORCH_RECORD"):
+        monkeypatch.delenv(name, raising=False)
+    assert launcher_environment() == {}
+    said = launcher_environment(status=False, log_level="INFO", record=False)
+    assert said == {"ACTORCH_STATUS_PORT": "off", "ACTORCH_LOG_LEVEL": "info", "ACTORCH_RECORD": "0"}
+    assert launcher_environment(status_port=8470) == {"ACTORCH_STATUS_PORT": "8470"}
+    for name, value in said.items():
+        monkeypatch.setenv(name, value)
+    options = SystemOptions(configure_logs=False)
+    assert status_address(options) is None
+    assert recording(options) is False
+    assert _plan(options, tune_gc=True).log_level == "info"
+
+
+def test_launcher_environment_checks_as_the_options_do() -> None:
+    with pytest.raises(ValueError, match="log_level must be one of"):
+        launcher_environment(log_level="loud")
+
+
+async def test_local_world_waits_less_than_run_by_default() -> None:
+    async with local_world(1) as world, local_world(1, stop_grace=0.5) as other:
+        assert (world[0].config.lookup_timeout, world[0].config.stop_grace) == (5.0, 2.0)
+        assert other[0].config.stop_grace == 0.5
+    assert (SystemOptions().lookup_timeout, SystemOptions().stop_grace) == (30.0, 10.0)
