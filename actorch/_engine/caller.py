@@ -286,11 +286,13 @@ class Caller(NodeSide):
             return await self._call_queued(actor_id, endpoint, args, kwargs, chain, label, deadline, key)
         task = asyncio.current_task()
         assert task is not None
-        cell.enter(key)
+        context = CallContext(cell.label, key, chain, endpoint, cell.device)
+        context.task = task
+        cell.enter(key, context)
         cell.inline.enter(task)
-        token = current_call.set(CallContext(cell.label, key, chain, endpoint, cell.device))
+        token = current_call.set(context)
         deadline_token = inherited_deadline.set(deadline)  # for a caller that is another task
-        started = perf_counter_ns()
+        context.started = started = perf_counter_ns()
         failed = True
         error: Exception
         try:
