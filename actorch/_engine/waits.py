@@ -42,10 +42,14 @@ class WaitGraph:
 
     @classmethod
     def of(cls, actors: Iterable[Mapping[str, Any]]) -> WaitGraph:
-        """The graph of actors as ``Cell.waits`` describes them (one node's, or every node's together)."""
+        """The graph of actors as ``Cell.waits`` describes them (one node's, or every node's together).
+
+        An actor is named by its name, or by its label if it has none.
+        """
         graph = cls()
         for actor in actors:
-            graph.add(actor["label"], actor.get("running") or (), actor.get("queued_callers") or ())
+            who = actor.get("name") or actor["label"]
+            graph.add(who, actor.get("running") or (), actor.get("queued_callers") or ())
         return graph
 
     def add(self, label: str, running: Iterable[Mapping[str, Any]], queued_callers: Iterable[int]) -> None:
