@@ -29,7 +29,7 @@ class Sleeper(actorch.Actor):
     async def nap(self) -> None:
         deadline = time.monotonic() + 60
         while not DONE.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)  # STUCK: sleeping
+            time.sleep(0.05)  # noqa: ASYNC251 - STUCK: sleeping, the point of it
 
 
 class Waiter(actorch.Actor):
@@ -73,7 +73,7 @@ async def main(system: actorch.ActorSystem) -> str:
     (found,) = [each for each in running_systems() if each.pid == os.getpid()]
     (TMP / "ready").write_text(json.dumps({"address": found.status}))
     deadline = time.monotonic() + 60
-    while not DONE.exists() and time.monotonic() < deadline:
+    while not DONE.exists() and time.monotonic() < deadline:  # noqa: ASYNC110 - a file, not an event, says when
         await asyncio.sleep(0.05)
     return "diagnosed"
 
