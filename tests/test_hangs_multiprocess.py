@@ -81,8 +81,8 @@ def test_status_names_the_wait_cycle_across_nodes(stuck: str) -> None:
     assert status["schema"] == 3
     assert [set(cycle) for cycle in status["wait_cycles"]] == [CYCLE]
     actors = _actors(status)
-    assert actors["hang/a"]["running"][0]["waits_on"] == ["hang/b"]
-    assert actors["hang/b"]["running"][0]["waits_on"] == ["hang/a"]
+    assert actors["hang/a"]["handlers"][0]["waits_on"] == ["hang/b"]
+    assert actors["hang/b"]["handlers"][0]["waits_on"] == ["hang/a"]
     table = _cli("status", "--address", stuck)
     assert table.returncode == 0, table.stderr
     assert "waiting in a cycle" in table.stdout
@@ -101,7 +101,7 @@ def test_status_shows_running_handlers_queued_age_and_loop_lag(stuck: str) -> No
         assert status["nodes"][rank]["loop"]["responsive"]
         assert status["nodes"][rank]["loop"]["lag"] >= 0
     waiter = _actors(status)["hang/waiter"]
-    (running,) = waiter["running"]
+    (running,) = waiter["handlers"]
     assert running["endpoint"] == "wait"
     assert running["seconds"] > 0
     assert waiter["queued"] == 1

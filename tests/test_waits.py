@@ -70,7 +70,7 @@ def _graph(*actors: tuple[str, list[tuple[int, int | None]], list[int]]) -> Wait
     return WaitGraph.of(
         {
             "label": name,
-            "running": [{"key": key, "caller": caller} for key, caller in running],
+            "handlers": [{"key": key, "caller": caller} for key, caller in running],
             "queued_callers": queued,
         }
         for name, running, queued in actors
@@ -147,13 +147,13 @@ async def test_status_shows_running_handlers_queued_age_waits_and_loop_lag(world
     assert status["schema"] == 3
     assert [set(cycle) for cycle in status["wait_cycles"]] == [{"status/a", "status/b"}]
     actors = {actor["name"]: actor for node in status["nodes"] for actor in node["actors"]}
-    (ask,) = actors["status/a"]["running"]
+    (ask,) = actors["status/a"]["handlers"]
     assert ask["endpoint"] == "ask"
     assert ask["seconds"] > 0
     assert ask["waits_on"] == ["status/b"]
     assert actors["status/a"]["queued"] == 3  # b's answer and the two waits
     assert actors["status/a"]["queued_seconds"] > 0
-    assert actors["status/b"]["running"][0]["waits_on"] == ["status/a"]
+    assert actors["status/b"]["handlers"][0]["waits_on"] == ["status/a"]
     for node in status["nodes"]:
         assert node["loop"]["responsive"]
         assert node["loop"]["lag"] >= 0

@@ -124,7 +124,7 @@ class ActorHost(ActorLifecycle):
                     # holds its lifecycle hooks (on_start...), and a batch run there is one message.
                     "handled": sum(stats["calls"] for stats in endpoints.values()),
                     "endpoints": endpoints,
-                    **cell.waits(now),  # running (endpoint, seconds, key, caller), queued_seconds, queued_callers
+                    **cell.waits(now),  # handlers (endpoint, seconds, key, caller), queued_seconds, queued_callers
                 }
             )
         return {

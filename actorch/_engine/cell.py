@@ -156,7 +156,7 @@ class Cell:
     def waits(self, now: int) -> dict[str, Any]:
         """What this actor runs now and what waits in its mailbox, as plain data (``now``: ``perf_counter_ns()``).
 
-        ``running``: each handler running, oldest first: its endpoint, seconds
+        ``handlers``: each handler running, oldest first: its endpoint, seconds
         since it began (None: its worker has not begun), its key and its
         caller's (see ``waits``). ``queued_seconds``: how long the oldest queued
         message has waited (None: none waits). ``queued_callers``: the handlers
@@ -181,7 +181,7 @@ class Cell:
         callers = {message.chain[-1] for message in queued if message.chain}
         oldest = min((message.queued_at for message in queued if message.queued_at), default=0)
         return {
-            "running": running,
+            "handlers": running,
             "queued_seconds": (now - oldest) / 1e9 if oldest else None,
             "queued_callers": sorted(callers)[:MAX_CALLERS],
         }

@@ -49,7 +49,7 @@ class WaitGraph:
         graph = cls()
         for actor in actors:
             who = actor.get("name") or actor["label"]
-            graph.add(who, actor.get("running") or (), actor.get("queued_callers") or ())
+            graph.add(who, actor.get("handlers") or (), actor.get("queued_callers") or ())
         return graph
 
     def add(self, label: str, running: Iterable[Mapping[str, Any]], queued_callers: Iterable[int]) -> None:

@@ -65,7 +65,7 @@ STATUS_SCHEMA = 3
 """Version of the status JSON's fields (its ``schema`` field); docs/operations.md lists them.
 
 2 added each node's ``resources``, ``free``, ``held``, ``owner``, ``parent`` and ``pool``.
-3 added each node's ``loop``, each actor's ``running``, ``queued_seconds`` and
+3 added each node's ``loop``, each actor's ``handlers``, ``queued_seconds`` and
 ``queued_callers``, and the system's ``wait_cycles``.
 """
 READABLE_SCHEMAS = (1, 2, 3)
@@ -117,7 +117,7 @@ async def gather_status(host: ActorHost) -> dict[str, Any]:
     actors = [actor for each in nodes for actor in each.get("actors", ())]
     graph = WaitGraph.of(actors)
     for actor in actors:
-        for handler in actor.get("running", ()):
+        for handler in actor.get("handlers", ()):
             handler["waits_on"] = graph.waits_on(handler["key"])
     return {
         "schema": STATUS_SCHEMA,
