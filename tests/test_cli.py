@@ -233,6 +233,8 @@ def console_script(*args: str, runtime: Path) -> tuple[subprocess.CompletedProce
         (["run", "-n", "0", "examples/quickstart.py"], 2, "expected an int >= 1"),
         (["serve", "--resource", "gpus"], 2, "expected NAME=AMOUNT, not 'gpus'"),
         (["status", "--address", "127.0.0.1"], 2, "expected HOST:PORT"),
+        (["stacks", "--help"], 0, ""),
+        (["stacks"], 1, "actorch stacks: error: no actorch system runs on this host"),
         (["history"], 0, ""),
         (["history", "nope"], 1, "actorch history: no runs recorded"),
     ],
@@ -526,7 +528,7 @@ def test_status_finds_watches_and_scrapes_a_live_system_and_ctrl_c_ends_it(tmp_p
         assert watched.stdout.count("nodes (2)") == 3
 
         raw = json.loads(actorch_cli("status", "--json").stdout)
-        assert raw["schema"] == 2
+        assert raw["schema"] == 3
         assert [node["rank"] for node in raw["nodes"]] == [0, 1]
         counters = {actor["name"]: actor for node in raw["nodes"] for actor in node["actors"]}
         for counter in counters.values():

@@ -75,8 +75,8 @@ async def test_every_handled_message_is_counted_under_its_endpoint(world: LocalW
     assert actor["queued"] == 0
     assert status["schema"] == STATUS_SCHEMA
     _, actors = status_tables(status, None)
-    assert list(actors.columns[4].cells) == [str(a["handled"]) for n in status["nodes"] for a in n["actors"]]
-    assert "8" in actors.columns[4].cells
+    assert list(actors.columns[7].cells) == [str(a["handled"]) for n in status["nodes"] for a in n["actors"]]
+    assert "8" in actors.columns[7].cells
     node = status["nodes"][on]
     assert node["uptime"] > 0
     if on != 0:

@@ -11,6 +11,7 @@ and the launcher all go through its public methods.
 from __future__ import annotations
 
 import asyncio
+from time import perf_counter_ns
 from typing import Any
 
 from actorch._actors.actor import class_path
@@ -108,6 +109,7 @@ class ActorHost(ActorLifecycle):
         node = self.node
         info = node.transport.peer(self.rank)
         actors = []
+        now = perf_counter_ns()
         for cell in node.cells():
             if cell.actor_id <= SYSTEM_IDS:
                 continue
@@ -123,6 +125,7 @@ class ActorHost(ActorLifecycle):
                     # holds its lifecycle hooks (on_start...), and a batch run there is one message.
                     "handled": sum(stats["calls"] for stats in endpoints.values()),
                     "endpoints": endpoints,
+                    **cell.waits(now),  # handlers (endpoint, seconds, key, caller), queued_seconds, queued_callers
                 }
             )
         return {
@@ -130,6 +133,7 @@ class ActorHost(ActorLifecycle):
             **node_share(self.holdings, self.gpus.share()),
             "uptime": node.loop.time() - self._born,
             "statistics": node.statistics(),
+            "loop": node.loop_lag.snapshot(),
             "actors": actors,
         }
 

@@ -13,6 +13,7 @@ import contextlib
 import inspect
 from collections.abc import Callable
 from dataclasses import replace
+from time import perf_counter_ns
 from typing import Any, TypeVar
 
 import torch
@@ -204,8 +205,10 @@ class ActorLifecycle:
         key = self.node.new_key()
         context = current_call.get()
         chain = context.child_chain() if context is not None else ()
-        cell.enter(key)
-        token = current_call.set(CallContext(cell.label, key, chain, hook, cell.device))
+        running = CallContext(cell.label, key, chain, hook, cell.device)
+        running.started, running.task = perf_counter_ns(), asyncio.current_task()
+        cell.enter(key, running)
+        token = current_call.set(running)
         # Actor's own no-op hooks return at once: no timer for them (outside actorch.run's
         # loop, every armed timer is one more that each call made meanwhile looks through).
         own = getattr(type(cell.instance), hook, None) is not getattr(Actor, hook, None)

@@ -29,6 +29,7 @@ from actorch._engine.calls import RemoteCall
 from actorch._engine.message import CallContext, Message, Origin, current_call
 from actorch._engine.replies import LocalReply, log_heard_failure
 from actorch._engine.side import NodeSide, SideParts
+from actorch._engine.waits import WaitGraph, describe_cycle
 from actorch._engine.wire import CALL, CANCEL, TELL, check_size, handler_error, rebuild_error
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
 
@@ -286,11 +287,13 @@ class Caller(NodeSide):
             return await self._call_queued(actor_id, endpoint, args, kwargs, chain, label, deadline, key)
         task = asyncio.current_task()
         assert task is not None
-        cell.enter(key)
+        context = CallContext(cell.label, key, chain, endpoint, cell.device)
+        context.task = task
+        cell.enter(key, context)
         cell.inline.enter(task)
-        token = current_call.set(CallContext(cell.label, key, chain, endpoint, cell.device))
+        token = current_call.set(context)
         deadline_token = inherited_deadline.set(deadline)  # for a caller that is another task
-        started = perf_counter_ns()
+        context.started = started = perf_counter_ns()
         failed = True
         error: Exception
         try:
@@ -349,10 +352,38 @@ class Caller(NodeSide):
             try:
                 return await future
             except asyncio.CancelledError:
+                cycle = self._cycle_at_deadline(message)
                 cell.cancel(message)
+                if cycle is not None:
+                    raise TimeoutError(
+                        f"call to {endpoint!r} of {label} ran out of time waiting in a cycle: {describe_cycle(cycle)}"
+                    ) from None
                 raise
         finally:
             self.flow.release(target)
+
+    def _cycle_at_deadline(self, message: Message) -> list[str] | None:
+        """If ``message``'s caller was cancelled by its deadline while it waits in a cycle of this node: the cycle.
+
+        Only this node's mailboxes are read (a cycle through another node is
+        named by ``actorch status``), and only when the deadline has passed and
+        nothing else cancelled the caller too, so that the ``TimeoutError``
+        that names the cycle stands for the deadline's own.
+        """
+        deadline = message.deadline
+        task = asyncio.current_task()
+        if deadline is None or not message.chain or self.loop.time() + _CLOCK_SLACK < deadline:
+            return None
+        if task is None or task.cancelling() > 1:
+            return None
+        now = perf_counter_ns()
+        graph = WaitGraph.of(
+            {"name": cell.name, "label": cell.label, **cell.waits(now)} for cell in list(self.cells.values())
+        )
+        return graph.cycle_through(message.chain[-1])
+
+
+_CLOCK_SLACK = 0.001  # a timer may fire this much before its time (the loop's clock resolution, and then some)
 
 
 async def _raise_after_a_turn(error: Exception) -> NoReturn:

@@ -29,6 +29,7 @@ from actorch._engine.inline import InlineCalls
 from actorch._engine.message import CallContext, ItemRefused, Message, Origin, Outlet, Reply, current_call
 from actorch._engine.metrics import EndpointStats
 from actorch._engine.replies import TellDone, log_heard_failure
+from actorch._engine.waits import MAX_CALLERS
 from actorch._engine.wire import is_refusal
 from actorch._transport.autograd import NO_CONTEXT, bound
 from actorch._transport.base import PORT_HOLD
@@ -122,7 +123,8 @@ class Cell:
         self.metrics: dict[str, EndpointStats] = {}  # by endpoint: messages handled, errors, handler times
         self.queue: deque[Message] = deque()
         self.queued_peak = 0
-        self.active: set[int] = set()
+        # running messages by key: what each serves (a message, or the context of one run in its caller's task)
+        self.active: dict[int, Message | CallContext | None] = {}
         self.stopping = False
         self.paused = False  # while the actor restarts: nothing starts, messages wait
         self.failure: BaseException | None = None  # the fatal error being recovered from
@@ -151,6 +153,39 @@ class Cell:
             counts["batched_calls"] = self.batcher.calls
         return counts
 
+    def waits(self, now: int) -> dict[str, Any]:
+        """What this actor runs now and what waits in its mailbox, as plain data (``now``: ``perf_counter_ns()``).
+
+        ``handlers``: each handler running, oldest first: its endpoint, seconds
+        since it began (None: its worker has not begun), its key and its
+        caller's (see ``waits``). ``queued_seconds``: how long the oldest queued
+        message has waited (None: none waits). ``queued_callers``: the handlers
+        whose calls wait in the queue. Safe to call from another thread: it
+        only copies.
+        """
+        running = []
+        for key, serving in list(self.active.items()):
+            if serving is None:
+                continue
+            chain = serving.chain
+            running.append(
+                {
+                    "endpoint": serving.endpoint,
+                    "seconds": (now - serving.started) / 1e9 if serving.started else None,
+                    "key": key,
+                    "caller": chain[-1] if chain else None,
+                }
+            )
+        running.sort(key=lambda handler: -float(handler["seconds"] or 0.0))
+        queued = list(self.queue)
+        callers = {message.chain[-1] for message in queued if message.chain}
+        oldest = min((message.queued_at for message in queued if message.queued_at), default=0)
+        return {
+            "handlers": running,
+            "queued_seconds": (now - oldest) / 1e9 if oldest else None,
+            "queued_callers": sorted(callers)[:MAX_CALLERS],
+        }
+
     def stats(self, endpoint: str) -> EndpointStats:
         """The counters and handler times of ``endpoint`` (made on its first message)."""
         stats = self.metrics.get(endpoint)
@@ -162,7 +197,7 @@ class Cell:
 
     def is_reentrant(self, chain: tuple[int, ...]) -> bool:
         """Whether a call with this chain comes back to a call this actor is handling."""
-        return bool(chain) and bool(self.active) and not self.active.isdisjoint(chain)
+        return bool(chain) and bool(self.active) and not self.active.keys().isdisjoint(chain)
 
     def can_start(self, chain: tuple[int, ...]) -> bool:
         """Whether a new message may start now rather than wait in the queue.
@@ -175,16 +210,16 @@ class Cell:
         free = self.running < self.max_concurrency and not self.queue and not self.unbegun
         return free or self.is_reentrant(chain)
 
-    def enter(self, key: int) -> None:
-        """Count a message as running."""
+    def enter(self, key: int, serving: Message | CallContext | None = None) -> None:
+        """Count a message as running: ``serving`` is its message, or the context of a handler run in place."""
         self.running += 1
-        self.active.add(key)
+        self.active[key] = serving
 
     def leave(self, key: int) -> None:
         """Count a message as done (the caller then takes or starts the next ones)."""
         self.running -= 1
         self.handled += 1
-        self.active.discard(key)
+        self.active.pop(key, None)
         if self.idle is not None and self.running <= self.idle_at and not self.queue and not self.idle.done():
             self.idle.set_result(None)
 
@@ -199,7 +234,7 @@ class Cell:
         """For a worker that finished a message: the next queued one it may run, entered."""
         if self.queue and self.running < self.max_concurrency and not self.unbegun and not self.paused:
             message = self.queue.popleft()
-            self.enter(message.key)
+            self.enter(message.key, message)
             return message
         return None
 
@@ -233,6 +268,7 @@ class Cell:
             self.start(message)
         else:
             queue = self.queue
+            message.queued_at = perf_counter_ns()  # only a message that waits pays for the clock: its queued age
             queue.append(message)
             if len(queue) > self.queued_peak:  # noqa: PLR1730 - a compare, not a call, for every queued message
                 self.queued_peak = len(queue)
@@ -245,7 +281,7 @@ class Cell:
 
     def start(self, message: Message) -> None:
         """Run ``message`` in a new worker task, which then drains the queue."""
-        self.enter(message.key)
+        self.enter(message.key, message)
         self.unbegun += 1
         task = self.loop.create_task(self.work(message))
         message.task = task
@@ -332,7 +368,7 @@ class Cell:
             slice_end = perf_counter_ns() + WORK_SLICE_NS
             while message is not None:
                 message.task = task
-                started = perf_counter_ns()
+                message.started = started = perf_counter_ns()
                 failed = False
                 count = 1
                 try:

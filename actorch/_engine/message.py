@@ -54,9 +54,14 @@ class Reply:
 
 
 class CallContext:
-    """The call a handler is serving: its actor, its key, its chain of callers and the actor's device."""
+    """The call a handler is serving: its actor, its key, its chain of callers and the actor's device.
 
-    __slots__ = ("chain", "device", "endpoint", "key", "label")
+    A handler run in its caller's task (a same-node call, a hook) is held in
+    its actor's running handlers by this context: ``started`` and ``task`` say
+    since when and where it runs, for ``actorch status`` and ``actorch stacks``.
+    """
+
+    __slots__ = ("chain", "device", "endpoint", "key", "label", "started", "task")
 
     def __init__(
         self, label: str, key: int, chain: tuple[int, ...], endpoint: str, device: torch.device | None = None
@@ -66,6 +71,8 @@ class CallContext:
         self.chain = chain
         self.endpoint = endpoint
         self.device = device  # the actor's accelerator device, if it has one: staged tensors it receives go there
+        self.started = 0  # perf_counter_ns() when a handler run in place began (0: not one of those)
+        self.task: asyncio.Task[Any] | None = None  # the task running it in place
 
     def __repr__(self) -> str:
         return f"<CallContext {self.label}.{self.endpoint} key={self.key:#x}>"
@@ -92,8 +99,10 @@ class Message:
         "key",
         "kwargs",
         "outlet",
+        "queued_at",
         "reply",
         "runs",
+        "started",
         "task",
     )
 
@@ -120,6 +129,8 @@ class Message:
         self.batch: BatchRun | None = None  # the batch run this call joined
         self.runs: BatchRun | None = None  # the batch run this message is the mailbox turn of
         self.outlet: Outlet | None = None  # a stream's producing end: the message runs the generator into it
+        self.queued_at = 0  # perf_counter_ns() when it joined its actor's queue (set only if it had to wait)
+        self.started = 0  # perf_counter_ns() when its handler began (0: not yet)
 
     def __repr__(self) -> str:
         return f"<Message {self.endpoint} key={self.key:#x}>"

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,7 +30,9 @@ from actorch._engine.caller import Caller
 from actorch._engine.cell import Cell, FailureListener
 from actorch._engine.endpoints import Endpoint
 from actorch._engine.flow import FlowControl
+from actorch._engine.looplag import LoopLag
 from actorch._engine.side import SideParts
+from actorch._engine.stacks import loop_stacks, thread_stacks
 from actorch._engine.streaming import Streams
 from actorch._engine.wire import CALL, CANCEL, CAST, CLOSE, CREDIT, END, ITEM, MORE, REPLY, STREAM, TELL
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
@@ -104,6 +108,9 @@ class Node:
         self.caller.streams = self.streams
         transport.attach(loop, self._receive, self._on_peer_lost)
         transport.on_joined = self._on_peer_joined
+        transport.off_loop = self.answer_off_loop
+        self.loop_lag = LoopLag(loop)
+        self.loop_lag.start()
 
     def __repr__(self) -> str:
         return f"<Node rank={self.rank}/{self.world_size} actors={len(self._cells)}>"
@@ -175,6 +182,25 @@ class Node:
     def new_key(self) -> int:
         """A key for a message, unique in the whole system."""
         return self._key_base | next(self._keys)
+
+    def answer_off_loop(self, question: str) -> dict[str, Any]:
+        """What a thread can say of this node without its loop: its loop's state, and with ``stacks`` where it is.
+
+        Answers ``Transport.ask_off_loop`` on a transport thread (``actorch
+        stacks``); the loop may be blocked meanwhile. ``stacks`` adds each
+        actor's running handlers as await chains, the loop's other tasks and
+        every thread's stack (``stacks``).
+        """
+        answer: dict[str, Any] = {
+            "rank": self.rank,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "loop": self.loop_lag.snapshot(),
+        }
+        if question == "stacks":
+            actors, tasks = loop_stacks(self.cells(), self.loop, skip_ids=SYSTEM_IDS)
+            answer.update(actors=actors, tasks=tasks, threads=thread_stacks())
+        return answer
 
     # ------------------------------------------------------------------ messages in
 
@@ -299,6 +325,7 @@ class Node:
     def cut_off(self) -> None:
         """Stop sending, as if this node's process had died (for in-process test worlds)."""
         self.closed = True
+        self.loop_lag.stop()
         self.caller.closed = True
         self.callee.close()
         self.streams.close()
@@ -308,6 +335,7 @@ class Node:
         if self.closed:
             return
         self.closed = True
+        self.loop_lag.stop()
         self.flow.close(lambda: SystemClosedError(f"node {self.rank} shut down while waiting for room in a mailbox"))
         self.caller.close()
         self.callee.close()

@@ -19,6 +19,7 @@ from typing import NoReturn
 from actorch._base.record import RECORD_ENV, RUNS_DIR_ENV
 from actorch._launch.cli_history import history_command
 from actorch._launch.cli_serve import parse_resource
+from actorch._launch.cli_stacks import stacks_command
 from actorch._launch.cli_status import status_command, stop_command
 from actorch._launch.logs import LOG_LEVELS
 from actorch._launch.runtime import RUNTIME_DIR_ENV
@@ -45,6 +46,7 @@ examples:
   actorch status --watch                      ... refreshed every second (Ctrl-C ends it)
   actorch status --list                       every system running on this host
   actorch status --address 10.0.0.5:8470      a system on another host
+  actorch stacks                              where every handler and thread of the system is, line by line
   actorch stop                                shut the system of this host down gracefully
   actorch history                             the runs recorded on this host, newest first
   actorch history last                        the newest one as a report: what happened, errors, statistics
@@ -68,11 +70,12 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = top.add_subparsers(
-        dest="command", required=True, parser_class=_Parser, metavar="{run,serve,status,stop}"
+        dest="command", required=True, parser_class=_Parser, metavar="{run,serve,status,stacks,stop,history}"
     )
     _add_run(commands)
     _add_serve(commands)
     _add_status(commands)
+    _add_stacks(commands)
     _add_stop(commands)
     _add_history(commands)
     return top
@@ -210,6 +213,34 @@ def _add_status(commands: argparse._SubParsersAction[_Parser]) -> None:
         help='print the status as JSON (schema in docs/operations.md); a failure too, as {"error": ...}',
     )
     status.set_defaults(func=status_command)
+
+
+def _add_stacks(commands: argparse._SubParsersAction[_Parser]) -> None:
+    stacks = commands.add_parser(
+        "stacks",
+        help="show where every handler and thread of a running system is, line by line",
+        description=(
+            "Print, for every node of a running system, whether its event loop keeps up, each actor's running "
+            "handlers as await chains down to the line each is on (and what it waits for), the loop's other "
+            "tasks, and every thread's stack. Rank 0 gathers it on threads, so it answers also when a handler "
+            "blocks an event loop and never yields; a node that does not answer within a few seconds is shown "
+            "as such. The system is found as by actorch status."
+        ),
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    where = stacks.add_mutually_exclusive_group()
+    where.add_argument("--port", type=_port, help="rank 0's status port on 127.0.0.1")
+    where.add_argument("--address", type=_address, metavar="HOST:PORT", help="rank 0's status address, on another host")
+    where.add_argument("--pid", type=_count, help="the system of this host whose rank 0 has this pid")
+    stacks.add_argument("--no-threads", action="store_true", help="leave out the threads' stacks")
+    stacks.add_argument("--no-tasks", action="store_true", help="leave out the tasks that are not actors' handlers")
+    stacks.add_argument(
+        "--json",
+        action="store_true",
+        help='print them as JSON (see docs/operations.md); a failure too, as {"error": ...}',
+    )
+    stacks.set_defaults(func=stacks_command)
 
 
 def _add_history(commands: argparse._SubParsersAction[_Parser]) -> None:

@@ -25,7 +25,15 @@ from typing import Any, NoReturn
 from actorch._launch.runtime import RunningSystem, running_systems, runtime_dir
 from actorch._launch.status import READABLE_SCHEMAS, STATUS_OFF, STATUS_PORT_ENV
 
-__all__ = ["StatusUnavailable", "fetch_status", "status_command", "stop_command"]
+__all__ = [
+    "StatusUnavailable",
+    "fail_command",
+    "fetch_served",
+    "fetch_status",
+    "find_address",
+    "status_command",
+    "stop_command",
+]
 
 _MAX_ANSWER = 64 << 20
 """Bytes of an answer read at most (a status of thousands of actors is a few MB)."""
@@ -35,7 +43,7 @@ class StatusUnavailable(Exception):  # noqa: N818 - reads as what happened
     """Raised when an address gives no actorch status: nothing answers, or something else does."""
 
 
-def _fail(command: str, message: str, code: int = 1, *, as_json: bool = False, **details: Any) -> NoReturn:
+def fail_command(command: str, message: str, code: int = 1, *, as_json: bool = False, **details: Any) -> NoReturn:
     """End the command with ``message`` on stderr and exit code ``code``; ``as_json`` says it on stdout too."""
     if as_json:
         print(json.dumps({"error": message, "exit_code": code, **details}), flush=True)
@@ -50,7 +58,7 @@ def _systems(command: str, *, as_json: bool = False) -> list[RunningSystem]:
     try:
         return running_systems()
     except OSError as exc:
-        _fail(command, f"cannot read the runtime directory: {exc}", as_json=as_json)
+        fail_command(command, f"cannot read the runtime directory: {exc}", as_json=as_json)
 
 
 def _one_system(command: str, pid: int | None, *, as_json: bool = False) -> RunningSystem:
@@ -64,13 +72,13 @@ def _one_system(command: str, pid: int | None, *, as_json: bool = False) -> Runn
         for system in systems:
             if system.pid == pid:
                 return system
-        _fail(
+        fail_command(
             command,
             f"no actorch system whose rank 0 has pid {pid} runs on this host (actorch status --list)",
             as_json=as_json,
         )
     if not systems:
-        _fail(
+        fail_command(
             command,
             f"no actorch system runs on this host (none has a runtime file in {runtime_dir()})",
             as_json=as_json,
@@ -78,7 +86,7 @@ def _one_system(command: str, pid: int | None, *, as_json: bool = False) -> Runn
     if len(systems) > 1:
         if not as_json:
             _print_systems(systems)
-        _fail(
+        fail_command(
             command,
             f"{len(systems)} actorch systems run on this host: pick one with --pid PID",
             2,
@@ -100,7 +108,7 @@ def _record(system: RunningSystem) -> dict[str, Any]:
     }
 
 
-def _address(args: argparse.Namespace) -> str:
+def find_address(args: argparse.Namespace, command: str = "status") -> str:
     """Where the status is: ``--address``, ``--port``, ``ACTORCH_STATUS_PORT``, else the runtime file's."""
     if args.address is not None:
         return str(args.address)
@@ -110,17 +118,17 @@ def _address(args: argparse.Namespace) -> str:
     # 0 asks a system for a free port (find which it took), and off for none: the runtime file says which
     if args.pid is None and port and port not in ("0", STATUS_OFF):
         if not port.isdigit() or int(port) > 65535:
-            _fail(
-                "status",
+            fail_command(
+                command,
                 f"{STATUS_PORT_ENV} must be a port (1..65535) or {STATUS_OFF!r}, not {port!r}",
                 2,
                 as_json=args.json,
             )
         return f"127.0.0.1:{port}"
-    system = _one_system("status", args.pid, as_json=args.json)
+    system = _one_system(command, args.pid, as_json=args.json)
     if system.status is None:
-        _fail(
-            "status",
+        fail_command(
+            command,
             f"the system of pid {system.pid} ({system.script}) serves no status: it was started with "
             "run(..., status=False) or actorch run --no-status (actorch stop still finds it)",
             as_json=args.json,
@@ -152,11 +160,26 @@ def fetch_status(address: str, timeout: float = 10.0) -> dict[str, Any]:
         StatusUnavailable: Nothing answers there, or what answers is not an
             actorch status of a schema this version reads; the message says which.
     """
+    return fetch_served(address, "/status", timeout)
+
+
+def fetch_served(address: str, path: str, timeout: float = 10.0) -> dict[str, Any]:
+    """What rank 0 serves at ``address`` under ``path`` (``/status``, ``/stacks``), checked to be actorch's.
+
+    Raises:
+        StatusUnavailable: As ``fetch_status``; also when rank 0 says it cannot
+            answer (its loop is blocked), in its words.
+    """
     try:
-        with urllib.request.urlopen(f"http://{address}/status", timeout=timeout) as answer:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=timeout) as answer:
             raw = answer.read(_MAX_ANSWER)
     except urllib.error.HTTPError as exc:
+        said = exc.read(1024).decode("utf-8", "replace").strip() if exc.code == 503 else ""
         exc.close()
+        if said:
+            raise StatusUnavailable(f"the system at {address} cannot answer: {said}") from None
+        if exc.code == 404 and path != "/status":
+            raise StatusUnavailable(f"the system at {address} serves no {path} (an older actorch?)") from None
         raise StatusUnavailable(
             f"no actorch status at {address}: it answered HTTP {exc.code} {exc.reason} (is it another service?)"
         ) from None
@@ -199,7 +222,7 @@ def status_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         else:
             _print_systems(systems)
         return 0
-    address = _address(args)
+    address = find_address(args)
     from rich.console import Console  # noqa: PLC0415 - only this command needs rich
 
     from actorch._launch.cli_tables import status_tables  # noqa: PLC0415 - needs rich
@@ -211,7 +234,7 @@ def status_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         try:
             current = fetch_status(address)
         except StatusUnavailable as exc:
-            _fail("status", str(exc), as_json=args.json, address=address)
+            fail_command("status", str(exc), as_json=args.json, address=address)
         if args.json:
             print(json.dumps(current), flush=True)
         else:
@@ -252,12 +275,12 @@ def stop_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         print(f"actorch stop: the system of pid {system.pid} had already ended")
         return 0
     except PermissionError as exc:
-        _fail("stop", f"cannot signal pid {target}: {exc.strerror}")
+        fail_command("stop", f"cannot signal pid {target}: {exc.strerror}")
     deadline = time.monotonic() + args.timeout
     while system.running() or (through_launcher and system.launcher_running()):
         if time.monotonic() >= deadline:
             who = f"its launcher (pid {target})" if through_launcher else f"rank 0 (pid {system.pid})"
-            _fail("stop", f"{who} has not exited {args.timeout:g} s after {how.name}")
+            fail_command("stop", f"{who} has not exited {args.timeout:g} s after {how.name}")
         time.sleep(0.05)
     print(f"actorch stop: stopped the system of pid {system.pid} ({system.script})")
     return 0

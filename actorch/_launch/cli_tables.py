@@ -1,4 +1,10 @@
-"""The tables ``actorch status`` prints: one row per node, one row per actor (rates between two refreshes)."""
+"""The tables ``actorch status`` prints: one row per node, one row per actor (rates between two refreshes).
+
+Since schema 3 they also show each node's event loop (its lag, or that it is
+blocked), each actor's running handlers (the oldest's age), the age of its
+oldest queued message and what its handlers wait on, and the cycles of
+handlers waiting on each other, named.
+"""
 
 from __future__ import annotations
 
@@ -22,19 +28,34 @@ def status_tables(current: dict[str, Any], previous: dict[str, Any] | None) -> l
         "label",
         "resources free",
         "state",
+        "loop",
         "actors",
         "msgs/s in",
         "msgs/s out",
     ):
         nodes.add_column(column, justify="right" if column.startswith(("rank", "pid", "actors", "msgs")) else "left")
     actors = Table(title="actors", title_justify="left")
-    for column in ("actor", "class", "node", "queued", "handled", "errors", "p50", "p99", "calls/s"):
-        actors.add_column(column, justify="left" if column in ("actor", "class") else "right")
+    for column in (
+        "actor",
+        "class",
+        "node",
+        "running",
+        "waits on",
+        "queued",
+        "queued for",
+        "handled",
+        "errors",
+        "p50",
+        "p99",
+        "calls/s",
+    ):
+        actors.add_column(column, justify="left" if column in ("actor", "class", "running", "waits on") else "right")
     for node in current["nodes"]:
         rank = node["rank"]
         if "statistics" not in node:
             state = f"lost: {node['lost']}" if "lost" in node else "not answering"
-            nodes.add_row(str(rank), "", "", "", "", "", state, "", "", "")
+            loop = _loop(node["loop"]) if "loop" in node else ""
+            nodes.add_row(str(rank), "", "", "", "", "", state, loop, "", "", "")
             continue
         stats, old = node["statistics"], before.get(rank, {}).get("statistics")
         span = elapsed if old is not None and elapsed else node["uptime"]
@@ -48,6 +69,7 @@ def status_tables(current: dict[str, Any], previous: dict[str, Any] | None) -> l
             _label(node),
             _resources(node),
             "alive",
+            _loop(node["loop"]) if "loop" in node else "-",
             str(len(node["actors"])),
             _rate(incoming, span),
             _rate(outgoing, span),
@@ -63,14 +85,57 @@ def status_tables(current: dict[str, Any], previous: dict[str, Any] | None) -> l
                 actor["name"] or f"#{actor['id']}",
                 actor["class"],
                 str(rank),
+                _handlers(actor.get("handlers")),
+                _waits(actor.get("handlers")),
                 str(actor["queued"]),
+                _duration(actor.get("queued_seconds")),
                 str(calls),
                 str(errors),
                 _worst(endpoints, "p50"),
                 _worst(endpoints, "p99"),
                 _rate(done, span),
             )
-    return [nodes, actors]
+    tables = [nodes, actors]
+    cycles = current.get("wait_cycles")
+    if cycles:
+        waits = Table(title="waiting in a cycle (deadlocked unless a deadline ends it)", title_justify="left")
+        waits.add_column("cycle")
+        for cycle in cycles:
+            waits.add_row(" -> ".join([*cycle, cycle[0]]))
+        tables.append(waits)
+    return tables
+
+
+def _loop(loop: dict[str, Any]) -> str:
+    """A node's event loop: its lag now and at worst in the last minute, or how long it has been blocked."""
+    if not loop["responsive"]:
+        return f"BLOCKED {loop['behind']:.1f} s"
+    return f"lag {_duration(loop['lag'])} (max {_duration(loop['lag_max'])})"
+
+
+def _handlers(running: list[dict[str, Any]] | None) -> str:
+    """An actor's running handlers: the endpoints (oldest first) and how long the oldest has run; ``-`` if none."""
+    if running is None:
+        return "-"
+    if not running:
+        return "idle"
+    names = ", ".join(dict.fromkeys(handler["endpoint"] for handler in running))
+    return f"{names} ({_duration(running[0]['seconds'])})"
+
+
+def _waits(running: list[dict[str, Any]] | None) -> str:
+    """The actors an actor's running handlers wait on."""
+    return ", ".join(sorted({label for handler in running or () for label in handler.get("waits_on", ())})) or "-"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.1f} s"
 
 
 def _label(node: dict[str, Any]) -> str:

@@ -3,7 +3,8 @@
 Rank 0's status server answers ``GET /metrics`` with what :func:`metrics_text`
 makes of a gathered status: per actor class and endpoint, messages handled,
 handler errors and a histogram of handler times; per node, whether it is up,
-its mailbox depths and the bytes it sent and received.
+its mailbox depths, how long the oldest message of each mailbox has waited,
+how late its event loop runs, and the bytes it sent and received.
 """
 
 from __future__ import annotations
@@ -54,6 +55,16 @@ class _Collector:
         depth = GaugeMetricFamily(
             "actorch_mailbox_depth", "Messages waiting in an actor's mailbox", labels=["node", "actor"]
         )
+        waited = GaugeMetricFamily(
+            "actorch_mailbox_oldest_wait_seconds",
+            "How long the oldest message waiting in an actor's mailbox has waited (0: none waits)",
+            labels=["node", "actor"],
+        )
+        lag = GaugeMetricFamily(
+            "actorch_event_loop_lag_seconds",
+            "How late the node's event loop ran its last probe (taken every 0.5 s; a blocked loop: how long blocked)",
+            labels=["node"],
+        )
         sent = CounterMetricFamily("actorch_bytes_sent", "Message bytes a node sent (tensors apart)", labels=["node"])
         tensors = CounterMetricFamily("actorch_tensor_bytes_sent", "Tensor bytes a node sent", labels=["node"])
         received = CounterMetricFamily("actorch_bytes_received", "Message bytes a node received", labels=["node"])
@@ -63,12 +74,16 @@ class _Collector:
             if "statistics" not in node:
                 continue
             stats = node["statistics"]
+            if "loop" in node:
+                lag.add_metric([rank], max(node["loop"]["lag"], node["loop"]["behind"]))
             sent.add_metric([rank], stats["bytes_sent"])
             tensors.add_metric([rank], stats["tensor_bytes_sent"])
             received.add_metric([rank], stats["bytes_received"])
             by_class: dict[tuple[str, str], list[dict[str, Any]]] = {}
             for actor in node["actors"]:
                 depth.add_metric([rank, actor["label"]], actor["queued"])
+                if "queued_seconds" in actor:
+                    waited.add_metric([rank, actor["label"]], actor["queued_seconds"] or 0.0)
                 for endpoint, snapshot in actor["endpoints"].items():
                     by_class.setdefault((actor["class"], endpoint), []).append(snapshot)
             for (cls, endpoint), snapshots in sorted(by_class.items()):
@@ -80,7 +95,7 @@ class _Collector:
                     _cumulative([bucket for snapshot in snapshots for bucket in snapshot["buckets"]]),
                     sum(snapshot["seconds"] for snapshot in snapshots),
                 )
-        yield from (handled, errors, seconds, up, depth, sent, tensors, received)
+        yield from (handled, errors, seconds, up, depth, waited, lag, sent, tensors, received)
 
 
 def _cumulative(buckets: list[list[float]]) -> list[tuple[str, float]]:

@@ -3,21 +3,40 @@
 Rank 0 serves it unless told not to (``run(status=False)``,
 ``ACTORCH_STATUS_PORT=off``), on a free loopback port unless told otherwise
 (``status_port``, ``status_host``), and writes the address into its runtime
-file. The server runs on rank 0's event loop: until a client connects it is
-one listening socket there, which adds nothing to the handling of messages. It
-answers ``GET /status`` with the whole system as JSON, ``GET /metrics`` with
-Prometheus' text format when ``prometheus_client`` is installed, and refuses
-everything else: it changes nothing in the system. ``actorch status`` is its
-client. The JSON carries ``"schema": STATUS_SCHEMA``; docs/operations.md lists
-every field, and a change to them raises the version.
+file. It answers ``GET /status`` with the whole system as JSON, ``GET
+/metrics`` with Prometheus' text format when ``prometheus_client`` is
+installed, ``GET /stacks`` with where every node is, line by line, and refuses
+everything else: it changes nothing in the system. ``actorch status`` and
+``actorch stacks`` are its clients. The JSON carries ``"schema":
+STATUS_SCHEMA``; docs/operations.md lists every field, and a change to them
+raises the version.
+
+The server is a thread of rank 0, not a part of its event loop, because
+``/stacks`` must answer when a loop is blocked: rank 0's own (an actor there,
+or ``main``, that never yields) or any other node's. Idle, it is one thread
+blocked in ``accept``, which adds nothing to the handling of messages; each
+request gets a thread of its own. ``/status`` is gathered on the loop (the
+thread waits for it, bounded): each node's status comes through its node
+service, and a node that does not answer in time is asked how its loop is
+from a thread instead. ``/stacks`` never touches a loop: rank 0 reads its own
+node from this thread, and asks every other node through its transport's
+threads (``Transport.ask_off_loop``: with torch RPC, a plain RPC function
+served by one of its thread pool's threads). That reuses the connections and
+the authentication the system already has, where a socket of each node's own
+would need a port, an address published somewhere, and a check of its own
+of who connects. A node that does not answer within ``STACKS_TIMEOUT`` is
+reported as such.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import errno
 import json
 import socket
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +47,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "READABLE_SCHEMAS",
+    "STACKS_TIMEOUT",
     "STATUS_OFF",
     "STATUS_PORT_ENV",
     "STATUS_SCHEMA",
     "StatusServer",
     "check_status_port",
+    "gather_stacks",
     "gather_status",
 ]
 
@@ -40,22 +61,36 @@ STATUS_PORT_ENV = "ACTORCH_STATUS_PORT"
 """Environment variable naming rank 0's status port (as ``run(status_port=...)``), or ``off`` for none."""
 STATUS_OFF = "off"
 """``ACTORCH_STATUS_PORT``'s value that serves no status (``actorch run --no-status``), as ``run(status=False)``."""
-STATUS_SCHEMA = 2
+STATUS_SCHEMA = 3
 """Version of the status JSON's fields (its ``schema`` field); docs/operations.md lists them.
 
 2 added each node's ``resources``, ``free``, ``held``, ``owner``, ``parent`` and ``pool``.
+3 added each node's ``loop``, each actor's ``handlers``, ``queued_seconds`` and
+``queued_callers``, and the system's ``wait_cycles``.
 """
-READABLE_SCHEMAS = (1, 2)
+READABLE_SCHEMAS = (1, 2, 3)
 """The versions ``actorch status`` reads: a system of the version before shows without the fields added since."""
 NODE_TIMEOUT = 2.0
 """Seconds a node has to answer a status request; one that does not is shown as not answering."""
+STACKS_TIMEOUT = 5.0
+"""Seconds a node has to say where it is (``actorch stacks``); one that does not is shown as not answering."""
+LOOP_TIMEOUT = 1.0
+"""Seconds a node whose loop did not give its status has to say, from a thread, how its loop is."""
 _MAX_REQUEST = 8192
 
 
 async def gather_status(host: ActorHost) -> dict[str, Any]:
-    """Every node's status as rank 0 sees it now; lost nodes and those that did not answer say so."""
+    """Every node's status as rank 0 sees it now; lost nodes and those that did not answer say so.
+
+    A node whose loop did not answer in time is asked how its loop is from a
+    thread (its ``loop``: a blocked one is far ``behind``). Who waits on whom
+    is put together from every node's mailboxes (``waits``): each running
+    handler gets ``waits_on`` (the actors its calls wait at), and
+    ``wait_cycles`` lists every cycle of handlers waiting on each other.
+    """
     # Imported here: actorch status and stop read this module's constants without importing torch.
     from actorch._actors.service import NodeService  # noqa: PLC0415
+    from actorch._engine.waits import WaitGraph  # noqa: PLC0415
 
     node = host.node
 
@@ -69,10 +104,62 @@ async def gather_status(host: ActorHost) -> dict[str, Any]:
                 found: dict[str, Any] = await host.services[rank].call(NodeService.status)
                 return found
         except Exception as exc:  # noqa: BLE001 - shown in the table, not raised
-            return {"rank": rank, "unanswered": repr(exc)}
+            unanswered: dict[str, Any] = {"rank": rank, "unanswered": repr(exc)}
+        try:
+            async with asyncio.timeout(LOOP_TIMEOUT + 1.0):
+                answer = await asyncio.to_thread(node.transport.ask_off_loop, rank, "loop", LOOP_TIMEOUT)
+            unanswered["loop"] = answer["loop"]
+        except Exception:  # noqa: BLE001, S110 - its threads do not answer either: unanswered says it all
+            pass
+        return unanswered
 
     nodes = await asyncio.gather(*(one(rank) for rank in node.ranks()))
-    return {"schema": STATUS_SCHEMA, "time": time.time(), "world_size": node.world_size, "nodes": list(nodes)}
+    actors = [actor for each in nodes for actor in each.get("actors", ())]
+    graph = WaitGraph.of(actors)
+    for actor in actors:
+        for handler in actor.get("handlers", ()):
+            handler["waits_on"] = graph.waits_on(handler["key"])
+    return {
+        "schema": STATUS_SCHEMA,
+        "time": time.time(),
+        "world_size": node.world_size,
+        "nodes": list(nodes),
+        "wait_cycles": graph.cycles(),
+    }
+
+
+def gather_stacks(host: ActorHost) -> dict[str, Any]:
+    """Where every node is now (``Node.answer_off_loop``), read on threads only: call it off the loop.
+
+    Rank 0's own node is read from this thread; every other one is asked
+    through the transport's threads, all at once, each within
+    ``STACKS_TIMEOUT``. Lost nodes say so; one that did not answer says why.
+    """
+    node = host.node
+    ranks, lost = node.ranks(), dict(node.lost)
+    asked = [rank for rank in ranks if rank not in lost and rank != host.rank]
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(asked))))
+    try:
+        futures = {rank: pool.submit(node.transport.ask_off_loop, rank, "stacks", STACKS_TIMEOUT) for rank in asked}
+        found = {host.rank: node.answer_off_loop("stacks")}
+        concurrent.futures.wait(futures.values(), timeout=STACKS_TIMEOUT + 1.0)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    answers = []
+    for rank in ranks:
+        if rank in lost:
+            answers.append({"rank": rank, "lost": lost[rank]})
+        elif rank in found:
+            answers.append(found[rank])
+        else:
+            future = futures[rank]
+            if not future.done():
+                answers.append({"rank": rank, "unanswered": f"no answer within {STACKS_TIMEOUT:g} s"})
+            elif future.exception() is not None:
+                answers.append({"rank": rank, "unanswered": repr(future.exception())})
+            else:
+                answers.append(future.result())
+    return {"schema": STATUS_SCHEMA, "time": time.time(), "world_size": node.world_size, "nodes": answers}
 
 
 def check_status_port(host: str, port: int) -> None:
@@ -94,13 +181,15 @@ def check_status_port(host: str, port: int) -> None:
 
 
 class StatusServer:
-    """Rank 0's read-only HTTP endpoint for ``actorch status`` (and Prometheus, when installed)."""
+    """Rank 0's read-only HTTP endpoint for ``actorch status`` and ``actorch stacks`` (and Prometheus), on a thread."""
 
     def __init__(self, host: ActorHost, address: str, port: int) -> None:
         self._host = host
         self._address = address
         self._port = port
-        self._server: asyncio.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._socket: socket.socket | None = None
+        self._thread: threading.Thread | None = None
 
     def __repr__(self) -> str:
         return f"<StatusServer {self._address}:{self.port}>"
@@ -108,57 +197,105 @@ class StatusServer:
     @property
     def port(self) -> int:
         """The port it listens on (the one asked, or the one the system chose for 0)."""
-        if self._server is None or not self._server.sockets:
+        if self._socket is None:
             return self._port
-        port: int = self._server.sockets[0].getsockname()[1]
+        port: int = self._socket.getsockname()[1]
         return port
 
     async def start(self) -> None:
-        """Listen; ``OSError`` if the port is taken."""
-        self._server = await asyncio.start_server(self._serve, self._address, self._port)
+        """Listen, and serve from a thread of its own; ``OSError`` if the port is taken."""
+        self._loop = asyncio.get_running_loop()
+        self._socket = socket.create_server((self._address, self._port), family=family(self._address))
+        self._thread = threading.Thread(target=self._accept, name="actorch-status", daemon=True)
+        self._thread.start()
         self._host.node.log.info("status served", address=self._address, port=self.port)
 
     async def close(self) -> None:
-        """Stop listening and drop open connections."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        """Stop listening; requests being answered end on their own threads."""
+        listening, self._socket = self._socket, None
+        if listening is None:
+            return
+        with contextlib.suppress(OSError):
+            listening.shutdown(socket.SHUT_RDWR)  # wakes the thread in accept()
+        listening.close()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, NODE_TIMEOUT)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(NODE_TIMEOUT * 2):
-                head = await reader.readuntil(b"\r\n\r\n")
-            status, kind, body = await self._answer(head)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
-            status, kind, body = "400 Bad Request", "text/plain", b"a status request is GET /status\n"
-        try:
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n".encode()
-                + body
-            )
-            await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
+    def _accept(self) -> None:
+        while (listening := self._socket) is not None:
+            try:
+                connection, _ = listening.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(connection,), name="actorch-status-request", daemon=True).start()
 
-    async def _answer(self, head: bytes) -> tuple[str, str, bytes]:
-        """The reply to one request: the status, the metrics, or a refusal."""
+    def _serve(self, connection: socket.socket) -> None:
+        with connection:
+            connection.settimeout(NODE_TIMEOUT * 2)
+            head = b""
+            try:
+                while b"\r\n\r\n" not in head and len(head) <= _MAX_REQUEST:
+                    chunk = connection.recv(4096)
+                    if not chunk:
+                        break
+                    head += chunk
+            except OSError:
+                head = b""
+            if b"\r\n\r\n" in head or len(head) > _MAX_REQUEST:
+                status, kind, body = self._answer(head)
+            else:
+                status, kind, body = "400 Bad Request", "text/plain", b"a status request is GET /status\n"
+            with contextlib.suppress(OSError):
+                connection.sendall(
+                    f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+                    "Connection: close\r\n\r\n".encode()
+                    + body
+                )
+
+    def _answer(self, head: bytes) -> tuple[str, str, bytes]:
+        """The reply to one request: the status, the metrics, the stacks, or a refusal."""
         if len(head) > _MAX_REQUEST:
             return "431 Request Header Fields Too Large", "text/plain", b"request too large\n"
         method, _, rest = head.decode("latin-1").partition(" ")
         path = rest.partition(" ")[0].partition("?")[0]
         if method != "GET":
-            return "405 Method Not Allowed", "text/plain", b"read-only: only GET /status and GET /metrics\n"
-        if path == "/status":
-            return "200 OK", "application/json", json.dumps(await gather_status(self._host)).encode()
-        if path == "/metrics":
-            from actorch._launch.prometheus import metrics_text  # noqa: PLC0415 - an optional dependency
+            return "405 Method Not Allowed", "text/plain", b"read-only: only GET /status, /metrics and /stacks\n"
+        if path == "/stacks":
+            return "200 OK", "application/json", json.dumps(gather_stacks(self._host)).encode()
+        if path not in ("/status", "/metrics"):
+            return "404 Not Found", "text/plain", b"only GET /status, /metrics and /stacks\n"
+        return self._gathered(path)
 
-            try:
-                text = metrics_text(await gather_status(self._host))
-            except ImportError:
-                return "501 Not Implemented", "text/plain", b"install actorch[metrics] for /metrics\n"
-            return "200 OK", "text/plain; version=0.0.4; charset=utf-8", text
-        return "404 Not Found", "text/plain", b"only GET /status and GET /metrics\n"
+    def _gathered(self, path: str) -> tuple[str, str, bytes]:
+        """The reply to ``GET /status`` or ``GET /metrics``: gathered on rank 0's loop, if it takes it up."""
+        status = self._status()
+        if status is None:
+            behind = self._host.node.loop_lag.behind()
+            return (
+                "503 Service Unavailable",
+                "text/plain",
+                f"rank 0's event loop did not answer (its last probe is {behind:.1f} s overdue): "
+                "something blocks it; actorch stacks shows where\n".encode(),
+            )
+        if path == "/status":
+            return "200 OK", "application/json", json.dumps(status).encode()
+        from actorch._launch.prometheus import metrics_text  # noqa: PLC0415 - an optional dependency
+
+        try:
+            text = metrics_text(status)
+        except ImportError:
+            return "501 Not Implemented", "text/plain", b"install actorch[metrics] for /metrics\n"
+        return "200 OK", "text/plain; version=0.0.4; charset=utf-8", text
+
+    def _status(self) -> dict[str, Any] | None:
+        """The status gathered on rank 0's loop, or None if the loop did not take it up in time."""
+        assert self._loop is not None
+        try:
+            future = asyncio.run_coroutine_threadsafe(gather_status(self._host), self._loop)
+        except RuntimeError:  # the loop is closed
+            return None
+        try:
+            return future.result(NODE_TIMEOUT + LOOP_TIMEOUT + 2.0)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return None

@@ -209,6 +209,11 @@ class Transport(ABC):
         """
         self.on_joined: Callable[[NodeInfo], None] | None = None
         """Called on the loop when a node joins the world (elastic worlds only)."""
+        self.off_loop: Callable[[str], Any] | None = None
+        """Answers another node's question (``ask_off_loop``) on a transport thread, never on the loop.
+
+        For what must be answered even when the event loop is blocked (``actorch stacks``).
+        """
         self.traits = NodeTraits()
         """What this node says of itself to the others (label, declared resources...); set before ``start``."""
 
@@ -272,6 +277,16 @@ class Transport(ABC):
     def route(self, dest: int) -> TensorRoute | None:
         """How tensors reach ``dest`` (which accelerator devices go directly); None: they stay in this process."""
         return None
+
+    def ask_off_loop(self, rank: int, question: str, timeout: float) -> Any:
+        """Node ``rank``'s ``off_loop`` answer to ``question``, served there by a thread that needs no loop.
+
+        Blocks up to ``timeout`` seconds: call it from a thread of its own,
+        never the loop. Raises ``UnsupportedError`` where the transport cannot
+        reach another node's threads; ``OSError`` or ``RuntimeError`` when it did
+        not answer.
+        """
+        raise UnsupportedError(f"{type(self).__name__} cannot ask node {rank} off its event loop")
 
     def make_rref(self, value: Any) -> Any:
         """A torch RRef owned by this rank holding ``value``; only torch RPC has them."""

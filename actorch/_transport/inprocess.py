@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from actorch._base.devices import accelerator, parse_device
 from actorch._transport.base import Bundle, NodeInfo, NodeTraits, Transport
@@ -95,6 +96,13 @@ class InProcessTransport(Transport):
             hub.traits.get(rank, plain).info(rank, host, pid, hub.devices.get(rank, own))
             for rank in range(self.world_size)
         ]
+
+    def ask_off_loop(self, rank: int, question: str, timeout: float) -> Any:
+        """Node ``rank``'s answer to ``question``: in this process, asked directly."""
+        target = self._hub.transports.get(rank)
+        if target is None or target.off_loop is None:
+            raise ConnectionError(f"rank {rank} is not connected")
+        return target.off_loop(question)
 
     def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
         if self._hub.transports.get(self.rank) is not self:

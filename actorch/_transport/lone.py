@@ -61,8 +61,17 @@ class LoneTransport(Transport):
         world.attach(self._loop, self._receive, self._lost)
         world.on_joined = self._joined
         world.lost_in_thread = self.lost_in_thread
+        world.off_loop = self.off_loop
         await world.start()
         self._world = world
+
+    def ask_off_loop(self, rank: int, question: str, timeout: float) -> Any:
+        """As the opened world's; alone, node 0 answers its own question."""
+        if self._world is not None:
+            return self._world.ask_off_loop(rank, question, timeout)
+        if rank != self.rank or self.off_loop is None:
+            raise ConnectionError(f"rank {rank} is not connected")
+        return self.off_loop(question)
 
     def _joined(self, info: NodeInfo) -> None:
         self.world_size = self._world.world_size if self._world is not None else self.world_size

@@ -154,6 +154,13 @@ def _ping(src: int) -> bool:
     return False
 
 
+def _off_loop(question: str) -> Any:
+    """Answer another node's question on this torch RPC thread (``Transport.off_loop``), without the loop."""
+    transport = _active
+    hook = None if transport is None else transport.off_loop
+    return None if hook is None else hook(question)
+
+
 @rpc.functions.async_execution  # type: ignore[untyped-decorator]
 def _watch(src: int) -> torch.futures.Future[Any]:
     future: torch.futures.Future[Any] = torch.futures.Future()
@@ -542,6 +549,10 @@ class RpcTransport(Transport):
             self._peer_lost(dest, f"send failed: {exc}")
             return
         sent.add_done_callback(self._sent_callback(dest, size))
+
+    def ask_off_loop(self, rank: int, question: str, timeout: float) -> Any:
+        """Node ``rank``'s answer to ``question``, from one of its torch RPC threads (never its loop)."""
+        return rpc.rpc_sync(worker_name(rank), _off_loop, args=(question,), timeout=timeout)
 
     def backlog(self, dest: int) -> int:
         """Bytes sent toward ``dest`` that it has not taken yet: on the lane, and by torch RPC until answered."""

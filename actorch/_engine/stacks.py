@@ -1,0 +1,149 @@
+"""Where a node is, line by line: each actor's running handlers as await chains, its other tasks, every thread.
+
+Read from a thread that is not the node's loop, so it answers also when a
+handler blocks the loop and never yields. A suspended handler's chain is its
+task's coroutine followed through what each awaits (``cr_await``), down to the
+line it waits on and the future it waits for. The handler that runs now (its
+task is the loop's current one, blocked or busy) has no await chain to follow:
+its frames are read from the loop thread's stack instead, from its coroutine's
+frame down to the line executing now. Everything is copied under the GIL, so a
+loop that keeps running meanwhile at worst makes a chain a step out of date.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import linecache
+import sys
+import threading
+from collections.abc import Iterable
+from time import perf_counter_ns
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from actorch._engine.cell import Cell
+
+__all__ = ["MAX_TASKS", "describe_frame", "loop_stacks", "thread_stacks"]
+
+MAX_TASKS = 200
+"""Tasks other than handlers shown at most per node."""
+_MAX_DEPTH = 64  # frames of one chain shown at most (innermost kept)
+_current_tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = asyncio.tasks._current_tasks  # type: ignore[attr-defined]
+
+
+def describe_frame(frame: FrameType) -> dict[str, Any]:
+    """One frame as plain data: file, line, function and the line's source text."""
+    code = frame.f_code
+    line = frame.f_lineno
+    return {
+        "file": code.co_filename,
+        "line": line,
+        "function": code.co_name,
+        "code": linecache.getline(code.co_filename, line).strip(),
+    }
+
+
+def _frames_of(frame: FrameType | None) -> list[FrameType]:
+    """A thread's frames from its outermost to ``frame``."""
+    frames = []
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    frames.reverse()
+    return frames
+
+
+def thread_stacks() -> list[dict[str, Any]]:
+    """Every thread of this process: its name, id and frames (outermost first)."""
+    names = {thread.ident: thread for thread in threading.enumerate()}
+    found = []
+    for ident, frame in sys._current_frames().items():
+        thread = names.get(ident)
+        found.append(
+            {
+                "name": thread.name if thread is not None else f"thread {ident}",
+                "id": ident,
+                "daemon": thread.daemon if thread is not None else None,
+                "frames": [describe_frame(each) for each in _frames_of(frame)[-_MAX_DEPTH:]],
+            }
+        )
+    found.sort(key=lambda thread: (thread["name"] != "MainThread", thread["name"]))
+    return found
+
+
+def _task_chain(task: asyncio.Task[Any], running: asyncio.Task[Any] | None, loop_frames: list[FrameType]) -> list[Any]:
+    """A task's frames, outermost first, down to the line it is on; and what it waits for, if suspended."""
+    coro: Any = task.get_coro()
+    if task is running:  # it runs now: its frames are on the loop thread's stack
+        top = getattr(coro, "cr_frame", None)
+        for index, each in enumerate(loop_frames):
+            if each is top:
+                return [describe_frame(each) for each in loop_frames[index:][-_MAX_DEPTH:]]
+    frames: list[FrameType] = []
+    step = coro
+    while step is not None and len(frames) < 4 * _MAX_DEPTH:
+        frame = getattr(step, "cr_frame", None) or getattr(step, "gi_frame", None) or getattr(step, "ag_frame", None)
+        if frame is None:
+            break
+        frames.append(frame)
+        step = getattr(step, "cr_await", None) or getattr(step, "gi_yieldfrom", None) or getattr(step, "ag_await", None)
+    chain: list[Any] = [describe_frame(frame) for frame in frames[-_MAX_DEPTH:]]
+    waiting = getattr(task, "_fut_waiter", None)
+    if waiting is not None:
+        chain.append({"awaiting": repr(waiting)[:300]})
+    return chain
+
+
+def loop_stacks(
+    cells: Iterable[Cell], loop: asyncio.AbstractEventLoop, *, skip_ids: int = 0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Each actor's running handlers with their chains, and the loop's other tasks; safe from any thread.
+
+    Actors with ids up to ``skip_ids`` (the system's own) are left out, and
+    their handlers count among the other tasks.
+    """
+    running = _current_tasks.get(loop)
+    loop_thread = getattr(loop, "_thread_id", None)
+    frame = sys._current_frames().get(loop_thread) if loop_thread is not None else None
+    loop_frames = _frames_of(frame)
+    now = perf_counter_ns()
+    shown: set[asyncio.Task[Any]] = set()
+    actors = []
+    for cell in cells:
+        if cell.actor_id <= skip_ids:
+            continue
+        handlers: list[dict[str, Any]] = []
+        for serving in list(cell.active.values()):
+            if serving is None:
+                continue
+            task = serving.task
+            if task is not None:
+                shown.add(task)
+            handlers.append(
+                {
+                    "endpoint": serving.endpoint,
+                    "seconds": (now - serving.started) / 1e9 if serving.started else None,
+                    "running_now": task is not None and task is running,
+                    "chain": [] if task is None else _task_chain(task, running, loop_frames),
+                }
+            )
+        handlers.sort(key=lambda handler: -float(handler["seconds"] or 0.0))
+        actors.append(
+            {
+                "id": cell.actor_id,
+                "name": cell.name,
+                "label": cell.label,
+                "class": type(cell.instance).__qualname__,
+                "queued": len(cell.queue),
+                "handlers": handlers,
+            }
+        )
+    others: list[dict[str, Any]] = []
+    for task in asyncio.all_tasks(loop):
+        if task in shown or len(others) >= MAX_TASKS:
+            continue
+        others.append(
+            {"name": task.get_name(), "running_now": task is running, "chain": _task_chain(task, running, loop_frames)}
+        )
+    return actors, others
