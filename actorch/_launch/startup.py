@@ -24,6 +24,7 @@ from actorch._base.config import SystemConfig
 from actorch._base.reaping import watch_exit
 from actorch._launch.workers import exit_of, kill_lost
 from actorch._transport.base import NodeTraits, Transport
+from actorch._transport.capabilities import Elastic
 from actorch._transport.elastic import ElasticRpcTransport
 from actorch._transport.rpc import RpcTransport
 from actorch._transport.rpc_setup import RpcOptions
@@ -143,7 +144,8 @@ async def start_node(
             dead = [worker for worker in workers or () if worker.exitcode is not None]
             if dead and not starting.done():
                 starting.cancel()
-                transport.stop_admitting()  # rank 0 of an elastic world stops waiting for the launch's workers
+                if isinstance(transport, Elastic):
+                    transport.stop_admitting()  # rank 0 of an elastic world stops waiting for the launch's workers
                 await asyncio.wait([starting])
                 codes = ", ".join(exit_of(worker) for worker in dead)
                 raise RuntimeError(f"actor system failed to start: {codes}")

@@ -5,8 +5,10 @@ ranks. Messages sent to one destination during one loop iteration leave as one
 bundle, in order; the receiver gets them in that order. Each received bundle comes
 with a ``Port``: replies put there within a short hold travel back on the
 bundle's own response, which is much cheaper than a message of their own. Nothing
-above this layer knows which transport runs (``inprocess`` or ``rpc``); only
-``rpc`` touches torch RPC.
+above this layer knows which transport runs (``inprocess``, ``lone`` or torch
+RPC's); only the ``torch_rpc`` package touches torch RPC. What only some
+transports can do (elastic membership, torch's RRefs and store, a fast lane) is
+not here but in ``capabilities``, one protocol each.
 """
 
 from __future__ import annotations
@@ -15,12 +17,10 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from actorch._base.devices import TensorRoute
-from actorch._base.errors import UnsupportedError
 from actorch._base.resources import node_resources
 from actorch._transport.autograd import NO_CONTEXT
 
@@ -175,8 +175,9 @@ class NodeTraits:
 class Transport(ABC):
     """Moves message bundles between ranks; implementations differ in how.
 
-    Subclasses implement :meth:`_send_bundle`; everything runs on the node's loop
-    except where a method says otherwise.
+    Subclasses implement :meth:`_send_bundle`, :meth:`start`, :meth:`close` and
+    :meth:`peers`; everything runs on the node's loop except where a method says
+    otherwise. Capabilities beyond these are protocols of their own (``capabilities``).
     """
 
     rank: int
@@ -192,8 +193,6 @@ class Transport(ABC):
         self._queued: dict[int, int] = {}  # bytes of ``_outgoing``, by destination
         self._flush_scheduled = False
         self.bundles_sent = 0
-        self.lane_bundles_sent = 0
-        """Bundles sent on a fast lane rather than the transport's main path (they count among ``bundles_sent``)."""
         self.messages_sent = 0
         self.bytes_sent: dict[int, int] = {}
         """Bytes of message envelopes and bodies sent in bundles, by destination rank (not the tensors)."""
@@ -208,7 +207,7 @@ class Transport(ABC):
         For what must happen even when the event loop is stuck (a watchdog).
         """
         self.on_joined: Callable[[NodeInfo], None] | None = None
-        """Called on the loop when a node joins the world (elastic worlds only)."""
+        """Called on the loop when a node joins the world (``Elastic`` worlds only)."""
         self.traits = NodeTraits()
         """What this node says of itself to the others (label, declared resources...); set before ``start``."""
 
@@ -233,30 +232,12 @@ class Transport(ABC):
     def peers(self) -> list[NodeInfo]:
         """Every rank of the world, this one included, by rank."""
 
-    elastic = False
-    """Whether nodes may join and leave this world while it runs."""
-
     def peer(self, rank: int) -> NodeInfo:
         """Node ``rank``'s host, pid and devices (``KeyError`` if it is not a node of the world)."""
         for info in self.peers():
             if info.rank == rank:
                 return info
         raise KeyError(rank)
-
-    def join_env(self) -> dict[str, str]:
-        """The environment a process needs to join this world (elastic worlds, on rank 0)."""
-        raise UnsupportedError("only an elastic system takes new nodes (run(..., elastic=True))")
-
-    async def invitation(self) -> tuple[str, str]:
-        """Where and with which token processes that this node starts join the world: ``(host:port, token)``.
-
-        Rank 0 of a world that can grow answers, opening it to newcomers first
-        if it has not yet; every other transport raises ``UnsupportedError``.
-        """
-        raise UnsupportedError(f"a world on {type(self).__name__} takes no new nodes")
-
-    def stop_admitting(self) -> None:  # noqa: B027 - a static world admits nobody
-        """Take no more nodes into the world (the system is ending)."""
 
     def knows(self, rank: int) -> bool:
         """Whether ``rank`` is another node of the world, one this node takes messages from."""
@@ -272,16 +253,6 @@ class Transport(ABC):
     def route(self, dest: int) -> TensorRoute | None:
         """How tensors reach ``dest`` (which accelerator devices go directly); None: they stay in this process."""
         return None
-
-    def make_rref(self, value: Any) -> Any:
-        """A torch RRef owned by this rank holding ``value``; only torch RPC has them."""
-        raise UnsupportedError(f"torch RRefs need the torch RPC transport; this node runs on {type(self).__name__}")
-
-    def shared_store(self) -> Any:
-        """The ``torch.distributed`` store every rank of the world reaches (for process groups); torch RPC only."""
-        raise UnsupportedError(
-            f"a store shared by the nodes needs the torch RPC transport; this node runs on {type(self).__name__}"
-        )
 
     @abstractmethod
     def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:

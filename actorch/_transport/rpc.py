@@ -230,6 +230,8 @@ class RpcTransport(Transport):
         self._held_bytes: dict[int, int] = {}  # per peer: bytes of the bundles in ``_held``
         self._in_flight: dict[int, int] = {}  # per peer: bytes of bundles sent by torch RPC, not yet answered
         self._in_flight_lock = threading.Lock()  # torch's threads take answered bundles off
+        self.lane_bundles_sent = 0
+        """Bundles sent on the fast lane (they count among ``bundles_sent`` too): the transport is a ``FastLane``."""
 
     def __repr__(self) -> str:
         host, port = self._master
