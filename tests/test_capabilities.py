@@ -17,11 +17,11 @@ from actorch._transport.capabilities import (
     require_elastic,
     require_torch_interop,
 )
-from actorch._transport.elastic import ElasticRpcTransport
 from actorch._transport.inprocess import InProcessHub
-from actorch._transport.lone import LoneTransport
-from actorch._transport.rpc import RpcTransport
-from actorch._transport.rpc_setup import RpcOptions
+from actorch._transport.torch_rpc.elastic import ElasticRpcTransport
+from actorch._transport.torch_rpc.lone import LoneTransport
+from actorch._transport.torch_rpc.rpc import RpcTransport
+from actorch._transport.torch_rpc.rpc_setup import RpcOptions
 
 
 def _never_opened() -> ElasticRpcTransport:

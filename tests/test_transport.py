@@ -5,14 +5,14 @@ import time
 
 import torch
 
-from actorch._transport import rpc as _rpc_transport
 from actorch._transport import sequencing
 from actorch._transport.base import PORT_HOLD, NodeInfo, Port
 from actorch._transport.bridge import Inbox
 from actorch._transport.inprocess import InProcessHub
 from actorch._transport.network import address_towards, interface_chosen, interface_towards
-from actorch._transport.rpc import RpcTransport
-from actorch._transport.rpc_setup import RpcOptions
+from actorch._transport.torch_rpc import rpc as _rpc_transport
+from actorch._transport.torch_rpc.rpc import RpcTransport
+from actorch._transport.torch_rpc.rpc_setup import RpcOptions
 
 
 async def test_port_sends_replies_back_once_every_expected_one_is_in():

@@ -22,11 +22,11 @@ from actorch._launch.serving import _serve
 from actorch._launch.startup import Plan, World, shared_settings
 from actorch._launch.workers import kill_workers
 from actorch._transport.base import NodeTraits, Transport
-from actorch._transport.elastic import ElasticRpcTransport
-from actorch._transport.lone import LoneTransport
 from actorch._transport.membership import TOKEN_ENV, new_token
 from actorch._transport.network import listen_socket
-from actorch._transport.rpc import RpcTransport
+from actorch._transport.torch_rpc.elastic import ElasticRpcTransport
+from actorch._transport.torch_rpc.lone import LoneTransport
+from actorch._transport.torch_rpc.rpc import RpcTransport
 
 __all__ = ["elastic_token", "launch_traits", "local_world"]
 

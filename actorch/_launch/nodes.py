@@ -31,7 +31,7 @@ from actorch._base.resources import check_resources
 from actorch._launch.eventloop import Watchdog
 from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.capabilities import Elastic
-from actorch._transport.rpc_setup import RpcOptions
+from actorch._transport.torch_rpc.rpc_setup import RpcOptions
 
 __all__ = [
     "LocalLauncher",

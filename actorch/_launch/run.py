@@ -41,7 +41,7 @@ from actorch._launch.startup import TORCHRUN_VARS, Plan, Setup, World, rpc_trans
 from actorch._launch.status import STATUS_OFF, STATUS_PORT_ENV, check_status_port
 from actorch._launch.workers import reap_workers
 from actorch._transport.base import NodeTraits
-from actorch._transport.rpc_setup import DeviceMapSpec, RpcOptions
+from actorch._transport.torch_rpc.rpc_setup import DeviceMapSpec, RpcOptions
 
 __all__ = ["run"]
 

@@ -35,8 +35,8 @@ from actorch._launch.startup import SHUTDOWN_TIMEOUT, Plan, Setup, World, plan_f
 from actorch._launch.workers import reap_workers
 from actorch._transport.base import NodeTraits
 from actorch._transport.capabilities import is_elastic
-from actorch._transport.elastic import prepare_join
 from actorch._transport.membership import ADDRESS_ENV, TOKEN_ENV, parse_address
+from actorch._transport.torch_rpc.elastic import prepare_join
 
 __all__ = ["SystemSetup", "join_target", "serve", "takes_system"]
 

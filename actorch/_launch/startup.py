@@ -25,9 +25,9 @@ from actorch._base.reaping import watch_exit
 from actorch._launch.workers import exit_of, kill_lost
 from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.capabilities import Elastic
-from actorch._transport.elastic import ElasticRpcTransport
-from actorch._transport.rpc import RpcTransport
-from actorch._transport.rpc_setup import RpcOptions
+from actorch._transport.torch_rpc.elastic import ElasticRpcTransport
+from actorch._transport.torch_rpc.rpc import RpcTransport
+from actorch._transport.torch_rpc.rpc_setup import RpcOptions
 
 __all__ = [
     "OLD_GC_THRESHOLD",

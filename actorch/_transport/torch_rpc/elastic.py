@@ -31,7 +31,6 @@ from torch.distributed import rpc
 
 from actorch._base.devices import TensorRoute, accelerator
 from actorch._base.errors import JoinError, UnsupportedError
-from actorch._transport import rpc as rpc_transport
 from actorch._transport.base import NodeInfo, NodeTraits
 from actorch._transport.bridge import in_daemon_thread
 from actorch._transport.capabilities import NOT_ELASTIC
@@ -46,8 +45,9 @@ from actorch._transport.membership import (
     info_of,
     own_info,
 )
-from actorch._transport.rpc import RpcOptions, RpcTransport, tensorpipe_options, worker_name
-from actorch._transport.rpc_setup import cpp_errors_quiet, quiet_cpp_logs, rendezvous_store
+from actorch._transport.torch_rpc import rpc as rpc_transport
+from actorch._transport.torch_rpc.rpc import RpcOptions, RpcTransport, tensorpipe_options, worker_name
+from actorch._transport.torch_rpc.rpc_setup import cpp_errors_quiet, quiet_cpp_logs, rendezvous_store
 
 __all__ = ["ElasticRpcTransport"]
 

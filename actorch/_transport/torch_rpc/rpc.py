@@ -1,4 +1,4 @@
-"""The torch RPC (TensorPipe) transport: the only module that imports ``torch.distributed.rpc``.
+"""The torch RPC (TensorPipe) transport: with ``elastic``, the only module that imports ``torch.distributed.rpc``.
 
 Each bundle is one ``rpc_async`` to the peer's :func:`_inbound`, an
 ``async_execution`` function that queues it for the peer's event loop and
@@ -46,7 +46,9 @@ from actorch._transport.bridge import Inbox, in_daemon_thread
 from actorch._transport.lane import Lane
 from actorch._transport.membership import own_info
 from actorch._transport.network import address_towards, interface_chosen, interface_towards, is_loopback
-from actorch._transport.rpc_setup import (
+from actorch._transport.sequencing import LinkOrder
+from actorch._transport.suspicion import Suspicion
+from actorch._transport.torch_rpc.rpc_setup import (
     RpcOptions,
     exchange_node_facts,
     lane_secret,
@@ -54,8 +56,6 @@ from actorch._transport.rpc_setup import (
     rendezvous_store,
     resolve_device_maps,
 )
-from actorch._transport.sequencing import LinkOrder
-from actorch._transport.suspicion import Suspicion
 
 __all__ = ["RpcOptions", "RpcTransport", "tensorpipe_options"]
 

@@ -21,7 +21,7 @@ from actorch._base.devices import TensorRoute, accelerator
 from actorch._base.errors import UnsupportedError
 from actorch._transport.base import Bundle, NodeInfo, Transport
 from actorch._transport.capabilities import NO_RREFS, NO_SHARED_STORE, NOT_ELASTIC, refusal
-from actorch._transport.elastic import ElasticRpcTransport
+from actorch._transport.torch_rpc.elastic import ElasticRpcTransport
 
 __all__ = ["LoneTransport"]
 
