@@ -17,6 +17,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,7 +25,10 @@ from actorch._base.devices import TensorRoute
 from actorch._base.resources import node_resources
 from actorch._transport.autograd import NO_CONTEXT
 
-__all__ = ["PORT_HOLD", "Bundle", "NodeInfo", "NodeTraits", "Port", "Transport"]
+if TYPE_CHECKING:
+    import socket
+
+__all__ = ["PORT_HOLD", "Bundle", "NodeInfo", "NodeTraits", "Port", "Transport", "TransportSpec"]
 
 Bundle = tuple[list[bytes], dict[int, list[torch.Tensor]]]
 """Messages in send order, and the tensors of those that have any, by index."""
@@ -170,6 +174,45 @@ class NodeTraits:
         resources = node_resources(devices, self.resources)
         name = f"node{rank}"
         return NodeInfo(rank, name, host, pid, devices, self.label, resources, self.owner, self.parent, self.pool, lane)
+
+
+@dataclass(frozen=True)
+class TransportSpec:
+    """What a node's transport is opened with (``opening.open_transport``), whichever launch path opens it.
+
+    Attributes:
+        rank: The node's rank (a newcomer's, taken before it opens).
+        world_size: Ranks the world starts with (0 for a newcomer: it learns them).
+        host: Where rank 0 serves the world's rendezvous.
+        port: Its port (0: any free one, for a rank 0 that binds it itself).
+        options: The kind's own options (``RpcOptions`` for torch RPC).
+        traits: What the node says of itself, if more than ``label``.
+        label: The node's name, for a newcomer that gives one.
+        token: The join token of a world that grows while it runs; None: a static world.
+        public: Of such a world, whether any process with the token may join (else only
+            those the system starts itself).
+        invited: A newcomer that the system started itself (``add_nodes``).
+        initial: On rank 0 of a growing world, how many ranks the launch starts itself.
+        listener: On rank 0, its listening socket for the rendezvous, already bound.
+        shared: On rank 0 of a growing world, the settings newcomers must run with (json-ready).
+        alone: Rank 0 of a world of one, which opens a private growing world only
+            when it first starts a node process (until then: no port, no thread).
+    """
+
+    rank: int
+    world_size: int
+    host: str
+    port: int
+    options: object
+    traits: NodeTraits | None = None
+    label: str | None = None
+    token: str | None = None
+    public: bool = True
+    invited: bool = False
+    initial: int = 1
+    listener: socket.socket | None = field(default=None, compare=False)
+    shared: Mapping[str, Any] | None = None
+    alone: bool = False
 
 
 class Transport(ABC):
