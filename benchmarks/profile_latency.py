@@ -19,7 +19,7 @@ from typing import Any
 import actorch
 from actorch._engine import callee as callee_module
 from actorch._transport import base, bridge
-from actorch._transport import rpc as rpc_module
+from actorch._transport.torch_rpc import rpc as rpc_module
 
 CALLS = 1000
 _stamps: list[tuple[str, float]] = []

@@ -22,8 +22,8 @@ from actorch._base.codec import INLINE_TENSOR_BYTES, Codec, serializable, tensor
 from actorch._base.devices import TensorRoute, on_device, parse_device
 from actorch._transport.autograd import NO_CONTEXT
 from actorch._transport.base import Port
-from actorch._transport.rpc import RpcTransport, tensorpipe_options
-from actorch._transport.rpc_setup import RpcOptions, normalize_device_maps, resolve_device_maps
+from actorch._transport.torch_rpc.rpc import RpcTransport, tensorpipe_options
+from actorch._transport.torch_rpc.rpc_setup import RpcOptions, normalize_device_maps, resolve_device_maps
 from actorch.testing import LocalWorld, local_world
 
 

@@ -25,9 +25,9 @@ from actorch._actors.restart import EXIT_REASONS
 from actorch._engine.node import describe_ranks
 from actorch._launch import run as run_module
 from actorch._transport.base import NodeInfo
-from actorch._transport.elastic import ElasticRpcTransport, prepare_join
 from actorch._transport.membership import Membership, facts_of, info_of, new_token, parse_address
-from actorch._transport.rpc_setup import RpcOptions
+from actorch._transport.torch_rpc.elastic import ElasticRpcTransport, prepare_join
+from actorch._transport.torch_rpc.rpc_setup import RpcOptions
 from actorch.testing import LocalWorld, local_world
 
 ME = NodeInfo(5, "node5", "host-a", 4242, ("cuda:0",), "observers")

@@ -19,7 +19,7 @@ import actorch
 from actorch._launch import run as run_module
 from actorch._launch.eventloop import LEFTOVER_WAIT, run_bounded
 from actorch._launch.interrupts import INTERRUPT_EXIT_CODE, TERMINATE_EXIT_CODE, InterruptWatcher
-from actorch._transport.rpc_setup import RpcOptions
+from actorch._transport.torch_rpc.rpc_setup import RpcOptions
 
 
 async def answer(system: actorch.ActorSystem) -> int:

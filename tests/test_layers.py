@@ -32,7 +32,7 @@ FACADE_LAYER = len(LAYERS)
 STOCK_LAYER = LAYERS.index("_stock")
 
 ONLY_IN = {
-    "torch.distributed.rpc": {"actorch._transport.rpc", "actorch._transport.elastic"},
+    "torch.distributed.rpc": {"actorch._transport.torch_rpc.rpc", "actorch._transport.torch_rpc.elastic"},
     "msgpack": {"actorch._base.codec"},
 }
 """Libraries that only some modules may import, and those modules (torch RPC: the transport's two)."""
@@ -394,7 +394,7 @@ SAMPLE = Layout(
     [
         ("actorch._base.errors", 0),
         ("actorch._base", 0),
-        ("actorch._transport.rpc", 1),
+        ("actorch._transport.torch_rpc.rpc", 1),
         ("actorch._stock.replay", STOCK_LAYER),
         ("actorch._engine.sub.deeper", 2),
         ("actorch", FACADE_LAYER),

@@ -23,9 +23,9 @@ from actorch._launch.cli_tables import status_tables
 from actorch._launch.nodes import can_grow, declared_resources, grow_refusal
 from actorch._launch.status import gather_status
 from actorch._transport.base import NodeTraits
-from actorch._transport.lone import LoneTransport
-from actorch._transport.rpc import RpcTransport
-from actorch._transport.rpc_setup import RpcOptions
+from actorch._transport.torch_rpc.lone import LoneTransport
+from actorch._transport.torch_rpc.rpc import RpcTransport
+from actorch._transport.torch_rpc.rpc_setup import RpcOptions
 from actorch.testing import LocalWorld, local_world
 
 

@@ -5,13 +5,14 @@ import time
 
 import torch
 
-from actorch._transport import rpc as _rpc_transport
+from actorch._transport import sequencing
 from actorch._transport.base import PORT_HOLD, NodeInfo, Port
 from actorch._transport.bridge import Inbox
 from actorch._transport.inprocess import InProcessHub
 from actorch._transport.network import address_towards, interface_chosen, interface_towards
-from actorch._transport.rpc import RpcTransport
-from actorch._transport.rpc_setup import RpcOptions
+from actorch._transport.torch_rpc import rpc as _rpc_transport
+from actorch._transport.torch_rpc.rpc import RpcTransport
+from actorch._transport.torch_rpc.rpc_setup import RpcOptions
 
 
 async def test_port_sends_replies_back_once_every_expected_one_is_in():
@@ -285,20 +286,20 @@ async def test_rpc_transport_holds_early_bundles_in_order_and_loses_a_peer_whose
     transport, received = _rpc_transport_for_test(set())
     lost = []
     transport._lost = lambda rank, why: lost.append((rank, why))
-    monkeypatch.setattr(_rpc_transport, "HELD_BUDGET", 250)
+    monkeypatch.setattr(sequencing, "HELD_BUDGET", 250)
     try:
         transport._from_lane(1, 1, [b"b" * 100])  # bundle 0 has not come: these wait for it
         transport._from_lane(1, 2, [b"c" * 100])
         assert received == []
         transport._from_lane(1, 0, [b"a"])
         assert [batch[0] for _, batch in received] == [[b"a"], [b"b" * 100], [b"c" * 100]]
-        assert transport._held_bytes.get(1, 0) == 0
+        assert transport._links.held_bytes.get(1, 0) == 0
         transport._from_lane(1, 4, [b"e" * 100])  # bundle 3 never comes
         transport._from_lane(1, 5, [b"f" * 100])
         assert lost == []
         transport._from_lane(1, 6, [b"g" * 100])  # 300 bytes would wait: over the budget
         assert lost == [(1, "300 bytes of bundles waited for bundle 3, which never came")]
-        assert transport._held[1] == {}
+        assert transport._links.held[1] == {}
         assert [batch[0] for _, batch in received[3:]] == [[b"g" * 100]]  # refused as from a lost node
     finally:
         _rpc_transport._active = None

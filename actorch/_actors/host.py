@@ -32,6 +32,7 @@ from actorch._base.config import SystemConfig
 from actorch._base.errors import UnsupportedError
 from actorch._engine.node import SYSTEM_IDS, Node
 from actorch._transport.base import NodeInfo, Transport
+from actorch._transport.capabilities import is_elastic
 from actorch._transport.membership import facts_of
 
 __all__ = ["ActorHost"]
@@ -200,7 +201,7 @@ class ActorHost(ActorLifecycle):
 
     def check_leave(self, rank: object) -> None:
         """Raise if node ``rank`` may not leave: ``UnsupportedError`` for a static system, ``ValueError`` for rank 0."""
-        if not self.node.transport.elastic and not self._added(rank):
+        if not is_elastic(self.node.transport) and not self._added(rank):
             raise UnsupportedError("only a node of an elastic system can leave it (run(..., elastic=True))")
         if rank == 0:
             raise ValueError("rank 0 runs main and holds the registry: it cannot leave (return from main instead)")

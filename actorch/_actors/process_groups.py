@@ -40,6 +40,7 @@ from actorch._base.deadline import current_deadline
 from actorch._base.errors import NodeLostError, SystemClosedError, UnsupportedError
 from actorch._engine.node import Node, describe_ranks
 from actorch._transport.bridge import in_daemon_thread
+from actorch._transport.capabilities import NO_SHARED_STORE, require_torch_interop
 
 __all__ = ["BACKENDS", "ProcessGroups"]
 
@@ -212,7 +213,7 @@ class ProcessGroups:
             )
         members = self.members(ranks)
         try:
-            store = self._node.transport.shared_store()
+            store = require_torch_interop(self._node.transport, NO_SHARED_STORE).shared_store()
         except UnsupportedError as exc:
             raise UnsupportedError(
                 f"process_group(ranks={list(members)!r}) needs a system on torch RPC (actorch.run or torchrun), "

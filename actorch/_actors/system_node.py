@@ -31,6 +31,7 @@ from actorch._base.errors import ActorNotFoundError, NodeLostError, UnsupportedE
 from actorch._base.names import check_name, compile_pattern
 from actorch._engine.node import describe_ranks
 from actorch._transport.base import NodeInfo, Transport
+from actorch._transport.capabilities import NO_RREFS, NOT_ELASTIC, is_elastic, require_elastic, require_torch_interop
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -77,12 +78,12 @@ class NodeSystem(SystemPlacement):
 
     @property
     def elastic(self) -> bool:
-        return self._host.node.transport.elastic
+        return is_elastic(self._host.node.transport)
 
     def join_env(self) -> dict[str, str]:
         if self.rank != 0:
             raise UnsupportedError(f"join_env() is rank 0's (this is node {self.rank})")
-        return self._host.node.transport.join_env()
+        return require_elastic(self._host.node.transport, NOT_ELASTIC).join_env()
 
     async def leave(self, rank: int | None = None) -> None:
         host = self._host
@@ -159,7 +160,7 @@ class NodeSystem(SystemPlacement):
         return await self._host.registry.call(Registry.match, pattern)
 
     def rref(self, value: Any) -> Any:
-        return self._host.node.transport.make_rref(value)
+        return require_torch_interop(self._host.node.transport, NO_RREFS).make_rref(value)
 
     async def process_group(self, ranks: Iterable[int] | None = None, *, backend: str = "gloo") -> dist.ProcessGroup:
         return await self._host.process_groups.make(ranks, backend, self.config.lookup_timeout)

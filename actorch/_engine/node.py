@@ -36,6 +36,7 @@ from actorch._engine.stacks import loop_stacks, thread_stacks
 from actorch._engine.streaming import Streams
 from actorch._engine.wire import CALL, CANCEL, CAST, CLOSE, CREDIT, END, ITEM, MORE, REPLY, STREAM, TELL
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
+from actorch._transport.capabilities import FastLane
 
 __all__ = ["SYSTEM_IDS", "Node", "describe_ranks"]
 
@@ -361,7 +362,7 @@ class Node:
         return {
             "bytes_sent": sum(transport.bytes_sent.values()),
             "tensor_bytes_sent": sum(transport.tensor_bytes_sent.values()),
-            "lane_bundles_sent": transport.lane_bundles_sent,
+            "lane_bundles_sent": transport.lane_bundles_sent if isinstance(transport, FastLane) else 0,
             "bytes_received": self.bytes_received,
             "calls_sent": self.caller.calls_sent,
             "tells_sent": self.caller.tells_sent,

@@ -29,9 +29,9 @@ from actorch._launch.serving import join_target
 from actorch._launch.start import Opening, wake_for_interrupts
 from actorch._launch.startup import SHUTDOWN_TIMEOUT, World, plan_from, rpc_transport, start_node
 from actorch._transport.base import NodeTraits
-from actorch._transport.elastic import prepare_join
 from actorch._transport.membership import TOKEN_ENV
-from actorch._transport.rpc import active_transport
+from actorch._transport.torch_rpc.elastic import prepare_join
+from actorch._transport.torch_rpc.rpc import active_transport
 
 __all__ = ["connect"]
 

@@ -35,6 +35,7 @@ from actorch._launch.startup import SHUTDOWN_TIMEOUT, TORCHRUN_VARS, Plan, start
 from actorch._launch.status import StatusServer
 from actorch._launch.workers import kill_lost, kill_workers
 from actorch._transport.base import Transport
+from actorch._transport.capabilities import Elastic, require_elastic
 
 __all__ = ["PING_WAIT", "Main", "check_main", "describe_waits", "interrupt_policy", "lead"]
 
@@ -177,7 +178,7 @@ def _give_pool(host: ActorHost, transport: Transport, plan: Plan, workers: list[
         host.pool.refusal = refusal or host.pool.refusal
         return
     arguments = functools.partial(_newcomer_arguments, plan)
-    host.pool.launcher = LocalLauncher(_serve_newcomer, arguments, transport.invitation, workers)
+    host.pool.launcher = LocalLauncher(_serve_newcomer, arguments, require_elastic(transport).invitation, workers)
 
 
 def _record_start(host: ActorHost, world_size: int) -> None:
@@ -217,7 +218,8 @@ async def _shutdown_world(host: ActorHost, failed: bool) -> list[int]:
         The ranks that did not answer in time (their event loop may be stuck).
     """
     node = host.node
-    node.transport.stop_admitting()  # a node let in now would miss the shutdown
+    if isinstance(node.transport, Elastic):
+        node.transport.stop_admitting()  # a node let in now would miss the shutdown
     peers = [rank for rank in node.ranks() if rank != 0 and rank not in node.lost]
     limit = 2 * host.config.stop_grace + SHUTDOWN_TIMEOUT
     answered = await _call_all(host, peers, NodeService.shutdown, limit, failed)

@@ -9,8 +9,6 @@ no network until it starts a node process.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import multiprocessing
 import os
 import socket
@@ -21,12 +19,10 @@ from actorch._launch.nodes import QUIET_ENV, ResourceSpec, can_grow, declared_re
 from actorch._launch.serving import _serve
 from actorch._launch.startup import Plan, World, shared_settings
 from actorch._launch.workers import kill_workers
-from actorch._transport.base import NodeTraits, Transport
-from actorch._transport.elastic import ElasticRpcTransport
-from actorch._transport.lone import LoneTransport
+from actorch._transport.base import NodeTraits, Transport, TransportSpec
 from actorch._transport.membership import TOKEN_ENV, new_token
 from actorch._transport.network import listen_socket
-from actorch._transport.rpc import RpcTransport
+from actorch._transport.opening import open_transport
 
 __all__ = ["elastic_token", "launch_traits", "local_world"]
 
@@ -56,12 +52,11 @@ def local_world(
     An elastic launch has a join ``token``. Any other runs on an elastic world
     too, private to the node processes it starts itself (``add_nodes``), so
     that it can start them; except with device maps, which only a static world
-    has. One node alone needs no network until it starts one (``LoneTransport``).
+    has. One node alone needs no network until it starts one.
     """
     if world_size == 1 and token is None:
-        alone = LoneTransport(functools.partial(_open_alone, host, port, plan))
-        alone.traits = traits[0]
-        return alone, []
+        spec = TransportSpec(0, 1, host, port, plan.options, traits=traits[0], shared=shared_settings(plan), alone=True)
+        return open_transport(spec), []
     public = token is not None
     if token is None and can_grow(plan.options):
         token = new_token()
@@ -74,17 +69,6 @@ def local_world(
         kill_workers(workers)
         listener.close()
         raise
-
-
-def _open_alone(host: str, port: int, plan: Plan) -> ElasticRpcTransport:
-    """The elastic world a system of one node opens when it first starts a node process (only those may join)."""
-    listener = listen_socket(host, port)
-    port = listener.getsockname()[1]
-    options = dataclasses.replace(plan.options, device_maps=None)
-    shared = shared_settings(plan)
-    return ElasticRpcTransport(
-        0, host, port, options, token=new_token(), listener=listener, shared=shared, public=False
-    )
 
 
 def _spawn_workers(
@@ -135,22 +119,19 @@ def _rank0_transport(
     traits: NodeTraits,
     *,
     public: bool = True,
-) -> RpcTransport:
-    """Rank 0's torch RPC transport for a local launch; elastic when there is a join ``token`` (``public`` or not)."""
-    transport: RpcTransport
-    if token is None:
-        transport = RpcTransport(0, world_size, host, port, plan.options, listener)
-    else:
-        transport = ElasticRpcTransport(
-            0,
-            host,
-            port,
-            plan.options if public else dataclasses.replace(plan.options, device_maps=None),
-            token=token,
-            initial=world_size,
-            listener=listener,
-            shared=shared_settings(plan),
-            public=public,
-        )
-    transport.traits = traits
-    return transport
+) -> Transport:
+    """Rank 0's transport for a local launch; elastic when there is a join ``token`` (``public`` or not)."""
+    spec = TransportSpec(
+        0,
+        world_size,
+        host,
+        port,
+        plan.options,
+        traits=traits,
+        token=token,
+        public=public,
+        initial=world_size,
+        listener=listener,
+        shared=None if token is None else shared_settings(plan),
+    )
+    return open_transport(spec)

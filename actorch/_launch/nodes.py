@@ -30,9 +30,8 @@ from actorch._base.devices import accelerator
 from actorch._base.resources import check_resources
 from actorch._launch.eventloop import Watchdog
 from actorch._transport.base import NodeTraits, Transport
-from actorch._transport.elastic import ElasticRpcTransport
-from actorch._transport.lone import LoneTransport
-from actorch._transport.rpc_setup import RpcOptions
+from actorch._transport.capabilities import Elastic
+from actorch._transport.torch_rpc.rpc_setup import RpcOptions
 
 __all__ = [
     "LocalLauncher",
@@ -84,7 +83,7 @@ def can_grow(options: RpcOptions) -> bool:
 
 def grow_refusal(transport: Transport, *, under_torchrun: bool) -> str | None:
     """Why the system whose rank 0 runs on ``transport`` cannot start node processes, or None if it can."""
-    if isinstance(transport, (ElasticRpcTransport, LoneTransport)):
+    if isinstance(transport, Elastic):
         return None
     if under_torchrun:
         return (

@@ -34,7 +34,7 @@ from actorch._launch.nodes import ResourceSpec
 from actorch._launch.serving import takes_system
 from actorch._launch.startup import Setup
 from actorch._launch.status import STATUS_OFF, STATUS_PORT_ENV
-from actorch._transport.rpc_setup import DeviceMapSpec, RpcOptions
+from actorch._transport.torch_rpc.rpc_setup import DeviceMapSpec, RpcOptions
 
 __all__ = [
     "IN_PROCESS",

@@ -34,8 +34,9 @@ from actorch._launch.nodes import LocalLauncher, ParentWatch
 from actorch._launch.startup import SHUTDOWN_TIMEOUT, Plan, Setup, World, plan_from, rpc_transport, start_node
 from actorch._launch.workers import reap_workers
 from actorch._transport.base import NodeTraits
-from actorch._transport.elastic import prepare_join
+from actorch._transport.capabilities import is_elastic
 from actorch._transport.membership import ADDRESS_ENV, TOKEN_ENV, parse_address
+from actorch._transport.torch_rpc.elastic import prepare_join
 
 __all__ = ["SystemSetup", "join_target", "serve", "takes_system"]
 
@@ -266,8 +267,9 @@ async def _serve_async(
     # SIGTERM makes a node of an elastic system leave gracefully; one that comes while it joins waits for the join.
     # A static world's node waits for rank 0 to end the system (a scheduler signals every process), bounded.
     terminated = asyncio.Event()
-    leave_on_term = transport.elastic and _on_signal(signal.SIGTERM, terminated.set)
-    if not transport.elastic:
+    elastic = is_elastic(transport)
+    leave_on_term = elastic and _on_signal(signal.SIGTERM, terminated.set)
+    if not elastic:
         _follow_rank0_on_sigterm(watchdog)
     try:
         system, host = await start_node(transport, plan, prepare=None if launcher is None else launcher.serve)

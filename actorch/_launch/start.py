@@ -34,7 +34,7 @@ from actorch._launch.startup import TORCHRUN_VARS, Plan
 from actorch._launch.status import check_status_port
 from actorch._launch.workers import JOIN_TIMEOUT, kill_workers
 from actorch._transport.base import NodeTraits, Transport
-from actorch._transport.rpc import active_transport, drop_at_exit
+from actorch._transport.torch_rpc.rpc import active_transport, drop_at_exit
 
 __all__ = ["Opening", "start", "wake_for_interrupts"]
 

@@ -23,10 +23,10 @@ from actorch._actors.system_node import open_system
 from actorch._base.config import SystemConfig
 from actorch._base.reaping import watch_exit
 from actorch._launch.workers import exit_of, kill_lost
-from actorch._transport.base import NodeTraits, Transport
-from actorch._transport.elastic import ElasticRpcTransport
-from actorch._transport.rpc import RpcTransport
-from actorch._transport.rpc_setup import RpcOptions
+from actorch._transport.base import NodeTraits, Transport, TransportSpec
+from actorch._transport.capabilities import Elastic
+from actorch._transport.opening import open_transport
+from actorch._transport.torch_rpc.rpc_setup import RpcOptions
 
 __all__ = [
     "OLD_GC_THRESHOLD",
@@ -105,18 +105,20 @@ def tune_gc() -> None:
     gc.set_threshold(max(young, YOUNG_GC_THRESHOLD), middle, max(old, OLD_GC_THRESHOLD))
 
 
-def rpc_transport(world: World, options: RpcOptions) -> RpcTransport:
+def rpc_transport(world: World, options: RpcOptions) -> Transport:
     """A node's torch RPC transport, from its world (every node but a local launch's rank 0); elastic with a token."""
-    transport: RpcTransport
-    if world.token is not None:
-        transport = ElasticRpcTransport(
-            world.rank, world.host, world.port, options, token=world.token, label=world.label, invited=world.invited
-        )
-    else:
-        transport = RpcTransport(world.rank, world.world_size, world.host, world.port, options)
-    if world.traits is not None:
-        transport.traits = world.traits
-    return transport
+    spec = TransportSpec(
+        world.rank,
+        world.world_size,
+        world.host,
+        world.port,
+        options,
+        traits=world.traits,
+        label=world.label,
+        token=world.token,
+        invited=world.invited,
+    )
+    return open_transport(spec)
 
 
 async def start_node(
@@ -143,7 +145,8 @@ async def start_node(
             dead = [worker for worker in workers or () if worker.exitcode is not None]
             if dead and not starting.done():
                 starting.cancel()
-                transport.stop_admitting()  # rank 0 of an elastic world stops waiting for the launch's workers
+                if isinstance(transport, Elastic):
+                    transport.stop_admitting()  # rank 0 of an elastic world stops waiting for the launch's workers
                 await asyncio.wait([starting])
                 codes = ", ".join(exit_of(worker) for worker in dead)
                 raise RuntimeError(f"actor system failed to start: {codes}")

@@ -5,8 +5,10 @@ ranks. Messages sent to one destination during one loop iteration leave as one
 bundle, in order; the receiver gets them in that order. Each received bundle comes
 with a ``Port``: replies put there within a short hold travel back on the
 bundle's own response, which is much cheaper than a message of their own. Nothing
-above this layer knows which transport runs (``inprocess`` or ``rpc``); only
-``rpc`` touches torch RPC.
+above this layer knows which transport runs (``inprocess``, ``lone`` or torch
+RPC's); only the ``torch_rpc`` package touches torch RPC. What only some
+transports can do (elastic membership, torch's RRefs and store, a fast lane) is
+not here but in ``capabilities``, one protocol each.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,7 +26,10 @@ from actorch._base.errors import UnsupportedError
 from actorch._base.resources import node_resources
 from actorch._transport.autograd import NO_CONTEXT
 
-__all__ = ["PORT_HOLD", "Bundle", "NodeInfo", "NodeTraits", "Port", "Transport"]
+if TYPE_CHECKING:
+    import socket
+
+__all__ = ["PORT_HOLD", "Bundle", "NodeInfo", "NodeTraits", "Port", "Transport", "TransportSpec"]
 
 Bundle = tuple[list[bytes], dict[int, list[torch.Tensor]]]
 """Messages in send order, and the tensors of those that have any, by index."""
@@ -172,11 +177,51 @@ class NodeTraits:
         return NodeInfo(rank, name, host, pid, devices, self.label, resources, self.owner, self.parent, self.pool, lane)
 
 
+@dataclass(frozen=True)
+class TransportSpec:
+    """What a node's transport is opened with (``opening.open_transport``), whichever launch path opens it.
+
+    Attributes:
+        rank: The node's rank (a newcomer's, taken before it opens).
+        world_size: Ranks the world starts with (0 for a newcomer: it learns them).
+        host: Where rank 0 serves the world's rendezvous.
+        port: Its port (0: any free one, for a rank 0 that binds it itself).
+        options: The kind's own options (``RpcOptions`` for torch RPC).
+        traits: What the node says of itself, if more than ``label``.
+        label: The node's name, for a newcomer that gives one.
+        token: The join token of a world that grows while it runs; None: a static world.
+        public: Of such a world, whether any process with the token may join (else only
+            those the system starts itself).
+        invited: A newcomer that the system started itself (``add_nodes``).
+        initial: On rank 0 of a growing world, how many ranks the launch starts itself.
+        listener: On rank 0, its listening socket for the rendezvous, already bound.
+        shared: On rank 0 of a growing world, the settings newcomers must run with (json-ready).
+        alone: Rank 0 of a world of one, which opens a private growing world only
+            when it first starts a node process (until then: no port, no thread).
+    """
+
+    rank: int
+    world_size: int
+    host: str
+    port: int
+    options: object
+    traits: NodeTraits | None = None
+    label: str | None = None
+    token: str | None = None
+    public: bool = True
+    invited: bool = False
+    initial: int = 1
+    listener: socket.socket | None = field(default=None, compare=False)
+    shared: Mapping[str, Any] | None = None
+    alone: bool = False
+
+
 class Transport(ABC):
     """Moves message bundles between ranks; implementations differ in how.
 
-    Subclasses implement :meth:`_send_bundle`; everything runs on the node's loop
-    except where a method says otherwise.
+    Subclasses implement :meth:`_send_bundle`, :meth:`start`, :meth:`close` and
+    :meth:`peers`; everything runs on the node's loop except where a method says
+    otherwise. Capabilities beyond these are protocols of their own (``capabilities``).
     """
 
     rank: int
@@ -192,8 +237,6 @@ class Transport(ABC):
         self._queued: dict[int, int] = {}  # bytes of ``_outgoing``, by destination
         self._flush_scheduled = False
         self.bundles_sent = 0
-        self.lane_bundles_sent = 0
-        """Bundles sent on a fast lane rather than the transport's main path (they count among ``bundles_sent``)."""
         self.messages_sent = 0
         self.bytes_sent: dict[int, int] = {}
         """Bytes of message envelopes and bodies sent in bundles, by destination rank (not the tensors)."""
@@ -208,7 +251,7 @@ class Transport(ABC):
         For what must happen even when the event loop is stuck (a watchdog).
         """
         self.on_joined: Callable[[NodeInfo], None] | None = None
-        """Called on the loop when a node joins the world (elastic worlds only)."""
+        """Called on the loop when a node joins the world (``Elastic`` worlds only)."""
         self.off_loop: Callable[[str], Any] | None = None
         """Answers another node's question (``ask_off_loop``) on a transport thread, never on the loop.
 
@@ -238,30 +281,12 @@ class Transport(ABC):
     def peers(self) -> list[NodeInfo]:
         """Every rank of the world, this one included, by rank."""
 
-    elastic = False
-    """Whether nodes may join and leave this world while it runs."""
-
     def peer(self, rank: int) -> NodeInfo:
         """Node ``rank``'s host, pid and devices (``KeyError`` if it is not a node of the world)."""
         for info in self.peers():
             if info.rank == rank:
                 return info
         raise KeyError(rank)
-
-    def join_env(self) -> dict[str, str]:
-        """The environment a process needs to join this world (elastic worlds, on rank 0)."""
-        raise UnsupportedError("only an elastic system takes new nodes (run(..., elastic=True))")
-
-    async def invitation(self) -> tuple[str, str]:
-        """Where and with which token processes that this node starts join the world: ``(host:port, token)``.
-
-        Rank 0 of a world that can grow answers, opening it to newcomers first
-        if it has not yet; every other transport raises ``UnsupportedError``.
-        """
-        raise UnsupportedError(f"a world on {type(self).__name__} takes no new nodes")
-
-    def stop_admitting(self) -> None:  # noqa: B027 - a static world admits nobody
-        """Take no more nodes into the world (the system is ending)."""
 
     def knows(self, rank: int) -> bool:
         """Whether ``rank`` is another node of the world, one this node takes messages from."""
@@ -287,16 +312,6 @@ class Transport(ABC):
         not answer.
         """
         raise UnsupportedError(f"{type(self).__name__} cannot ask node {rank} off its event loop")
-
-    def make_rref(self, value: Any) -> Any:
-        """A torch RRef owned by this rank holding ``value``; only torch RPC has them."""
-        raise UnsupportedError(f"torch RRefs need the torch RPC transport; this node runs on {type(self).__name__}")
-
-    def shared_store(self) -> Any:
-        """The ``torch.distributed`` store every rank of the world reaches (for process groups); torch RPC only."""
-        raise UnsupportedError(
-            f"a store shared by the nodes needs the torch RPC transport; this node runs on {type(self).__name__}"
-        )
 
     @abstractmethod
     def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:

@@ -27,8 +27,8 @@ from actors import Stopper, attempt, emit
 from faulty import HangingStop, Stuck
 
 import actorch
-from actorch._transport.elastic import ElasticRpcTransport
-from actorch._transport.rpc import RpcTransport
+from actorch._transport.torch_rpc.elastic import ElasticRpcTransport
+from actorch._transport.torch_rpc.rpc import RpcTransport
 
 MODE = sys.argv[1]
 TMP = Path(sys.argv[2])

@@ -18,14 +18,22 @@ from collections.abc import Callable
 from typing import Any
 
 from actorch._base.devices import TensorRoute, accelerator
+from actorch._base.errors import UnsupportedError
 from actorch._transport.base import Bundle, NodeInfo, Transport
-from actorch._transport.elastic import ElasticRpcTransport
+from actorch._transport.capabilities import NO_RREFS, NO_SHARED_STORE, NOT_ELASTIC, refusal
+from actorch._transport.torch_rpc.elastic import ElasticRpcTransport
 
 __all__ = ["LoneTransport"]
 
 
 class LoneTransport(Transport):
-    """Rank 0 alone, until it opens an elastic world (``opener`` makes its transport) for the nodes it starts."""
+    """Rank 0 alone, until it opens an elastic world (``opener`` makes its transport) for the nodes it starts.
+
+    It is ``Elastic`` (private: only the processes it starts join) and
+    ``TorchInterop`` once its world is open.
+    """
+
+    public = False
 
     def __init__(self, opener: Callable[[], ElasticRpcTransport]) -> None:
         super().__init__(0, 1)
@@ -43,6 +51,10 @@ class LoneTransport(Transport):
 
     async def start(self) -> None:
         """Nothing to join: the node is alone."""
+
+    def join_env(self) -> dict[str, str]:
+        """Never: only the node processes this system starts may join its world."""
+        raise UnsupportedError(NOT_ELASTIC)
 
     async def invitation(self) -> tuple[str, str]:
         """Open the world on first use (torch RPC starts), then answer as its rank 0 does."""
@@ -114,13 +126,13 @@ class LoneTransport(Transport):
     def make_rref(self, value: Any) -> Any:
         """A torch RRef, once the world is on torch RPC."""
         if self._world is None:
-            return super().make_rref(value)
+            raise refusal(self, NO_RREFS)
         return self._world.make_rref(value)
 
     def shared_store(self) -> Any:
         """The opened world's store."""
         if self._world is None:
-            return super().shared_store()
+            raise refusal(self, NO_SHARED_STORE)
         return self._world.shared_store()
 
     def stop_admitting(self) -> None:

@@ -31,9 +31,9 @@ from torch.distributed import rpc
 
 from actorch._base.devices import TensorRoute, accelerator
 from actorch._base.errors import JoinError, UnsupportedError
-from actorch._transport import rpc as rpc_transport
 from actorch._transport.base import NodeInfo, NodeTraits
 from actorch._transport.bridge import in_daemon_thread
+from actorch._transport.capabilities import NOT_ELASTIC
 from actorch._transport.membership import (
     ADDRESS_ENV,
     BELL_WAIT,
@@ -45,8 +45,9 @@ from actorch._transport.membership import (
     info_of,
     own_info,
 )
-from actorch._transport.rpc import RpcOptions, RpcTransport, tensorpipe_options, worker_name
-from actorch._transport.rpc_setup import cpp_errors_quiet, quiet_cpp_logs, rendezvous_store
+from actorch._transport.torch_rpc import rpc as rpc_transport
+from actorch._transport.torch_rpc.rpc import RpcOptions, RpcTransport, tensorpipe_options, worker_name
+from actorch._transport.torch_rpc.rpc_setup import cpp_errors_quiet, quiet_cpp_logs, rendezvous_store
 
 __all__ = ["ElasticRpcTransport"]
 
@@ -140,7 +141,7 @@ def _wait_listening(host: str, port: int, limit: float, timeout: float) -> None:
 
 
 class ElasticRpcTransport(RpcTransport):
-    """Talks torch RPC to a world that nodes join and leave while it runs.
+    """Talks torch RPC to a world that nodes join and leave while it runs (it is ``Elastic``).
 
     Args:
         rank: This node's rank (a newcomer's from ``prepare_join``).
@@ -178,7 +179,7 @@ class ElasticRpcTransport(RpcTransport):
         super().__init__(rank, 0, master_addr, master_port, options, listener)
         self._token = token
         self._initial = initial
-        self.elastic = public
+        self.public = public
         self._invited = invited
         if label is not None:
             self.traits = NodeTraits(label=label)
@@ -201,8 +202,8 @@ class ElasticRpcTransport(RpcTransport):
 
     def join_env(self) -> dict[str, str]:
         """``ACTORCH_ADDRESS`` and ``ACTORCH_JOIN_TOKEN`` for a process to join (rank 0 only)."""
-        if not self.elastic:
-            raise UnsupportedError("only an elastic system takes new nodes (run(..., elastic=True))")
+        if not self.public:
+            raise UnsupportedError(NOT_ELASTIC)
         if self.rank != 0 or not self._token:
             raise UnsupportedError("only rank 0 of an elastic system hands out what joining takes")
         return {ADDRESS_ENV: self.address, TOKEN_ENV: self._token}
@@ -224,7 +225,7 @@ class ElasticRpcTransport(RpcTransport):
             # The heartbeat runs from now on, each newcomer watched and pinged from its welcome: a worker
             # of the launch that is ready early must hear from rank 0 before the last one has joined.
             self._watch_peers()
-            members.open(self._initial, self._shared, public=self.elastic)
+            members.open(self._initial, self._shared, public=self.public)
             self._admission = threading.Thread(target=self._admit_newcomers, name="actorch-admission", daemon=True)
             self._admission.start()
             _admitting.add(self)

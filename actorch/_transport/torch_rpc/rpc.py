@@ -1,4 +1,4 @@
-"""The torch RPC (TensorPipe) transport: the only module that imports ``torch.distributed.rpc``.
+"""The torch RPC (TensorPipe) transport: with ``elastic``, the only module that imports ``torch.distributed.rpc``.
 
 Each bundle is one ``rpc_async`` to the peer's :func:`_inbound`, an
 ``async_execution`` function that queues it for the peer's event loop and
@@ -19,10 +19,9 @@ stale: its bundles and pings are answered with ``EXPELLED``, which tells it that
 this node counts it lost, so it sees this node lost in turn instead of talking
 to a world that moved on.
 
-Past 600 lines, the module holds more than torch RPC's transport: the
-sequencing that puts the lane's bundles and torch RPC's back in link order,
-and the heartbeat's judgement, belong in modules of their own that do not know
-torch. They stay here until the transports are re-housed as plug-ins.
+Which lane a bundle takes is decided here (``_send_bundle``); the link's
+sequence numbers and putting the two lanes' bundles back in order are
+``sequencing``'s, and the heartbeat's judgement of a silent peer is ``suspicion``'s.
 """
 
 from __future__ import annotations
@@ -47,7 +46,9 @@ from actorch._transport.bridge import Inbox, in_daemon_thread
 from actorch._transport.lane import Lane
 from actorch._transport.membership import own_info
 from actorch._transport.network import address_towards, interface_chosen, interface_towards, is_loopback
-from actorch._transport.rpc_setup import (
+from actorch._transport.sequencing import LinkOrder
+from actorch._transport.suspicion import Suspicion
+from actorch._transport.torch_rpc.rpc_setup import (
     RpcOptions,
     exchange_node_facts,
     lane_secret,
@@ -55,7 +56,6 @@ from actorch._transport.rpc_setup import (
     rendezvous_store,
     resolve_device_maps,
 )
-from actorch._transport.suspicion import Suspicion
 
 __all__ = ["RpcOptions", "RpcTransport", "tensorpipe_options"]
 
@@ -67,8 +67,6 @@ _LOST = -1  # inbox item: the peer is gone
 _UNORDERED = -2  # inbox item: replies that came back on a bundle's response
 _REFUSED = -3  # inbox item: a bundle from a lost or unknown node was refused
 _JOINED = -4  # inbox item: a node joined the world (elastic systems)
-HELD_BUDGET = 256 << 20
-"""Bytes of bundles one peer may have waiting for an earlier one (lane and torch RPC reordered); past it, it is lost."""
 EXPELLED = "actorch:expelled"
 """A bundle's or ping's answer from a node that counts the sender lost (or does not know it)."""
 
@@ -136,6 +134,11 @@ def _size_of(bundle: Bundle) -> int:
     if tensors:
         size += sum(getattr(tensor, "nbytes", 0) for side in tensors.values() for tensor in side)
     return size
+
+
+def _held_size(payload: tuple[Bundle, Any, int]) -> int:
+    """Bytes a bundle held for its turn counts against ``HELD_BUDGET`` (its payload: bundle, response, context)."""
+    return _size_of(payload[0])
 
 
 def _on_device(item: object) -> bool:
@@ -219,10 +222,9 @@ class RpcTransport(Transport):
         self._store: Any = None
         self._options = options
         # Per peer, by rank: peers are added as they are met (all at start in a static world).
-        self._next_seq: dict[int, int] = {}
+        self._links: LinkOrder[tuple[Bundle, torch.futures.Future[Any] | None, int]]
+        self._links = LinkOrder(self._deliver, _held_size)  # both lanes' bundles, in each link's order
         self._workers: dict[int, Any] = {}  # rank -> torch WorkerInfo, for sends
-        self._expected: dict[int, int] = {}
-        self._held: dict[int, dict[int, tuple[Bundle, torch.futures.Future[Any] | None, int]]] = {}
         self._heard: dict[int, float] = {}  # when each peer was last heard from (monotonic; RPC threads write)
         self._routes: dict[int, TensorRoute] = {}
         self._watchers: dict[int, torch.futures.Future[Any]] = {}
@@ -234,9 +236,10 @@ class RpcTransport(Transport):
         self._inbox: Inbox[tuple[int, int, Any]]
         self._routes_direct = False  # whether any device map is set (received CUDA tensors are waited for)
         self._lane: Lane | None = None  # the fast lane, for bundles without tensors of their own
-        self._held_bytes: dict[int, int] = {}  # per peer: bytes of the bundles in ``_held``
         self._in_flight: dict[int, int] = {}  # per peer: bytes of bundles sent by torch RPC, not yet answered
         self._in_flight_lock = threading.Lock()  # torch's threads take answered bundles off
+        self.lane_bundles_sent = 0
+        """Bundles sent on the fast lane (they count among ``bundles_sent`` too): the transport is a ``FastLane``."""
 
     def __repr__(self) -> str:
         host, port = self._master
@@ -283,9 +286,7 @@ class RpcTransport(Transport):
         """Know node ``info.rank`` (from whichever thread meets it): it may send to us, and we to it."""
         rank = info.rank
         if rank != self.rank:
-            self._next_seq.setdefault(rank, 0)
-            self._expected.setdefault(rank, 0)
-            self._held.setdefault(rank, {})
+            self._links.meet(rank)
             if route is not None:
                 self._routes[rank] = route
             if self._lane is not None and info.lane is not None:
@@ -304,10 +305,9 @@ class RpcTransport(Transport):
         self.world_size = len(self._peers)
         if self._lane is not None:
             self._lane.forget(rank)
-        for _, response, _ in self._held.pop(rank, {}).values():
+        for _, response, _ in self._links.forget(rank):
             if response is not None:
                 response.set_result(None)
-        self._held_bytes.pop(rank, None)
         watcher = self._watchers.pop(rank, None)
         if watcher is not None:
             watcher.set_result(None)
@@ -515,9 +515,10 @@ class RpcTransport(Transport):
     def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
         lane = self._lane
         if lane is not None and not bundle[1] and not in_context:
-            seq = self._next_seq.get(dest)
+            next_seq = self._links.next_seq
+            seq = next_seq.get(dest)
             if seq is not None and dest not in self._lost_ranks and lane.send(dest, seq, bundle[0]):
-                self._next_seq[dest] = seq + 1
+                next_seq[dest] = seq + 1
                 self.lane_bundles_sent += 1
                 return
         if in_context or current_context_id() == NO_CONTEXT:
@@ -531,10 +532,11 @@ class RpcTransport(Transport):
             force_context_id(previous)
 
     def _rpc_bundle(self, dest: int, bundle: Bundle) -> None:
-        seq = self._next_seq.get(dest)
+        next_seq = self._links.next_seq
+        seq = next_seq.get(dest)
         if seq is None or dest in self._lost_ranks:
             return  # lost or gone: the node above fails what waits for it
-        self._next_seq[dest] = seq + 1
+        next_seq[dest] = seq + 1
         messages, tensors = bundle
         size = _size_of(bundle)
         with self._in_flight_lock:
@@ -628,48 +630,25 @@ class RpcTransport(Transport):
         if seq == _UNORDERED:
             self._receive(src, payload, None)
             return
-        self._in_link_order(item)
+        why = self._links.arrived(src, seq, payload)  # in link order, now or once the bundles before it came
+        if why is not None:  # it waited too long for a bundle that never came
+            self._peer_lost(src, why)
+            self._on_inbox(item)  # refused, as from any lost node
 
-    def _in_link_order(self, item: tuple[int, int, Any]) -> None:
-        """Take a bundle in its link's order: now if its turn came, with the held ones it frees, else hold it.
-
-        What is held waiting is bounded by ``HELD_BUDGET``; past it the peer is
-        lost (a bundle that never comes would hold every later one forever).
-        """
-        src, seq, payload = item
-        held = self._held[src]
-        if seq != self._expected[src]:
-            held_bytes = self._held_bytes.get(src, 0) + _size_of(payload[0])
-            if held_bytes > HELD_BUDGET:
-                expected = self._expected[src]
-                self._peer_lost(src, f"{held_bytes:,} bytes of bundles waited for bundle {expected}, which never came")
-                self._on_inbox(item)  # refused, as from any lost node
-                return
-            self._held_bytes[src] = held_bytes
-            held[seq] = payload
-            return
+    def _deliver(self, src: int, payload: tuple[Bundle, torch.futures.Future[Any] | None, int]) -> None:
+        """Hand a bundle whose turn came to the node, with a port on its response if it has one."""
+        bundle, response, context_id = payload
+        port = None if response is None else Port(self._inbox_loop, response.set_result, context_id)
         assert self._receive is not None
-        while True:
-            bundle, response, context_id = payload
-            port = None if response is None else Port(self._inbox_loop, response.set_result, context_id)
-            self._receive(src, bundle, port)
-            seq += 1
-            if seq not in held:
-                break
-            payload = held.pop(seq)
-            self._held_bytes[src] -= _size_of(payload[0])
-        self._expected[src] = seq
+        self._receive(src, bundle, port)
 
     def _peer_lost(self, rank: int, why: str) -> None:
         if self._closing or rank in self._lost_ranks or rank in self._gone:
             return
         self._lost_ranks.add(rank)
-        held = self._held.get(rank, {})
-        for _, response, _ in held.values():
+        for _, response, _ in self._links.drop_held(rank):
             if response is not None:
                 response.set_result(EXPELLED)
-        held.clear()
-        self._held_bytes.pop(rank, None)
         watcher = self._watchers.pop(rank, None)
         if watcher is not None:
             watcher.set_result(EXPELLED)  # if the peer is only stale, it hears that we count it lost

@@ -1,0 +1,95 @@
+"""What only some transports can do: each transport has the capabilities it implements, and asking one lacks raises."""
+
+from __future__ import annotations
+
+import pytest
+
+import actorch
+from actorch._transport.capabilities import (
+    NO_NEWCOMERS,
+    NO_RREFS,
+    NO_SHARED_STORE,
+    NOT_ELASTIC,
+    Elastic,
+    FastLane,
+    TorchInterop,
+    is_elastic,
+    require_elastic,
+    require_torch_interop,
+)
+from actorch._transport.inprocess import InProcessHub
+from actorch._transport.torch_rpc.elastic import ElasticRpcTransport
+from actorch._transport.torch_rpc.lone import LoneTransport
+from actorch._transport.torch_rpc.rpc import RpcTransport
+from actorch._transport.torch_rpc.rpc_setup import RpcOptions
+
+
+def _never_opened() -> ElasticRpcTransport:
+    pytest.fail("opened without being asked")
+
+
+def test_capabilities_of_each_transport_are_those_it_implements() -> None:
+    in_process = InProcessHub(2).transport(0)
+    static = RpcTransport(0, 2, "127.0.0.1", 1, RpcOptions())
+    elastic = ElasticRpcTransport(0, "127.0.0.1", 1, RpcOptions(), token="t")
+    alone = LoneTransport(_never_opened)
+    kinds = (Elastic, TorchInterop, FastLane)
+    found = {
+        type(transport).__name__: [kind.__name__ for kind in kinds if isinstance(transport, kind)]
+        for transport in (in_process, static, elastic, alone)
+    }
+    assert found == {
+        "InProcessTransport": [],
+        "RpcTransport": ["TorchInterop", "FastLane"],
+        "ElasticRpcTransport": ["Elastic", "TorchInterop", "FastLane"],
+        "LoneTransport": ["Elastic", "TorchInterop"],
+    }
+
+
+def test_capabilities_is_elastic_only_for_a_world_any_process_with_the_token_may_join() -> None:
+    assert is_elastic(ElasticRpcTransport(0, "127.0.0.1", 1, RpcOptions(), token="t"))
+    assert not is_elastic(ElasticRpcTransport(0, "127.0.0.1", 1, RpcOptions(), token="t", public=False))
+    assert not is_elastic(LoneTransport(_never_opened))
+    assert not is_elastic(RpcTransport(0, 2, "127.0.0.1", 1, RpcOptions()))
+
+
+def test_capabilities_required_of_a_transport_that_has_them_are_the_transport() -> None:
+    elastic = ElasticRpcTransport(0, "127.0.0.1", 1, RpcOptions(), token="t")
+    assert require_elastic(elastic) is elastic
+    assert require_torch_interop(elastic) is elastic
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (NO_NEWCOMERS, "a world on InProcessTransport takes no new nodes"),
+        (NOT_ELASTIC, "only an elastic system takes new nodes"),
+    ],
+)
+def test_capabilities_elastic_required_of_a_static_world_is_refused_naming_it(message: str, expected: str) -> None:
+    with pytest.raises(actorch.UnsupportedError, match=expected):
+        require_elastic(InProcessHub(1).transport(0), message)
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (NO_RREFS, "torch RRefs need the torch RPC transport; this node runs on InProcessTransport"),
+        (NO_SHARED_STORE, "a store shared by the nodes needs the torch RPC transport; this node runs on InProcess"),
+    ],
+)
+def test_capabilities_torch_interop_required_off_torch_rpc_is_refused_naming_the_transport(
+    message: str, expected: str
+) -> None:
+    with pytest.raises(actorch.UnsupportedError, match=expected):
+        require_torch_interop(InProcessHub(1).transport(0), message)
+
+
+async def test_capabilities_of_a_lone_node_before_its_world_opens_are_refused() -> None:
+    alone = LoneTransport(_never_opened)
+    with pytest.raises(actorch.UnsupportedError, match="only an elastic system takes new nodes"):
+        alone.join_env()
+    with pytest.raises(actorch.UnsupportedError, match=r"torch RRefs need .* runs on LoneTransport"):
+        alone.make_rref(1)
+    with pytest.raises(actorch.UnsupportedError, match=r"store shared by the nodes .* runs on LoneTransport"):
+        alone.shared_store()
