@@ -18,10 +18,11 @@ from fake_gpus import FakeAccelerator, installed
 
 import actorch
 from actorch._actors.actor import class_path
-from actorch._actors.movable import RELOCATOR_ID, MovableRef
+from actorch._actors.movable import MovableRef
 from actorch._actors.relocation import RELOCATOR_PATH, RelocationSpec, eligible_nodes
 from actorch._actors.relocator import Relocator
 from actorch._actors.spawn_request import SpawnRequest
+from actorch._engine.system_ids import RELOCATOR_ID
 from actorch._transport.base import NodeInfo
 from actorch.testing import LocalWorld, local_world
 

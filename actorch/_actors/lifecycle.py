@@ -21,7 +21,7 @@ from actorch._actors.actor import Actor, class_path, endpoints_of, has_state_hoo
 from actorch._actors.holdings import Holdings
 from actorch._actors.placement import GpuPool, check_device
 from actorch._actors.ref import ActorRef, make_ref, resolve_class
-from actorch._actors.registry import REGISTRY_ID, Registry
+from actorch._actors.registry import Registry
 from actorch._actors.relocation import Relocatables, RelocationSpec, check_home
 from actorch._actors.restart import ActorExit
 from actorch._actors.spawn_request import SpawnRequest
@@ -31,7 +31,8 @@ from actorch._base.devices import accelerator, on_device, parse_device
 from actorch._base.errors import ActorStoppedError, PlacementError, describe
 from actorch._engine.cell import CANCEL_WAIT, Cell
 from actorch._engine.message import CallContext, current_call
-from actorch._engine.node import SYSTEM_IDS, Node
+from actorch._engine.node import Node
+from actorch._engine.system_ids import REGISTRY_ID, SYSTEM_IDS
 from actorch._engine.wire import handler_traceback
 
 __all__ = ["ActorLifecycle", "Bind"]

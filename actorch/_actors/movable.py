@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, endpoints_of
-from actorch._actors.ref import SERVICE_ID, ActorRef, make_ref, resolve_class
+from actorch._actors.ref import ActorRef, make_ref, resolve_class
 from actorch._actors.restart import ActorExit
 from actorch._base.codec import current_context, register_extension
 from actorch._base.deadline import current_deadline
@@ -28,16 +28,14 @@ from actorch._base.names import actor_label
 from actorch._engine.endpoints import check_call, endpoint_name
 from actorch._engine.message import current_call
 from actorch._engine.streaming import Stream, StreamRequest
+from actorch._engine.system_ids import RELOCATOR_ID, SERVICE_ID
 
 if TYPE_CHECKING:
     from actorch._engine.caller import Caller
 
-__all__ = ["RELOCATOR_ID", "MovableRef", "Origin", "exit_error", "movable_ref"]
+__all__ = ["MovableRef", "Origin", "exit_error", "movable_ref"]
 
 A = TypeVar("A", bound=Actor)
-
-RELOCATOR_ID = 3
-"""Actor id of the relocator on rank 0 (after each node's service, 1, and the registry, 2)."""
 
 Origin = tuple[int, int]
 """Where a relocatable actor was first started, ``(rank, actor id)``: its identity wherever it moves."""

@@ -24,16 +24,14 @@ from actorch._engine.caller import Caller
 from actorch._engine.endpoints import check_call, endpoint_name
 from actorch._engine.message import current_call
 from actorch._engine.streaming import Stream, StreamRequest
+from actorch._engine.system_ids import SERVICE_ID
 
-__all__ = ["SERVICE_ID", "ActorRef", "make_ref", "resolve_class"]
+__all__ = ["ActorRef", "make_ref", "resolve_class"]
 
 A = TypeVar("A", bound=Actor)
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
-
-SERVICE_ID = 1
-"""Actor id of every node's own service actor (spawn, stop, shutdown)."""
 
 
 @functools.lru_cache(maxsize=1024)

@@ -25,10 +25,7 @@ from actorch._actors.ref import ActorRef
 from actorch._base.errors import NameTakenError
 from actorch._base.names import compile_pattern
 
-__all__ = ["REGISTRY_ID", "NameCache", "Registry"]
-
-REGISTRY_ID = 2
-"""Actor id of the registry on rank 0 (after the node service, id 1)."""
+__all__ = ["NameCache", "Registry"]
 
 EVICT_TIMEOUT = 5.0
 """Seconds a release waits for the nodes to evict its name; a busy node still evicts it later, before anything else."""

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from actorch._actors.actor import Actor, class_path
 from actorch._actors.fit import HomeOf, rank_of, refusal
-from actorch._actors.movable import RELOCATOR_ID, Origin, movable_ref
+from actorch._actors.movable import Origin, movable_ref
 from actorch._actors.ref import ActorRef, make_ref
 from actorch._actors.restart import ActorExit
 from actorch._actors.spawn_request import SpawnRequest
 from actorch._base.codec import serializable
 from actorch._base.errors import describe
 from actorch._base.names import actor_label
+from actorch._engine.system_ids import RELOCATOR_ID
 from actorch._transport.base import NodeInfo
 
 if TYPE_CHECKING:
