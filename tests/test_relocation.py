@@ -17,9 +17,8 @@ from actors import Counter, Holder, Store, Tally
 from fake_gpus import FakeAccelerator, installed
 
 import actorch
-from actorch._actors.actor import class_path
 from actorch._actors.movable import MovableRef
-from actorch._actors.relocation import RELOCATOR_PATH, RelocationSpec, eligible_nodes
+from actorch._actors.relocation import RelocationSpec, eligible_nodes
 from actorch._actors.relocator import Relocator
 from actorch._actors.spawn_request import SpawnRequest
 from actorch._engine.system_ids import RELOCATOR_ID
@@ -34,10 +33,6 @@ async def world4() -> AsyncIterator[LocalWorld]:
     """Four nodes: rank 0 calls, ranks 1 to 3 host and take in relocatable actors."""
     async with local_world(4, stop_grace=0.5, lookup_timeout=5.0) as running:
         yield running
-
-
-def test_refs_to_the_relocator_name_its_class() -> None:
-    assert class_path(Relocator) == RELOCATOR_PATH
 
 
 def relocator(world: LocalWorld) -> Relocator:

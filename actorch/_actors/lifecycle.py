@@ -22,7 +22,8 @@ from actorch._actors.holdings import Holdings
 from actorch._actors.placement import GpuPool, check_device
 from actorch._actors.ref import ActorRef, make_ref, resolve_class
 from actorch._actors.registry import Registry
-from actorch._actors.relocation import Relocatables, RelocationSpec, check_home
+from actorch._actors.relocatables import Relocatables
+from actorch._actors.relocation import RelocationSpec, check_home
 from actorch._actors.restart import ActorExit
 from actorch._actors.spawn_request import SpawnRequest
 from actorch._actors.supervisor import Supervisor

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from actorch._actors.actor import Actor, endpoints_of
 from actorch._actors.ref import ActorRef, make_ref, resolve_class
 from actorch._actors.restart import ActorExit
+from actorch._actors.system_endpoints import RelocatorEndpoints, ServiceEndpoints, system_call
 from actorch._base.codec import current_context, register_extension
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import ActorStoppedError, NodeLostError, SystemClosedError, describe
@@ -140,8 +141,14 @@ class MovableRef(ActorRef[A]):
                     return ended
                 continue
             try:
-                exit_: ActorExit = await self._caller.call(
-                    self._rank, SERVICE_ID, "wait_stopped", (self._actor_id,), {}, self._label, deadline
+                exit_ = await system_call(
+                    self._caller,
+                    self._rank,
+                    SERVICE_ID,
+                    self._label,
+                    deadline,
+                    ServiceEndpoints.wait_stopped,
+                    self._actor_id,
                 )
             except NodeLostError:
                 continue  # its node was lost: ask where it went
@@ -182,8 +189,16 @@ class MovableRef(ActorRef[A]):
         """Send ``state`` to the relocator as this actor's last snapshot (``Actor.save_snapshot``)."""
         if self._caller.transport.route(0) is None:  # rank 0 shares this process: it must not share the tensors
             state = _private_copy(self._caller, state)
-        await self._caller.call(
-            0, RELOCATOR_ID, "keep", (self._origin, self._rank, state), {}, _RELOCATOR_LABEL, current_deadline()
+        await system_call(
+            self._caller,
+            0,
+            RELOCATOR_ID,
+            _RELOCATOR_LABEL,
+            current_deadline(),
+            RelocatorEndpoints.keep,
+            self._origin,
+            self._rank,
+            state,
         )
         return True
 
@@ -197,8 +212,8 @@ class MovableRef(ActorRef[A]):
         """Ask the relocator where the actor lives now and go there; how it ended if it lives nowhere."""
         stale = self._rank
         try:
-            found = await self._caller.call(
-                0, RELOCATOR_ID, "home", (self._origin, stale), {}, _RELOCATOR_LABEL, deadline
+            found = await system_call(
+                self._caller, 0, RELOCATOR_ID, _RELOCATOR_LABEL, deadline, RelocatorEndpoints.home, self._origin, stale
             )
         except NodeLostError:
             if 0 not in self._caller.lost:

@@ -15,6 +15,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from actorch._actors.actor import Actor, endpoints_of
 from actorch._actors.restart import ActorExit
+from actorch._actors.system_endpoints import ServiceEndpoints, system_call
 from actorch._base.codec import current_context, register_extension
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import ActorStoppedError, EndpointError, NodeLostError, SystemClosedError
@@ -226,14 +227,19 @@ class ActorRef(Generic[A]):
         if self._actor_id == SERVICE_ID:
             raise EndpointError(f"{self._label} is a system service: it stops with its node")
         try:
-            exit_: ActorExit = await self._caller.call(
-                self._rank, SERVICE_ID, "wait_stopped", (self._actor_id,), {}, self._label, current_deadline()
+            return await system_call(
+                self._caller,
+                self._rank,
+                SERVICE_ID,
+                self._label,
+                current_deadline(),
+                ServiceEndpoints.wait_stopped,
+                self._actor_id,
             )
         except NodeLostError as exc:
             return ActorExit("node_lost", str(exc))
         except ActorStoppedError as exc:  # the node left the system: its actors stopped first
             return ActorExit("node_left", str(exc))
-        return exit_
 
     async def stop(self) -> None:
         """Stop the actor once its queued messages are handled; its name disappears.
@@ -250,14 +256,15 @@ class ActorRef(Generic[A]):
         if self._actor_id == SERVICE_ID:
             raise EndpointError(f"{self._label} is a system service and cannot be stopped")
         with contextlib.suppress(ActorStoppedError):  # its node left the system, stopping it
-            await self._caller.call(
+            await system_call(
+                self._caller,
                 self._rank,
                 SERVICE_ID,
-                "stop_actor",
-                (self._actor_id, self._rank != self._caller.rank),
-                {},
                 self._label,
                 current_deadline(),
+                ServiceEndpoints.stop_actor,
+                self._actor_id,
+                self._rank != self._caller.rank,
             )
 
     async def _keep_snapshot(self, state: Any) -> bool:
