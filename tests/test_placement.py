@@ -62,7 +62,7 @@ def fake() -> Iterator[FakeAccelerator]:
 
 async def gpus_of(world: LocalWorld, rank: int) -> tuple[tuple[str, ...], dict[str, str]]:
     """What node ``rank``'s service says of its GPUs: the devices and their holders."""
-    return await world[0]._host.services[rank].call(NodeService.gpus)
+    return await world[0].host.services[rank].call(NodeService.gpus)
 
 
 async def test_nodes_list_the_devices_the_world_gives_them(fake: FakeAccelerator) -> None:

@@ -36,7 +36,7 @@ async def world4() -> AsyncIterator[LocalWorld]:
 
 
 def relocator(world: LocalWorld) -> Relocator:
-    cell = world[0]._host.node.cell(RELOCATOR_ID)
+    cell = world[0].host.node.cell(RELOCATOR_ID)
     assert cell is not None
     assert isinstance(cell.instance, Relocator)
     return cell.instance
@@ -413,7 +413,7 @@ async def test_an_actor_that_stopped_while_it_was_being_moved_is_stopped_again(w
     with pytest.raises(actorch.ActorStoppedError, match="has stopped"):
         await tally.call(Tally.get)
     await asyncio.sleep(0.4)
-    assert [cell.name for host in (world4[1], world4[3]) for cell in host._host.node.cells()] == [None, None]
+    assert [cell.name for host in (world4[1], world4[3]) for cell in host.host.node.cells()] == [None, None]
     with pytest.raises(actorch.ActorNotFoundError):
         async with asyncio.timeout(0.2):
             await world4[0].lookup("late")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, endpoints_of
-from actorch._actors.ref import ActorRef, make_ref, resolve_class
+from actorch._actors.ref import ActorRef, resolve_class
 from actorch._actors.restart import ActorExit
 from actorch._actors.system_endpoints import RelocatorEndpoints, ServiceEndpoints, system_call
 from actorch._base.codec import current_context, register_extension
@@ -58,6 +58,13 @@ class MovableRef(ActorRef[A]):
 
     _origin: Origin
     _waiting: list[Send] | None  # messages waiting, in order, while this ref learns its actor's new home
+
+    def __init__(
+        self, caller: Caller, rank: int, actor_id: int, name: str | None, class_path: str, origin: Origin
+    ) -> None:
+        super().__init__(caller, rank, actor_id, name, class_path)
+        self._origin = (origin[0], origin[1])
+        self._waiting = None
 
     @property
     def origin(self) -> Origin:
@@ -285,11 +292,7 @@ def movable_ref(
     caller: Caller, rank: int, actor_id: int, name: str | None, class_path: str, origin: Origin
 ) -> MovableRef[Any]:
     """A ref to relocatable actor ``origin``, now actor ``actor_id`` on ``rank``, sending through ``caller``."""
-    ref = make_ref(caller, rank, actor_id, name, class_path, MovableRef)
-    assert isinstance(ref, MovableRef)
-    ref._origin = (origin[0], origin[1])
-    ref._waiting = None
-    return ref
+    return MovableRef._create(caller, rank, actor_id, name, class_path, origin)
 
 
 def _rebuild(rank: int, actor_id: int, name: str | None, class_path: str, origin: Origin) -> MovableRef[Any]:

@@ -17,6 +17,7 @@ from actorch._actors.actor import Actor, endpoints_of
 from actorch._actors.restart import ActorExit
 from actorch._actors.system_endpoints import ServiceEndpoints, system_call
 from actorch._base.codec import current_context, register_extension
+from actorch._base.constructors import NoPublicConstructor
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import ActorStoppedError, EndpointError, NodeLostError, SystemClosedError
 from actorch._base.names import actor_label
@@ -45,7 +46,7 @@ def resolve_class(path: str) -> type[Actor] | None:
     return found if isinstance(found, type) and issubclass(found, Actor) else None
 
 
-class ActorRef(Generic[A]):
+class ActorRef(Generic[A], metaclass=NoPublicConstructor):
     """A handle to an actor: call it, tell it, stop it, send it inside messages.
 
     Refs are made only by the runtime (``spawn``, ``lookup``, ``Actor.ref``). They
@@ -62,8 +63,16 @@ class ActorRef(Generic[A]):
     _class_path: str
     _label: str
 
-    def __init__(self) -> None:
-        raise TypeError("ActorRef objects are made by the runtime: use spawn() or lookup()")
+    _made_by = "the runtime: use spawn() or lookup()"
+
+    def __init__(self, caller: Caller, rank: int, actor_id: int, name: str | None, class_path: str) -> None:
+        self._caller = caller
+        self._rank = rank
+        self._actor_id = actor_id
+        self._name = name
+        self._class_path = class_path
+        short = class_path.rpartition(":")[2] or class_path
+        self._label = actor_label(name, short, actor_id, rank)
 
     def __repr__(self) -> str:
         return f"<ActorRef {self._label}>"
@@ -272,19 +281,9 @@ class ActorRef(Generic[A]):
         return False
 
 
-def make_ref(
-    caller: Caller, rank: int, actor_id: int, name: str | None, class_path: str, kind: type[ActorRef[Any]] = ActorRef
-) -> ActorRef[Any]:
-    """A ref to actor ``actor_id`` on ``rank``, sending through ``caller`` (its node's); ``kind`` is its class."""
-    ref: ActorRef[Any] = object.__new__(kind)
-    ref._caller = caller
-    ref._rank = rank
-    ref._actor_id = actor_id
-    ref._name = name
-    ref._class_path = class_path
-    short = class_path.rpartition(":")[2] or class_path
-    ref._label = actor_label(name, short, actor_id, rank)
-    return ref
+def make_ref(caller: Caller, rank: int, actor_id: int, name: str | None, class_path: str) -> ActorRef[Any]:
+    """A ref to actor ``actor_id`` on ``rank``, sending through ``caller`` (its node's)."""
+    return ActorRef._create(caller, rank, actor_id, name, class_path)
 
 
 def _rebuild(rank: int, actor_id: int, name: str | None, class_path: str) -> ActorRef[Any]:
