@@ -201,7 +201,7 @@ async def test_shutting_a_node_down_gives_its_gpus_back(fake: FakeAccelerator) -
     async with local_world(2, devices={1: ("cuda:0", "cuda:1")}) as world:
         await world[0].spawn(Learner, gpus=2)
         await world._hosts[1].stop_all()
-        assert world._hosts[1].gpus.holders == {}
+        assert world._hosts[1].lifecycle.gpus.holders == {}
 
 
 async def test_an_explicit_device_holds_no_gpu(fake: FakeAccelerator) -> None:

@@ -215,7 +215,7 @@ class Spawner:
             ref: ActorRef[A] = await self._host.services[rank].call(NodeService.spawn, request)
         except BaseException:
             if name is not None:
-                await asyncio.shield(self._host.release_name(name))
+                await asyncio.shield(self._host.lifecycle.release_name(name))
             raise
         if name is not None:
             await self._registry_call(Registry.bind, name, ref)
