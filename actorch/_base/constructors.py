@@ -26,7 +26,7 @@ class NoPublicConstructor(type):
 
     def _create(cls: type[T], *args: Any, **kwargs: Any) -> T:
         """A new object of the class, built by its ``__init__``: the runtime's way to make one."""
-        return super().__call__(*args, **kwargs)  # type: ignore[misc,no-any-return]
+        return type.__call__(cls, *args, **kwargs)  # type: ignore[no-any-return]
 
 
 class NoPublicConstructorABC(NoPublicConstructor, ABCMeta):
