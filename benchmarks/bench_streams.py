@@ -70,7 +70,7 @@ async def timed(send: Callable[[], Awaitable[list[int]]], expected: int) -> floa
 async def broadcast_rows(system: actorch.ActorSystem, options: argparse.Namespace) -> list[dict[str, Any]]:
     """Per actor count: seconds per round of broadcast, loop of calls and raw torch RPC, and tensor bytes sent."""
     tensor = torch.randn(options.mb * (1 << 20) // 4)
-    transport = system._host.node.transport  # its counters show the copies that left rank 0
+    transport = system.host.node.transport  # its counters show the copies that left rank 0
     rows: list[dict[str, Any]] = []
     for count in options.actors:
         refs = [await system.spawn(Sink, on=1 + index % (WORLD_SIZE - 1)) for index in range(count)]

@@ -6,6 +6,7 @@ import pytest
 
 import actorch
 from actorch._actors.actor import endpoints_of
+from actorch._actors.system_node import NodeSystem
 
 
 class Base(actorch.Actor):
@@ -110,3 +111,8 @@ def test_actor_ref_cannot_be_constructed_by_users() -> None:
 def test_actor_system_cannot_be_constructed_by_users() -> None:
     with pytest.raises(TypeError, match=r"actorch\.run"):
         actorch.ActorSystem()
+
+
+def test_node_system_cannot_be_constructed_by_users() -> None:
+    with pytest.raises(TypeError, match=r"NodeSystem objects are made by actorch\.run"):
+        NodeSystem()

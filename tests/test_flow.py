@@ -13,7 +13,7 @@ import actorch
 from actorch._actors.ref import make_ref
 from actorch._base.config import SystemConfig
 from actorch._engine.flow import FlowControl
-from actorch._engine.node import SYSTEM_IDS
+from actorch._engine.system_ids import SYSTEM_IDS
 from actorch.testing import local_world
 
 

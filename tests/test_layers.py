@@ -314,6 +314,61 @@ def non_public_imports(module: str, source: str, public: Collection[str], layout
     return found
 
 
+OWN = frozenset({"self", "cls"})
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_attributes(sources: Mapping[str, str]) -> frozenset[str]:
+    """The underscored attributes the classes of ``sources`` define: set on ``self`` or ``cls``, or in a class body."""
+    found: set[str] = set()
+    for source in sources.values():
+        for node in ast.walk(ast.parse(source)):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in OWN
+            ):
+                found.add(node.attr)
+            elif isinstance(node, ast.ClassDef):
+                for statement in node.body:
+                    if isinstance(statement, ast.AnnAssign):
+                        targets = [statement.target]
+                    elif isinstance(statement, ast.Assign):
+                        targets = statement.targets
+                    else:
+                        continue
+                    found.update(target.id for target in targets if isinstance(target, ast.Name))
+    return frozenset(name for name in found if is_private(name))
+
+
+def private_reaches(module: str, source: str, private: Collection[str], layout: Layout = LAYOUT) -> list[str]:
+    """Where ``module`` takes an underscored name from a lower layer, or reads or sets one of ``private`` elsewhere.
+
+    An attribute of ``private`` counts on any object but the module's own
+    ``self`` and ``cls``: the object it is read from is not known, so the
+    names are those the lower layers' classes define.
+    """
+    layer = layer_of(module)
+    found = [
+        f"{imported}: {imported.name} is private"
+        for imported in imports_in(module, source, layout)
+        if imported.name is not None
+        and is_private(imported.name)
+        and is_ours(imported.target)
+        and (layer_of(imported.target) or 0) < (layer or 0)
+    ]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in private:
+            if isinstance(node.value, ast.Name) and node.value.id in OWN:
+                continue
+            found.append(f"{module}:{node.lineno} reaches {ast.unparse(node)}")
+    return found
+
+
 # ---------------------------------------------------------------------- the package
 
 
@@ -361,6 +416,22 @@ STOCK = [module for module in MODULES if layer_of(module) == STOCK_LAYER]
 @pytest.mark.parametrize("module", STOCK)
 def test_stock_module_takes_only_public_names_from_the_runtime(module: str) -> None:
     assert non_public_imports(module, SOURCES[module], exported_names()) == []
+
+
+LAUNCH_LAYER = LAYERS.index("_launch")
+LAUNCH = [module for module in MODULES if layer_of(module) == LAUNCH_LAYER or module == "actorch.testing"]
+PRIVATE_BELOW_LAUNCH = private_attributes(
+    {module: source for module, source in SOURCES.items() if (layer_of(module) or LAUNCH_LAYER) < LAUNCH_LAYER}
+)
+
+
+@pytest.mark.parametrize("module", LAUNCH)
+def test_launch_module_reaches_nothing_private_of_a_lower_layer(module: str) -> None:
+    assert private_reaches(module, SOURCES[module], PRIVATE_BELOW_LAUNCH) == []
+
+
+def test_the_private_attributes_below_the_launcher_include_those_of_the_system() -> None:
+    assert {"_host", "_shutdown", "_caller", "_actor_id"} <= PRIVATE_BELOW_LAUNCH
 
 
 # ---------------------------------------------------------------------- the checker, on sources that break the rules
@@ -660,6 +731,38 @@ def test_public_api_check_flags_a_name_actorch_does_not_export(source: str) -> N
 )
 def test_public_api_check_allows_exported_names_and_other_stock_modules(source: str) -> None:
     assert non_public_imports("actorch._stock.group", source, PUBLIC, SAMPLE) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f(system):\n    return system._host.pool",
+        "def f(system, stop):\n    system._shutdown = stop",
+        "def f(world):\n    return world[0]._host",
+        "from actorch._actors.ref import _rebuild",
+        "from .._actors.system_node import _attach",
+    ],
+)
+def test_private_check_flags_a_launch_module_reaching_into_a_lower_layer(source: str) -> None:
+    assert private_reaches("actorch._launch.serving", source, frozenset({"_host", "_shutdown"}), SAMPLE)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "class C:\n    def f(self):\n        return self._host",
+        "def f(system):\n    return system.host",
+        "import os\nos._exit(0)",
+        "from actorch._launch.run import _plan",
+    ],
+)
+def test_private_check_allows_own_attributes_other_names_and_the_same_layer(source: str) -> None:
+    assert private_reaches("actorch._launch.serving", source, frozenset({"_host", "_shutdown"}), SAMPLE) == []
+
+
+def test_private_attributes_are_those_set_on_self_or_cls_or_in_a_class_body() -> None:
+    source = "class C:\n    _kind = 1\n    _made: int\n    def __init__(self):\n        self._host = self.open = 2"
+    assert private_attributes({"m": source}) == {"_kind", "_made", "_host"}
 
 
 def test_exported_names_are_read_from_the_facade() -> None:

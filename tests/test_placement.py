@@ -62,7 +62,7 @@ def fake() -> Iterator[FakeAccelerator]:
 
 async def gpus_of(world: LocalWorld, rank: int) -> tuple[tuple[str, ...], dict[str, str]]:
     """What node ``rank``'s service says of its GPUs: the devices and their holders."""
-    return await world[0]._host.services[rank].call(NodeService.gpus)
+    return await world[0].host.services[rank].call(NodeService.gpus)
 
 
 async def test_nodes_list_the_devices_the_world_gives_them(fake: FakeAccelerator) -> None:
@@ -201,7 +201,7 @@ async def test_shutting_a_node_down_gives_its_gpus_back(fake: FakeAccelerator) -
     async with local_world(2, devices={1: ("cuda:0", "cuda:1")}) as world:
         await world[0].spawn(Learner, gpus=2)
         await world._hosts[1].stop_all()
-        assert world._hosts[1].gpus.holders == {}
+        assert world._hosts[1].lifecycle.gpus.holders == {}
 
 
 async def test_an_explicit_device_holds_no_gpu(fake: FakeAccelerator) -> None:

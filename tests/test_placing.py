@@ -83,11 +83,11 @@ async def test_a_where_spawn_prefers_the_callers_node(envs: LocalWorld) -> None:
 async def test_resources_held_by_an_actor_come_back_when_it_stops(envs: LocalWorld) -> None:
     holder = await envs[0].spawn(Sim, name="sims/only", on=Where(label="env", host=None, resources={"env_slots": 1}))
     assert holder.rank == 1
-    taken = await envs[0]._host.services[1].call("resources")
+    taken = await envs[0].host.services[1].call("resources")
     assert taken["free"]["env_slots"] == 1.0
     assert taken["held"] == {"sims/only": {"env_slots": 1.0}}
     await holder.stop()
-    given_back = await envs[0]._host.services[1].call("resources")
+    given_back = await envs[0].host.services[1].call("resources")
     assert given_back["free"]["env_slots"] == 2.0
     assert given_back["held"] == {}
 
@@ -191,7 +191,7 @@ async def test_a_group_without_room_for_every_member_spawns_none(envs: LocalWorl
     assert "room for 3 of 4 members" in str(refused.value)
     assert "node 1: room for 2" in str(refused.value)
     assert await envs[0].lookup_all("many/*") == []
-    shares = [await envs[0]._host.services[rank].call("resources") for rank in (1, 2)]
+    shares = [await envs[0].host.services[rank].call("resources") for rank in (1, 2)]
     assert [share["held"] for share in shares] == [{}, {}]
 
 
@@ -272,7 +272,7 @@ async def test_spawn_refuses_gpus_beside_a_where(envs: LocalWorld) -> None:
 
 async def test_the_node_status_shows_resources_free_held_and_origin(envs: LocalWorld) -> None:
     await envs[0].spawn(Sim, name="status/sim", on=Where(label="env", resources={"env_slots": 2}))
-    status = await envs[0]._host.services[1].call("status")
+    status = await envs[0].host.services[1].call("status")
     assert status["resources"]["env_slots"] == 2.0
     assert status["free"]["env_slots"] == 0.0
     assert status["held"] == {"status/sim": {"env_slots": 2.0}}
@@ -401,12 +401,12 @@ async def test_a_restarted_actor_keeps_what_it_holds_and_gives_it_back_when_it_s
     with pytest.raises(RuntimeError, match="diverged"):
         await crashing.call(Crashing.crash)
     assert await crashing.call(Crashing.rank) == 1  # the new instance answers
-    share = await envs[0]._host.services[1].call("resources")
+    share = await envs[0].host.services[1].call("resources")
     assert share["held"] == {"crashing": {"env_slots": 2.0}}, "a restart keeps what the actor holds"
     with pytest.raises(RuntimeError, match="diverged"):
         await crashing.call(Crashing.crash)
     assert (await crashing.wait_stopped()).reason == "failed"
-    share = await envs[0]._host.services[1].call("resources")
+    share = await envs[0].host.services[1].call("resources")
     assert share["held"] == {}, "stopped for good: what it held goes back"
 
 

@@ -17,11 +17,11 @@ from actors import Counter, Holder, Store, Tally
 from fake_gpus import FakeAccelerator, installed
 
 import actorch
-from actorch._actors.actor import class_path
-from actorch._actors.movable import RELOCATOR_ID, MovableRef
-from actorch._actors.relocation import RELOCATOR_PATH, RelocationSpec, eligible_nodes
+from actorch._actors.movable import MovableRef
+from actorch._actors.relocation import RelocationSpec, eligible_nodes
 from actorch._actors.relocator import Relocator
 from actorch._actors.spawn_request import SpawnRequest
+from actorch._engine.system_ids import RELOCATOR_ID
 from actorch._transport.base import NodeInfo
 from actorch.testing import LocalWorld, local_world
 
@@ -35,12 +35,8 @@ async def world4() -> AsyncIterator[LocalWorld]:
         yield running
 
 
-def test_refs_to_the_relocator_name_its_class() -> None:
-    assert class_path(Relocator) == RELOCATOR_PATH
-
-
 def relocator(world: LocalWorld) -> Relocator:
-    cell = world[0]._host.node.cell(RELOCATOR_ID)
+    cell = world[0].host.node.cell(RELOCATOR_ID)
     assert cell is not None
     assert isinstance(cell.instance, Relocator)
     return cell.instance
@@ -417,7 +413,7 @@ async def test_an_actor_that_stopped_while_it_was_being_moved_is_stopped_again(w
     with pytest.raises(actorch.ActorStoppedError, match="has stopped"):
         await tally.call(Tally.get)
     await asyncio.sleep(0.4)
-    assert [cell.name for host in (world4[1], world4[3]) for cell in host._host.node.cells()] == [None, None]
+    assert [cell.name for host in (world4[1], world4[3]) for cell in host.host.node.cells()] == [None, None]
     with pytest.raises(actorch.ActorNotFoundError):
         async with asyncio.timeout(0.2):
             await world4[0].lookup("late")

@@ -1,7 +1,7 @@
-"""``ActorHost``: one node's actors through their lives, and the node's part in the system.
+"""``ActorHost``: one node, the lives of its actors, and the node's part in the system.
 
-The host builds, starts, restarts and stops the node's actors (that it
-inherits from ``ActorLifecycle``, see ``lifecycle``). It also holds what the
+The host holds the node and an ``ActorLifecycle`` (see ``lifecycle``), which
+builds, starts, restarts and stops the node's actors. It also holds what the
 node keeps of the system: its name cache, its membership events, refs to
 every node's service and to the registry, which nodes leave, and how the node
 is told the system ends. ``ActorSystem`` (the user's handle), the node service
@@ -18,19 +18,19 @@ from actorch._actors.actor import class_path
 from actorch._actors.events import EventHub
 from actorch._actors.holdings import node_share
 from actorch._actors.lifecycle import ActorLifecycle, Bind
-from actorch._actors.movable import RELOCATOR_ID
 from actorch._actors.placement import GpuShare
 from actorch._actors.pool import NodePool
 from actorch._actors.process_groups import ProcessGroups
-from actorch._actors.ref import SERVICE_ID, ActorRef, make_ref
-from actorch._actors.registry import REGISTRY_ID, NameCache, Registry
+from actorch._actors.ref import ActorRef, make_ref
+from actorch._actors.registry import NameCache, Registry
 from actorch._actors.relocator import Relocator
 from actorch._actors.restart import ActorExit
 from actorch._actors.service import NodeService
 from actorch._actors.spawn_request import SpawnRequest
 from actorch._base.config import SystemConfig
 from actorch._base.errors import UnsupportedError
-from actorch._engine.node import SYSTEM_IDS, Node
+from actorch._engine.node import Node
+from actorch._engine.system_ids import REGISTRY_ID, RELOCATOR_ID, SERVICE_ID, SYSTEM_IDS
 from actorch._transport.base import NodeInfo, Transport
 from actorch._transport.capabilities import is_elastic
 from actorch._transport.membership import facts_of
@@ -59,11 +59,16 @@ class ServiceRefs(dict[int, ActorRef[NodeService]]):
             self.__missing__(rank)
 
 
-class ActorHost(ActorLifecycle):
-    """Builds, starts, restarts and stops this node's actors, and keeps the node's share of the system."""
+class ActorHost:
+    """This node, the lives of its actors (``lifecycle``), and the node's share of the system."""
 
     def __init__(self, transport: Transport, config: SystemConfig, bind: Bind) -> None:
-        super().__init__(Node(transport, config, asyncio.get_running_loop()), config, bind)
+        self.node = Node(transport, config, asyncio.get_running_loop())
+        self.rank = self.node.rank
+        self.config = config
+        self.registry: ActorRef[Registry] = make_ref(self.node.caller, 0, REGISTRY_ID, None, class_path(Registry))
+        self.leaving: set[int] = set()  # nodes leaving the system (this one too, once it leaves): no spawns there
+        self.lifecycle = ActorLifecycle(self.node, config, bind, self.registry, self.leaving)
         self.cache = NameCache()
         self.events = EventHub()
         self.process_groups = ProcessGroups(self.node)
@@ -84,20 +89,37 @@ class ActorHost(ActorLifecycle):
 
     async def start_services(self) -> None:
         """Host this node's service, and on rank 0 the registry and the relocator."""
-        await self.build(SpawnRequest(class_path(NodeService), (self,)), system_id=SERVICE_ID)
+        build = self.lifecycle.build
+        await build(SpawnRequest(class_path(NodeService), (self,)), system_id=SERVICE_ID)
         if self.rank == 0:
-            await self.build(SpawnRequest(class_path(Registry), (self.services,)), system_id=REGISTRY_ID)
-            await self.build(SpawnRequest(class_path(Relocator), (self,)), system_id=RELOCATOR_ID)
+            await build(SpawnRequest(class_path(Registry), (self.services,)), system_id=REGISTRY_ID)
+            await build(SpawnRequest(class_path(Relocator), (self,)), system_id=RELOCATOR_ID)
+
+    # ------------------------------------------------------------------ actors, as the node service asks
+
+    async def build(
+        self, request: SpawnRequest, *, origin: tuple[int, int] | None = None, kept: tuple[Any] | None = None
+    ) -> ActorRef[Any]:
+        """Build and start the actor ``request`` asks for here (``ActorLifecycle.build``)."""
+        return await self.lifecycle.build(request, origin=origin, kept=kept)
+
+    async def stop_actor(self, actor_id: int, exit_: ActorExit) -> None:
+        """Stop local actor ``actor_id`` if it is still here."""
+        await self.lifecycle.stop_actor(actor_id, exit_)
+
+    async def wait_stopped(self, actor_id: int) -> ActorExit:
+        """How local actor ``actor_id`` ended, once it has."""
+        return await self.lifecycle.wait_stopped(actor_id)
 
     # ------------------------------------------------------------------ resources
 
     def gpu_share(self) -> GpuShare:
         """This node's GPUs and the actors holding them."""
-        return self.gpus.share()
+        return self.lifecycle.gpus.share()
 
     def resource_share(self) -> dict[str, Any]:
         """What this node has free and who holds what (``holdings.node_share``)."""
-        return node_share(self.holdings, self.gpus.share())
+        return node_share(self.lifecycle.holdings, self.lifecycle.gpus.share())
 
     # ------------------------------------------------------------------ status
 
@@ -131,7 +153,7 @@ class ActorHost(ActorLifecycle):
             )
         return {
             **facts_of(info),  # rank, host, pid, devices, label, resources, owner, parent, pool
-            **node_share(self.holdings, self.gpus.share()),
+            **node_share(self.lifecycle.holdings, self.lifecycle.gpus.share()),
             "uptime": node.loop.time() - self._born,
             "statistics": node.statistics(),
             "loop": node.loop_lag.snapshot(),
@@ -155,9 +177,10 @@ class ActorHost(ActorLifecycle):
         """
         cells = [cell for cell in self.node.cells() if cell.actor_id > SYSTEM_IDS]
         ending = exit_ or ActorExit("shutdown")
-        await asyncio.gather(*(self.stop(cell, ending, release_name=exit_ is not None) for cell in cells))
+        stop = self.lifecycle.stop
+        await asyncio.gather(*(stop(cell, ending, release_name=exit_ is not None) for cell in cells))
         await self.process_groups.close()
-        self.supervisor.close()
+        self.lifecycle.supervisor.close()
         self.events.close()
 
     async def end(self, *, failed: bool) -> None:

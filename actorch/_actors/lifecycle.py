@@ -1,6 +1,6 @@
 """``ActorLifecycle``: one node's actors through their lives, each built, started, restarted and stopped once.
 
-``ActorHost`` inherits it and adds the node's part in the system. An actor is
+Each node's ``ActorHost`` holds one, beside the node's part in the system. An actor is
 built and started (again after a failed start, if its ``Restart`` policy
 allows), runs its hooks as messages of its own, is restarted when it fails
 (see ``supervisor``) and is stopped once, giving back what it held and its name.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import replace
 from time import perf_counter_ns
 from typing import Any, TypeVar
@@ -21,9 +21,10 @@ import torch
 from actorch._actors.actor import Actor, class_path, endpoints_of, has_state_hooks, place
 from actorch._actors.holdings import Holdings
 from actorch._actors.placement import GpuPool, check_device
-from actorch._actors.ref import ActorRef, make_ref, resolve_class
-from actorch._actors.registry import REGISTRY_ID, Registry
-from actorch._actors.relocation import Relocatables, RelocationSpec, check_home
+from actorch._actors.ref import ActorRef, resolve_class
+from actorch._actors.registry import Registry
+from actorch._actors.relocatables import Relocatables
+from actorch._actors.relocation import RelocationSpec, check_home
 from actorch._actors.restart import ActorExit
 from actorch._actors.spawn_request import SpawnRequest
 from actorch._actors.supervisor import Supervisor
@@ -32,7 +33,8 @@ from actorch._base.devices import accelerator, on_device, parse_device
 from actorch._base.errors import ActorStoppedError, PlacementError, describe
 from actorch._engine.cell import CANCEL_WAIT, Cell
 from actorch._engine.message import CallContext, current_call
-from actorch._engine.node import SYSTEM_IDS, Node
+from actorch._engine.node import Node
+from actorch._engine.system_ids import SYSTEM_IDS
 from actorch._engine.wire import handler_traceback
 
 __all__ = ["ActorLifecycle", "Bind"]
@@ -46,7 +48,10 @@ Bind = Callable[[Actor, ActorRef[Any]], None]
 class ActorLifecycle:
     """Builds, starts, restarts and stops the actors of one node."""
 
-    def __init__(self, node: Node, config: SystemConfig, bind: Bind) -> None:
+    def __init__(
+        self, node: Node, config: SystemConfig, bind: Bind, registry: ActorRef[Registry], leaving: Set[int]
+    ) -> None:
+        """Hold the actors of ``node``; ``registry`` frees their names, ``leaving`` (the host's) refuses builds."""
         self.node = node
         self.rank = node.rank
         self.config = config
@@ -54,8 +59,8 @@ class ActorLifecycle:
         self.gpus = GpuPool(self.rank, lambda: self.node.transport.peer(self.rank).devices)
         self.holdings = Holdings(self.rank, lambda: self.node.transport.peer(self.rank).resources)
         self.relocatables = Relocatables(node.caller, self.rank)
-        self.registry: ActorRef[Registry] = make_ref(node.caller, 0, REGISTRY_ID, None, class_path(Registry))
-        self.leaving: set[int] = set()  # nodes leaving the system (this one too, once it leaves): no spawns there
+        self._registry = registry
+        self._leaving = leaving  # nodes leaving the system (this one too, once it leaves): no spawns there
         self._bind = bind
         self._stopping: dict[int, asyncio.Future[None]] = {}
         self._on_stop_ran: set[int] = set()  # actors whose current instance ran on_stop already
@@ -85,7 +90,7 @@ class ActorLifecycle:
         cls = self._class_of(request)
         name, restart = request.name, request.restart
         node = self.node
-        if self.rank in self.leaving and system_id is None:
+        if self.rank in self._leaving and system_id is None:
             raise PlacementError(f"cannot spawn {cls.__qualname__} on node {self.rank}: it is leaving the system")
         relocatable = request.relocatable
         if relocatable:
@@ -302,7 +307,7 @@ class ActorLifecycle:
     async def release_name(self, name: str, reason: str = "stopped") -> None:
         """Free ``name`` in the registry; a failure is logged, not raised (what failed before matters more)."""
         try:
-            await self.registry.call(Registry.release, name, reason)
+            await self._registry.call(Registry.release, name, reason)
         except Exception as exc:  # noqa: BLE001 - what failed before matters more
             self.node.log.warning("could not release name", name=name, error=repr(exc))
 

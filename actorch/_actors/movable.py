@@ -19,8 +19,9 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, endpoints_of
-from actorch._actors.ref import SERVICE_ID, ActorRef, make_ref, resolve_class
+from actorch._actors.ref import ActorRef, resolve_class
 from actorch._actors.restart import ActorExit
+from actorch._actors.system_endpoints import RelocatorEndpoints, ServiceEndpoints, system_call
 from actorch._base.codec import current_context, register_extension
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import ActorStoppedError, NodeLostError, SystemClosedError, describe
@@ -28,16 +29,14 @@ from actorch._base.names import actor_label
 from actorch._engine.endpoints import check_call, endpoint_name
 from actorch._engine.message import current_call
 from actorch._engine.streaming import Stream, StreamRequest
+from actorch._engine.system_ids import RELOCATOR_ID, SERVICE_ID
 
 if TYPE_CHECKING:
     from actorch._engine.caller import Caller
 
-__all__ = ["RELOCATOR_ID", "MovableRef", "Origin", "exit_error", "movable_ref"]
+__all__ = ["MovableRef", "Origin", "exit_error", "movable_ref"]
 
 A = TypeVar("A", bound=Actor)
-
-RELOCATOR_ID = 3
-"""Actor id of the relocator on rank 0 (after each node's service, 1, and the registry, 2)."""
 
 Origin = tuple[int, int]
 """Where a relocatable actor was first started, ``(rank, actor id)``: its identity wherever it moves."""
@@ -59,6 +58,13 @@ class MovableRef(ActorRef[A]):
 
     _origin: Origin
     _waiting: list[Send] | None  # messages waiting, in order, while this ref learns its actor's new home
+
+    def __init__(
+        self, caller: Caller, rank: int, actor_id: int, name: str | None, class_path: str, origin: Origin
+    ) -> None:
+        super().__init__(caller, rank, actor_id, name, class_path)
+        self._origin = (origin[0], origin[1])
+        self._waiting = None
 
     @property
     def origin(self) -> Origin:
@@ -142,8 +148,14 @@ class MovableRef(ActorRef[A]):
                     return ended
                 continue
             try:
-                exit_: ActorExit = await self._caller.call(
-                    self._rank, SERVICE_ID, "wait_stopped", (self._actor_id,), {}, self._label, deadline
+                exit_ = await system_call(
+                    self._caller,
+                    self._rank,
+                    SERVICE_ID,
+                    self._label,
+                    deadline,
+                    ServiceEndpoints.wait_stopped,
+                    self._actor_id,
                 )
             except NodeLostError:
                 continue  # its node was lost: ask where it went
@@ -184,8 +196,16 @@ class MovableRef(ActorRef[A]):
         """Send ``state`` to the relocator as this actor's last snapshot (``Actor.save_snapshot``)."""
         if self._caller.transport.route(0) is None:  # rank 0 shares this process: it must not share the tensors
             state = _private_copy(self._caller, state)
-        await self._caller.call(
-            0, RELOCATOR_ID, "keep", (self._origin, self._rank, state), {}, _RELOCATOR_LABEL, current_deadline()
+        await system_call(
+            self._caller,
+            0,
+            RELOCATOR_ID,
+            _RELOCATOR_LABEL,
+            current_deadline(),
+            RelocatorEndpoints.keep,
+            self._origin,
+            self._rank,
+            state,
         )
         return True
 
@@ -199,8 +219,8 @@ class MovableRef(ActorRef[A]):
         """Ask the relocator where the actor lives now and go there; how it ended if it lives nowhere."""
         stale = self._rank
         try:
-            found = await self._caller.call(
-                0, RELOCATOR_ID, "home", (self._origin, stale), {}, _RELOCATOR_LABEL, deadline
+            found = await system_call(
+                self._caller, 0, RELOCATOR_ID, _RELOCATOR_LABEL, deadline, RelocatorEndpoints.home, self._origin, stale
             )
         except NodeLostError:
             if 0 not in self._caller.lost:
@@ -272,11 +292,7 @@ def movable_ref(
     caller: Caller, rank: int, actor_id: int, name: str | None, class_path: str, origin: Origin
 ) -> MovableRef[Any]:
     """A ref to relocatable actor ``origin``, now actor ``actor_id`` on ``rank``, sending through ``caller``."""
-    ref = make_ref(caller, rank, actor_id, name, class_path, MovableRef)
-    assert isinstance(ref, MovableRef)
-    ref._origin = (origin[0], origin[1])
-    ref._waiting = None
-    return ref
+    return MovableRef._create(caller, rank, actor_id, name, class_path, origin)
 
 
 def _rebuild(rank: int, actor_id: int, name: str | None, class_path: str, origin: Origin) -> MovableRef[Any]:

@@ -15,7 +15,9 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from actorch._actors.actor import Actor, endpoints_of
 from actorch._actors.restart import ActorExit
+from actorch._actors.system_endpoints import ServiceEndpoints, system_call
 from actorch._base.codec import current_context, register_extension
+from actorch._base.constructors import NoPublicConstructor
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import ActorStoppedError, EndpointError, NodeLostError, SystemClosedError
 from actorch._base.names import actor_label
@@ -24,16 +26,14 @@ from actorch._engine.caller import Caller
 from actorch._engine.endpoints import check_call, endpoint_name
 from actorch._engine.message import current_call
 from actorch._engine.streaming import Stream, StreamRequest
+from actorch._engine.system_ids import SERVICE_ID
 
-__all__ = ["SERVICE_ID", "ActorRef", "make_ref", "resolve_class"]
+__all__ = ["ActorRef", "make_ref", "resolve_class"]
 
 A = TypeVar("A", bound=Actor)
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
-
-SERVICE_ID = 1
-"""Actor id of every node's own service actor (spawn, stop, shutdown)."""
 
 
 @functools.lru_cache(maxsize=1024)
@@ -46,7 +46,7 @@ def resolve_class(path: str) -> type[Actor] | None:
     return found if isinstance(found, type) and issubclass(found, Actor) else None
 
 
-class ActorRef(Generic[A]):
+class ActorRef(Generic[A], metaclass=NoPublicConstructor):
     """A handle to an actor: call it, tell it, stop it, send it inside messages.
 
     Refs are made only by the runtime (``spawn``, ``lookup``, ``Actor.ref``). They
@@ -63,8 +63,16 @@ class ActorRef(Generic[A]):
     _class_path: str
     _label: str
 
-    def __init__(self) -> None:
-        raise TypeError("ActorRef objects are made by the runtime: use spawn() or lookup()")
+    _made_by = "the runtime: use spawn() or lookup()"
+
+    def __init__(self, caller: Caller, rank: int, actor_id: int, name: str | None, class_path: str) -> None:
+        self._caller = caller
+        self._rank = rank
+        self._actor_id = actor_id
+        self._name = name
+        self._class_path = class_path
+        short = class_path.rpartition(":")[2] or class_path
+        self._label = actor_label(name, short, actor_id, rank)
 
     def __repr__(self) -> str:
         return f"<ActorRef {self._label}>"
@@ -228,14 +236,19 @@ class ActorRef(Generic[A]):
         if self._actor_id == SERVICE_ID:
             raise EndpointError(f"{self._label} is a system service: it stops with its node")
         try:
-            exit_: ActorExit = await self._caller.call(
-                self._rank, SERVICE_ID, "wait_stopped", (self._actor_id,), {}, self._label, current_deadline()
+            return await system_call(
+                self._caller,
+                self._rank,
+                SERVICE_ID,
+                self._label,
+                current_deadline(),
+                ServiceEndpoints.wait_stopped,
+                self._actor_id,
             )
         except NodeLostError as exc:
             return ActorExit("node_lost", str(exc))
         except ActorStoppedError as exc:  # the node left the system: its actors stopped first
             return ActorExit("node_left", str(exc))
-        return exit_
 
     async def stop(self) -> None:
         """Stop the actor once its queued messages are handled; its name disappears.
@@ -252,14 +265,15 @@ class ActorRef(Generic[A]):
         if self._actor_id == SERVICE_ID:
             raise EndpointError(f"{self._label} is a system service and cannot be stopped")
         with contextlib.suppress(ActorStoppedError):  # its node left the system, stopping it
-            await self._caller.call(
+            await system_call(
+                self._caller,
                 self._rank,
                 SERVICE_ID,
-                "stop_actor",
-                (self._actor_id, self._rank != self._caller.rank),
-                {},
                 self._label,
                 current_deadline(),
+                ServiceEndpoints.stop_actor,
+                self._actor_id,
+                self._rank != self._caller.rank,
             )
 
     async def _keep_snapshot(self, state: Any) -> bool:
@@ -267,19 +281,9 @@ class ActorRef(Generic[A]):
         return False
 
 
-def make_ref(
-    caller: Caller, rank: int, actor_id: int, name: str | None, class_path: str, kind: type[ActorRef[Any]] = ActorRef
-) -> ActorRef[Any]:
-    """A ref to actor ``actor_id`` on ``rank``, sending through ``caller`` (its node's); ``kind`` is its class."""
-    ref: ActorRef[Any] = object.__new__(kind)
-    ref._caller = caller
-    ref._rank = rank
-    ref._actor_id = actor_id
-    ref._name = name
-    ref._class_path = class_path
-    short = class_path.rpartition(":")[2] or class_path
-    ref._label = actor_label(name, short, actor_id, rank)
-    return ref
+def make_ref(caller: Caller, rank: int, actor_id: int, name: str | None, class_path: str) -> ActorRef[Any]:
+    """A ref to actor ``actor_id`` on ``rank``, sending through ``caller`` (its node's)."""
+    return ActorRef._create(caller, rank, actor_id, name, class_path)
 
 
 def _rebuild(rank: int, actor_id: int, name: str | None, class_path: str) -> ActorRef[Any]:

@@ -22,13 +22,11 @@ from typing import Any
 
 from actorch._actors.actor import Actor
 from actorch._actors.ref import ActorRef
+from actorch._actors.service import NodeService
 from actorch._base.errors import NameTakenError
 from actorch._base.names import compile_pattern
 
-__all__ = ["REGISTRY_ID", "NameCache", "Registry"]
-
-REGISTRY_ID = 2
-"""Actor id of the registry on rank 0 (after the node service, id 1)."""
+__all__ = ["NameCache", "Registry"]
 
 EVICT_TIMEOUT = 5.0
 """Seconds a release waits for the nodes to evict its name; a busy node still evicts it later, before anything else."""
@@ -39,7 +37,7 @@ class Registry(Actor):
 
     max_concurrency = 1 << 30  # waiting lookups must not block registrations
 
-    def __init__(self, services: Mapping[int, ActorRef[Any]]) -> None:
+    def __init__(self, services: Mapping[int, ActorRef[NodeService]]) -> None:
         self._services = services
         self._refs: dict[str, ActorRef[Any] | None] = {}
         self._reserved: dict[str, int] = {}  # names being spawned, and the rank spawning them
@@ -147,7 +145,7 @@ class Registry(Actor):
     def _publish(self, kind: str, name: str, ref: ActorRef[Any] | None, reason: str | None) -> None:
         self._seq += 1
         for rank in sorted(self._subscribers):  # services are not bounded: a tell to one always goes
-            self._services[rank].tell("name_event", self._seq, kind, name, ref, reason)
+            self._services[rank].tell(NodeService.name_event, self._seq, kind, name, ref, reason)
 
     async def _evict_everywhere(self, names: list[str]) -> None:
         """Evict ``names`` from every live node's cache; wait ``EVICT_TIMEOUT`` at most, never giving one up.
@@ -157,7 +155,9 @@ class Registry(Actor):
         before any message that reaches it later.
         """
         calls = [
-            service.call("evict", names) for service in list(self._services.values()) if service.rank not in self._lost
+            service.call(NodeService.evict, names)
+            for service in list(self._services.values())
+            if service.rank not in self._lost
         ]
         evicted = asyncio.gather(*calls, return_exceptions=True)
         with contextlib.suppress(TimeoutError):

@@ -36,6 +36,7 @@ from actorch._actors.relocation import RANK_0, RelocationSpec, eligible_nodes
 from actorch._actors.restart import ActorExit
 from actorch._actors.service import NodeService
 from actorch._actors.supervisor import EXITS_KEPT, count_failure
+from actorch._actors.system_endpoints import RelocatorEndpoints
 from actorch._actors.where import Placed, Where
 from actorch._base.config import SystemConfig
 from actorch._base.errors import ActorStoppedError, NodeLostError, PlacementError, describe
@@ -88,7 +89,7 @@ class _NotMoved(Exception):  # noqa: N818 - an outcome, raised only between the 
     """The actor cannot be relocated; the message says why."""
 
 
-class Relocator(Actor):
+class Relocator(Actor, RelocatorEndpoints):
     """Rank 0's record of every relocatable actor and its last snapshot; it moves those whose node is lost."""
 
     max_concurrency = 1 << 30  # refs wait here while their actor moves

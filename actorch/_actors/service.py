@@ -15,6 +15,7 @@ from actorch._actors.placement import GpuShare
 from actorch._actors.ref import ActorRef
 from actorch._actors.restart import ActorExit
 from actorch._actors.spawn_request import SpawnRequest
+from actorch._actors.system_endpoints import ServiceEndpoints
 
 __all__ = ["NodeProcesses", "NodeService", "ServiceBackend"]
 
@@ -87,7 +88,7 @@ class ServiceBackend(Protocol):
         """Node ``rank`` has left: its names and actors are gone."""
 
 
-class NodeService(Actor):
+class NodeService(Actor, ServiceEndpoints):
     """Spawns, stops and watches actors on this node, evicts names, and takes part in leaving and shutdown."""
 
     max_concurrency = 1 << 30  # spawns, stops and watches may wait on user code

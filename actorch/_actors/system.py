@@ -7,12 +7,13 @@ so that ``Actor`` can name it in turn; each node's system is a
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor
 from actorch._base.config import SystemConfig
+from actorch._base.constructors import NoPublicConstructorABC
 from actorch._base.errors import UnsupportedError
 from actorch._transport.base import NodeInfo
 
@@ -35,18 +36,16 @@ class MembershipEvent:
     __slots__ = ()
 
 
-class ActorSystem(ABC):
+class ActorSystem(metaclass=NoPublicConstructorABC):
     """The actor system as seen from one node: spawn actors, find them by name.
 
     Made by :func:`actorch.run` and handed to ``main``; inside an actor it is
     ``self.system``.
     """
 
+    _made_by = "actorch.run(), actorch.start() and actorch.connect()"
     _shutdown: Callable[[], Awaitable[None]] | None = None
     config: SystemConfig
-
-    def __new__(cls) -> Self:  # before ABC's own refusal, which would name the abstract methods
-        raise TypeError("ActorSystem objects are made by actorch.run(), actorch.start() and actorch.connect()")
 
     def __repr__(self) -> str:
         return f"<ActorSystem node {self.rank} of {self.world_size}>"

@@ -1,42 +1,49 @@
 """``NodeSystem``: the ``ActorSystem`` of one node, doing its work through the node's ``ActorHost``.
 
 Each node's :class:`~actorch._actors.host.ActorHost` hosts a ``NodeService``
-actor (id 1) that builds actors spawned on the node, stops and watches them,
-evicts names from the node's cache and takes part in shutdown; rank 0 also
-hosts the ``Registry`` (id 2) and the ``Relocator`` (id 3). This module holds
-the system's view of the nodes and its names (lookups, events); spawning and
-placement come from :mod:`~actorch._actors.system_spawning` and
-:mod:`~actorch._actors.system_placement`. :func:`open_system` makes a node's
-host and its system together, for the launcher and the test worlds.
+actor that builds actors spawned on the node, stops and watches them, evicts
+names from the node's cache and takes part in shutdown; rank 0 also hosts the
+``Registry`` and the ``Relocator`` (their ids: ``_engine.system_ids``). The
+system holds the host, a :class:`~actorch._actors.spawner.Spawner` (spawn,
+spawn_group) and a :class:`~actorch._actors.placing.Placer` (placement by what
+nodes have, node processes on demand); it keeps the view of the nodes and the
+names (lookups, events) itself. :func:`open_system` makes a node's system, and
+its host with it, for the launcher and the test worlds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, attach
 from actorch._actors.events import NameRegistered, NodeJoined, Subscription
 from actorch._actors.host import ActorHost
+from actorch._actors.placing import Placer
 from actorch._actors.ref import ActorRef
 from actorch._actors.registry import Registry
+from actorch._actors.restart import Restart
 from actorch._actors.service import NodeService
-from actorch._actors.system import MembershipEvent
-from actorch._actors.system_placement import SystemPlacement
-from actorch._base.config import SystemConfig
+from actorch._actors.spawner import Spawner, check_count
+from actorch._actors.system import ActorSystem, MembershipEvent
+from actorch._actors.where import Where
+from actorch._base.config import SystemConfig, is_number
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import ActorNotFoundError, NodeLostError, UnsupportedError
 from actorch._base.names import check_name, compile_pattern
+from actorch._base.resources import check_resources
 from actorch._engine.node import describe_ranks
 from actorch._transport.base import NodeInfo, Transport
 from actorch._transport.capabilities import NO_RREFS, NOT_ELASTIC, is_elastic, require_elastic, require_torch_interop
 
 if TYPE_CHECKING:
+    import torch
     import torch.distributed as dist
 
 __all__ = ["NodeSystem", "open_system"]
+
+A = TypeVar("A", bound=Actor)
 
 STALE_NAME_RETRY = 0.05
 """Seconds a lookup waits before asking again for a name the registry still gives to a lost node."""
@@ -44,19 +51,31 @@ STALE_NAME_RETRY = 0.05
 
 def open_system(transport: Transport, config: SystemConfig) -> tuple[NodeSystem, ActorHost]:
     """The system of the node that ``transport`` connects, on the running event loop, and its host."""
-    system = object.__new__(NodeSystem)
-    host = ActorHost(transport, config, functools.partial(_attach, system=system))
-    system._host = host
-    system.config = config
-    return system, host
+    system = NodeSystem._create(transport, config)
+    return system, system.host
 
 
-def _attach(instance: Actor, ref: ActorRef[Any], *, system: NodeSystem) -> None:
-    attach(instance, ref, system)
+class NodeSystem(ActorSystem):
+    """The ``ActorSystem`` of one node, composed of its host, a spawner and a placer.
 
+    It spawns through the spawner, places by what nodes have through the
+    placer, and knows the nodes, names and events through the host.
+    """
 
-class NodeSystem(SystemPlacement):
-    """The ``ActorSystem`` of one node: what it knows of the nodes, its names and events, through its host."""
+    def __init__(self, transport: Transport, config: SystemConfig) -> None:
+        self.config = config
+        self._host = ActorHost(transport, config, self._attach)
+        self._placer = Placer(self._host)
+        self._spawner = Spawner(self._host, self._placer)
+
+    def _attach(self, instance: Actor, ref: ActorRef[Any]) -> None:
+        """Give a new actor instance of this node its ref and this system."""
+        attach(instance, ref, self)
+
+    @property
+    def host(self) -> ActorHost:
+        """This node's actor host, for the launcher and the test worlds (not part of ``ActorSystem``)."""
+        return self._host
 
     @property
     def rank(self) -> int:
@@ -101,6 +120,64 @@ class NodeSystem(SystemPlacement):
             return
         await host.services[target].call(NodeService.leave)
         await host.wait_gone(target, 2 * self.config.stop_grace + 10.0)
+
+    async def spawn(
+        self,
+        cls: type[A],
+        *,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        on: int | Where | None = None,
+        restart: Restart | None = None,
+        device: str | torch.device | None = None,
+        gpus: int = 0,
+    ) -> ActorRef[A]:
+        return await self._spawner.spawn(
+            cls, args=args, kwargs=kwargs, name=name, on=on, restart=restart, device=device, gpus=gpus
+        )
+
+    async def spawn_group(
+        self,
+        cls: type[A],
+        count: int,
+        *,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        on: int | Where | None = None,
+        spread: bool = False,
+        restart: Restart | None = None,
+    ) -> list[ActorRef[A]]:
+        return await self._spawner.spawn_group(
+            cls, count, args=args, kwargs=kwargs, name=name, on=on, spread=spread, restart=restart
+        )
+
+    async def add_nodes(
+        self,
+        count: int,
+        *,
+        label: str | None = None,
+        resources: Mapping[str, float] | None = None,
+        env: Mapping[str, str] | None = None,
+        host: str | None = None,
+    ) -> list[NodeInfo]:
+        check_count(count, "add_nodes(count=...)")
+        where = Where(label=label, host=host, env=env, process="own")  # checks label, host and env
+        declared = check_resources(resources, "add_nodes(resources=...)")
+        return await self._placer.add_nodes(count, where.label, declared, where.env or {}, where.host)
+
+    async def wait_nodes(
+        self,
+        count: int,
+        *,
+        label: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - torchelastic's --nnodes has its timeout too
+    ) -> list[NodeInfo]:
+        check_count(count, "wait_nodes(count=...)")
+        if timeout is not None and not is_number(timeout):
+            raise ValueError(f"timeout must be a number of seconds >= 0 or None, not {timeout!r}")
+        return await self._placer.wait_nodes(count, label, timeout)
 
     async def lookup(self, name: str) -> ActorRef[Any]:
         check_name(name)

@@ -34,20 +34,15 @@ from actorch._engine.looplag import LoopLag
 from actorch._engine.side import SideParts
 from actorch._engine.stacks import loop_stacks, thread_stacks
 from actorch._engine.streaming import Streams
+from actorch._engine.system_ids import SYSTEM_IDS
 from actorch._engine.wire import CALL, CANCEL, CAST, CLOSE, CREDIT, END, ITEM, MORE, REPLY, STREAM, TELL
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 from actorch._transport.capabilities import FastLane
 
-__all__ = ["SYSTEM_IDS", "Node", "describe_ranks"]
+__all__ = ["Node", "describe_ranks"]
 
 _KEY_BITS = 48
 
-SYSTEM_IDS = 3
-"""Actor ids 1 to 3 belong to the system's own actors (each node's service, rank 0's registry and relocator).
-
-Their messages are control and some wait long (lookups, ``wait_stopped``), so
-``mailbox_size`` does not bound them: a full window must never block a stop.
-"""
 
 log = structlog.get_logger("actorch")
 

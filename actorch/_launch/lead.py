@@ -25,7 +25,7 @@ from actorch._actors.host import ActorHost
 from actorch._actors.service import NodeService
 from actorch._actors.system import ActorSystem
 from actorch._base.errors import ActorStoppedError, NodeLostError, describe
-from actorch._engine.node import SYSTEM_IDS
+from actorch._engine.system_ids import SYSTEM_IDS
 from actorch._engine.wire import handler_traceback
 from actorch._launch.interrupts import InterruptPolicy
 from actorch._launch.nodes import LocalLauncher, grow_refusal

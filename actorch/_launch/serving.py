@@ -130,9 +130,9 @@ def _serve_newcomer(newcomer: _Newcomer) -> NoReturn:
 
     def serving(system: ActorSystem) -> None:
         assert isinstance(system, NodeSystem)  # what _serve_async opened
-        watch.serving(system._host)
+        watch.serving(system.host)
         if newcomer.traits.owner is not None:
-            system._host.pool.expect_owner()
+            system.host.pool.expect_owner()
 
     raise SystemExit(run_bounded(_serve_async(world, plan, serving)))
 

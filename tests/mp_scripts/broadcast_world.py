@@ -43,7 +43,7 @@ class Receiver(actorch.Actor):
 async def check_broadcast(system: actorch.ActorSystem) -> dict[str, Any]:
     ranks = (0, 1, 1, 1, 2, 2, 2)
     refs = [await system.spawn(Receiver, args=(tag,), on=rank) for tag, rank in enumerate(ranks)]
-    transport = system._host.node.transport
+    transport = system.host.node.transport
     data = torch.ones(MB)
     before = dict(transport.tensor_bytes_sent)
     digests = await ActorGroup(refs).call(Receiver.digest, data)

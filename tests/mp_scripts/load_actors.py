@@ -42,7 +42,7 @@ class Tally(actorch.Actor):
         return self.rss_start
 
     async def account(self) -> dict[str, Any]:
-        cell = self.system._host.node.cell(self.ref._actor_id)  # the mailbox's own counters
+        cell = self.system.host.node.cell(self.ref._actor_id)  # the mailbox's own counters
         assert cell is not None
         return {
             "missing": [len(seen) - sum(seen) for seen in self.seen],

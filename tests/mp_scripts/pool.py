@@ -75,7 +75,7 @@ async def own_processes(system: actorch.ActorSystem) -> dict[str, Any]:
     together = time.monotonic() - started
     where = [await member.call(Simulator.where) for member in pair]
     child = await attempt(pair[1].call(Simulator.start_a_process))
-    status = await gather_status(system._host)
+    status = await gather_status(system.host)
     owners = {node["rank"]: node.get("owner") for node in status["nodes"]}
     first = pair[0]
     pid = where[0]["pid"]

@@ -1,8 +1,10 @@
-"""How ``ActorSystem`` spawns one actor: on a rank, on GPUs lent to it, or where a ``Where`` places it.
+"""``Spawner``: how a node's system spawns actors, one or a group, and on which node.
 
-:class:`SystemSpawning` implements ``spawn`` (documented on ``ActorSystem``)
-through the node service of the chosen node, which builds the actor there;
-the registry reserves its name first and binds it once the actor has started.
+One actor goes to a rank, to GPUs lent to it (``gpus=``), or where a ``Where``
+places it (through the node's :class:`~actorch._actors.placing.Placer`); a
+group is planned by the ``Placer`` in one go. On the chosen node the node
+service builds the actor; the registry reserves its name first and binds it
+once the actor has started.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, check_plain_methods, class_path
 from actorch._actors.placement import GpuShare, candidate_ranks, check_device, place_on_gpus
-from actorch._actors.placing import Placer
+from actorch._actors.placing import Placer, all_or_none
 from actorch._actors.ref import ActorRef, resolve_class
 from actorch._actors.registry import Registry
 from actorch._actors.relocation import check_home, relocatable_homes
@@ -23,7 +25,6 @@ from actorch._actors.relocator import Relocator
 from actorch._actors.restart import Restart
 from actorch._actors.service import NodeService
 from actorch._actors.spawn_request import NOWHERE, SpawnRequest
-from actorch._actors.system import ActorSystem
 from actorch._actors.where import Where
 from actorch._base.config import is_count
 from actorch._base.devices import parse_device
@@ -36,9 +37,21 @@ if TYPE_CHECKING:
 
     from actorch._actors.host import ActorHost
 
-__all__ = ["SystemSpawning", "check_spawnable"]
+__all__ = ["Spawner", "check_count", "check_spawnable"]
 
 A = TypeVar("A", bound=Actor)
+
+
+def check_count(count: object, what: str) -> int:
+    """``count`` if it is an int >= 1, else ``ValueError`` naming ``what``."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"{what} must be an int >= 1, not {count!r}")
+    return count
+
+
+def member_names(name: str | None, count: int) -> list[str | None]:
+    """The names of a group's members: ``name/0`` ... ``name/<count-1>``, or none."""
+    return [None] * count if name is None else [f"{name}/{index}" for index in range(count)]
 
 
 def check_spawnable(
@@ -87,10 +100,15 @@ def _defined_interactively(cls: type) -> bool:
     return cls.__module__ == "__main__" and main is not None and getattr(main, "__file__", None) is None
 
 
-class SystemSpawning(ActorSystem):
-    """``ActorSystem``'s ``spawn``, and how the placement methods spawn on the node they chose."""
+class Spawner:
+    """Spawns actors for one node's system: one on a rank or on GPUs lent to it, or through the ``Placer``."""
 
-    _host: ActorHost
+    def __init__(self, host: ActorHost, placer: Placer) -> None:
+        self._host = host
+        self._placer = placer
+
+    def __repr__(self) -> str:
+        return f"<Spawner node {self._host.rank}>"
 
     async def spawn(
         self,
@@ -104,6 +122,7 @@ class SystemSpawning(ActorSystem):
         device: str | torch.device | None = None,
         gpus: int = 0,
     ) -> ActorRef[A]:
+        """Spawn an actor of ``cls`` as ``ActorSystem.spawn`` says: its arguments checked, then on the node chosen."""
         check_spawnable(cls, restart, on, args, kwargs)
         if not is_count(gpus, 0):
             raise ValueError(f"gpus must be an int >= 0, not {gpus!r}")
@@ -119,11 +138,11 @@ class SystemSpawning(ActorSystem):
             raise ValueError(f"spawn({cls.__qualname__}): ask for GPUs in Where(gpus=...) alone, without device=")
         where = on if isinstance(on, Where) else NOWHERE
         request = SpawnRequest(class_path(cls), tuple(args), dict(kwargs or {}), name, restart, placed, gpus, where)
-        spawn_there = functools.partial(self._spawn_on, cls)
+        spawn_there = functools.partial(self.spawn_on, cls)
         if isinstance(on, Where):
             what = f"spawn({cls.__qualname__}, on={on!r})"
             return (await self._placer.spawn(what, request, [name], [name or cls.__qualname__], None, spawn_there))[0]
-        rank = self.rank if on is None else on
+        rank = self._host.rank if on is None else on
         node = self._host.node
         if isinstance(rank, int) and (rank in self._host.leaving or rank in node.left):
             raise PlacementError(f"cannot spawn {cls.__qualname__} on node {rank}: it is leaving the system")
@@ -134,10 +153,37 @@ class SystemSpawning(ActorSystem):
         if not gpus:
             return await spawn_there(rank, request)
         what = f"spawn({cls.__qualname__}, gpus={gpus}{'' if on is None else f', on={on}'})"
-        ranks = candidate_ranks(self.rank, [rank for rank in node.ranks() if rank not in self._host.leaving], on)
+        ranks = candidate_ranks(self._host.rank, [rank for rank in node.ranks() if rank not in self._host.leaving], on)
         if request.relocatable:
             ranks = relocatable_homes(cls.__qualname__, ranks)
         return await place_on_gpus(what, gpus, ranks, self._gpu_share, lambda rank: spawn_there(rank, request))
+
+    async def spawn_group(
+        self,
+        cls: type[A],
+        count: int,
+        *,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        on: int | Where | None = None,
+        spread: bool = False,
+        restart: Restart | None = None,
+    ) -> list[ActorRef[A]]:
+        """Spawn ``count`` actors of ``cls`` as ``ActorSystem.spawn_group`` says, all or none."""
+        check_count(count, "spawn_group(count=...)")
+        check_spawnable(cls, restart, on, args, kwargs, "spawn_group")
+        names = member_names(check_name(name) if name is not None else None, count)
+        if on is None and spread:
+            on = Where()
+        if not isinstance(on, Where):  # every member on node ``on``, or on this one
+            return await all_or_none(
+                self.spawn(cls, args=args, kwargs=kwargs, name=member, on=on, restart=restart) for member in names
+            )
+        what = f"spawn_group({cls.__qualname__}, {count}, on={on!r}, spread={spread})"
+        owners = [member or cls.__qualname__ for member in names]
+        request = SpawnRequest(class_path(cls), tuple(args), dict(kwargs or {}), restart=restart, where=on)
+        return await self._placer.spawn(what, request, names, owners, spread, functools.partial(self.spawn_on, cls))
 
     async def _gpu_share(self, rank: int) -> GpuShare | None:
         """Node ``rank``'s GPUs and who holds them; None if the node is lost."""
@@ -147,13 +193,13 @@ class SystemSpawning(ActorSystem):
             return None
         return GpuShare(rank, tuple(devices), holders)
 
-    async def _spawn_on(self, cls: type[A], rank: int, request: SpawnRequest) -> ActorRef[A]:
+    async def spawn_on(self, cls: type[A], rank: int, request: SpawnRequest) -> ActorRef[A]:
         """Reserve the request's name for node ``rank``, have the node build the actor ``cls`` there, bind the name."""
         if request.relocatable:
             check_home(cls.__qualname__, rank)
             if request.own:
                 raise ValueError(_OWN_NOT_RELOCATED.format(cls.__qualname__))
-        if rank != self.rank and _defined_interactively(cls):
+        if rank != self._host.rank and _defined_interactively(cls):
             raise TypeError(
                 f"cannot spawn {cls.__qualname__} on node {rank}: it is defined in the __main__ of an interactive "
                 "session (a notebook cell), which other processes cannot import; define it in a module (a .py "
@@ -169,7 +215,7 @@ class SystemSpawning(ActorSystem):
             ref: ActorRef[A] = await self._host.services[rank].call(NodeService.spawn, request)
         except BaseException:
             if name is not None:
-                await asyncio.shield(self._host.release_name(name))
+                await asyncio.shield(self._host.lifecycle.release_name(name))
             raise
         if name is not None:
             await self._registry_call(Registry.bind, name, ref)
@@ -188,7 +234,3 @@ class SystemSpawning(ActorSystem):
             await self._host.registry.call(endpoint, name, arg)
         except NameTakenError as exc:
             raise NameTakenError(str(exc)) from None
-
-    @functools.cached_property
-    def _placer(self) -> Placer:
-        return Placer(self._host)
