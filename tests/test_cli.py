@@ -65,6 +65,8 @@ def launcher_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """``actorch run`` (and torchrun's agent) set these in its own process: put them back after the test."""
     monkeypatch.setenv("ACTORCH_WORLD_SIZE", "unset by the test")
     monkeypatch.setenv("ACTORCH_STATUS_PORT", "unset by the test")
+    monkeypatch.setenv("ACTORCH_LOG_LEVEL", "unset by the test")
+    monkeypatch.setenv("ACTORCH_RECORD", "unset by the test")
     monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "set by torchrun's agent before it fails")
 
 

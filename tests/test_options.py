@@ -121,7 +121,8 @@ async def test_local_world_checks_its_options_as_run_does() -> None:
 
 def test_launcher_environment_sets_what_run_then_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("ACTORCH_STATUS_PORT", "ACTORCH_LOG_LEVEL", "ACTORCH_RECORD"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "put back after the test")  # delenv alone does not restore a variable it did not find
+        monkeypatch.delenv(name)
     assert launcher_environment() == {}
     said = launcher_environment(status=False, log_level="INFO", record=False)
     assert said == {"ACTORCH_STATUS_PORT": "off", "ACTORCH_LOG_LEVEL": "info", "ACTORCH_RECORD": "0"}

@@ -9,6 +9,7 @@ coroutine await it without blocking the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -61,12 +62,13 @@ async def in_daemon_thread(fn: Callable[[], None]) -> None:
     done: asyncio.Future[None] = loop.create_future()
 
     def target() -> None:
+        outcome: BaseException | None = None
         try:
             fn()
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
-            loop.call_soon_threadsafe(_settle_from_thread, done, exc)
-        else:
-            loop.call_soon_threadsafe(_settle_from_thread, done, None)
+            outcome = exc
+        with contextlib.suppress(RuntimeError):  # the loop has closed: its waiter went with it (a failed start)
+            loop.call_soon_threadsafe(_settle_from_thread, done, outcome)
 
     threading.Thread(target=target, name="actorch-rpc-control", daemon=True).start()
     await done
