@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Unpack
 
-from actorch._actors.host import ActorHost
+from actorch._actors.node.host import ActorHost
+from actorch._actors.node.node_system import open_system
 from actorch._actors.system import ActorSystem
-from actorch._actors.system_node import open_system
 from actorch._base.deadline import DeadlineLoop
 from actorch._base.resources import check_resources
 from actorch._launch.options import IN_PROCESS, ConfigKeywords, options_of, system_config

@@ -6,7 +6,7 @@ import pytest
 
 import actorch
 from actorch._actors.actor import endpoints_of
-from actorch._actors.system_node import NodeSystem
+from actorch._actors.node.node_system import NodeSystem
 
 
 class Base(actorch.Actor):

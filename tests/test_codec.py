@@ -237,7 +237,7 @@ def test_own_codes_are_unique_in_actorchs_range_and_each_class_registered_with_i
 
 
 def test_an_own_class_cannot_take_another_code_and_a_users_class_needs_one() -> None:
-    from actorch._actors.relocation import RelocationSpec  # noqa: PLC0415
+    from actorch._actors.relocation.spec import RelocationSpec  # noqa: PLC0415
 
     with pytest.raises(ValueError, match=r"RelocationSpec has extension code 30 \(OWN_CODES\), not 40$"):
         register_extension(RelocationSpec, 40, lambda obj: 0, lambda data, context: None)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import importlib
 import inspect
 import itertools
 import json
@@ -383,3 +384,81 @@ def test_excerpts_match_their_source(page: Page) -> None:
         known = set(_code_lines(_source_text(source)))
         missing = [line for line in _code_lines(str(block.parsed)) if line not in known]
         assert not missing, f"{page.name}, line {block.line}: not in {found[1]}: {missing}"
+
+
+# ---------------------------------------------------------------------- architecture.md's "where to change what"
+
+TABLE_HEADING = "## Where to change what"
+BACKTICKED = re.compile(r"`([^`]+)`")
+PLAIN_DOC = re.compile(r"(?<![\w/`])((?:docs|examples|benchmarks|tests)/[\w./-]*)")
+TOP_FOLDERS = ("actorch/", "docs/", "tests/", "examples/", "benchmarks/")
+
+
+def _change_table(page: str) -> list[str]:
+    """The rows of the "where to change what" table of ``page`` (architecture.md's text)."""
+    section = page.split(TABLE_HEADING, 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| to change")]
+
+
+def _path_of(token: str) -> Path | None:
+    """The file or folder a table token names, or None if it names none (a class, an option...).
+
+    ``_actors/node/host.py`` is under ``actorch/``; ``docs/cli.md``, ``tests/...``
+    and ``actorch/...`` are under the repository's root.
+    """
+    if not re.fullmatch(r"[\w./-]+(?:\.py|\.md|/)", token):
+        return None
+    return ROOT / token if token.startswith(TOP_FOLDERS) else ROOT / "actorch" / token
+
+
+def _module_missing(dotted: str) -> str | None:
+    """Why ``dotted`` (``actorch.x.y``, maybe ending in an attribute) names nothing; None if it names something."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:cut])
+        if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+            module = importlib.import_module(".".join(parts[:cut]))
+            rest = parts[cut:]
+            if len(rest) > 1 or (rest and not hasattr(module, rest[0])):
+                return f"{dotted}: {'.'.join(parts[:cut])} has no {'.'.join(rest)}"
+            return None
+    return f"{dotted}: no such module"
+
+
+def missing_in_change_table(page: str) -> list[str]:
+    """What the table names that does not exist: paths (backticked or docs/...), and ``actorch.`` modules."""
+    missing = []
+    for row in _change_table(page):
+        for token in BACKTICKED.findall(row):
+            path = _path_of(token)
+            if path is not None and not path.exists():
+                missing.append(f"{token} ({path.relative_to(ROOT)})")
+            for dotted in re.findall(r"\bactorch(?:\.\w+)+", token):
+                why = _module_missing(dotted)
+                if why is not None:
+                    missing.append(why)
+        for plain in PLAIN_DOC.findall(BACKTICKED.sub("", row)):
+            if not (ROOT / plain.rstrip(".")).exists():
+                missing.append(plain)
+    return missing
+
+
+def test_change_table_names_only_paths_and_modules_that_exist() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    assert len(_change_table(page)) >= 30
+    assert missing_in_change_table(page) == []
+
+
+def test_change_table_check_finds_a_path_or_module_that_does_not_exist() -> None:
+    page = (
+        f"{TABLE_HEADING}\n\n| to change | look at |\n|---|---|\n"
+        "| a | `_actors/node/host.py`, `_actors/placing.py`, `actorch._launch.cli_reference`, "
+        "`actorch._actors.nowhere`, `actorch.__all__`, `actorch.no_such_name` |\n"
+        "| b | docs/operations.md's table, then docs/guides/nowhere.md |\n\n## Next\n\n| `_gone.py` |\n"
+    )
+    assert missing_in_change_table(page) == [
+        "_actors/placing.py (actorch/_actors/placing.py)",
+        "actorch._actors.nowhere: actorch._actors has no nowhere",
+        "actorch.no_such_name: actorch has no no_such_name",
+        "docs/guides/nowhere.md",
+    ]

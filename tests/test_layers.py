@@ -45,7 +45,7 @@ ANNOTATION_ONLY_TIE = {
 These imports, and only while every one of them stays under ``TYPE_CHECKING``,
 are left out of the cycle check. Counted in, they make one circle of exactly
 these three modules: ``system`` holds the system's public surface only (its
-implementation, ``system_node`` and the modules it builds on, names ``Actor``
+implementation, ``node.node_system``, and the modules it builds on, names ``Actor``
 without being named by it), so the circle cannot take in the rest of ``_actors``.
 """
 
@@ -740,7 +740,7 @@ def test_public_api_check_allows_exported_names_and_other_stock_modules(source: 
         "def f(system, stop):\n    system._shutdown = stop",
         "def f(world):\n    return world[0]._host",
         "from actorch._actors.ref import _rebuild",
-        "from .._actors.system_node import _attach",
+        "from .._actors.node.node_system import _attach",
     ],
 )
 def test_private_check_flags_a_launch_module_reaching_into_a_lower_layer(source: str) -> None:

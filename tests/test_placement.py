@@ -19,7 +19,7 @@ from _mp import run_script
 from fake_gpus import FakeAccelerator, installed
 
 import actorch
-from actorch._actors.service import NodeService
+from actorch._actors.node.service import NodeService
 from actorch._transport.inprocess import InProcessHub
 from actorch.testing import LocalWorld, local_world
 

@@ -16,7 +16,7 @@ import pytest
 from fake_gpus import FakeAccelerator, installed
 
 import actorch
-from actorch._actors.where import Where
+from actorch._actors.placement.where import Where
 from actorch._base.resources import check_resources, describe_amount, detect_resources
 from actorch._launch.cli_serve import parse_resource
 from actorch._launch.cli_tables import status_tables

@@ -12,7 +12,7 @@ import torch
 from actors import Counter
 
 import actorch
-from actorch._actors.service import NodeService
+from actorch._actors.node.service import NodeService
 from actorch.testing import LocalWorld, local_world
 
 JOURNAL: list[tuple[str, str]] = []

@@ -21,8 +21,8 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from actorch._actors.actor import Actor
+from actorch._actors.node.service import NodeService
 from actorch._actors.ref import ActorRef
-from actorch._actors.service import NodeService
 from actorch._base.errors import NameTakenError
 from actorch._base.names import compile_pattern
 

@@ -2,7 +2,7 @@
 
 Its public surface and documentation only, naming nothing of the runtime beneath,
 so that ``Actor`` can name it in turn; each node's system is a
-:class:`~actorch._actors.system_node.NodeSystem`, made by ``open_system``.
+:class:`~actorch._actors.node.node_system.NodeSystem`, made by ``open_system``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     import torch
     import torch.distributed as dist
 
+    from actorch._actors.placement.where import Where
     from actorch._actors.ref import ActorRef
     from actorch._actors.restart import Restart
-    from actorch._actors.where import Where
 
 __all__ = ["ActorSystem", "MembershipEvent", "NodeInfo", "hand_over"]
 

@@ -20,7 +20,7 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from actorch._actors.host import ActorHost
+from actorch._actors.node.host import ActorHost
 from actorch._actors.system import ActorSystem, hand_over
 from actorch._base.errors import JoinError
 from actorch._base.resources import check_resources

@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable
 from time import monotonic
 from typing import Any, ClassVar, TypeVar
 
-from actorch._actors.host import ActorHost
-from actorch._actors.service import NodeService
+from actorch._actors.node.host import ActorHost
+from actorch._actors.node.service import NodeService
 from actorch._actors.system import ActorSystem
 from actorch._base.errors import ActorStoppedError, NodeLostError, describe
 from actorch._engine.system_ids import SYSTEM_IDS

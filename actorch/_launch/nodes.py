@@ -25,7 +25,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from actorch._actors.host import ActorHost
+from actorch._actors.node.host import ActorHost
 from actorch._base.devices import accelerator
 from actorch._base.resources import check_resources
 from actorch._launch.eventloop import Watchdog

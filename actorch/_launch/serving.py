@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn, cast
 
-from actorch._actors.host import ActorHost
+from actorch._actors.node.host import ActorHost
+from actorch._actors.node.node_system import NodeSystem
 from actorch._actors.system import ActorSystem
-from actorch._actors.system_node import NodeSystem
 from actorch._base.config import is_number
 from actorch._base.resources import check_resources
 from actorch._launch.eventloop import Watchdog, run_bounded

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from actorch._actors.host import ActorHost
+from actorch._actors.node.host import ActorHost
+from actorch._actors.node.node_system import open_system
 from actorch._actors.system import ActorSystem
-from actorch._actors.system_node import open_system
 from actorch._base.config import SystemConfig
 from actorch._base.reaping import watch_exit
 from actorch._launch.workers import exit_of, kill_lost

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from actorch._transport.network import family
 
 if TYPE_CHECKING:
-    from actorch._actors.host import ActorHost
+    from actorch._actors.node.host import ActorHost
 
 __all__ = [
     "READABLE_SCHEMAS",
@@ -89,7 +89,7 @@ async def gather_status(host: ActorHost) -> dict[str, Any]:
     ``wait_cycles`` lists every cycle of handlers waiting on each other.
     """
     # Imported here: actorch status and stop read this module's constants without importing torch.
-    from actorch._actors.service import NodeService  # noqa: PLC0415
+    from actorch._actors.node.service import NodeService  # noqa: PLC0415
     from actorch._engine.waits import WaitGraph  # noqa: PLC0415
 
     node = host.node

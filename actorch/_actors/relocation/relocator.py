@@ -12,7 +12,7 @@ relocatable actor lives on rank 0.
 When a node is lost, rank 0's host asks the relocator which of its actors
 move: their names stay reserved meanwhile (lookups wait; nobody else takes
 them). After its policy's backoff (a relocation counts as a restart), each is
-built again on the first node ``relocation.eligible_nodes`` offers, its last
+built again on the first node ``spec.eligible_nodes`` offers, its last
 snapshot restored before its ``on_start``; then its name is bound to the new
 home and the refs that asked where it went (``MovableRef``) are told. When no
 node can host it, or its policy's restarts are used up, the name is released
@@ -28,16 +28,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from actorch._actors.actor import Actor
-from actorch._actors.fit import LEAVING, LOST, by_node
-from actorch._actors.movable import MovableRef, Origin
+from actorch._actors.node.service import NodeService
+from actorch._actors.node.supervisor import EXITS_KEPT, count_failure
+from actorch._actors.placement.fit import LEAVING, LOST, by_node
+from actorch._actors.placement.where import Placed, Where
 from actorch._actors.ref import ActorRef
 from actorch._actors.registry import Registry
-from actorch._actors.relocation import RANK_0, RelocationSpec, eligible_nodes
+from actorch._actors.relocation.movable import MovableRef, Origin
+from actorch._actors.relocation.spec import RANK_0, RelocationSpec, eligible_nodes
 from actorch._actors.restart import ActorExit
-from actorch._actors.service import NodeService
-from actorch._actors.supervisor import EXITS_KEPT, count_failure
 from actorch._actors.system_endpoints import RelocatorEndpoints
-from actorch._actors.where import Placed, Where
 from actorch._base.config import SystemConfig
 from actorch._base.errors import ActorStoppedError, NodeLostError, PlacementError, describe
 

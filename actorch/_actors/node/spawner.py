@@ -1,7 +1,7 @@
 """``Spawner``: how a node's system spawns actors, one or a group, and on which node.
 
 One actor goes to a rank, to GPUs lent to it (``gpus=``), or where a ``Where``
-places it (through the node's :class:`~actorch._actors.placing.Placer`); a
+places it (through the node's :class:`~actorch._actors.placement.where_placer.Placer`); a
 group is planned by the ``Placer`` in one go. On the chosen node the node
 service builds the actor; the registry reserves its name first and binds it
 once the actor has started.
@@ -16,16 +16,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, check_plain_methods, class_path
-from actorch._actors.placement import GpuShare, candidate_ranks, check_device, place_on_gpus
-from actorch._actors.placing import Placer, all_or_none
+from actorch._actors.node.service import NodeService
+from actorch._actors.node.spawn_request import NOWHERE, SpawnRequest
+from actorch._actors.placement.gpus import GpuShare, candidate_ranks, check_device, place_on_gpus
+from actorch._actors.placement.where import Where
+from actorch._actors.placement.where_placer import Placer, all_or_none
 from actorch._actors.ref import ActorRef, resolve_class
 from actorch._actors.registry import Registry
-from actorch._actors.relocation import check_home, relocatable_homes
-from actorch._actors.relocator import Relocator
+from actorch._actors.relocation.relocator import Relocator
+from actorch._actors.relocation.spec import check_home, relocatable_homes
 from actorch._actors.restart import Restart
-from actorch._actors.service import NodeService
-from actorch._actors.spawn_request import NOWHERE, SpawnRequest
-from actorch._actors.where import Where
 from actorch._base.config import is_count
 from actorch._base.devices import parse_device
 from actorch._base.errors import NameTakenError, NodeLostError, PlacementError
@@ -35,7 +35,7 @@ from actorch._engine.node import describe_ranks
 if TYPE_CHECKING:
     import torch
 
-    from actorch._actors.host import ActorHost
+    from actorch._actors.node.host import ActorHost
 
 __all__ = ["Spawner", "check_count", "check_spawnable"]
 

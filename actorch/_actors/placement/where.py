@@ -4,7 +4,7 @@
 cpus=1))`` describes one instead: its label, its host, the resources the actor
 holds there while it lives, the actors it must be near or apart from, or a
 process of the actor's own. The placement
-(``placing``) finds a node that fits, or raises ``PlacementError`` naming each
+(``where_placer``) finds a node that fits, or raises ``PlacementError`` naming each
 node and why it did not, or waits for one (``wait=True``).
 """
 

@@ -1,7 +1,7 @@
 """``Relocatables``: one node's relocatable actors, and what rank 0's relocator hears of them.
 
 A relocatable actor (``Restart(relocate=True)``) is adopted by rank 0's
-:class:`~actorch._actors.relocator.Relocator` once it has started on a node
+:class:`~actorch._actors.relocation.relocator.Relocator` once it has started on a node
 (with the ``RelocationSpec`` that built it), and forgotten there when it stops
 for good; between the two its refs are ``MovableRef`` objects that follow it.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from actorch._actors.actor import Actor, class_path
-from actorch._actors.movable import Origin, movable_ref
 from actorch._actors.ref import ActorRef, make_ref
-from actorch._actors.relocation import RelocationSpec
-from actorch._actors.relocator import Relocator
+from actorch._actors.relocation.movable import Origin, movable_ref
+from actorch._actors.relocation.relocator import Relocator
+from actorch._actors.relocation.spec import RelocationSpec
 from actorch._actors.restart import ActorExit
 from actorch._base.errors import describe
 from actorch._engine.system_ids import RELOCATOR_ID

@@ -1,11 +1,11 @@
 """``NodeSystem``: the ``ActorSystem`` of one node, doing its work through the node's ``ActorHost``.
 
-Each node's :class:`~actorch._actors.host.ActorHost` hosts a ``NodeService``
+Each node's :class:`~actorch._actors.node.host.ActorHost` hosts a ``NodeService``
 actor that builds actors spawned on the node, stops and watches them, evicts
 names from the node's cache and takes part in shutdown; rank 0 also hosts the
 ``Registry`` and the ``Relocator`` (their ids: ``_engine.system_ids``). The
-system holds the host, a :class:`~actorch._actors.spawner.Spawner` (spawn,
-spawn_group) and a :class:`~actorch._actors.placing.Placer` (placement by what
+system holds the host, a :class:`~actorch._actors.node.spawner.Spawner` (spawn,
+spawn_group) and a :class:`~actorch._actors.placement.where_placer.Placer` (placement by what
 nodes have, node processes on demand); it keeps the view of the nodes and the
 names (lookups, events) itself. :func:`open_system` makes a node's system, and
 its host with it, for the launcher and the test worlds.
@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, attach
 from actorch._actors.events import NameRegistered, NodeJoined, Subscription
-from actorch._actors.host import ActorHost
-from actorch._actors.placing import Placer
+from actorch._actors.node.host import ActorHost
+from actorch._actors.node.service import NodeService
+from actorch._actors.node.spawner import Spawner, check_count
+from actorch._actors.placement.where import Where
+from actorch._actors.placement.where_placer import Placer
 from actorch._actors.ref import ActorRef
 from actorch._actors.registry import Registry
 from actorch._actors.restart import Restart
-from actorch._actors.service import NodeService
-from actorch._actors.spawner import Spawner, check_count
 from actorch._actors.system import ActorSystem, MembershipEvent
-from actorch._actors.where import Where
 from actorch._base.config import SystemConfig, is_number
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import ActorNotFoundError, NodeLostError, UnsupportedError

@@ -11,17 +11,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from actorch._actors.actor import Actor
-from actorch._actors.placement import GpuShare
+from actorch._actors.node.spawn_request import SpawnRequest
+from actorch._actors.placement.gpus import GpuShare
 from actorch._actors.ref import ActorRef
 from actorch._actors.restart import ActorExit
-from actorch._actors.spawn_request import SpawnRequest
 from actorch._actors.system_endpoints import ServiceEndpoints
 
-__all__ = ["NodeProcesses", "NodeService", "ServiceBackend"]
+__all__ = ["NodeService", "PoolBackend", "ServiceBackend"]
 
 
-class NodeProcesses(Protocol):
-    """What the node service needs of its node's pool of processes (``pool.NodePool``)."""
+class PoolBackend(Protocol):
+    """What the node service needs of its node's pool of processes (``processes.NodePool``)."""
 
     async def add(
         self,
@@ -44,7 +44,7 @@ class ServiceBackend(Protocol):
     """What the node service needs of its node's actor host."""
 
     rank: int
-    pool: NodeProcesses
+    pool: PoolBackend
 
     async def build(
         self, request: SpawnRequest, *, origin: tuple[int, int] | None = None, kept: tuple[Any] | None = None

@@ -21,16 +21,16 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from actorch._actors.fit import EPSILON, LEAVING, LOST, by_node, lacks_free, refusal
-from actorch._actors.service import NodeService
-from actorch._actors.spawn_request import SpawnRequest
-from actorch._actors.where import Where
+from actorch._actors.node.service import NodeService
+from actorch._actors.node.spawn_request import SpawnRequest
+from actorch._actors.placement.fit import EPSILON, LEAVING, LOST, by_node, lacks_free, refusal
+from actorch._actors.placement.where import Where
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import NodeLostError, PlacementError, UnsupportedError
 from actorch._transport.base import NodeInfo
 
 if TYPE_CHECKING:
-    from actorch._actors.host import ActorHost
+    from actorch._actors.node.host import ActorHost
 
 __all__ = ["Placer", "SpawnThere", "all_or_none"]
 

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from actorch._actors.fit import LOST, by_node, lacks_capacity, lacks_free
+from actorch._actors.placement.fit import LOST, by_node, lacks_capacity, lacks_free
 from actorch._base.errors import PlacementError
 from actorch._base.resources import GPUS
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from actorch._actors.fit import lacks_free
-from actorch._actors.placement import GpuShare
+from actorch._actors.placement.fit import lacks_free
+from actorch._actors.placement.gpus import GpuShare
 from actorch._base.errors import PlacementError
 from actorch._base.resources import GPUS
 

@@ -22,8 +22,8 @@ import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from actorch._actors.node.service import NodeService
 from actorch._actors.restart import ActorExit
-from actorch._actors.service import NodeService
 from actorch._base.errors import JoinError, UnsupportedError
 from actorch._base.reaping import watch_exit
 from actorch._transport.base import NodeInfo, NodeTraits

@@ -1,12 +1,12 @@
 """Relocation: actors that outlive their node (``Restart(relocate=True)``), seen from each node.
 
 A relocatable actor lives on any node but rank 0. Once it has started, its
-host has rank 0's :class:`~actorch._actors.relocator.Relocator` adopt it with
+host has rank 0's :class:`~actorch._actors.relocation.relocator.Relocator` adopt it with
 a :class:`RelocationSpec` (how to build it again), and its refs are
 ``MovableRef`` objects that follow it. When it stops for good, rank 0 hears so
 and moves it no more. Where it goes when its node is lost is chosen in one
 place, :func:`eligible_nodes`; the relocator does the moving, and each node's
-:class:`~actorch._actors.relocatables.Relocatables` keeps its own.
+:class:`~actorch._actors.relocation.relocatables.Relocatables` keeps its own.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from actorch._actors.fit import HomeOf, rank_of, refusal
-from actorch._actors.movable import Origin
-from actorch._actors.spawn_request import SpawnRequest
+from actorch._actors.node.spawn_request import SpawnRequest
+from actorch._actors.placement.fit import HomeOf, rank_of, refusal
+from actorch._actors.relocation.movable import Origin
 from actorch._base.codec import serializable
 from actorch._base.names import actor_label
 from actorch._transport.base import NodeInfo

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from actorch._actors.spawn_request import SpawnRequest
-from actorch._actors.where import Placed, Where
+from actorch._actors.node.spawn_request import SpawnRequest
+from actorch._actors.placement.where import Placed, Where
 from actorch._base.resources import GPUS, describe_amount
 from actorch._transport.base import NodeInfo
 

@@ -16,17 +16,17 @@ from typing import Any
 
 from actorch._actors.actor import class_path
 from actorch._actors.events import EventHub
-from actorch._actors.holdings import node_share
-from actorch._actors.lifecycle import ActorLifecycle, Bind
-from actorch._actors.placement import GpuShare
-from actorch._actors.pool import NodePool
+from actorch._actors.node.lifecycle import ActorLifecycle, Bind
+from actorch._actors.node.processes import NodePool
+from actorch._actors.node.service import NodeService
+from actorch._actors.node.spawn_request import SpawnRequest
+from actorch._actors.placement.gpus import GpuShare
+from actorch._actors.placement.holdings import node_share
 from actorch._actors.process_groups import ProcessGroups
 from actorch._actors.ref import ActorRef, make_ref
 from actorch._actors.registry import NameCache, Registry
-from actorch._actors.relocator import Relocator
+from actorch._actors.relocation.relocator import Relocator
 from actorch._actors.restart import ActorExit
-from actorch._actors.service import NodeService
-from actorch._actors.spawn_request import SpawnRequest
 from actorch._base.config import SystemConfig
 from actorch._base.errors import UnsupportedError
 from actorch._engine.node import Node

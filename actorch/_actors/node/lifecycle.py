@@ -19,15 +19,15 @@ from typing import Any, TypeVar
 import torch
 
 from actorch._actors.actor import Actor, class_path, endpoints_of, has_state_hooks, place
-from actorch._actors.holdings import Holdings
-from actorch._actors.placement import GpuPool, check_device
+from actorch._actors.node.spawn_request import SpawnRequest
+from actorch._actors.node.supervisor import Supervisor
+from actorch._actors.placement.gpus import GpuPool, check_device
+from actorch._actors.placement.holdings import Holdings
 from actorch._actors.ref import ActorRef, resolve_class
 from actorch._actors.registry import Registry
-from actorch._actors.relocatables import Relocatables
-from actorch._actors.relocation import RelocationSpec, check_home
+from actorch._actors.relocation.relocatables import Relocatables
+from actorch._actors.relocation.spec import RelocationSpec, check_home
 from actorch._actors.restart import ActorExit
-from actorch._actors.spawn_request import SpawnRequest
-from actorch._actors.supervisor import Supervisor
 from actorch._base.config import SystemConfig
 from actorch._base.devices import accelerator, on_device, parse_device
 from actorch._base.errors import ActorStoppedError, PlacementError, describe
