@@ -59,8 +59,7 @@ from actorch._base.errors import (
 from actorch._base.names import MAX_NAME_LENGTH
 from actorch._base.tensorfile import load_tensors, save_tensors
 from actorch._engine.batching import Batched, batched
-from actorch._engine.streaming import DEFAULT_WINDOW as DEFAULT_STREAM_WINDOW
-from actorch._engine.streaming import Stream
+from actorch._engine.streaming import DEFAULT_STREAM_WINDOW, Stream
 from actorch._launch.connect import connect
 from actorch._launch.options import SystemOptions
 from actorch._launch.run import run

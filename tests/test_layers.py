@@ -484,7 +484,7 @@ def test_layer_of_a_module_is_its_subpackage(module: str, expected: int | None) 
     [
         ("actorch._engine.node", "from . import cell", "actorch._engine.cell"),
         ("actorch._engine.node", "from .cell import Cell", "actorch._engine.cell"),
-        ("actorch._engine.node", "from . import DEFAULT_WINDOW", "actorch._engine"),
+        ("actorch._engine.node", "from . import DEFAULT_STREAM_WINDOW", "actorch._engine"),
         ("actorch._engine.node", "from .. import _base", "actorch._base"),
         ("actorch._engine.node", "from .._base.errors import ActorchError", "actorch._base.errors"),
         ("actorch._engine.node", "from .. import Actor", "actorch"),
