@@ -25,8 +25,18 @@ PACKAGE = Path(__file__).resolve().parent.parent / "actorch"
 LAYERS = ("_base", "_transport", "_engine", "_actors", "_launch", "_stock")
 """The subpackages of ``actorch``, lowest layer first (DESIGN.md, "The runtime, layer by layer")."""
 
-FACADE = frozenset({"actorch", "actorch.testing", "actorch.__main__"})
-"""The public modules, one layer above all of ``LAYERS``."""
+FACADE = frozenset(
+    {
+        "actorch",
+        "actorch.testing",
+        "actorch.__main__",
+        "actorch.rl",
+        "actorch.replay",
+        "actorch.params",
+        "actorch.group",
+    }
+)
+"""The public modules, one layer above all of ``LAYERS``: the package, its helpers, its command and the stock homes."""
 
 FACADE_LAYER = len(LAYERS)
 STOCK_LAYER = LAYERS.index("_stock")
