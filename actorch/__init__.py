@@ -19,16 +19,24 @@ spawn actors on any rank by name, and ``await ref.call(...)`` them.
 #   _actors/     Actor, ActorRef, the ActorHost of a node's actors, supervision, the
 #                registry, membership events, the node service, and the ActorSystem handle
 #   _launch/     run(), start(), connect(): processes, torchrun, the bounded event loop and watchdog, logging
-#   _stock/      ready-made actors, written only against the public names below
+#   _stock/      ready-made actors, written only against the public names below; users
+#                import them from the public submodules that re-export them by role:
+#                actorch.rl, actorch.replay, actorch.params and actorch.group
 
 from __future__ import annotations
 
+import importlib as _importlib
 import os as _os
-import types as _types
+import typing as _typing
+import warnings as _warnings
 
 # torch's C++ warnings ("[W] ...") go to stderr unless this is set before torch loads.
 _os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
+from actorch import group as group  # the stock actors' public homes, loaded with the package
+from actorch import params as params
+from actorch import replay as replay
+from actorch import rl as rl
 from actorch._actors.actor import Actor
 from actorch._actors.broadcast import broadcast, broadcast_tell
 from actorch._actors.events import NameRegistered, NameRemoved, NodeJoined, NodeLeft, NodeLost
@@ -56,48 +64,37 @@ from actorch._base.errors import (
     SystemClosedError,
     UnsupportedError,
 )
+from actorch._base.homes import claim as _claim
 from actorch._base.names import MAX_NAME_LENGTH
 from actorch._base.tensorfile import load_tensors, save_tensors
+from actorch._base.version import version_of as _version_of
 from actorch._engine.batching import Batched, batched
-from actorch._engine.streaming import DEFAULT_WINDOW as DEFAULT_STREAM_WINDOW
-from actorch._engine.streaming import Stream
+from actorch._engine.streaming import DEFAULT_STREAM_WINDOW, Stream
 from actorch._launch.connect import connect
 from actorch._launch.options import SystemOptions
 from actorch._launch.run import run
 from actorch._launch.serving import serve
 from actorch._launch.start import start
-from actorch._stock.agent import Agent, EpisodeStats
-from actorch._stock.batch import Batch
-from actorch._stock.collection import Collection
-from actorch._stock.collector import Collector
-from actorch._stock.group import ActorGroup
-from actorch._stock.observer import Observer, Rollout
-from actorch._stock.parameter_client import ParameterClient
-from actorch._stock.parameter_server import Parameters, ParameterServer, assign_shards
-from actorch._stock.partitioners import Partitioner, batch_partitioner, dim_partitioner, mean_reducer, sum_reducer
-from actorch._stock.prioritized_replay import PrioritizedReplayBuffer
-from actorch._stock.replay import ReplayBuffer, Sample
-from actorch._stock.sharded_replay import ShardedReplayBuffer
 from actorch._transport.autograd import in_autograd_context
+from actorch.params import ParameterServer
+from actorch.replay import ReplayBuffer
+from actorch.rl import Agent, Observer
+
+__version__ = _version_of("actorch")
 
 __all__ = [
     "DEFAULT_STREAM_WINDOW",
     "MAX_NAME_LENGTH",
     "Actor",
     "ActorExit",
-    "ActorGroup",
     "ActorNotFoundError",
     "ActorRef",
     "ActorStoppedError",
     "ActorSystem",
     "ActorchError",
     "Agent",
-    "Batch",
     "Batched",
-    "Collection",
-    "Collector",
     "EndpointError",
-    "EpisodeStats",
     "GroupError",
     "InvalidNameError",
     "JoinError",
@@ -113,45 +110,53 @@ __all__ = [
     "NodeLost",
     "NodeLostError",
     "Observer",
-    "ParameterClient",
     "ParameterServer",
-    "Parameters",
-    "Partitioner",
     "PlacementError",
-    "PrioritizedReplayBuffer",
     "RemoteError",
     "ReplayBuffer",
     "Restart",
-    "Rollout",
-    "Sample",
     "SerializationError",
-    "ShardedReplayBuffer",
     "SnapshotError",
     "Stream",
     "SystemClosedError",
     "SystemOptions",
     "UnsupportedError",
     "Where",
-    "assign_shards",
-    "batch_partitioner",
     "batched",
     "broadcast",
     "broadcast_tell",
     "connect",
-    "dim_partitioner",
     "in_autograd_context",
     "load_tensors",
-    "mean_reducer",
     "run",
     "save_tensors",
     "serializable",
     "serve",
     "start",
-    "sum_reducer",
 ]
 
-for _name in __all__:
-    _public = globals()[_name]
-    if isinstance(_public, (type, _types.FunctionType)):
-        _public.__module__ = __name__  # they print as actorch.ActorRef, as users name them
-del _name, _public
+_claim(__name__, __all__, globals())  # they print as actorch.ActorRef, as users name them
+
+_MOVED = {
+    **dict.fromkeys(
+        ["ActorGroup", "Partitioner", "batch_partitioner", "dim_partitioner", "mean_reducer", "sum_reducer"], "group"
+    ),
+    **dict.fromkeys(["ParameterClient", "Parameters", "assign_shards"], "params"),
+    **dict.fromkeys(["PrioritizedReplayBuffer", "Sample", "ShardedReplayBuffer"], "replay"),
+    **dict.fromkeys(["Batch", "Collection", "Collector", "EpisodeStats", "Rollout"], "rl"),
+}
+"""Stock names that ``actorch`` exported before they moved to a public submodule, and that submodule."""
+
+if not _typing.TYPE_CHECKING:  # type checkers see only the current names, so they point users to the new homes
+
+    def __getattr__(name: str) -> object:
+        """A stock name's old spelling ``actorch.X``: the object at its new home, with a ``DeprecationWarning``."""
+        home = _MOVED.get(name)
+        if home is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        _warnings.warn(
+            f"actorch.{name} has moved to actorch.{home}.{name}; import it from actorch.{home}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(_importlib.import_module(f"{__name__}.{home}"), name)

@@ -471,10 +471,10 @@ def run_collector(args: argparse.Namespace, envs: int) -> dict[str, float]:
             kwargs = {"num_envs": envs, "frames_per_batch": args.frames_per_batch, "seed": rank}
             name = f"bench/collectors/{rank}"
             collectors.append(
-                await system.spawn(actorch.Collector, args=(make, policy), kwargs=kwargs, name=name, on=rank)
+                await system.spawn(actorch.rl.Collector, args=(make, policy), kwargs=kwargs, name=name, on=rank)
             )
         meter = Meter(args.warmup, args.seconds)
-        async with actorch.Collection(collectors, window=args.window) as collection:
+        async with actorch.rl.Collection(collectors, window=args.window) as collection:
             async for batch in collection:
                 if meter.add(batch.frames, batch):
                     break

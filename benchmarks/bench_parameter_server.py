@@ -85,11 +85,11 @@ async def bench(system: actorch.ActorSystem, rounds: int, ops: int) -> dict[str,
     measures: dict[str, Callable[[], Any]] = {
         "raw pull": lambda: timed_sync(lambda: rpc.rpc_sync(worker, raw_pull)),
         "actorch pull": lambda: timed(lambda: server.call(actorch.ParameterServer.pull)),
-        "actorch pull, 2 shards": lambda: timed(lambda: actorch.ParameterClient(shards).pull()),
+        "actorch pull, 2 shards": lambda: timed(lambda: actorch.params.ParameterClient(shards).pull()),
         "actorch pull, unchanged": lambda: timed(gated_pull),
         "raw push": lambda: timed_sync(lambda: rpc.rpc_sync(worker, raw_push, args=(grads,))),
         "actorch push": lambda: timed(lambda: server.call(actorch.ParameterServer.push, grads)),
-        "actorch push, 2 shards": lambda: timed(lambda: actorch.ParameterClient(shards).push(grads)),
+        "actorch push, 2 shards": lambda: timed(lambda: actorch.params.ParameterClient(shards).push(grads)),
     }
     for measure in measures.values():  # warm up every path once
         result = measure()

@@ -28,7 +28,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 import actorch
-from actorch import PrioritizedReplayBuffer, ReplayBuffer, ShardedReplayBuffer
+from actorch.replay import PrioritizedReplayBuffer, ReplayBuffer, ShardedReplayBuffer
 
 _RAW: dict[str, torch.Tensor] = {}
 OBS = 32

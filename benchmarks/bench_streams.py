@@ -43,7 +43,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 import actorch
-from actorch import ActorGroup
+from actorch.group import ActorGroup
 
 WORLD_SIZE = 4
 IN_FLIGHT = 8

@@ -42,7 +42,7 @@ from _progress import ProgressBar
 from torch import nn
 
 import actorch
-from actorch import Batch, Collection, Collector
+from actorch.rl import Batch, Collection, Collector
 
 
 def make_env() -> gym.Env:

@@ -47,12 +47,12 @@ class Trainer(actorch.Actor):
         self.x, self.y = x[index * per : (index + 1) * per], y[index * per : (index + 1) * per]
         self.batch_size = batch_size
         self.model = make_model()
-        self.client: actorch.ParameterClient | None = None
+        self.client: actorch.params.ParameterClient | None = None
 
     async def train_epoch(self, pattern: str) -> float:
         """One pass over this trainer's data; returns the mean loss."""
         if self.client is None:
-            self.client = actorch.ParameterClient(await self.system.lookup_all(pattern))
+            self.client = actorch.params.ParameterClient(await self.system.lookup_all(pattern))
         parameters = await self.client.pull() or self.client.parameters
         losses = []
         for start in range(0, len(self.y) - self.batch_size + 1, self.batch_size):
@@ -95,7 +95,7 @@ async def train(system: actorch.ActorSystem, mode: str, epochs: int, trainers: i
     workers = [
         await system.spawn(Trainer, args=(i, trainers), on=1 + i % (system.world_size - 1)) for i in range(trainers)
     ]
-    client = actorch.ParameterClient(servers)
+    client = actorch.params.ParameterClient(servers)
     print(f"{mode} mode: {shards} shards, {trainers} trainers; chance is 10 %")
     bar.update(description=f"{mode} mode")
     final = 0.0

@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 from torch import nn
 
 import actorch
-from actorch import Agent, EpisodeStats, Observer
+from actorch.rl import Agent, EpisodeStats, Observer
 
 
 def make_env() -> gym.Env:

@@ -21,7 +21,7 @@ import torch
 from _progress import ProgressBar
 
 import actorch
-from actorch import PrioritizedReplayBuffer, ReplayBuffer, ShardedReplayBuffer
+from actorch.replay import PrioritizedReplayBuffer, ReplayBuffer, ShardedReplayBuffer
 
 STATE, ACTIONS = 8, 4
 

@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 import actorch
-from actorch import Parameters, ParameterServer, ReplayBuffer
+from actorch import ReplayBuffer
+from actorch.params import Parameters, ParameterServer
 
 STATE, ACTIONS = 8, 4
 

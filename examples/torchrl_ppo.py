@@ -31,7 +31,7 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
 import actorch
-from actorch import Collection, Collector
+from actorch.rl import Collection, Collector
 
 
 def make_env() -> gym.Env:

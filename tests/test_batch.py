@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from actorch import Batch
+from actorch.rl import Batch
 
 
 def batch(steps: int = 3, envs: int = 2) -> Batch:

@@ -322,7 +322,7 @@ def test_batched_private_method_is_refused_at_class_definition() -> None:
 
 async def test_batched_endpoint_through_a_group_answers_every_member(world: LocalWorld) -> None:
     refs = [await world[0].spawn(Doubler, on=rank) for rank in range(3)]
-    assert await actorch.ActorGroup(refs).call(Doubler.double, 4) == [8, 8, 8]
-    actorch.ActorGroup(refs).tell(Doubler.double, 5)
+    assert await actorch.group.ActorGroup(refs).call(Doubler.double, 4) == [8, 8, 8]
+    actorch.group.ActorGroup(refs).tell(Doubler.double, 5)
     await asyncio.sleep(0.2)
     assert [await ref.call(Doubler.recorded) for ref in refs] == [[[4], [5]]] * 3

@@ -18,10 +18,11 @@ from fake_gpus import FakeAccelerator, installed
 from test_group import Sleeper, wait_until_counts
 
 import actorch
-from actorch import ActorGroup, broadcast, broadcast_tell
+from actorch import broadcast, broadcast_tell
 from actorch._base.codec import Codec
 from actorch._base.deadline import inherited_deadline
 from actorch._engine import multicast
+from actorch.group import ActorGroup
 from actorch.testing import LocalWorld, local_world
 
 MB = 1 << 20

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from actorch import Batch, SerializationError
+from actorch import SerializationError
 from actorch._base.codec import INLINE_TENSOR_BYTES, Codec
 from actorch._base.devices import TensorRoute
+from actorch.rl import Batch
 
 tensordict = pytest.importorskip("tensordict")
 TensorDict = tensordict.TensorDict

@@ -14,7 +14,8 @@ from _mp import SCRIPTS
 from torch import nn
 
 import actorch
-from actorch import Batch, Collection, Collector, ParameterServer, ReplayBuffer
+from actorch import ParameterServer, ReplayBuffer
+from actorch.rl import Batch, Collection, Collector
 from actorch.testing import LocalWorld
 
 sys.path.insert(0, str(SCRIPTS))

@@ -16,7 +16,7 @@ import torch
 from test_partitioners import same
 
 import actorch
-from actorch import ActorGroup, batch_partitioner, mean_reducer, sum_reducer
+from actorch.group import ActorGroup, batch_partitioner, mean_reducer, sum_reducer
 from actorch.testing import LocalWorld, local_world
 
 

@@ -6,8 +6,8 @@ import os
 
 import torch
 
-from actorch import Batch
 from actorch._stock.handover import Handover, Mappings, Slots, by_reference, carve, host_identity, room, usable
+from actorch.rl import Batch
 
 
 def test_usable_hands_over_only_to_another_process_of_this_host() -> None:

@@ -25,8 +25,18 @@ PACKAGE = Path(__file__).resolve().parent.parent / "actorch"
 LAYERS = ("_base", "_transport", "_engine", "_actors", "_launch", "_stock")
 """The subpackages of ``actorch``, lowest layer first (DESIGN.md, "The runtime, layer by layer")."""
 
-FACADE = frozenset({"actorch", "actorch.testing", "actorch.__main__"})
-"""The public modules, one layer above all of ``LAYERS``."""
+FACADE = frozenset(
+    {
+        "actorch",
+        "actorch.testing",
+        "actorch.__main__",
+        "actorch.rl",
+        "actorch.replay",
+        "actorch.params",
+        "actorch.group",
+    }
+)
+"""The public modules, one layer above all of ``LAYERS``: the package, its helpers, its command and the stock homes."""
 
 FACADE_LAYER = len(LAYERS)
 STOCK_LAYER = LAYERS.index("_stock")
@@ -484,7 +494,7 @@ def test_layer_of_a_module_is_its_subpackage(module: str, expected: int | None) 
     [
         ("actorch._engine.node", "from . import cell", "actorch._engine.cell"),
         ("actorch._engine.node", "from .cell import Cell", "actorch._engine.cell"),
-        ("actorch._engine.node", "from . import DEFAULT_WINDOW", "actorch._engine"),
+        ("actorch._engine.node", "from . import DEFAULT_STREAM_WINDOW", "actorch._engine"),
         ("actorch._engine.node", "from .. import _base", "actorch._base"),
         ("actorch._engine.node", "from .._base.errors import ActorchError", "actorch._base.errors"),
         ("actorch._engine.node", "from .. import Actor", "actorch"),

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import actorch
-from actorch import ParameterClient, Parameters, ParameterServer, assign_shards
+from actorch.params import ParameterClient, Parameters, ParameterServer, assign_shards
 from actorch.testing import LocalWorld, local_world
 
 

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import pytest
 import torch
 
-from actorch import batch_partitioner, dim_partitioner, mean_reducer, sum_reducer
+from actorch.group import batch_partitioner, dim_partitioner, mean_reducer, sum_reducer
 
 
 class Point(NamedTuple):

@@ -277,7 +277,7 @@ def test_an_actor_class_cannot_define_save_snapshot_itself() -> None:
 # ---------------------------------------------------------------------- the replay buffer
 
 
-@pytest.mark.parametrize("kind", [actorch.ReplayBuffer, actorch.PrioritizedReplayBuffer])
+@pytest.mark.parametrize("kind", [actorch.ReplayBuffer, actorch.replay.PrioritizedReplayBuffer])
 async def test_replay_buffer_relocates_with_what_its_last_save_held(
     world4: LocalWorld, kind: type[actorch.ReplayBuffer]
 ) -> None:

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import actorch
-from actorch import PrioritizedReplayBuffer, ReplayBuffer, Sample, ShardedReplayBuffer
 from actorch._base.tensorfile import save_tensors
+from actorch.replay import PrioritizedReplayBuffer, ReplayBuffer, Sample, ShardedReplayBuffer
 from actorch.testing import LocalWorld, local_world
 
 SHARD_SHIFT = ShardedReplayBuffer.SHARD_SHIFT

@@ -11,7 +11,7 @@ from _mp import SCRIPTS
 from torch import nn
 
 import actorch
-from actorch import Agent, EpisodeStats, Observer, Rollout
+from actorch.rl import Agent, EpisodeStats, Observer, Rollout
 from actorch.testing import LocalWorld
 
 sys.path.insert(0, str(SCRIPTS))

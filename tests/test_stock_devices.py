@@ -18,18 +18,10 @@ import torch
 from _mp import SCRIPTS
 from torch import nn
 
-from actorch import (
-    Agent,
-    Observer,
-    ParameterClient,
-    Parameters,
-    ParameterServer,
-    PrioritizedReplayBuffer,
-    ReplayBuffer,
-    Sample,
-    ShardedReplayBuffer,
-)
+from actorch import Agent, Observer
 from actorch._stock.transfer import as_device, to_device
+from actorch.params import ParameterClient, Parameters, ParameterServer
+from actorch.replay import PrioritizedReplayBuffer, ReplayBuffer, Sample, ShardedReplayBuffer
 from actorch.testing import LocalWorld
 
 sys.path.insert(0, str(SCRIPTS))

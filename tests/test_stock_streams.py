@@ -15,7 +15,9 @@ from _mp import SCRIPTS
 from torch import nn
 
 import actorch
-from actorch import Agent, Observer, Parameters, ParameterServer, PrioritizedReplayBuffer, ReplayBuffer
+from actorch import Agent, Observer
+from actorch.params import Parameters, ParameterServer
+from actorch.replay import PrioritizedReplayBuffer, ReplayBuffer
 from actorch.testing import LocalWorld
 
 sys.path.insert(0, str(SCRIPTS))

@@ -332,3 +332,11 @@ async def test_rpc_answer_to_a_ping_is_a_sign_of_life_unless_it_failed_or_the_pe
         assert lost == [(1, "node 1 counts this node lost (it was silent too long)")]
     finally:
         _rpc_transport._active = None
+
+
+def test_node_info_repr_shows_what_users_read_and_leaves_out_the_runtimes_fields():
+    info = NodeInfo(2, "node2", "here", 42, label="env", parent=0, pool=True, lane="127.0.0.1:5000", process="boot:1")
+    shown = repr(info)
+    assert {"label='env'", "parent=0", "pool=True"} <= set(shown.removeprefix("NodeInfo(").rstrip(")").split(", "))
+    assert not {"lane", "process"} & {field.partition("=")[0] for field in shown.split(", ")}
+    assert info.lane == "127.0.0.1:5000"

@@ -13,9 +13,16 @@ from dataclasses import dataclass
 
 from actorch._base.record import is_run_id
 
-__all__ = ["DEFAULT_MAX_MESSAGE", "DEFAULT_SEND_BUDGET", "DEFAULT_WINDOW", "SystemConfig", "is_count", "is_number"]
+__all__ = [
+    "DEFAULT_MAILBOX_SIZE",
+    "DEFAULT_MAX_MESSAGE",
+    "DEFAULT_SEND_BUDGET",
+    "SystemConfig",
+    "is_count",
+    "is_number",
+]
 
-DEFAULT_WINDOW = 4096
+DEFAULT_MAILBOX_SIZE = 4096
 """Messages one node may have waiting at one actor, unless the system says otherwise."""
 
 DEFAULT_MAX_MESSAGE = 1 << 30
@@ -58,7 +65,7 @@ class SystemConfig:
     strict: bool = False
     lookup_timeout: float = 30.0
     stop_grace: float = 10.0
-    mailbox_size: int = DEFAULT_WINDOW
+    mailbox_size: int = DEFAULT_MAILBOX_SIZE
     max_message_size: int = DEFAULT_MAX_MESSAGE
     send_budget: int = DEFAULT_SEND_BUDGET
     run_record: str | None = None

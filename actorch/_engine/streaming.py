@@ -42,11 +42,11 @@ if TYPE_CHECKING:
 
     import torch
 
-__all__ = ["DEFAULT_WINDOW", "Stream", "StreamRequest", "Streams"]
+__all__ = ["DEFAULT_STREAM_WINDOW", "Stream", "StreamRequest", "Streams"]
 
 T = TypeVar("T")
 
-DEFAULT_WINDOW = 16
+DEFAULT_STREAM_WINDOW = 16
 """Items a stream's producer may be ahead of its consumer, unless the stream sets its own (``with_window``)."""
 
 _FINISHED = StopAsyncIteration()  # the end of a stream that ended well, or whose end was raised already
@@ -92,7 +92,7 @@ class Stream(Generic[T]):
         self._streams = streams
         self._opening = opening
         self._unopened = True
-        self._window = DEFAULT_WINDOW
+        self._window = DEFAULT_STREAM_WINDOW
         self._items: deque[T] = deque()
         self._granted = 0  # credits the producer holds that no item has used yet
         self._end: BaseException | None = None  # set when the stream ended: raised once the items are taken

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from actorch._base.config import (
+    DEFAULT_MAILBOX_SIZE,
     DEFAULT_MAX_MESSAGE,
     DEFAULT_SEND_BUDGET,
-    DEFAULT_WINDOW,
     SystemConfig,
     is_count,
     is_number,
@@ -184,7 +184,7 @@ class SystemOptions:
     lookup_timeout: float = 30.0
     stop_grace: float = 10.0
     liveness_timeout: float = 2.5
-    mailbox_size: int = DEFAULT_WINDOW
+    mailbox_size: int = DEFAULT_MAILBOX_SIZE
     max_message_size: int = DEFAULT_MAX_MESSAGE
     send_budget: int = DEFAULT_SEND_BUDGET
     rpc_timeout: float = 60.0

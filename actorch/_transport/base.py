@@ -122,7 +122,7 @@ ReceiveFn = Callable[[int, Bundle, Port | None], None]
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """One node of the system.
+    """One node of the system, as ``system.nodes`` lists it and ``actorch status`` shows it.
 
     Attributes:
         rank: Its rank (0 runs ``main``).
@@ -135,12 +135,15 @@ class NodeInfo:
         resources: What it offers actors: ``cpus``, ``memory`` (bytes) and ``gpus`` as
             detected, with the counts its launcher declared over them (``{"env_slots": 4}``).
         owner: The actor whose own process this node is (``Where(process="own")``), if any.
-        parent: The rank of the node that started its process (``add_nodes``), if one did.
-        pool: Whether it starts node processes on its host when asked (a host agent).
-        lane: Where its fast lane listens (``host:port``), if it has one.
-        process: Its process as its machine's kernel knows it (boot id and start
-            time), so that a node on the same machine can look at it directly; None
-            where the kernel does not say.
+        parent: The rank of the node that started its process (``add_nodes``), if one did;
+            ``actorch status`` shows it as "started by node <parent>".
+        pool: Whether it is a host agent (``actorch serve --pool``): a node that starts
+            node processes on its host when ``add_nodes`` asks, shown as such by ``actorch status``.
+        lane: The runtime's own: where the node's fast lane listens (``host:port``), if it
+            has one. Nodes read it to connect to each other; left out of the repr.
+        process: The runtime's own: the node's process as its machine's kernel knows it
+            (boot id and start time), so that a node on the same machine can look at it
+            directly; None where the kernel does not say. Left out of the repr.
     """
 
     rank: int
@@ -153,8 +156,8 @@ class NodeInfo:
     owner: str | None = None
     parent: int | None = None
     pool: bool = False
-    lane: str | None = None
-    process: str | None = None
+    lane: str | None = field(default=None, repr=False)
+    process: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ import torch
 from actors import describe, run_checks
 
 import actorch
-from actorch import ActorGroup, broadcast, broadcast_tell
+from actorch import broadcast, broadcast_tell
+from actorch.group import ActorGroup
 
 MB = 1 << 20
 

@@ -17,7 +17,7 @@ from actors import run_checks
 from corridor import FramePolicy, Pixels
 
 import actorch
-from actorch import Batch, Collection, Collector
+from actorch.rl import Batch, Collection, Collector
 
 OPTIONS = {"num_envs": 2, "frames_per_batch": 16, "logits": True}
 

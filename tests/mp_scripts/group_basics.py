@@ -18,7 +18,7 @@ import torch
 from actors import describe, run_checks
 
 import actorch
-from actorch import ActorGroup, batch_partitioner, mean_reducer, sum_reducer
+from actorch.group import ActorGroup, batch_partitioner, mean_reducer, sum_reducer
 
 Check = Callable[[actorch.ActorSystem], Awaitable[dict[str, Any]]]
 

@@ -25,7 +25,7 @@ import torch
 from actors import attempt, describe, run_checks
 
 # isort: on
-from actorch import PrioritizedReplayBuffer, ReplayBuffer, Sample, ShardedReplayBuffer
+from actorch.replay import PrioritizedReplayBuffer, ReplayBuffer, Sample, ShardedReplayBuffer
 
 SHARD_SHIFT = ShardedReplayBuffer.SHARD_SHIFT
 

@@ -20,7 +20,7 @@ from corridor import FramePolicy, Pixels
 from tensordict import TensorDict
 
 import actorch
-from actorch import Collector
+from actorch.rl import Collector
 
 LARGE = 1 << 20  # bytes of the large tensor: far above what the codec inlines
 

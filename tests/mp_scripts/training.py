@@ -26,7 +26,7 @@ class Trainer(actorch.Actor):
     """Pushes constant gradients through a client, or trains through RRefs."""
 
     async def push_constant(self, pattern: str, value: float) -> dict[str, Any]:
-        client = actorch.ParameterClient(await self.system.lookup_all(pattern))
+        client = actorch.params.ParameterClient(await self.system.lookup_all(pattern))
         start = await client.pull()
         assert start is not None
         after = await client.push({name: torch.full_like(t, value) for name, t in start.items()})
@@ -65,7 +65,7 @@ async def main(system: actorch.ActorSystem) -> dict[str, Any]:
     )
     emit("sync_shards", results=results)
 
-    client = actorch.ParameterClient(shards)
+    client = actorch.params.ParameterClient(shards)
     first = await client.pull()
     emit(
         "gated_pull",
