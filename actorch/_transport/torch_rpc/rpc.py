@@ -25,9 +25,9 @@ sequence numbers and putting the two lanes' bundles back in order are
 
 The module is one piece past 600 lines because the send path, the watch on
 each peer, the heartbeat thread and the off-loop answers all read and change
-one peer's state (its link, its lane, when it was last heard, whether it is
-lost) under one lock; the heartbeat thread is the next part to move into a
-module of its own, with that state as a record it shares.
+the same per-peer state (its link, its lane, when it was last heard, whether
+it is lost); the heartbeat thread is the next part to move into a module of
+its own, with that state as a record it shares.
 """
 
 from __future__ import annotations
