@@ -14,14 +14,17 @@ Scripts report what they observed as ``RESULT {json}`` lines on stdout.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -326,18 +329,35 @@ def run_argv(argv: list[str], timeout: float = 90.0) -> Finished:
     return Script(argv).finish(timeout)
 
 
-def run_on_terminal(argv: list[str], timeout: float = 90.0) -> tuple[int, str]:
+def run_on_terminal(
+    argv: list[str],
+    timeout: float = 90.0,
+    *,
+    env: dict[str, str | None] | None = None,
+    size: tuple[int, int] | None = None,
+    colour: bool = False,
+) -> tuple[int, str]:
     """Run ``argv`` with stdout and stderr a pseudo-terminal; its exit code (-9 if it hung) and what it wrote.
 
-    The text comes without colour codes and with plain newlines. A run that
+    ``env`` sets (or, with None, removes) variables of the script's
+    environment; ``size`` is the terminal's (rows, columns). The text comes
+    with plain newlines, and without colour codes unless ``colour``. A run that
     outlives ``timeout`` is killed as a whole, as :func:`run_script` does.
     """
     marker = uuid.uuid4().hex
+    environment = script_env(marker)
+    for name, value in (env or {}).items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
     main, side = os.openpty()
+    if size is not None:
+        fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))
     process = subprocess.Popen(
         argv,
         cwd=REPO,
-        env=script_env(marker),
+        env=environment,
         stdin=subprocess.DEVNULL,
         stdout=side,
         stderr=side,
@@ -364,7 +384,7 @@ def run_on_terminal(argv: list[str], timeout: float = 90.0) -> tuple[int, str]:
         kill_all(marker, process.pid)
         process.wait()
     text = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
-    return process.returncode, _COLOUR.sub("", text)
+    return process.returncode, text if colour else _COLOUR.sub("", text)
 
 
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")

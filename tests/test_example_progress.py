@@ -8,24 +8,16 @@ its lines, and once into a pipe, where its output has no escape sequence.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import importlib.util
 import io
 import os
-import pty
 import re
-import select
-import signal
-import struct
 import subprocess
 import sys
-import termios
-import time
 from types import ModuleType
 
 import pytest
-from _mp import _SCRUBBED, REPO
+from _mp import _SCRUBBED, REPO, run_on_terminal
 from rich.console import Console
 
 EXAMPLES = REPO / "examples"
@@ -132,33 +124,9 @@ def replay(*args: str, on_terminal: bool, timeout: float = 45.0) -> str:
         finished = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False)
         assert finished.returncode == 0, finished.stdout + finished.stderr
         return finished.stdout
-    main, side = pty.openpty()
-    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
-    process = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=side, stderr=side, env=env, start_new_session=True
+    code, out = run_on_terminal(
+        argv, timeout, env={"NO_COLOR": None, "TERM": "xterm-256color"}, size=(40, 160), colour=True
     )
-    os.close(side)
-    chunks = []
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if not select.select([main], [], [], 0.5)[0]:
-                continue
-            try:
-                chunk = os.read(main, 65536)
-            except OSError:  # EIO: every holder of the terminal's other side has closed it
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        code = process.wait(timeout=max(deadline - time.monotonic(), 1.0))
-    finally:
-        os.close(main)
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    out = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
     assert code == 0, out
     return out
 
