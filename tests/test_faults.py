@@ -60,7 +60,7 @@ def test_a_worker_whose_loop_blocks_as_its_transport_comes_up_keeps_its_heartbea
     run = run_script("faults.py", "slow_start", str(tmp_path), timeout=75)
     run.assert_clean_exit(0)
     r = run.result("slow_start")
-    assert "value" in r["spawn"], r
+    assert "value" in r["spawn"], run.report()
     assert (tmp_path / "unblocked").exists(), f"rank 1's loop was never blocked: {r}"
     assert "node lost" not in run.stderr, run.report()
 

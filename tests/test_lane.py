@@ -76,6 +76,8 @@ async def test_lane_sends_nothing_to_a_peer_it_has_no_connection_to() -> None:
 
 async def test_lane_reports_a_peer_lost_when_its_connection_closes_unasked(pair: tuple[Peer, Peer]) -> None:
     zero, one = pair
+    assert one.lane.send(0, 0, [b"carried"])
+    await until(lambda: zero.delivered)
     for transport in list(one.lane.outbound.values()):
         transport.abort()  # as if its process died
     await until(lambda: zero.lost)
@@ -275,6 +277,27 @@ async def test_lane_does_not_let_a_second_connection_take_a_connected_rank() -> 
     assert peer.delivered == [(1, 0, [b"still mine"])]
     first.writer.close()
     second.writer.close()
+    await peer.lane.close()
+
+
+async def test_lane_takes_a_proven_connection_closed_before_any_frame_as_a_handshake_given_up() -> None:
+    # A connector whose loop was held up past its handshake's timeout gives the
+    # connection up after the listener took its hello, then connects again.
+    peer = await open_peer(0)
+    with structlog.testing.capture_logs() as logs:
+        given_up = await proven(peer, 1)
+        given_up.writer.transport.abort()
+        await until(lambda: 1 not in peer.lane.inbound)
+        again = await proven(peer, 1)
+        again.writer.write(bundle_frame(0, [b"on the second try"]))
+        await until(lambda: peer.delivered)
+    assert peer.lost == []
+    assert peer.delivered == [(1, 0, [b"on the second try"])]
+    closed_early = [e for e in logs if e["event"] == "fast lane connection closed before it carried a frame"]
+    assert [entry["peer"] for entry in closed_early] == [1]
+    again.writer.transport.abort()
+    await until(lambda: peer.lost)
+    assert peer.lost[0][0] == 1  # once it carried a frame, its close is a loss
     await peer.lane.close()
 
 

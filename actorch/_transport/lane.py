@@ -28,7 +28,10 @@ can read the rendezvous store, where the secret is kept (docs/security.md).
 After the handshake, a frame is a bundle: its length, its sequence number on
 the link (shared with torch RPC's bundles, so that the receiver puts the two
 lanes back in order), and its messages. A frame that does not parse closes the
-link as a protocol error, and the peer is lost with that reason.
+link as a protocol error, and the peer is lost with that reason. A proven
+connection that closes unasked loses its peer too, once it has carried a frame:
+one that closes before has lost nothing (its connector gave up the handshake
+and tries again), and a peer that died is reported by torch RPC.
 
 The lane's own health is judged by the kernel's view of each connection
 (:meth:`Lane.stalled`): bytes written to a peer that its kernel does not
@@ -138,6 +141,7 @@ class _Inbound(asyncio.Protocol):
         self._expires: asyncio.TimerHandle | None = None
         self._peer = "?"
         self.src: int | None = None
+        self.carried = False  # whether a frame came on it: only then can its close have lost one
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -190,6 +194,7 @@ class _Inbound(asyncio.Protocol):
                     break
                 seq, messages = parse_frame(buffer, start + 4, end)
                 start = end
+                self.carried = True
                 if seq == _EXPEL:
                     self._lane.expelled_by(self.src)  # type: ignore[arg-type]  # set by the hello
                 else:
@@ -238,10 +243,20 @@ class _Inbound(asyncio.Protocol):
         self._lane.report_lost(src, f"fast lane protocol error: {why}")
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """A proven peer's connection closed: lost, unless it closed before carrying a frame.
+
+        A connector gives up a handshake whose proof it has not read in time
+        (its loop was held up) and tries again; the listener has taken its hello
+        by then. Such a connection carried nothing, so its close lost nothing,
+        and a dead peer is torch RPC's to report.
+        """
         self._forget_stranger()
         if self.src is not None and self._lane.inbound.get(self.src) is self:
             del self._lane.inbound[self.src]
-            self._lane.closed_by(self.src, exc)
+            if self.carried:
+                self._lane.closed_by(self.src, exc)
+            else:
+                log.debug("fast lane connection closed before it carried a frame", node=self._lane.rank, peer=self.src)
 
     def close(self) -> None:
         """Close the connection (this node closes, or forgets the peer)."""
