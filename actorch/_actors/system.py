@@ -7,8 +7,10 @@ so that ``Actor`` can name it in turn; each node's system is a
 
 from __future__ import annotations
 
+import os
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from actorch._actors.placement.where import Where
     from actorch._actors.ref import ActorRef
     from actorch._actors.restart import Restart
+    from actorch._engine.timeline import Timeline
 
 __all__ = ["ActorSystem", "MembershipEvent", "NodeInfo", "hand_over"]
 
@@ -385,6 +388,40 @@ class ActorSystem(metaclass=NoPublicConstructorABC):
                 system, or not this node's rank.
             UnsupportedError: ``backend`` is not ``"gloo"``, or the system does
                 not run on torch RPC (in-process worlds).
+        """
+
+    @abstractmethod
+    def trace(
+        self, path: str | os.PathLike[str], *, sample: float = 1.0, max_events: int = 200_000
+    ) -> AbstractAsyncContextManager[Timeline]:
+        """Record a timeline of the whole system while the ``async with`` block runs, written to ``path`` at its end.
+
+        Every node records each call (from its send to its outcome), tell,
+        handler run and mailbox wait, on a track per actor (``main`` for
+        code outside actors), with an arrow from each caller to the handler
+        that served it, the path it took (``lane``, ``torch_rpc``, ``local``)
+        and its bytes. The file is Chrome Trace Event JSON: open it in
+        ui.perfetto.dev or chrome://tracing. Nodes on one machine share its
+        clock; another machine's offset is estimated from round trips and
+        kept consistent with the arrows. ``run(trace=PATH)`` (``actorch run
+        --trace PATH``) traces a whole run. See docs/guides/seeing-inside.md.
+
+        Args:
+            path: The file to write (its directory must exist); it is replaced whole.
+            sample: The fraction of messages recorded, in (0, 1]: both ends of
+                a message decide alike, so a sampled call has its caller's
+                span, its handler's and the arrow.
+            max_events: Events one node keeps at most (a bound on memory);
+                those past it are counted in the file's ``otherData.dropped``.
+
+        Yields:
+            The ``Timeline``: ``path`` and ``settings`` at once; ``events``,
+            ``dropped`` and ``lost`` once the block has ended and it is written.
+
+        Raises:
+            ValueError: ``sample`` or ``max_events`` is out of range.
+            RuntimeError: This node already records a trace.
+            FileNotFoundError: ``path``'s directory does not exist.
         """
 
     @abstractmethod

@@ -17,6 +17,7 @@ from actorch._engine.cell import Cell
 from actorch._engine.message import Message, Origin, Reply
 from actorch._engine.replies import TellDone
 from actorch._engine.side import NodeSide, SideParts
+from actorch._engine.tracing import flow_id
 from actorch._engine.wire import CALL, REPLY, check_size, error_payload
 from actorch._transport.base import Port
 
@@ -89,7 +90,12 @@ class Callee(NodeSide):
         kind, call_id, actor_id, endpoint, remaining, chain, body = message
         deadline = None if remaining is None else self.loop.time() + remaining
         call = call_id if kind == CALL else None
-        self._deliver(src, call, actor_id, endpoint, deadline, tuple(chain), body, tensors, port, None)
+        flow = 0
+        if self.trace is not None and call_id:  # a tell carries its own id there while a trace runs
+            flow = flow_id(src, call_id, own=call is None)
+            if not self.trace.sampled(flow):
+                flow = 0
+        self._deliver(src, call, actor_id, endpoint, deadline, tuple(chain), body, tensors, port, None, flow)
 
     def on_cast(self, src: int, message: list[Any], tensors: list[Any], port: Port | None) -> None:
         """One call or tell for several actors of this node: decode its arguments once, deliver one to each.
@@ -118,13 +124,16 @@ class Callee(NodeSide):
         tensors: list[Any],
         port: Port | None,
         shared: dict[torch.device | None, Any] | None,
+        flow: int = 0,
     ) -> None:
         """Hand one received call (``call_id``) or tell (None) to its actor, with its own reply.
 
         ``shared`` holds the arguments a ``CAST`` decoded already, by actor
-        device; None for a message to one actor.
+        device; None for a message to one actor. ``flow`` is its arrow on a
+        running trace (0: not traced).
         """
         received = Message(endpoint, (), {}, self.new_key(), chain, deadline, None)
+        received.flow = flow
         cell = self.cells.get(actor_id)
         label = cell.label if cell is not None else f"actor #{actor_id} on node {self.rank}"
         if port is not None:

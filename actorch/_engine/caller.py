@@ -29,8 +29,9 @@ from actorch._engine.calls import RemoteCall
 from actorch._engine.message import CallContext, Message, Origin, current_call
 from actorch._engine.replies import LocalReply, log_heard_failure
 from actorch._engine.side import NodeSide, SideParts
+from actorch._engine.tracing import CALL_SPAN, HANDLER_SPAN, TELL_MARK, NodeTrace, flow_id
 from actorch._engine.waits import WaitGraph, describe_cycle
-from actorch._engine.wire import CALL, CANCEL, TELL, check_size, handler_error, rebuild_error
+from actorch._engine.wire import CALL, CANCEL, TELL, check_size, handler_error, message_size, rebuild_error
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
 
 if TYPE_CHECKING:
@@ -127,7 +128,11 @@ class Caller(NodeSide):
         call.call_id = call_id = next(self._call_ids)
         call.sent_at = monotonic()
         self.pending[call_id] = call
-        self._send(rank, self.pack([CALL, call_id, actor_id, call.endpoint, remaining, chain, body]), tensors)
+        wire = self.pack([CALL, call_id, actor_id, call.endpoint, remaining, chain, body])
+        if self.trace is not None:
+            sent = self._route_of(rank, wire, tensors)
+            self.trace.call_sent(call_id, _track(), f"call {call.endpoint}", {"to": call.label, **sent})
+        self._send(rank, wire, tensors)
         self.calls_sent += 1
 
     async def _launch_when_room(
@@ -148,6 +153,27 @@ class Caller(NodeSide):
         finally:
             call.waiting = None
 
+    def _tell_here(
+        self, actor_id: int, endpoint: str, label: str, body: bytes | None, tensors: list[Any] | None
+    ) -> None:
+        """Deliver a tell to an actor of this node, its arguments decoded from their copy (``body``, or none)."""
+        cell = self.cells.get(actor_id)
+        if cell is None or cell.stopping:
+            self.log.warning("tell dropped: actor stopped", actor=label, endpoint=endpoint)
+            return
+        if not self.flow.try_take((self.rank, actor_id)):
+            raise self._mailbox_full(endpoint, label)
+        args: Any = ()
+        kwargs: Any = {}
+        if body is not None:
+            args, kwargs = self.codec.decode(body, tensors or [], self)
+        reply = cell.tell_reply(None, self.flow, self.log)
+        message = Message(endpoint, args, kwargs, self.new_key(), (), None, reply)
+        self.tells_sent += 1
+        if self.trace is not None:
+            message.flow = self._traced_tell(self.trace, label, endpoint)
+        cell.deliver(message)
+
     def _abandon(self, call: RemoteCall[Any]) -> None:
         """``call`` was cancelled: it leaves the mailbox line, or the callee is told to cancel it."""
         if call.waiting is not None:
@@ -156,6 +182,8 @@ class Caller(NodeSide):
         if self.pending.pop(call.call_id, None) is not None and call.target[0] not in self.lost:
             self.flow.release(call.target)
             self.transport.send(call.target[0], self.pack([CANCEL, call.call_id]))
+            if self.trace is not None:
+                self.trace.call_ended(call.call_id, "cancelled")
 
     def tell(
         self, rank: int, actor_id: int, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any], label: str
@@ -171,18 +199,7 @@ class Caller(NodeSide):
             body, tensors = None, None
         target = (rank, actor_id)
         if local:
-            cell = self.cells.get(actor_id)
-            if cell is None or cell.stopping:
-                self.log.warning("tell dropped: actor stopped", actor=label, endpoint=endpoint)
-                return
-            if not self.flow.try_take(target):
-                raise self._mailbox_full(endpoint, label)
-            if body is not None:
-                args, kwargs = self.codec.decode(body, tensors or [], self)
-            reply = cell.tell_reply(None, self.flow, self.log)
-            message = Message(endpoint, args, kwargs, self.new_key(), (), None, reply)
-            self.tells_sent += 1
-            cell.deliver(message)
+            self._tell_here(actor_id, endpoint, label, body, tensors)
             return
         if rank in self.lost or self.closed:
             self.log.warning("tell dropped: node lost", actor=label, endpoint=endpoint, why=self.lost.get(rank))
@@ -197,7 +214,10 @@ class Caller(NodeSide):
         if not self.flow.try_take(target):
             raise self._mailbox_full(endpoint, label)
         self.tells_sent += 1
-        self._send(rank, self.pack([TELL, 0, actor_id, endpoint, None, (), body]), tensors)
+        if self.trace is None:
+            self._send(rank, self.pack([TELL, 0, actor_id, endpoint, None, (), body]), tensors)
+        else:
+            self._send_traced_tell(self.trace, rank, actor_id, endpoint, label, body, tensors)
 
     def on_reply(self, message: list[Any], tensors: list[Any]) -> None:
         """A reply to one of our calls: settle the caller's future (and give back its mailbox slot)."""
@@ -205,6 +225,8 @@ class Caller(NodeSide):
         pending = self.pending.pop(call_id, None)
         if pending is None:
             return  # the caller gave up (cancelled or timed out)
+        if self.trace is not None:
+            self.trace.call_ended(call_id, "ok" if ok else "error")
         self.flow.release(pending.target)
         pending.settled()
         if pending.done():
@@ -232,6 +254,8 @@ class Caller(NodeSide):
             if pending.target[0] == rank:
                 del self.pending[call_id]
                 pending.settled()
+                if self.trace is not None:
+                    self.trace.call_ended(call_id, "lost")
                 if not pending.done():
                     pending.set_exception(
                         self.left_error(rank, f"{pending.label} stopped while handling {pending.endpoint!r}")
@@ -254,6 +278,51 @@ class Caller(NodeSide):
         self.pending.clear()
 
     # ------------------------------------------------------------------ internals
+
+    def _route_of(self, rank: int, wire: bytes, tensors: list[Any] | None) -> dict[str, Any]:
+        """A message's destination, path and size, for a trace's span of it."""
+        return {"node": rank, "path": self.transport.path(rank, bool(tensors)), "bytes": message_size(wire, tensors)}
+
+    def _send_traced_tell(
+        self,
+        trace: NodeTrace,
+        rank: int,
+        actor_id: int,
+        endpoint: str,
+        label: str,
+        body: bytes | None,
+        tensors: list[Any] | None,
+    ) -> None:
+        """Send a tell while a trace runs: if sampled, it carries its own id in the call id's place, and is marked."""
+        traced = trace.own_id()
+        flow = flow_id(self.rank, traced, own=True)
+        if not trace.sampled(flow):
+            traced = 0
+        wire = self.pack([TELL, traced, actor_id, endpoint, None, (), body])
+        if traced:
+            trace.mark(
+                TELL_MARK, _track(), f"tell {endpoint}", flow, {"to": label, **self._route_of(rank, wire, tensors)}
+            )
+        self._send(rank, wire, tensors)
+
+    def _traced_tell(self, trace: NodeTrace, label: str, endpoint: str) -> int:
+        """Mark a same-node tell on the running trace if it is sampled: its arrow's id (0: not sampled)."""
+        flow = flow_id(self.rank, trace.own_id(), own=True)
+        if not trace.sampled(flow):
+            return 0
+        trace.mark(TELL_MARK, _track(), f"tell {endpoint}", flow, {"to": label, "path": "local"})
+        return flow
+
+    def _traced_inline(
+        self, trace: NodeTrace, label: str, endpoint: str, started: int, ended: int, failed: bool
+    ) -> None:
+        """A same-node call run in its caller's task: the caller's span, the handler's, and the arrow between."""
+        flow = flow_id(self.rank, trace.own_id(), own=True)
+        if trace.sampled(flow):
+            outcome = "error" if failed else "ok"
+            called = {"to": label, "path": "local", "outcome": outcome}
+            trace.span(CALL_SPAN, _track(), f"call {endpoint}", started, ended, flow, called)
+            trace.span(HANDLER_SPAN, label, endpoint, started, ended, flow, {"outcome": outcome, "inline": True})
 
     def _send(self, rank: int, wire: bytes, tensors: list[Any] | None) -> None:
         """Send a call or tell; one made in a distributed autograd context leaves alone, to keep its reply's link."""
@@ -322,7 +391,10 @@ class Caller(NodeSide):
             current_call.reset(token)
             cell.inline.leave(task)
             cell.leave(key)
-            (cell.metrics.get(endpoint) or cell.stats(endpoint)).record(perf_counter_ns() - started, failed)
+            ended = perf_counter_ns()
+            (cell.metrics.get(endpoint) or cell.stats(endpoint)).record(ended - started, failed)
+            if self.trace is not None:  # the caller's context is current again
+                self._traced_inline(self.trace, cell.label, endpoint, started, ended, failed)
             cell.wake()
         await _raise_after_a_turn(error)  # out of the actor now; the handler may have raised before it awaited
 
@@ -348,6 +420,13 @@ class Caller(NodeSide):
             future: asyncio.Future[Any] = self.loop.create_future()
             message = Message(endpoint, args, kwargs, key, chain, deadline, LocalReply(future, label))
             message.autograd = current_context_id()  # its handler runs in another task: it takes the context along
+            trace = self.trace
+            if trace is not None:
+                message.flow = flow_id(self.rank, trace.own_id(), own=True)
+                if trace.sampled(message.flow):
+                    future.add_done_callback(_local_call_span(trace, _track(), label, endpoint, message.flow))
+                else:
+                    message.flow = 0
             cell.deliver(message)
             try:
                 return await future
@@ -381,6 +460,24 @@ class Caller(NodeSide):
             {"name": cell.name, "label": cell.label, **cell.waits(now)} for cell in list(self.cells.values())
         )
         return graph.cycle_through(message.chain[-1])
+
+
+def _track() -> str:
+    """The timeline track of the code running now: its actor's label, or ``main`` outside any actor."""
+    context = current_call.get()
+    return "main" if context is None else context.label
+
+
+def _local_call_span(trace: NodeTrace, track: str, label: str, endpoint: str, flow: int) -> Any:
+    """What closes the caller's span of a same-node call through the mailbox, when its future is done."""
+    started = perf_counter_ns()
+
+    def ended(future: asyncio.Future[Any]) -> None:
+        outcome = "cancelled" if future.cancelled() else "error" if future.exception() is not None else "ok"
+        called = {"to": label, "path": "local", "outcome": outcome}
+        trace.span(CALL_SPAN, track, f"call {endpoint}", started, perf_counter_ns(), flow, called)
+
+    return ended
 
 
 _CLOCK_SLACK = 0.001  # a timer may fire this much before its time (the loop's clock resolution, and then some)

@@ -29,6 +29,7 @@ from actorch._engine.inline import InlineCalls
 from actorch._engine.message import CallContext, ItemRefused, Message, Origin, Outlet, Reply, current_call
 from actorch._engine.metrics import EndpointStats
 from actorch._engine.replies import TellDone, log_heard_failure
+from actorch._engine.tracing import HANDLER_SPAN, WAIT_SPAN, NodeTrace
 from actorch._engine.waits import MAX_CALLERS
 from actorch._engine.wire import is_refusal
 from actorch._transport.autograd import NO_CONTEXT, bound
@@ -85,6 +86,7 @@ class Cell:
         "streaming",
         "tasks",
         "tell_replies",
+        "trace",
         "unbegun",
     )
 
@@ -136,6 +138,7 @@ class Cell:
         self.idle_at = 0
         self.tell_replies: dict[int | None, Reply] = {}  # one per node that tells this actor (None: its own)
         self.producing: set[Outlet] = set()  # streams whose generator runs now
+        self.trace: NodeTrace | None = None  # while a trace runs (the node sets it)
 
     def __repr__(self) -> str:
         return f"<Cell {self.label} running={self.running} queued={len(self.queue)}>"
@@ -352,7 +355,7 @@ class Cell:
             coroutine = bound(coroutine, autograd)
         return coroutine if deadline is None else within(coroutine, deadline)
 
-    async def work(self, message: Message | None) -> None:
+    async def work(self, message: Message | None) -> None:  # noqa: PLR0912 - the hot loop, kept in one frame
         """A mailbox worker: handle ``message``, then queued messages while the mailbox allows.
 
         Consecutive messages run in this one task, so handlers that never suspend
@@ -406,12 +409,22 @@ class Cell:
                         (self.metrics.get(message.endpoint) or self.stats(message.endpoint)).record(
                             ended - started, failed, count
                         )
+                    if message.flow and self.trace is not None:
+                        self._traced(self.trace, message, ended, failed)
                 if self.queue and ended >= slice_end:
                     await asyncio.sleep(0)  # the loop sends the replies ready so far before the next message
                     slice_end = perf_counter_ns() + WORK_SLICE_NS
                 message = self.take_next()
         finally:
             self.tasks.discard(task)
+
+    def _traced(self, trace: NodeTrace, message: Message, ended: int, failed: bool) -> None:
+        """Put a traced message's handler run, and its wait in the mailbox if it waited, on the timeline."""
+        started = message.started
+        if message.queued_at:
+            trace.span(WAIT_SPAN, self.label, message.endpoint, message.queued_at, started, message.flow, {})
+        outcome = "error" if failed else "cancelled" if message.cancelled else "ok"
+        trace.span(HANDLER_SPAN, self.label, message.endpoint, started, ended, message.flow, {"outcome": outcome})
 
     def _handler_failed(self, message: Message, exc: BaseException) -> None:
         """Answer ``message``, whose handler raised ``exc``; re-raise what is the worker's own to end."""

@@ -96,6 +96,7 @@ class Message:
         "chain",
         "deadline",
         "endpoint",
+        "flow",
         "key",
         "kwargs",
         "outlet",
@@ -131,6 +132,7 @@ class Message:
         self.outlet: Outlet | None = None  # a stream's producing end: the message runs the generator into it
         self.queued_at = 0  # perf_counter_ns() when it joined its actor's queue (set only if it had to wait)
         self.started = 0  # perf_counter_ns() when its handler began (0: not yet)
+        self.flow = 0  # its arrow's id on a running trace's timeline (0: not traced)
 
     def __repr__(self) -> str:
         return f"<Message {self.endpoint} key={self.key:#x}>"

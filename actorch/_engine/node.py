@@ -35,6 +35,7 @@ from actorch._engine.side import SideParts
 from actorch._engine.stacks import loop_stacks, thread_stacks
 from actorch._engine.streaming import Streams
 from actorch._engine.system_ids import SYSTEM_IDS
+from actorch._engine.tracing import NodeTrace, TraceSettings
 from actorch._engine.wire import CALL, CANCEL, CAST, CLOSE, CREDIT, END, ITEM, MORE, REPLY, STREAM, TELL
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 from actorch._transport.capabilities import FastLane
@@ -107,6 +108,7 @@ class Node:
         transport.off_loop = self.answer_off_loop
         self.loop_lag = LoopLag(loop)
         self.loop_lag.start()
+        self.trace: NodeTrace | None = None  # while a timeline is recorded (``start_trace``)
 
     def __repr__(self) -> str:
         return f"<Node rank={self.rank}/{self.world_size} actors={len(self._cells)}>"
@@ -115,6 +117,23 @@ class Node:
     def world_size(self) -> int:
         """How many nodes the world has now (it changes as nodes join and leave an elastic world)."""
         return self.transport.world_size
+
+    # ------------------------------------------------------------------ timeline
+
+    def start_trace(self, settings: TraceSettings) -> None:
+        """Record this node's calls, tells, handler runs and mailbox waits from now on (anew if it already did)."""
+        self._set_trace(NodeTrace(self.rank, settings))
+
+    def stop_trace(self) -> dict[str, Any] | None:
+        """Stop recording: what was recorded (see ``NodeTrace.finish``), or None if no trace ran."""
+        trace = self.trace
+        self._set_trace(None)
+        return None if trace is None else trace.finish()
+
+    def _set_trace(self, trace: NodeTrace | None) -> None:
+        self.trace = self.caller.trace = self.callee.trace = self.streams.trace = trace
+        for cell in self._cells.values():
+            cell.trace = trace
 
     # ------------------------------------------------------------------ actors
 
@@ -151,6 +170,7 @@ class Node:
             on_fatal=self._actor_failed,
             device=None if device is None or device.type == "cpu" else device,
         )
+        cell.trace = self.trace
         self._cells[actor_id] = cell
         return cell
 

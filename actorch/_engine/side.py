@@ -26,6 +26,7 @@ from actorch._base.errors import (
 from actorch._engine.cell import Cell
 from actorch._engine.flow import BACKLOG_POLL, FlowControl, Target
 from actorch._engine.message import Message
+from actorch._engine.tracing import NodeTrace
 from actorch._engine.wire import message_size
 from actorch._transport.base import Transport
 
@@ -69,6 +70,7 @@ class NodeSide:
         "pack",
         "rank",
         "send_budget",
+        "trace",
         "transport",
     )
 
@@ -88,6 +90,7 @@ class NodeSide:
         self.max_message_size = parts.max_message_size
         self.send_budget = parts.send_budget
         self.closed = False
+        self.trace: NodeTrace | None = None  # while a trace runs (the node sets it on every side)
 
     def check_reachable(self, verb: str, rank: int, endpoint: str, label: str) -> None:
         """Raise if ``rank`` was lost or this node is shut down: nothing can ``verb`` (call, stream) there."""

@@ -122,6 +122,12 @@ def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
         "$ACTORCH_LOG_LEVEL, else warning), for a script whose run() leaves log_level unset",
     )
     run.add_argument(
+        "--trace",
+        metavar="PATH",
+        help="write a timeline of the run to PATH (Chrome Trace Event JSON: open it in ui.perfetto.dev), "
+        "for a script whose run() leaves trace unset",
+    )
+    run.add_argument(
         "--no-record",
         action="store_true",
         help="keep no record of the run for actorch history (as record=False)",

@@ -61,7 +61,11 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             parser.exit(2, f"actorch run: error: --status-port: {exc.strerror}\n")
     os.environ.update(
         launcher_environment(
-            status=not args.no_status, status_port=args.status_port, log_level=args.log_level, record=not args.no_record
+            status=not args.no_status,
+            status_port=args.status_port,
+            log_level=args.log_level,
+            record=not args.no_record,
+            trace=args.trace,
         )
     )
     handed = [flag for flag in TORCHRUN_FLAGS if getattr(args, flag) not in (None, False)]

@@ -150,7 +150,11 @@ async def lead(main: Main[T], transport: Transport, plan: Plan, workers: list[An
         _record_start(host, system.world_size)
         _Led.host = host
         try:
-            result = await main(system)
+            if plan.trace is None:
+                result = await main(system)
+            else:
+                async with system.trace(plan.trace):
+                    result = await main(system)
         except BaseException as exc:
             if host.node.record is not None:
                 host.node.record.write("main failed", error=describe(exc), traceback=handler_traceback(exc).rstrip())

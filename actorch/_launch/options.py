@@ -48,10 +48,14 @@ __all__ = [
     "rpc_options",
     "status_address",
     "system_config",
+    "trace_path",
 ]
 
 IN_PROCESS = ("strict", "lookup_timeout", "stop_grace", "mailbox_size", "max_message_size", "send_budget")
 """The options that apply to an in-process world (``local_world``): those of ``SystemConfig``."""
+
+TRACE_ENV = "ACTORCH_TRACE"
+"""Where ``run`` writes a timeline of the run if its ``trace`` option is None (``actorch run --trace``)."""
 
 RECORD_OFF = ("0", "false", "no", "off")
 """Values of ``ACTORCH_RECORD`` that turn the run record off (in any case)."""
@@ -175,6 +179,12 @@ class SystemOptions:
             tracebacks. ``actorch history`` lists and shows past runs; the
             directory is ``ACTORCH_RUNS_DIR``, else ``~/.local/state/actorch/runs``.
             ``ACTORCH_RECORD=0`` (``actorch run --no-record``) turns it off too.
+        trace: Under ``run``, write a timeline of the whole run to this file
+            (Chrome Trace Event JSON, for ui.perfetto.dev): every call, tell,
+            handler run and mailbox wait, as ``ActorSystem.trace`` records
+            them, from ``main``'s start to its end. None reads
+            ``ACTORCH_TRACE`` (``actorch run --trace PATH``), else no trace.
+            ``start`` takes none: trace a block with ``system.trace(PATH)``.
     """
 
     strict: bool = False
@@ -202,6 +212,7 @@ class SystemOptions:
     log_level: str | None = None
     configure_logs: bool = True
     record: bool = True
+    trace: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         if not is_number(self.liveness_timeout, inclusive=False):
@@ -220,6 +231,8 @@ class SystemOptions:
             )
         if not isinstance(self.record, bool):
             raise TypeError(f"record must be True or False, not {self.record!r}")
+        if self.trace is not None and (not isinstance(self.trace, (str, os.PathLike)) or not os.fspath(self.trace)):
+            raise TypeError(f"trace must be a file path (str or os.PathLike), or None, not {self.trace!r}")
         self._check_status()
         if not is_port(self.port):
             raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {self.port!r}")
@@ -274,6 +287,7 @@ class OptionKeywords(ConfigKeywords, total=False):
     log_level: str | None
     configure_logs: bool
     record: bool
+    trace: str | os.PathLike[str] | None
 
 
 def system_config(options: SystemOptions, run_record: str | None = None) -> SystemConfig:
@@ -309,6 +323,13 @@ def rpc_options(options: SystemOptions) -> RpcOptions:
 def recording(options: SystemOptions) -> bool:
     """Whether to keep a run record: ``record``, unless ``ACTORCH_RECORD`` says 0."""
     return options.record and os.environ.get(RECORD_ENV, "1").strip().lower() not in RECORD_OFF
+
+
+def trace_path(options: SystemOptions) -> str | None:
+    """Where ``run`` writes the run's timeline: ``trace``, else ``ACTORCH_TRACE``; None: nowhere."""
+    if options.trace is not None:
+        return os.fspath(options.trace)
+    return os.environ.get(TRACE_ENV) or None
 
 
 def status_address(options: SystemOptions) -> tuple[str, int] | None:
@@ -362,7 +383,12 @@ def options_of(
 
 
 def launcher_environment(
-    *, status: bool = True, status_port: int | None = None, log_level: str | None = None, record: bool = True
+    *,
+    status: bool = True,
+    status_port: int | None = None,
+    log_level: str | None = None,
+    record: bool = True,
+    trace: str | None = None,
 ) -> dict[str, str]:
     """What a launcher (``actorch run``) puts in the script's environment to give its ``run`` these options.
 
@@ -375,7 +401,7 @@ def launcher_environment(
     Raises:
         ValueError: A value is not one the option takes.
     """
-    chosen = SystemOptions(status=status, status_port=status_port, log_level=log_level, record=record)
+    chosen = SystemOptions(status=status, status_port=status_port, log_level=log_level, record=record, trace=trace)
     environment: dict[str, str] = {}
     if chosen.status_port is not None:
         environment[STATUS_PORT_ENV] = str(chosen.status_port)
@@ -386,4 +412,6 @@ def launcher_environment(
         environment[LOG_LEVEL_ENV] = level
     if not chosen.record:
         environment[RECORD_ENV] = "0"
+    if trace is not None:
+        environment[TRACE_ENV] = os.path.abspath(trace)  # the script may change its directory
     return environment

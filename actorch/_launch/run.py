@@ -36,6 +36,7 @@ from actorch._launch.options import (
     rpc_options,
     status_address,
     system_config,
+    trace_path,
 )
 from actorch._launch.serving import _serve
 from actorch._launch.startup import TORCHRUN_VARS, Plan, World, rpc_transport
@@ -90,6 +91,7 @@ def run(
             of one, nor an object whose ``__call__`` is async), or an option
             is unknown; nothing started.
         ValueError: An option's value is not one it takes; nothing started.
+        FileNotFoundError: ``trace`` names a file in a directory that does not exist; nothing started.
     """
     refuse_run_while_imported()
     check_main(main)
@@ -99,6 +101,8 @@ def run(
     under_torchrun = all(var in os.environ for var in TORCHRUN_VARS)
     if plan.status is not None and not (under_torchrun and os.environ["RANK"] != "0"):
         check_status_port(*plan.status)  # a taken port fails here, before any worker starts
+    if plan.trace is not None and not os.path.isdir(os.path.dirname(os.path.abspath(plan.trace))):
+        raise FileNotFoundError(f"run(trace={plan.trace!r}): its directory does not exist; nothing started")
     if under_torchrun and not chosen.elastic:
         world = World(
             int(os.environ["RANK"]),
@@ -136,6 +140,7 @@ def _plan(options: SystemOptions, *, tune_gc: bool) -> Plan:
         tune_gc=tune_gc if options.tune_gc is None else options.tune_gc,
         status=status_address(options),
         log_level=level,
+        trace=trace_path(options),  # run's only: start has no main, and ignores it
     )
 
 

@@ -163,6 +163,10 @@ def start(
         UnsupportedError: Under torchrun, whose world ``run`` joins instead.
     """
     chosen = options_of("start", options, keywords)
+    if chosen.trace is not None:
+        raise ValueError(
+            "start() has no main to trace: trace a block of your program with `async with system.trace(PATH)`"
+        )
     plan = _plan(chosen, tune_gc=False)
     if all(var in os.environ for var in TORCHRUN_VARS):
         raise UnsupportedError("actorch.start() launches local processes; under torchrun, call actorch.run(main)")

@@ -69,6 +69,7 @@ class Plan:
     tune_gc: bool
     status: tuple[str, int] | None = None  # where rank 0 serves the status (actorch status), if anywhere
     log_level: str | None = None  # the level every node logs at; None: each process's ACTORCH_LOG_LEVEL
+    trace: str | None = None  # under run: where rank 0 writes a timeline of main's run
 
 
 @dataclass(frozen=True)

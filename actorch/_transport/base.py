@@ -306,6 +306,10 @@ class Transport(ABC):
         """How tensors reach ``dest`` (which accelerator devices go directly); None: they stay in this process."""
         return None
 
+    def path(self, dest: int, tensors: bool) -> str:
+        """The path a message to ``dest`` takes (with ``tensors`` of its own or not), as a trace names it."""
+        return "in-process"
+
     def ask_off_loop(self, rank: int, question: str, timeout: float) -> Any:
         """Node ``rank``'s ``off_loop`` answer to ``question``, served there by a thread that needs no loop.
 

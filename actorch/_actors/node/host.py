@@ -31,6 +31,7 @@ from actorch._base.config import SystemConfig
 from actorch._base.errors import UnsupportedError
 from actorch._engine.node import Node
 from actorch._engine.system_ids import REGISTRY_ID, RELOCATOR_ID, SERVICE_ID, SYSTEM_IDS
+from actorch._engine.tracing import TraceSettings
 from actorch._transport.base import NodeInfo, Transport
 from actorch._transport.capabilities import is_elastic
 from actorch._transport.membership import facts_of
@@ -122,6 +123,14 @@ class ActorHost:
         return node_share(self.lifecycle.holdings, self.lifecycle.gpus.share())
 
     # ------------------------------------------------------------------ status
+
+    def start_trace(self, settings: TraceSettings) -> None:
+        """Record this node's part of a timeline from now on (``ActorSystem.trace``)."""
+        self.node.start_trace(settings)
+
+    def stop_trace(self) -> dict[str, Any] | None:
+        """Stop recording this node's part of a timeline; what it recorded, or None if none ran."""
+        return self.node.stop_trace()
 
     def status(self) -> dict[str, Any]:
         """This node and its actors as plain data: counters, queue depths, per-endpoint handler times.

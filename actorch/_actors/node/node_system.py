@@ -14,7 +14,9 @@ its host with it, for the launcher and the test worlds.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, attach
@@ -28,12 +30,15 @@ from actorch._actors.ref import ActorRef
 from actorch._actors.registry import Registry
 from actorch._actors.restart import Restart
 from actorch._actors.system import ActorSystem, MembershipEvent
+from actorch._actors.tracing import record_timeline
 from actorch._base.config import SystemConfig, is_number
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import ActorNotFoundError, NodeLostError, UnsupportedError
 from actorch._base.names import check_name, compile_pattern
 from actorch._base.resources import check_resources
 from actorch._engine.node import describe_ranks
+from actorch._engine.timeline import Timeline
+from actorch._engine.tracing import TraceSettings
 from actorch._transport.base import NodeInfo, Transport
 from actorch._transport.capabilities import NO_RREFS, NOT_ELASTIC, is_elastic, require_elastic, require_torch_interop
 
@@ -241,6 +246,11 @@ class NodeSystem(ActorSystem):
 
     async def process_group(self, ranks: Iterable[int] | None = None, *, backend: str = "gloo") -> dist.ProcessGroup:
         return await self._host.process_groups.make(ranks, backend, self.config.lookup_timeout)
+
+    def trace(
+        self, path: str | os.PathLike[str], *, sample: float = 1.0, max_events: int = 200_000
+    ) -> AbstractAsyncContextManager[Timeline]:
+        return record_timeline(self._host, path, TraceSettings(sample, max_events))
 
     def statistics(self) -> dict[str, Any]:
         node = self._host.node

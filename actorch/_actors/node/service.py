@@ -7,6 +7,7 @@ service as a :class:`ServiceBackend`, which is all the service knows of it.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -16,6 +17,7 @@ from actorch._actors.placement.gpus import GpuShare
 from actorch._actors.ref import ActorRef
 from actorch._actors.restart import ActorExit
 from actorch._actors.system_endpoints import ServiceEndpoints
+from actorch._engine.tracing import TraceSettings
 
 __all__ = ["NodeService", "PoolBackend", "ServiceBackend"]
 
@@ -77,6 +79,12 @@ class ServiceBackend(Protocol):
 
     def status(self) -> dict[str, Any]:
         """This node and its actors as plain data."""
+
+    def start_trace(self, settings: TraceSettings) -> None:
+        """Record this node's part of a timeline from now on."""
+
+    def stop_trace(self) -> dict[str, Any] | None:
+        """Stop recording; what was recorded, or None if nothing was."""
 
     def begin_leave(self) -> None:
         """Start leaving the system (once); the process exits when it has left."""
@@ -161,6 +169,18 @@ class NodeService(Actor, ServiceEndpoints):
     async def status(self) -> dict[str, Any]:
         """This node and its actors: counters, queue depths, handler times per endpoint (read-only)."""
         return self._backend.status()
+
+    async def trace_start(self, sample: float, max_events: int) -> None:
+        """Record this node's calls, tells, handler runs and mailbox waits for a timeline (``ActorSystem.trace``)."""
+        self._backend.start_trace(TraceSettings(sample, max_events))
+
+    async def trace_clock(self) -> int:
+        """This node's clock now (``perf_counter_ns``), for the node that merges a timeline."""
+        return time.perf_counter_ns()
+
+    async def trace_stop(self) -> dict[str, Any] | None:
+        """Stop recording: this node's part of the timeline (see ``NodeTrace.finish``), or None if none ran."""
+        return self._backend.stop_trace()
 
     async def leave(self) -> None:
         """Leave the system: announce it, stop every actor here (names go), tell the others, exit 0.

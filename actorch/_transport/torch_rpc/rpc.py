@@ -518,6 +518,15 @@ class RpcTransport(Transport):
             port = None
         super().reply(dest, port, message, tensors)
 
+    def path(self, dest: int, tensors: bool) -> str:
+        """``"lane"`` for a message without tensors of its own while the lane to ``dest`` is up, else ``"torch_rpc"``.
+
+        A message sent inside a distributed autograd context goes by torch RPC
+        whatever this says.
+        """
+        lane = self._lane
+        return "lane" if lane is not None and not tensors and dest in lane.outbound else "torch_rpc"
+
     def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
         lane = self._lane
         if lane is not None and not bundle[1] and not in_context:

@@ -1,0 +1,154 @@
+"""A node's part of a timeline: the spans of its calls, tells, handlers and mailbox waits while a trace runs.
+
+``ActorSystem.trace`` turns a :class:`NodeTrace` on in every node and merges
+what each kept into one file (``timeline``). While no trace runs, the message
+path pays one ``is None`` test per message. While one runs, a span costs a
+tuple appended to a list: the clock readings it needs are those the runtime
+takes anyway (a handler's start and end, a queued message's arrival), plus
+two per call on the caller's side.
+
+Both ends of a call decide alone whether it is sampled, from its flow id (the
+caller's rank and its call id, or the id a tell carries while a trace runs),
+so that a sampled call has its caller's span, its handler's span and the
+arrow between them, and an unsampled one has none. Past ``max_events`` a node
+keeps counting, not recording, so that a long run stays bounded in memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from time import perf_counter_ns
+from typing import Any
+
+__all__ = [
+    "CALL_SPAN",
+    "HANDLER_SPAN",
+    "ITEM_MARK",
+    "TELL_MARK",
+    "WAIT_SPAN",
+    "NodeTrace",
+    "TraceSettings",
+    "flow_id",
+]
+
+CALL_SPAN, TELL_MARK, HANDLER_SPAN, WAIT_SPAN, ITEM_MARK = "call", "tell", "handler", "wait", "item"
+"""What an event is: a call from its send to its outcome, a tell sent, a handler run, a mailbox wait, a stream item."""
+
+_RANK_SHIFT = 42
+_OWN_IDS = 1 << 41  # flow ids a node draws itself (tells, same-node calls), apart from its call ids
+_MASK = (1 << 64) - 1
+_SAMPLE_SCALE = 1 << 16
+
+
+def flow_id(src: int, ident: int, *, own: bool = False) -> int:
+    """The id both ends give the arrow of message ``ident`` sent by node ``src`` (a call id, or ``own`` id)."""
+    return (src << _RANK_SHIFT) | (_OWN_IDS if own else 0) | ident
+
+
+@dataclass(frozen=True)
+class TraceSettings:
+    """What a trace keeps.
+
+    Attributes:
+        sample: The fraction of calls, tells and streams recorded, from 0 to 1
+            (1: every one). Both ends of a message sample it alike.
+        max_events: Events one node keeps at most; past it, they are counted
+            (``dropped`` in the file's metadata) rather than kept.
+    """
+
+    sample: float = 1.0
+    max_events: int = 200_000
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sample, bool) or not isinstance(self.sample, (int, float)) or not 0 < self.sample <= 1:
+            raise ValueError(f"a trace's sample is a fraction in (0, 1], not {self.sample!r}")
+        if isinstance(self.max_events, bool) or not isinstance(self.max_events, int) or self.max_events < 1:
+            raise ValueError(f"a trace's max_events is a positive number of events, not {self.max_events!r}")
+
+
+class NodeTrace:
+    """The events one node records while a trace runs, as plain lists (they travel to the node that merges them).
+
+    An event is ``[kind, track, name, start_ns, end_ns, flow, args]``: ``track``
+    is the actor's label (``"main"`` for code outside any actor), times are
+    ``perf_counter_ns()`` of this node, ``flow`` the arrow's id (0: none).
+
+    Args:
+        rank: This node's rank.
+        settings: What to keep.
+    """
+
+    __slots__ = ("_every", "_open", "_own_ids", "_threshold", "dropped", "events", "max_events", "rank", "started")
+
+    def __init__(self, rank: int, settings: TraceSettings) -> None:
+        self.rank = rank
+        self.events: list[list[Any]] = []
+        self.max_events = settings.max_events
+        self.dropped = 0
+        self.started = perf_counter_ns()
+        self._every = settings.sample >= 1
+        self._threshold = int(settings.sample * _SAMPLE_SCALE)
+        self._open: dict[int, list[Any]] = {}  # calls sent and not yet ended, by call id
+        self._own_ids = itertools.count(1)
+
+    def __repr__(self) -> str:
+        return f"<NodeTrace node {self.rank} events={len(self.events)} dropped={self.dropped}>"
+
+    def sampled(self, flow: int) -> bool:
+        """Whether the message of arrow ``flow`` is recorded (alike on every node of the trace)."""
+        if self._every:
+            return True
+        mixed = ((flow + 0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9) & _MASK
+        return (mixed >> 40) % _SAMPLE_SCALE < self._threshold
+
+    def own_id(self) -> int:
+        """A fresh id for a message of this node that has no call id (a tell, a same-node call)."""
+        return next(self._own_ids)
+
+    def add(self, event: list[Any]) -> None:
+        """Keep ``event``, unless the node already keeps ``max_events``."""
+        if len(self.events) < self.max_events:
+            self.events.append(event)
+        else:
+            self.dropped += 1
+
+    def call_sent(self, call_id: int, track: str, name: str, args: dict[str, Any]) -> None:
+        """A call went out: its span opens now and ends with ``call_ended``."""
+        flow = flow_id(self.rank, call_id)
+        if self.sampled(flow):
+            self._open[call_id] = [CALL_SPAN, track, name, perf_counter_ns(), 0, flow, args]
+
+    def call_ended(self, call_id: int, outcome: str) -> None:
+        """A call sent from here has its outcome (``ok``, ``error``, ``cancelled``, ``lost``...)."""
+        event = self._open.pop(call_id, None)
+        if event is not None:
+            event[4] = perf_counter_ns()
+            event[6]["outcome"] = outcome
+            self.add(event)
+
+    def mark(self, kind: str, track: str, name: str, flow: int, args: dict[str, Any]) -> None:
+        """Something happened now on ``track`` (a tell sent, a stream item): an instant, with its arrow if any."""
+        now = perf_counter_ns()
+        self.add([kind, track, name, now, now, flow, args])
+
+    def span(self, kind: str, track: str, name: str, start: int, end: int, flow: int, args: dict[str, Any]) -> None:
+        """A span that already ended on ``track`` (a handler run, a mailbox wait), unless it began before the trace."""
+        if start >= self.started:
+            self.add([kind, track, name, start, end, flow, args])
+
+    def finish(self) -> dict[str, Any]:
+        """Everything recorded, calls still open ending now as ``unfinished``; the trace records nothing after."""
+        now = perf_counter_ns()
+        for event in self._open.values():
+            event[4] = now
+            event[6]["outcome"] = "unfinished"
+            self.add(event)
+        self._open.clear()
+        return {
+            "rank": self.rank,
+            "events": self.events,
+            "dropped": self.dropped,
+            "started": self.started,
+            "ended": now,
+        }
