@@ -2,11 +2,11 @@
 
 The nodes' parts (``NodeTrace.finish``) are merged into the Chrome Trace Event
 format, which ui.perfetto.dev and chrome://tracing open: a process per node,
-a track per actor (``main`` for code outside actors), each mailbox's waits on
-a track beside its actor's, and a flow arrow from each call or tell to the
-handler that ran it. Spans that overlap on one actor (concurrent handlers,
-calls in flight together) get rows of their own, since a track shows only
-nested spans.
+a track per actor (``main`` for code outside actors), and a flow arrow from
+each call or tell to the handler that ran it. Spans that overlap on one actor
+(concurrent handlers, calls in flight together) get rows of their own, since a
+track shows only nested spans. Mailbox waits, which overlap as a rule, are
+async spans: the viewer stacks them under ``mailbox of <actor>``.
 
 Each node's clock is ``perf_counter_ns``. Nodes on one machine share that
 clock (Linux's monotonic clock is the machine's), so their offset is 0. For
@@ -152,20 +152,26 @@ def merge(parts: Sequence[NodePart], *, meta: dict[str, Any] | None = None) -> d
         where = f"{part.host} pid {part.pid}"
         out.append(_meta("process_name", pid, 0, name=f"node {part.rank} ({where})"))
         out.append(_meta("process_sort_index", pid, 0, sort_index=part.rank))
+    waits = 0
     for part, event, at in sorted(timed, key=lambda item: (item[2], -item[1][4])):
         kind, track, name, start, end, flow, args = event
         pid = part.rank + 1
-        lane = f"{track} mailbox" if kind == WAIT_SPAN else track
+        ts = (at - base) / 1000
+        if kind == WAIT_SPAN:
+            waits += 1
+            wait = {"name": f"mailbox of {track}", "cat": WAIT_SPAN, "id": waits, "pid": pid, "tid": 0}
+            out.append({**wait, "ph": "b", "ts": ts, "args": {"endpoint": name}})
+            out.append({**wait, "ph": "e", "ts": ts + (end - start) / 1000})
+            continue
+        lane = track
         row = rows[(pid, lane)].place(start, max(end, start + 1))
         tid = tids.get((pid, lane, row))
         if tid is None:
             tid = tids[(pid, lane, row)] = len(tids) + 1
             out.append(_meta("thread_name", pid, tid, name=lane if row == 0 else f"{lane} ({row + 1})"))
             out.append(_meta("thread_sort_index", pid, tid, sort_index=_sort_index(lane, row)))
-        ts = (at - base) / 1000
         dur = max((end - start) / 1000, _MIN_SPAN_US if kind in (TELL_MARK, ITEM_MARK) else 0.0)
-        label = f"wait: {name}" if kind == WAIT_SPAN else name
-        out.append({"ph": "X", "name": label, "cat": kind, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args})
+        out.append({"ph": "X", "name": name, "cat": kind, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args})
         if flow and kind in _SENDS:
             out.append({"ph": "s", "name": kind, "cat": "flow", "id": flow, "ts": ts, "pid": pid, "tid": tid})
         elif flow and kind == HANDLER_SPAN:
@@ -185,7 +191,7 @@ def _meta(what: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
 
 
 def _sort_index(lane: str, row: int) -> int:
-    """``main`` first; each actor's rows, then its mailbox, in the order they first appear."""
+    """``main`` first, then each actor's rows in the order they first appear."""
     return (0 if lane == "main" else 1000) + row
 
 
