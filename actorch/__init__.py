@@ -7,7 +7,7 @@ spawn actors on any rank by name, and ``await ref.call(...)`` them.
 
 # This module is the facade: users import actorch (and actorch.testing), never
 # the private subpackages, one per layer, each importing only from those above
-# it in this list (tests/test_layers.py holds that, and docs/architecture.md
+# it in this list (tests/project/test_layers.py holds that, and docs/architecture.md
 # walks one call through them):
 #
 #   _base/       errors, names, deadlines, the codec (msgpack's one home), tensor files, options

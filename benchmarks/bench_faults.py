@@ -35,6 +35,7 @@ import actorch
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
+sys.path.insert(0, str(TESTS / "transport"))  # the partition faults run test_network_partition's runner
 
 from _mp import Script, finish_all, run_script, script_argv, start_world, wait_for_file  # noqa: E402
 

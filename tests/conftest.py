@@ -1,10 +1,13 @@
 """Shared fixtures: a three-node in-process world and the rank a test's actor lives on.
 
-The test actors live in ``tests/mp_scripts/actors.py``, imported as ``actors``:
-the multi-process scripts import it so (their folder comes first on their
-``sys.path``), and so do the tests here, from the same folder put on
-``sys.path`` below. One module under one name in every process means one
-import path per class, ``actors:Counter``, which every node can resolve.
+The tests sit in one folder per layer (``tests/README.md``); this file, ``_mp``
+and ``netns`` serve them all, importable from every folder because pytest puts
+this folder on ``sys.path``. The shared test actors live in
+``tests/mp_scripts/actors.py``, imported as ``actors``: the multi-process
+scripts import it so (their folder comes first on their ``sys.path``), and so
+do the tests, from the same folder put on ``sys.path`` below. One module under
+one name in every process means one import path per class, ``actors:Counter``,
+which every node can resolve.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The CLI reference page, ``docs/cli.md``, made from the ``actorch`` command's own argument parser.
 
 ``python -m actorch._launch.cli_reference > docs/cli.md`` writes it again;
-``tests/test_cli_reference.py`` fails when the page and the parser differ, so
+``tests/launch/test_cli_reference.py`` fails when the page and the parser differ, so
 the page can only say what the command accepts.
 """
 

@@ -442,3 +442,111 @@ class Simulator(actorch.Actor):
         child.start()
         await asyncio.to_thread(child.join, 30)
         return child.exitcode
+
+
+class Rendezvous(actorch.Actor):
+    """Lets callers through only once ``parties`` of them are waiting at once."""
+
+    max_concurrency = 100
+
+    def __init__(self, parties: int) -> None:
+        self.parties = parties
+        self.arrived = 0
+        self.everyone = asyncio.Event()
+
+    async def arrive(self) -> int:
+        self.arrived += 1
+        if self.arrived == self.parties:
+            self.everyone.set()
+        await self.everyone.wait()
+        return self.arrived
+
+
+class Worker(actorch.Actor):
+    """A group member known by its tag: answers, fails, sleeps (counting starts and cancellations) and records."""
+
+    def __init__(self, tag: int) -> None:
+        self.tag = tag
+        self.received: list[Any] = []
+        self.started = 0
+        self.cancelled = 0
+
+    async def ident(self) -> int:
+        return self.tag
+
+    async def add(self, x: int, *, y: int = 0) -> int:
+        return self.tag + x + y
+
+    async def keywords(self, /, **kwargs: Any) -> dict[str, Any]:  # self positional-only: mypy's Concatenate wants it
+        return kwargs
+
+    async def echo(self, *args: Any, **kwargs: Any) -> list[Any]:
+        return [list(args), kwargs]
+
+    async def fail_if(self, tag: int) -> int:
+        if tag == self.tag:
+            raise ValueError(f"worker {self.tag} refuses")
+        return self.tag
+
+    async def give_up(self) -> None:
+        raise asyncio.CancelledError
+
+    async def meet(self, rendezvous: actorch.ActorRef[Rendezvous]) -> int:
+        await rendezvous.call(Rendezvous.arrive)
+        return self.tag
+
+    async def sleep(self, seconds: float) -> int:
+        self.started += 1
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return self.tag
+
+    async def counts(self) -> dict[str, int]:
+        return {"started": self.started, "cancelled": self.cancelled}
+
+    async def record(self, value: Any) -> None:
+        self.received.append(value)
+
+    async def recorded(self) -> list[Any]:
+        return self.received
+
+    async def loss(self, batch: torch.Tensor, model: torch.nn.Module) -> torch.Tensor:
+        loss: torch.Tensor = model(batch).square().mean()
+        return loss
+
+    async def stats(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        return {"sum": batch["x"].sum(), "rows": batch["x"].shape[0], "pair": (batch["y"].sum(), 1.0)}
+
+
+class Sleeper(Worker):
+    """A :class:`Worker` that answers ``counts`` while it sleeps."""
+
+    max_concurrency = 4  # so status calls run beside a sleeping handler
+
+
+class Stranger(actorch.Actor):
+    """An actor of another class, with none of a group's endpoints."""
+
+    async def other(self) -> str:
+        return "other"
+
+
+class Drainer(actorch.Actor):
+    """Consumes a stream in a handler, on another node than the caller's."""
+
+    async def drain(self, producer: actorch.ActorRef[Producer]) -> None:
+        async for _ in producer.stream(Producer.count, delay=0.01):
+            pass
+
+
+async def wait_until_counts(ref: actorch.ActorRef[Any], **expected: int) -> None:
+    """Wait (2 s at most) until the actor's ``counts`` endpoint reports the ``expected`` started and cancelled."""
+    async with asyncio.timeout(2):
+        while True:
+            counts = await ref.call("counts")
+            if all(counts[key] == value for key, value in expected.items()):
+                return
+            await asyncio.sleep(0.005)

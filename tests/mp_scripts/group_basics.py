@@ -2,7 +2,8 @@
 
 Usage: ``python group_basics.py``. Every check prints one ``RESULT {json}`` line
 with what it observed (or ``failed`` with the exception); the test asserts on
-them. The actor classes live in this script: the workers import it by name.
+them. The workers' class lives in this script, which the workers import by
+name; the shared ``Rendezvous`` comes from ``actors``.
 """
 
 from __future__ import annotations
@@ -15,30 +16,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import torch
-from actors import describe, run_checks
+from actors import Rendezvous, describe, run_checks
 
 import actorch
 from actorch.group import ActorGroup, batch_partitioner, mean_reducer, sum_reducer
 
 Check = Callable[[actorch.ActorSystem], Awaitable[dict[str, Any]]]
-
-
-class Rendezvous(actorch.Actor):
-    """Lets callers through only once ``parties`` of them are waiting at once."""
-
-    max_concurrency = 16
-
-    def __init__(self, parties: int) -> None:
-        self.parties = parties
-        self.arrived = 0
-        self.everyone = asyncio.Event()
-
-    async def arrive(self) -> int:
-        self.arrived += 1
-        if self.arrived == self.parties:
-            self.everyone.set()
-        await self.everyone.wait()
-        return self.arrived
 
 
 class GroupWorker(actorch.Actor):

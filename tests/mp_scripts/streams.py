@@ -14,17 +14,9 @@ import signal
 import time
 from typing import Any
 
-from actors import Producer, run_checks
+from actors import Drainer, Producer, run_checks
 
 import actorch
-
-
-class Drainer(actorch.Actor):
-    """Consumes a stream in a handler, on another node than main's."""
-
-    async def drain(self, producer: actorch.ActorRef[Producer]) -> None:
-        async for _ in producer.stream(Producer.count, delay=0.01):
-            pass
 
 
 async def status_once_closed(producer: actorch.ActorRef[Producer], closed: int) -> dict[str, Any]:

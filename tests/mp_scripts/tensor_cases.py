@@ -1,6 +1,6 @@
 """Tensors of every kind the wire carries, drawn by hypothesis, and their bits, to compare what was sent and what came.
 
-Shared by ``tests/test_tensor_fidelity.py`` (the codec in one process) and
+Shared by ``tests/base/test_tensorforms.py`` (the codec in one process) and
 ``tensor_fidelity.py`` (a real torch RPC world, with and without the fast
 lane). A drawn tensor covers: every dtype the codec sends (complex, bool,
 float8, complex32 and the unsigned ones included), shapes from 0-d and empty to

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OTHER_FOLDERS = ("tests", "examples", "benchmarks", "docs")
 """Folders of the repository that no install may make importable."""
 

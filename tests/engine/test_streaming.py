@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 import torch
-from actors import Producer
+from actors import Drainer, Producer
 
 import actorch
 from actorch.testing import LocalWorld, local_world
@@ -94,12 +94,6 @@ class Serial(actorch.Actor):
 
     async def was_closed(self) -> bool:
         return self.closed
-
-
-class Drainer(actorch.Actor):
-    async def drain(self, producer: actorch.ActorRef[Producer]) -> None:
-        async for _ in producer.stream(Producer.count, delay=0.01):
-            pass
 
 
 class Batching(actorch.Actor):

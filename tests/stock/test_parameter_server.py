@@ -214,7 +214,7 @@ async def test_parameter_server_takes_import_paths_in_strict_mode() -> None:
     async with local_world(2, strict=True) as world:
         server = await world[0].spawn(
             ParameterServer,
-            args=("tests.test_parameter_server:tiny_model",),
+            args=("tests.stock.test_parameter_server:tiny_model",),
             kwargs={"optimizer": "torch.optim.Adam", "optimizer_kwargs": {"lr": 0.01}},
             on=1,
         )

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 import torch
-from actors import Counter, Recorder, Store
+from actors import Counter, Recorder, Store, wait_until_counts
 
 import actorch
 from actorch._base.deadline import current_deadline
@@ -104,15 +104,6 @@ class Forwarder(actorch.Actor):
 
     async def time_left_via(self, slow: actorch.ActorRef[Slow]) -> float | None:
         return await slow.call(Slow.time_left)
-
-
-async def wait_until_counts(ref: actorch.ActorRef[Slow], **expected: int) -> None:
-    async with asyncio.timeout(2):
-        while True:
-            counts = await ref.call(Slow.counts)
-            if all(counts[key] == value for key, value in expected.items()):
-                return
-            await asyncio.sleep(0.005)
 
 
 async def test_typed_call_returns_the_handler_result(world: LocalWorld, on: int) -> None:

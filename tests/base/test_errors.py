@@ -229,7 +229,7 @@ def test_group_error_split_keeps_the_results() -> None:
     assert rest.failed == [2]
 
 
-ERRORS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "concepts" / "errors.md"
+ERRORS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "errors.md"
 
 
 def test_the_errors_page_draws_the_tree_of_the_errors_module_and_describes_every_exported_error() -> None:

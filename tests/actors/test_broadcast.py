@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import structlog
 import torch
+from actors import Sleeper, Stranger, wait_until_counts
 from fake_gpus import FakeAccelerator, installed
-from test_group import Sleeper, wait_until_counts
 
 import actorch
 from actorch import broadcast, broadcast_tell
@@ -41,11 +41,6 @@ class Member(Sleeper):
     async def hold(self) -> int:
         await self.gate.wait()
         return self.tag
-
-
-class Stranger(actorch.Actor):
-    async def other(self) -> str:
-        return "other"
 
 
 async def spawn_members(world: LocalWorld, ranks: tuple[int, ...], **options: Any) -> list[actorch.ActorRef[Any]]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from actors import Rendezvous, Sleeper, Stranger, Worker, wait_until_counts
 from test_partitioners import same
 
 import actorch
@@ -20,104 +21,11 @@ from actorch.group import ActorGroup, batch_partitioner, mean_reducer, sum_reduc
 from actorch.testing import LocalWorld, local_world
 
 
-class Rendezvous(actorch.Actor):
-    """Lets callers through only once ``parties`` of them are waiting at once."""
-
-    max_concurrency = 100
-
-    def __init__(self, parties: int) -> None:
-        self.parties = parties
-        self.arrived = 0
-        self.everyone = asyncio.Event()
-
-    async def arrive(self) -> int:
-        self.arrived += 1
-        if self.arrived == self.parties:
-            self.everyone.set()
-        await self.everyone.wait()
-        return self.arrived
-
-
-class Worker(actorch.Actor):
-    def __init__(self, tag: int) -> None:
-        self.tag = tag
-        self.received: list[Any] = []
-        self.started = 0
-        self.cancelled = 0
-
-    async def ident(self) -> int:
-        return self.tag
-
-    async def add(self, x: int, *, y: int = 0) -> int:
-        return self.tag + x + y
-
-    async def keywords(self, /, **kwargs: Any) -> dict[str, Any]:  # self positional-only: mypy's Concatenate wants it
-        return kwargs
-
-    async def echo(self, *args: Any, **kwargs: Any) -> list[Any]:
-        return [list(args), kwargs]
-
-    async def fail_if(self, tag: int) -> int:
-        if tag == self.tag:
-            raise ValueError(f"worker {self.tag} refuses")
-        return self.tag
-
-    async def give_up(self) -> None:
-        raise asyncio.CancelledError
-
-    async def meet(self, rendezvous: actorch.ActorRef[Rendezvous]) -> int:
-        await rendezvous.call(Rendezvous.arrive)
-        return self.tag
-
-    async def sleep(self, seconds: float) -> int:
-        self.started += 1
-        try:
-            await asyncio.sleep(seconds)
-        except asyncio.CancelledError:
-            self.cancelled += 1
-            raise
-        return self.tag
-
-    async def counts(self) -> dict[str, int]:
-        return {"started": self.started, "cancelled": self.cancelled}
-
-    async def record(self, value: Any) -> None:
-        self.received.append(value)
-
-    async def recorded(self) -> list[Any]:
-        return self.received
-
-    async def loss(self, batch: torch.Tensor, model: torch.nn.Module) -> torch.Tensor:
-        loss: torch.Tensor = model(batch).square().mean()
-        return loss
-
-    async def stats(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
-        return {"sum": batch["x"].sum(), "rows": batch["x"].shape[0], "pair": (batch["y"].sum(), 1.0)}
-
-
-class Sleeper(Worker):
-    max_concurrency = 4  # so status calls run beside a sleeping handler
-
-
-class Other(actorch.Actor):
-    async def other(self) -> str:
-        return "other"
-
-
 async def spawn_workers(
     world: LocalWorld, tags: tuple[int, ...] = (0, 1, 2), cls: type[Worker] = Worker
 ) -> ActorGroup[Worker]:
     refs = [await world[0].spawn(cls, args=(tag,), name=f"g/{i}", on=i % len(world)) for i, tag in enumerate(tags)]
     return ActorGroup(refs)
-
-
-async def wait_until_counts(ref: actorch.ActorRef[Worker], **expected: int) -> None:
-    async with asyncio.timeout(2):
-        while True:
-            counts = await ref.call(Worker.counts)
-            if all(counts[key] == value for key, value in expected.items()):
-                return
-            await asyncio.sleep(0.005)
 
 
 def every_other(args: tuple[Any, ...], kwargs: dict[str, Any], size: int, /) -> list[Any]:
@@ -298,7 +206,7 @@ async def test_group_call_to_an_unknown_endpoint_fails_for_every_member(world: L
 
 async def test_group_tell_still_sends_to_the_rest_when_a_member_refuses(world: LocalWorld) -> None:
     group = await spawn_workers(world)
-    other = await world[0].spawn(Other, name="g/other", on=1)
+    other = await world[0].spawn(Stranger, name="g/other", on=1)
     mixed: ActorGroup[Any] = ActorGroup([group[0], other, group[2]])
     with pytest.raises(actorch.GroupError, match="1 of 3 calls to 'record' failed: member 1") as caught:
         mixed.tell(Worker.record, "told")

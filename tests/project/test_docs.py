@@ -63,7 +63,7 @@ from actorch._base import codec
 from actorch._launch.options import IN_PROCESS, options_of
 from actorch.testing import local_world
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 WORLD_SIZE = 3
 """Nodes of each page's world (``system`` is its rank 0)."""

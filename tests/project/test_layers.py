@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "actorch"
+PACKAGE = Path(__file__).resolve().parents[2] / "actorch"
 
 LAYERS = ("_base", "_transport", "_engine", "_actors", "_launch", "_stock")
 """The subpackages of ``actorch``, lowest layer first (DESIGN.md, "The runtime, layer by layer")."""
