@@ -6,6 +6,7 @@ rounds and reports the median of the rounds.
 
     python benchmarks/bench_rpc.py                 # uv and shm transports, with the fast lane and without
     python benchmarks/bench_rpc.py --transport uv --lane on --rounds 5
+    python benchmarks/bench_rpc.py --transport uv --lane on --trace   # and (a), (b) with a timeline recorded
 
 actorch sends messages without tensors of their own on its fast lane (direct
 TCP connections) unless ``run(fast_lane=False)``; ``--lane off`` measures
@@ -19,6 +20,7 @@ import asyncio
 import json
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -87,7 +89,7 @@ def median_rounds(rounds: int, measure: Callable[[], float]) -> float:
 
 
 async def bench(
-    system: actorch.ActorSystem, rounds: int, calls: int, in_flight: int, bursts: int, mb: int
+    system: actorch.ActorSystem, rounds: int, calls: int, in_flight: int, bursts: int, mb: int, trace: bool = False
 ) -> dict[str, Any]:
     ref = await system.spawn(Echo, on=1)
     local = await system.spawn(Echo, on=0)
@@ -194,6 +196,7 @@ async def bench(
             "actorch_local_tell_sent_us",
             "actorch_local_tell_us",
             "plain_await_us",
+            *(("traced_seq_us", "traced_calls_per_s") if trace else ()),
         )
     }
     for _ in range(rounds):
@@ -210,6 +213,11 @@ async def bench(
         series["actorch_local_tell_sent_us"].append(tell_sent)
         series["actorch_local_tell_us"].append(tell_handled)
         series["plain_await_us"].append(await plain_await())
+        if trace:  # (a) and (b) again, every call and handler recorded on a timeline (written, then removed)
+            with tempfile.TemporaryDirectory() as directory:
+                async with system.trace(os.path.join(directory, "bench.json"), max_events=10 * in_flight * bursts):
+                    series["traced_seq_us"].append(await actorch_seq())
+                    series["traced_calls_per_s"].append(await actorch_flight())
     results = {key: statistics.median(values) for key, values in series.items()}
 
     pids = [node.pid for node in system.nodes]
@@ -260,14 +268,23 @@ def report(transport: str, lane: bool, res: dict[str, Any]) -> None:
         f" {floor / res['raw_seq_us']:7.2f}  actorch / floor: {res['actorch_seq_us'] / floor:.2f}"
     )
     print(f"{'RRef method call (rref.rpc_sync)':34} {res['rref_seq_us']:>11.0f} us")
+    if "traced_seq_us" in res:
+        print(
+            f"{'(a) with a trace running':34} {'':>14} {res['traced_seq_us']:>11.0f} us"
+            f" {res['traced_seq_us'] / res['actorch_seq_us']:7.2f}  of untraced (target <= 1.15)"
+        )
+        print(
+            f"{'(b) with a trace running':34} {'':>14} {res['traced_calls_per_s']:>11.0f}/s"
+            f" {res['traced_calls_per_s'] / res['actorch_calls_per_s']:7.2f}  of untraced"
+        )
     print(f"idle CPU per process (rank 0, rank 1): {res['idle_cpu_percent']} %")
 
 
 def run_one(
-    transport: str, lane: bool, rounds: int, calls: int, in_flight: int, bursts: int, mb: int
+    transport: str, lane: bool, rounds: int, calls: int, in_flight: int, bursts: int, mb: int, trace: bool = False
 ) -> dict[str, Any]:
     async def main(system: actorch.ActorSystem) -> dict[str, Any]:
-        return await bench(system, rounds, calls, in_flight, bursts, mb)
+        return await bench(system, rounds, calls, in_flight, bursts, mb, trace)
 
     return actorch.run(main, world_size=2, transport=transport, fast_lane=lane)
 
@@ -282,6 +299,7 @@ def cli() -> None:
     parser.add_argument("--bursts", type=int, default=5, help="bursts of --in-flight calls per throughput round")
     parser.add_argument("--mb", type=int, default=64, help="tensor size in MB")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--trace", action="store_true", help="also measure (a) and (b) with a timeline recorded")
     args = parser.parse_args()
     transports = ["uv", "shm"] if args.transport == "both" else [args.transport]
     lanes = [True, False] if args.lane == "both" else [args.lane == "on"]
@@ -290,7 +308,9 @@ def cli() -> None:
     for transport in transports:
         for lane in lanes:
             key = f"{transport}, lane {'on' if lane else 'off'}"
-            results[key] = run_one(transport, lane, args.rounds, args.calls, args.in_flight, args.bursts, args.mb)
+            results[key] = run_one(
+                transport, lane, args.rounds, args.calls, args.in_flight, args.bursts, args.mb, args.trace
+            )
             report(transport, lane, results[key])
     if args.json:
         with open(args.json, "w") as handle:
