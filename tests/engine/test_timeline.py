@@ -239,4 +239,4 @@ def test_start_takes_no_trace_and_run_refuses_a_missing_directory_before_startin
         raise AssertionError("started")
 
     with pytest.raises(FileNotFoundError, match="its directory does not exist; nothing started"):
-        actorch.run(main, trace=tmp_path / "missing" / "t.json")
+        actorch.run(main, trace=tmp_path / "missing" / "t.json", configure_logs=False)
