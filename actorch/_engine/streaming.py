@@ -32,9 +32,21 @@ from actorch._base.errors import (
     actor_stopped,
 )
 from actorch._engine.cell import Cell
-from actorch._engine.message import ItemRefused, Message, Origin, Outlet, Reply
+from actorch._engine.message import ItemRefused, Message, Origin, Outlet, Reply, current_call
 from actorch._engine.side import NodeSide, SideParts
-from actorch._engine.wire import CLOSE, END, ITEM, MORE, STREAM, check_size, error_payload, handler_error, rebuild_error
+from actorch._engine.tracing import ITEM_MARK, STREAM_SPAN, flow_id
+from actorch._engine.wire import (
+    CLOSE,
+    END,
+    ITEM,
+    MORE,
+    STREAM,
+    check_size,
+    error_payload,
+    handler_error,
+    message_size,
+    rebuild_error,
+)
 from actorch._transport.base import Port
 
 if TYPE_CHECKING:
@@ -364,7 +376,12 @@ class _RemoteOutlet(Outlet, Reply):
             )
         except SerializationError as exc:  # MessageTooLargeError too
             raise ItemRefused(type(exc)(f"item {self.sent} of the stream: {exc}")) from None
-        side.transport.send(self.src, side.pack([ITEM, self.stream_id, body]), tensors)
+        wire = side.pack([ITEM, self.stream_id, body])
+        side.transport.send(self.src, wire, tensors)
+        if side.trace is not None and self.message is not None and self.message.flow:
+            context = current_call.get()  # the producing handler's
+            sent = {"index": self.sent, "bytes": message_size(wire, tensors)}
+            side.trace.mark(ITEM_MARK, "main" if context is None else context.label, "item", 0, sent)
 
     def result(self, message: Message, value: Any) -> None:
         if self.side.served(self):
@@ -444,14 +461,24 @@ class Streams(NodeSide):
         self._next_id += 1
         link = _RemoteLink(self, stream, opening, self._next_id)
         self.consuming[link.stream_id] = link
-        wire = [STREAM, link.stream_id, opening.actor_id, opening.endpoint, remaining, opening.chain, body, window]
-        self.transport.send(rank, self.pack(wire), tensors)
+        wire = self.pack(
+            [STREAM, link.stream_id, opening.actor_id, opening.endpoint, remaining, opening.chain, body, window]
+        )
+        if self.trace is not None:
+            context = current_call.get()
+            sent = {"to": opening.label, "node": rank, "path": self.transport.path(rank, bool(tensors))}
+            name = f"stream {opening.endpoint}"
+            track = "main" if context is None else context.label
+            self.trace.opened(STREAM_SPAN, flow_id(self.rank, link.stream_id, stream=True), track, name, sent)
+        self.transport.send(rank, wire, tensors)
         return link
 
     def forget(self, link: _RemoteLink) -> bool:
         """The consumer of ``link`` left or the stream ended: give back its mailbox slot; False if done already."""
         if self.consuming.pop(link.stream_id, None) is None:
             return False
+        if self.trace is not None:
+            self.trace.closed(flow_id(self.rank, link.stream_id, stream=True), "ended")
         self.flow.release((link.opening.rank, link.opening.actor_id))
         return not self.closed and link.opening.rank not in self.lost
 
@@ -498,6 +525,9 @@ class Streams(NodeSide):
         outlet = _RemoteOutlet(self, src, stream_id, window)
         received = Message(endpoint, (), {}, self.new_key(), tuple(chain), deadline, outlet)
         received.outlet, outlet.message = outlet, received
+        if self.trace is not None:
+            flow = flow_id(src, stream_id, stream=True)
+            received.flow = flow if self.trace.sampled(flow) else 0
         cell = self.cells.get(actor_id)
         if cell is None:
             self.log.debug("stream refused: actor stopped", src=src, actor=actor_id, endpoint=endpoint)

@@ -23,11 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actorch._engine.tracing import CALL_SPAN, HANDLER_SPAN, ITEM_MARK, TELL_MARK, WAIT_SPAN, TraceSettings
+from actorch._engine.tracing import (
+    CALL_SPAN,
+    HANDLER_SPAN,
+    ITEM_MARK,
+    STREAM_SPAN,
+    TELL_MARK,
+    WAIT_SPAN,
+    TraceSettings,
+)
 
 __all__ = ["ClockProbe", "NodePart", "Timeline", "align", "flows", "merge", "offset_from_probes"]
 
-_SENDS = frozenset({CALL_SPAN, TELL_MARK})
+_SENDS = frozenset({CALL_SPAN, TELL_MARK, STREAM_SPAN})
 _MIN_SPAN_US = 1.0  # a tell or an item is drawn this long, so that its arrow has a span to start from
 
 

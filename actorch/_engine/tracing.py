@@ -32,18 +32,25 @@ __all__ = [
     "flow_id",
 ]
 
-CALL_SPAN, TELL_MARK, HANDLER_SPAN, WAIT_SPAN, ITEM_MARK = "call", "tell", "handler", "wait", "item"
-"""What an event is: a call from its send to its outcome, a tell sent, a handler run, a mailbox wait, a stream item."""
+CALL_SPAN, TELL_MARK, HANDLER_SPAN, WAIT_SPAN = "call", "tell", "handler", "wait"
+STREAM_SPAN, ITEM_MARK = "stream", "item"
+"""What an event is: a call from its send to its outcome, a tell sent, a handler run, a mailbox wait, a stream
+from its opening to its end (on the consumer), an item a producer sent."""
 
 _RANK_SHIFT = 42
-_OWN_IDS = 1 << 41  # flow ids a node draws itself (tells, same-node calls), apart from its call ids
+_OWN_IDS = 1 << 40  # flow ids a node draws itself (tells, same-node calls), apart from its call ids
+_STREAM_IDS = 2 << 40  # the flow ids of the streams a node opens, by stream id
 _MASK = (1 << 64) - 1
 _SAMPLE_SCALE = 1 << 16
 
 
-def flow_id(src: int, ident: int, *, own: bool = False) -> int:
-    """The id both ends give the arrow of message ``ident`` sent by node ``src`` (a call id, or ``own`` id)."""
-    return (src << _RANK_SHIFT) | (_OWN_IDS if own else 0) | ident
+def flow_id(src: int, ident: int, *, own: bool = False, stream: bool = False) -> int:
+    """The id both ends give the arrow of message ``ident`` sent by node ``src``.
+
+    ``ident`` is a call id, an ``own`` id (a tell's, a same-node call's) or a
+    ``stream`` id; each kind has its own range.
+    """
+    return (src << _RANK_SHIFT) | (_OWN_IDS if own else _STREAM_IDS if stream else 0) | ident
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,7 @@ class NodeTrace:
         self.started = perf_counter_ns()
         self._every = settings.sample >= 1
         self._threshold = int(settings.sample * _SAMPLE_SCALE)
-        self._open: dict[int, list[Any]] = {}  # calls sent and not yet ended, by call id
+        self._open: dict[int, list[Any]] = {}  # calls and streams sent and not yet ended, by flow id
         self._own_ids = itertools.count(1)
 
     def __repr__(self) -> str:
@@ -115,13 +122,20 @@ class NodeTrace:
 
     def call_sent(self, call_id: int, track: str, name: str, args: dict[str, Any]) -> None:
         """A call went out: its span opens now and ends with ``call_ended``."""
-        flow = flow_id(self.rank, call_id)
-        if self.sampled(flow):
-            self._open[call_id] = [CALL_SPAN, track, name, perf_counter_ns(), 0, flow, args]
+        self.opened(CALL_SPAN, flow_id(self.rank, call_id), track, name, args)
 
     def call_ended(self, call_id: int, outcome: str) -> None:
         """A call sent from here has its outcome (``ok``, ``error``, ``cancelled``, ``lost``...)."""
-        event = self._open.pop(call_id, None)
+        self.closed(flow_id(self.rank, call_id), outcome)
+
+    def opened(self, kind: str, flow: int, track: str, name: str, args: dict[str, Any]) -> None:
+        """A call or stream of arrow ``flow`` began now, if sampled: its span ends with ``closed``."""
+        if self.sampled(flow):
+            self._open[flow] = [kind, track, name, perf_counter_ns(), 0, flow, args]
+
+    def closed(self, flow: int, outcome: str) -> None:
+        """The call or stream of arrow ``flow`` has its outcome, if it was opened here."""
+        event = self._open.pop(flow, None)
         if event is not None:
             event[4] = perf_counter_ns()
             event[6]["outcome"] = outcome

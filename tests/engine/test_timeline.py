@@ -41,9 +41,9 @@ def test_both_ends_sample_a_message_alike_and_about_the_fraction_asked() -> None
 
 
 def test_flow_ids_of_calls_and_own_ids_never_meet() -> None:
-    assert flow_id(1, 5) != flow_id(1, 5, own=True)
-    assert flow_id(1, 5) != flow_id(2, 5)
-    assert flow_id(2047, (1 << 41) - 1, own=True) < 1 << 53  # exact in a JSON reader's doubles
+    ids = {flow_id(1, 5), flow_id(1, 5, own=True), flow_id(1, 5, stream=True), flow_id(2, 5)}
+    assert len(ids) == 4
+    assert flow_id(2047, (1 << 40) - 1, stream=True) < 1 << 53  # exact in a JSON reader's doubles
 
 
 def test_a_node_trace_keeps_max_events_and_counts_the_rest() -> None:

@@ -76,6 +76,18 @@ def check_chain(document: dict[str, Any], chain: dict[str, Any]) -> None:
     failed = [event for event in handlers if event["name"] == "fail"]
     assert [event["args"]["outcome"] for event in failed] == ["error"]
     assert [event["args"]["outcome"] for event in spans(document, "call") if event["name"] == "call fail"] == ["error"]
+    assert chain["counted"] == [0, 1, 2, 3, 4]
+    [stream] = spans(document, "stream")
+    assert stream["name"] == "stream count"
+    assert on_track(document, stream) == "main"
+    assert stream["args"]["outcome"] == "ended"
+    assert stream["args"]["path"] == "lane"
+    [producing] = [event for event in handlers if event["name"] == "count"]
+    assert on_track(document, producing) == "actor 'b' (Hop) on node 2"
+    assert any(start["ts"] == stream["ts"] and finish["ts"] == producing["ts"] for start, finish in arrows)
+    items = spans(document, "item")
+    assert [item["args"]["index"] for item in items] == [0, 1, 2, 3, 4]
+    assert all(on_track(document, item) == "actor 'b' (Hop) on node 2" for item in items)
     assert document["otherData"]["lost"] == []
     assert all(node["offset_ns"] == 0 for node in document["otherData"]["nodes"].values())  # one machine, one clock
 

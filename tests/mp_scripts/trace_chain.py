@@ -45,7 +45,8 @@ async def chain(system: actorch.ActorSystem) -> None:
     await asyncio.gather(*(busy.call(Busy.hold, 0.01) for _ in range(4)))
     with contextlib.suppress(ValueError):
         await b.call(Hop.fail)
-    emit("chain", results=results, pids={str(node.rank): node.pid for node in system.nodes})
+    counted = [item async for item in b.stream(Hop.count, 5)]
+    emit("chain", results=results, counted=counted, pids={str(node.rank): node.pid for node in system.nodes})
 
 
 if __name__ == "__main__":

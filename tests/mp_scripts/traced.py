@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import actorch
@@ -29,6 +30,10 @@ class Hop(actorch.Actor):
 
     async def fail(self) -> None:
         raise ValueError("traced failure")
+
+    async def count(self, n: int) -> AsyncIterator[int]:
+        for index in range(n):
+            yield index
 
 
 class Busy(actorch.Actor):
