@@ -122,6 +122,9 @@ def _write_json(path: Path, document: dict[str, Any]) -> None:
     try:
         with os.fdopen(handle, "w") as file:
             json.dump(document, file, separators=(",", ":"))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # as open() would have made it, not mkstemp's owner-only
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
