@@ -130,8 +130,9 @@ class Caller(NodeSide):
         self.pending[call_id] = call
         wire = self.pack([CALL, call_id, actor_id, call.endpoint, remaining, chain, body])
         if self.trace is not None:
-            sent = self._route_of(rank, wire, tensors)
-            self.trace.call_sent(call_id, _track(), f"call {call.endpoint}", {"to": call.label, **sent})
+            self.trace.call_sent(
+                call_id, _track(), f"call {call.endpoint}", self._sent(call.label, rank, wire, tensors)
+            )
         self._send(rank, wire, tensors)
         self.calls_sent += 1
 
@@ -279,9 +280,10 @@ class Caller(NodeSide):
 
     # ------------------------------------------------------------------ internals
 
-    def _route_of(self, rank: int, wire: bytes, tensors: list[Any] | None) -> dict[str, Any]:
-        """A message's destination, path and size, for a trace's span of it."""
-        return {"node": rank, "path": self.transport.path(rank, bool(tensors)), "bytes": message_size(wire, tensors)}
+    def _sent(self, label: str, rank: int, wire: bytes, tensors: list[Any] | None) -> dict[str, Any]:
+        """Where a message went, by which path, and its size, for a trace's span of it."""
+        path = self.transport.path(rank, bool(tensors))
+        return {"to": label, "node": rank, "path": path, "bytes": message_size(wire, tensors)}
 
     def _send_traced_tell(
         self,
@@ -300,9 +302,7 @@ class Caller(NodeSide):
             traced = 0
         wire = self.pack([TELL, traced, actor_id, endpoint, None, (), body])
         if traced:
-            trace.mark(
-                TELL_MARK, _track(), f"tell {endpoint}", flow, {"to": label, **self._route_of(rank, wire, tensors)}
-            )
+            trace.mark(TELL_MARK, _track(), f"tell {endpoint}", flow, self._sent(label, rank, wire, tensors))
         self._send(rank, wire, tensors)
 
     def _traced_tell(self, trace: NodeTrace, label: str, endpoint: str) -> int:

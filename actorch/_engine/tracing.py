@@ -75,11 +75,14 @@ class TraceSettings:
 
 
 class NodeTrace:
-    """The events one node records while a trace runs, as plain lists (they travel to the node that merges them).
+    """The events one node records while a trace runs, as plain data (they travel to the node that merges them).
 
-    An event is ``[kind, track, name, start_ns, end_ns, flow, args]``: ``track``
+    An event is ``(kind, track, name, start_ns, end_ns, flow, args)``: ``track``
     is the actor's label (``"main"`` for code outside any actor), times are
     ``perf_counter_ns()`` of this node, ``flow`` the arrow's id (0: none).
+    Events are tuples of strings and numbers, ``args`` a dict of those: the
+    garbage collector stops tracking such objects, so that a long trace does
+    not make every full collection walk it.
 
     Args:
         rank: This node's rank.
@@ -90,13 +93,13 @@ class NodeTrace:
 
     def __init__(self, rank: int, settings: TraceSettings) -> None:
         self.rank = rank
-        self.events: list[list[Any]] = []
+        self.events: list[tuple[Any, ...]] = []
         self.max_events = settings.max_events
         self.dropped = 0
         self.started = perf_counter_ns()
         self._every = settings.sample >= 1
         self._threshold = int(settings.sample * _SAMPLE_SCALE)
-        self._open: dict[int, list[Any]] = {}  # calls and streams sent and not yet ended, by flow id
+        self._open: dict[int, tuple[Any, ...]] = {}  # calls and streams sent and not yet ended, by flow id
         self._own_ids = itertools.count(1)
 
     def __repr__(self) -> str:
@@ -113,7 +116,7 @@ class NodeTrace:
         """A fresh id for a message of this node that has no call id (a tell, a same-node call)."""
         return next(self._own_ids)
 
-    def add(self, event: list[Any]) -> None:
+    def add(self, event: tuple[Any, ...]) -> None:
         """Keep ``event``, unless the node already keeps ``max_events``."""
         if len(self.events) < self.max_events:
             self.events.append(event)
@@ -131,33 +134,32 @@ class NodeTrace:
     def opened(self, kind: str, flow: int, track: str, name: str, args: dict[str, Any]) -> None:
         """A call or stream of arrow ``flow`` began now, if sampled: its span ends with ``closed``."""
         if self.sampled(flow):
-            self._open[flow] = [kind, track, name, perf_counter_ns(), 0, flow, args]
+            self._open[flow] = (kind, track, name, perf_counter_ns(), 0, flow, args)
 
     def closed(self, flow: int, outcome: str) -> None:
         """The call or stream of arrow ``flow`` has its outcome, if it was opened here."""
         event = self._open.pop(flow, None)
         if event is not None:
-            event[4] = perf_counter_ns()
-            event[6]["outcome"] = outcome
-            self.add(event)
+            kind, track, name, start, _, _, args = event
+            args["outcome"] = outcome
+            self.add((kind, track, name, start, perf_counter_ns(), flow, args))
 
     def mark(self, kind: str, track: str, name: str, flow: int, args: dict[str, Any]) -> None:
         """Something happened now on ``track`` (a tell sent, a stream item): an instant, with its arrow if any."""
         now = perf_counter_ns()
-        self.add([kind, track, name, now, now, flow, args])
+        self.add((kind, track, name, now, now, flow, args))
 
     def span(self, kind: str, track: str, name: str, start: int, end: int, flow: int, args: dict[str, Any]) -> None:
         """A span that already ended on ``track`` (a handler run, a mailbox wait), unless it began before the trace."""
         if start >= self.started:
-            self.add([kind, track, name, start, end, flow, args])
+            self.add((kind, track, name, start, end, flow, args))
 
     def finish(self) -> dict[str, Any]:
         """Everything recorded, calls still open ending now as ``unfinished``; the trace records nothing after."""
         now = perf_counter_ns()
-        for event in self._open.values():
-            event[4] = now
-            event[6]["outcome"] = "unfinished"
-            self.add(event)
+        for flow, (kind, track, name, start, _, _, args) in self._open.items():
+            args["outcome"] = "unfinished"
+            self.add((kind, track, name, start, now, flow, args))
         self._open.clear()
         return {
             "rank": self.rank,
