@@ -404,7 +404,7 @@ class Cell:
                     ended = perf_counter_ns()
                     if count:  # a batch run that ended before its method ran counts nothing
                         (self.metrics.get(message.endpoint) or self.stats(message.endpoint)).record(
-                            ended - started, failed, count
+                            ended - started, failed, count, message.queued_at and started - message.queued_at
                         )
                 if self.queue and ended >= slice_end:
                     await asyncio.sleep(0)  # the loop sends the replies ready so far before the next message
