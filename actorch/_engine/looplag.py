@@ -28,7 +28,7 @@ _KEPT = 120  # probes the worst lag is taken over: the last minute
 
 
 class LoopLag:
-    """A node's loop probe: the last lateness, the worst of the last minute, how overdue the next one is, and all."""
+    """A node's loop probe: the last lateness, the worst of the last minute, how overdue the next one is, every one."""
 
     __slots__ = ("_due", "_handle", "_loop", "_recent", "lags", "last", "probes")
 

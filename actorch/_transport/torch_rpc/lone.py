@@ -74,7 +74,7 @@ class LoneTransport(Transport):
         world.on_joined = self._joined
         world.lost_in_thread = self.lost_in_thread
         world.off_loop = self.off_loop
-        # One set of byte counters: this node sends through it and receives through the world.
+        # One set of byte counters: bundles leave through this transport's dispatch but arrive through the world.
         self.bytes_sent_by_path = world.bytes_sent_by_path
         self.bytes_received_by_path = world.bytes_received_by_path
         await world.start()

@@ -639,8 +639,7 @@ class RpcTransport(Transport):
             self._receive(src, payload, None)
             return
         if seq == _UNORDERED:  # replies that came back on a bundle's response
-            received = self.bytes_received_by_path
-            received[_TORCH_RPC] += sum(map(len, payload[0]))
+            self.bytes_received_by_path[_TORCH_RPC] += sum(map(len, payload[0]))
             self._receive(src, payload, None)
             return
         why = self._links.arrived(src, seq, payload)  # in link order, now or once the bundles before it came
