@@ -407,7 +407,7 @@ class Cell:
                     ended = perf_counter_ns()
                     if count:  # a batch run that ended before its method ran counts nothing
                         (self.metrics.get(message.endpoint) or self.stats(message.endpoint)).record(
-                            ended - started, failed, count
+                            ended - started, failed, count, message.queued_at and started - message.queued_at
                         )
                     if message.flow and self.trace is not None:
                         self._traced(self.trace, message, ended, failed)

@@ -6,6 +6,8 @@ waits before anything looks at it. The probe is one timer per node, so it costs
 the message path nothing. A loop that is blocked fires nothing at all; from
 another thread that shows as a probe overdue (``behind``), which is how
 ``actorch stacks`` and the status server tell a blocked loop without its help.
+Every probe's lateness also goes into a histogram for Prometheus, whose
+scrapes, seconds apart, would miss the spikes between them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from typing import Any
+
+from actorch._engine.metrics import PROMETHEUS_BOUNDS_NS, Histogram
 
 __all__ = ["BLOCKED_AFTER", "PROBE_INTERVAL", "LoopLag"]
 
@@ -24,9 +28,9 @@ _KEPT = 120  # probes the worst lag is taken over: the last minute
 
 
 class LoopLag:
-    """A node's loop probe: the last lateness, the worst of the last minute, and how overdue the next one is."""
+    """A node's loop probe: the last lateness, the worst of the last minute, how overdue the next one is, every one."""
 
-    __slots__ = ("_due", "_handle", "_loop", "_recent", "last", "probes")
+    __slots__ = ("_due", "_handle", "_loop", "_recent", "lags", "last", "probes")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -35,6 +39,7 @@ class LoopLag:
         self._recent: deque[float] = deque(maxlen=_KEPT)
         self.last = 0.0
         self.probes = 0
+        self.lags = Histogram(PROMETHEUS_BOUNDS_NS)  # every probe's lateness
 
     def __repr__(self) -> str:
         return f"<LoopLag last={self.last * 1e3:.1f} ms behind={self.behind() * 1e3:.0f} ms>"
@@ -55,6 +60,7 @@ class LoopLag:
         self.last = late = now - self._due
         self._recent.append(late)
         self.probes += 1
+        self.lags.observe(max(int(late * 1e9), 0))  # a timer may fire a clock tick early
         self._due = now + PROBE_INTERVAL
         self._handle = self._loop.call_at(self._due, self._probe)
 
@@ -65,7 +71,10 @@ class LoopLag:
         return max(self._loop.time() - self._due, 0.0)  # the loop's clock is time.monotonic: read from any thread
 
     def snapshot(self) -> dict[str, Any]:
-        """The loop's state as plain data: ``lag`` (last), ``lag_max`` (last minute), ``behind``, ``responsive``."""
+        """The loop's state as plain data: ``lag`` (last), ``lag_max`` (last minute), ``behind``, ``responsive``.
+
+        And ``lags``: the histogram of every probe's lateness (``Histogram.snapshot``).
+        """
         behind = self.behind()
         recent = list(self._recent)
         return {
@@ -73,4 +82,5 @@ class LoopLag:
             "lag_max": max([*recent, behind], default=0.0),
             "behind": behind,
             "responsive": behind < BLOCKED_AFTER,
+            "lags": self.lags.snapshot(),
         }

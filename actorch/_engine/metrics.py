@@ -1,86 +1,174 @@
-"""Per-endpoint counters and handler-time histograms, cheap enough to leave on.
+"""Per-endpoint counters and histograms of handler times and mailbox waits, cheap enough to leave on.
 
 Every message an actor handles (call, tell, stream, batch run) is counted
-under its endpoint with how long its handler took and whether it raised. Times
-go into a sparse histogram of quarter-octave buckets of nanoseconds: a bucket
-is four bits of the duration's magnitude, so recording is an integer
-``bit_length`` and a dict increment, and a quantile read from it is within
-about 19 % of the true one. ``actorch status`` and the Prometheus exporter
-read them through the node service.
+under its endpoint with how long its handler took and whether it raised; one
+that had to wait in its actor's mailbox adds how long it waited there. Times
+go into histograms of fixed buckets of nanoseconds (``FINE_BOUNDS_NS``):
+thirteen to a decade from 1 µs to 10⁵ s, so that recording is one ``bisect``
+and two adds, and a quantile read from one is within 25 % of the true one. The
+buckets Prometheus gets (``PROMETHEUS_BOUNDS_NS``) are some of those bounds,
+so that its cumulative counts are exact sums of fine ones. ``actorch status``
+and the Prometheus exporter read them through the node service.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
-__all__ = ["EndpointStats", "bucket_of", "bucket_upper"]
+__all__ = [
+    "FINE_BOUNDS_NS",
+    "PROMETHEUS_BOUNDS_NS",
+    "EndpointStats",
+    "Histogram",
+    "bucket_of",
+    "bucket_upper",
+]
 
-_SUB = 2  # bits below the leading one that pick the bucket within an octave (4 per octave)
-_MASK = (1 << _SUB) - 1
+_MANTISSAS = (100, 125, 150, 175, 200, 250, 300, 350, 400, 500, 600, 700, 800)  # per decade, in hundredths
+FINE_BOUNDS_NS: tuple[int, ...] = (
+    *(mantissa * 10**exponent // 100 for exponent in range(3, 14) for mantissa in _MANTISSAS),
+    10**14,
+)
+"""Upper bounds (ns, inclusive) of the buckets of handler times and mailbox waits; a last bucket holds the rest.
+
+Neighbours are at most 25 % apart: 1 µs, 1.25 µs, 1.5 µs ... 80,000 s, 100,000 s.
+"""
+
+PROMETHEUS_BOUNDS_NS: tuple[int, ...] = (
+    *(tenths * 10**exponent for exponent in range(3, 9) for tenths in (10, 25, 50)),
+    10 * 10**9,
+    30 * 10**9,
+    60 * 10**9,
+    300 * 10**9,
+)
+"""The ``le`` bounds (ns) Prometheus gets: 10 µs to 5 minutes, 1-2.5-5 to a decade; each one of the fine bounds."""
 
 
-def bucket_of(ns: int) -> int:
-    """The histogram bucket of a duration of ``ns`` nanoseconds."""
-    bits = ns.bit_length()
-    if bits <= _SUB + 1:
-        return ns  # under 8 ns: one bucket per value
-    return (bits << _SUB) | ((ns >> (bits - _SUB - 1)) & _MASK)
+def bucket_of(ns: int, bounds: tuple[int, ...] = FINE_BOUNDS_NS) -> int:
+    """The bucket a duration of ``ns`` nanoseconds falls in: the first whose bound holds it (``len(bounds)``: none)."""
+    return bisect_left(bounds, ns)
 
 
-def bucket_upper(bucket: int) -> int:
-    """The largest duration in nanoseconds that falls in ``bucket``."""
-    bits = bucket >> _SUB
-    if bits <= _SUB + 1:
-        return bucket
-    low = (1 << (bits - 1)) | ((bucket & _MASK) << (bits - _SUB - 1))
-    return low + (1 << (bits - _SUB - 1)) - 1
+def bucket_upper(bucket: int, bounds: tuple[int, ...] = FINE_BOUNDS_NS) -> int | None:
+    """The largest duration (ns) that falls in ``bucket``; None for the last one, which has no bound."""
+    return bounds[bucket] if bucket < len(bounds) else None
 
 
-class EndpointStats:
-    """One endpoint's messages handled, errors, total handler time and its histogram."""
+class Histogram:
+    """Durations counted by bucket of fixed upper bounds (nanoseconds), and their sum.
 
-    __slots__ = ("buckets", "calls", "errors", "total_ns")
+    Only the buckets something fell in are held (most endpoints see a few),
+    so that a histogram costs a small dict, not one slot per bound.
+    """
 
-    def __init__(self) -> None:
-        self.calls = 0
-        self.errors = 0
+    __slots__ = ("bounds", "counts", "total_ns")
+
+    def __init__(self, bounds: tuple[int, ...] = FINE_BOUNDS_NS) -> None:
+        self.bounds = bounds
+        self.counts: dict[int, int] = {}  # by bucket (index into bounds): how many fell in it
         self.total_ns = 0
-        self.buckets: dict[int, int] = {}
 
     def __repr__(self) -> str:
-        return f"<EndpointStats calls={self.calls} errors={self.errors}>"
+        return f"<{type(self).__name__} count={self.count} seconds={self.total_ns / 1e9:g}>"
 
-    def record(self, ns: int, failed: bool, count: int = 1) -> None:
-        """Count ``count`` messages whose handler took ``ns`` nanoseconds (together), and whether it raised."""
-        self.calls += count
+    @property
+    def count(self) -> int:
+        """How many durations were counted."""
+        return sum(self.counts.values())
+
+    def observe(self, ns: int) -> None:
+        """Count one duration of ``ns`` nanoseconds."""
+        counts = self.counts
+        bucket = bisect_left(self.bounds, ns)
+        counts[bucket] = counts.get(bucket, 0) + 1
         self.total_ns += ns
-        if failed:
-            self.errors += count
-        bits = ns.bit_length()  # bucket_of(ns), written out: this runs for every message
-        bucket = ns if bits <= _SUB + 1 else (bits << _SUB) | ((ns >> (bits - _SUB - 1)) & _MASK)
-        buckets = self.buckets
-        buckets[bucket] = buckets.get(bucket, 0) + 1
 
     def quantile(self, q: float) -> float | None:
-        """The handler time (seconds) under which a fraction ``q`` of the recorded runs fell; None if none ran."""
-        runs = sum(self.buckets.values())
+        """The duration (seconds) under which a fraction ``q`` of those counted fell, as a bucket bound; None if none.
+
+        One that falls in the last bucket, which has no bound, reads as the last bound.
+        """
+        runs = self.count
         if not runs:
             return None
         rank = q * runs
         seen = 0
-        for bucket in sorted(self.buckets):
-            seen += self.buckets[bucket]
+        bounds = self.bounds
+        for bucket in sorted(self.counts):
+            seen += self.counts[bucket]
             if seen >= rank:
-                return bucket_upper(bucket) / 1e9
-        return bucket_upper(max(self.buckets)) / 1e9
+                return bounds[min(bucket, len(bounds) - 1)] / 1e9
+        return bounds[min(max(self.counts), len(bounds) - 1)] / 1e9
+
+    def buckets(self) -> list[list[Any]]:
+        """The buckets something fell in, as ``[upper bound in seconds, count]`` pairs (bound None: the last)."""
+        bounds = self.bounds
+        return [
+            [bounds[bucket] / 1e9 if bucket < len(bounds) else None, count]
+            for bucket, count in sorted(self.counts.items())  # one copy: another thread may read it (stacks)
+        ]
 
     def snapshot(self) -> dict[str, Any]:
-        """What travels to ``actorch status`` and the exporter (plain data)."""
-        return {
+        """As plain data: ``count``, ``seconds`` (the sum) and ``buckets``."""
+        buckets = self.buckets()
+        return {"count": sum(count for _, count in buckets), "seconds": self.total_ns / 1e9, "buckets": buckets}
+
+
+class EndpointStats(Histogram):
+    """One endpoint's messages handled, errors, and histograms of its handler runs and of their mailbox waits.
+
+    A batch run of several calls is one handler run (one count in the
+    histogram) and as many messages (``calls``). ``waits`` counts only the
+    runs that waited in the mailbox; those that started at once are the rest
+    of the runs, and waited nothing.
+    """
+
+    __slots__ = ("calls", "errors", "waits")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.errors = 0
+        self.waits: Histogram | None = None  # made on the first run that waited
+
+    def __repr__(self) -> str:
+        return f"<EndpointStats calls={self.calls} errors={self.errors}>"
+
+    def record(self, ns: int, failed: bool, count: int = 1, waited: int = 0) -> None:
+        """Count ``count`` messages whose handler took ``ns`` nanoseconds (together), and whether it raised.
+
+        ``waited``: nanoseconds the run waited in the mailbox before it started (0: it started at once).
+        """
+        self.calls += count
+        if failed:
+            self.errors += count
+        counts = self.counts  # observe(ns), written out: this runs for every message
+        bucket = bisect_left(FINE_BOUNDS_NS, ns)
+        counts[bucket] = counts.get(bucket, 0) + 1
+        self.total_ns += ns
+        if waited:
+            waits = self.waits
+            if waits is None:
+                waits = self.waits = Histogram()
+            counts = waits.counts  # waits.observe(waited), written out likewise
+            bucket = bisect_left(FINE_BOUNDS_NS, waited)
+            counts[bucket] = counts.get(bucket, 0) + 1
+            waits.total_ns += waited
+
+    def snapshot(self) -> dict[str, Any]:
+        """What travels to ``actorch status`` and the exporter (plain data).
+
+        ``waits`` is there once a run has waited in the mailbox.
+        """
+        shown: dict[str, Any] = {
             "calls": self.calls,
             "errors": self.errors,
             "seconds": self.total_ns / 1e9,
             "p50": self.quantile(0.5),
             "p99": self.quantile(0.99),
-            "buckets": [[bucket_upper(bucket) / 1e9, count] for bucket, count in sorted(self.buckets.items())],
+            "buckets": self.buckets(),
         }
+        if self.waits is not None:
+            shown["waits"] = self.waits.snapshot()
+        return shown

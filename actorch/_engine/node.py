@@ -366,15 +366,23 @@ class Node:
             self.record.write("node closed")
             self.record.close()
 
-    def statistics(self) -> dict[str, int]:
+    def statistics(self) -> dict[str, Any]:
         """Calls and tells sent and received, messages refused, calls pending or waiting for room, actors, bytes.
 
         Bytes are those of message envelopes and bodies, sent and received;
         tensor bytes sent are counted apart (``tensor_bytes_sent``).
         ``lane_bundles_sent`` counts the bundles that went on the fast lane.
+        ``paths``: by path a bundle takes (``lane``, ``torch_rpc``,
+        ``in_process``), its ``bytes_sent`` (replies on a bundle's response
+        too) and ``bytes_received``.
         """
         transport = self.transport
+        sent, received = transport.bytes_sent_by_path, transport.bytes_received_by_path
         return {
+            "paths": {
+                path: {"bytes_sent": sent.get(path, 0), "bytes_received": received.get(path, 0)}
+                for path in sorted({*sent, *received})
+            },
             "bytes_sent": sum(transport.bytes_sent.values()),
             "tensor_bytes_sent": sum(transport.tensor_bytes_sent.values()),
             "lane_bundles_sent": transport.lane_bundles_sent if isinstance(transport, FastLane) else 0,

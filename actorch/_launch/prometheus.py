@@ -1,21 +1,33 @@
 """The system's status in Prometheus' text format (``pip install 'actorch[metrics]'``).
 
 Rank 0's status server answers ``GET /metrics`` with what :func:`metrics_text`
-makes of a gathered status: per actor class and endpoint, messages handled,
-handler errors and a histogram of handler times; per node, whether it is up,
-its mailbox depths, how long the oldest message of each mailbox has waited,
-how late its event loop runs, and the bytes it sent and received.
+makes of a gathered status: per actor and endpoint, messages handled, handler
+errors and a histogram of handler times; per actor, a histogram of how long
+messages waited in its mailbox, its mailbox depth and how long its oldest
+message has waited; per node, whether it is up, how late its event loop runs
+(now, and a histogram of every probe), and the bytes it sent and received on
+each path. docs/operations.md lists every metric.
+
+Names follow Prometheus' conventions: an ``actorch_`` prefix, base units
+(seconds, bytes) named at the end, ``_total`` on counters. Three names of
+earlier versions that did not (``actorch_bytes_sent_total``,
+``actorch_tensor_bytes_sent_total``, ``actorch_bytes_received_total``) are
+still served beside their new ones, as deprecated aliases.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
 from typing import Any
+
+from actorch._engine.metrics import PROMETHEUS_BOUNDS_NS
 
 __all__ = ["LE_BOUNDS", "metrics_text"]
 
-LE_BOUNDS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0)
-"""Upper bounds (seconds) of the handler-time histogram's buckets, as Prometheus reads them."""
+LE_BOUNDS = tuple(bound / 1e9 for bound in PROMETHEUS_BOUNDS_NS)
+"""Upper bounds (seconds) of the histograms' buckets, as Prometheus reads them (``+Inf`` besides)."""
+_LE_LABELS = tuple(map(repr, LE_BOUNDS))  # as Prometheus' own clients write them: 1e-05, 0.0001, 1.0
 
 
 def metrics_text(status: dict[str, Any]) -> bytes:
@@ -32,84 +44,135 @@ def metrics_text(status: dict[str, Any]) -> bytes:
     return text
 
 
+def _actor_label(actor: dict[str, Any]) -> str:
+    """How the metrics name an actor of the status: by its name, or by class and id (``Counter#12``) if it has none."""
+    name = actor.get("name")
+    return str(name) if name else f"{actor['class']}#{actor['id']}"
+
+
 class _Collector:
     """A one-shot collector of one gathered status."""
 
     def __init__(self, status: dict[str, Any]) -> None:
         self._status = status
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Any]:  # noqa: PLR0915 - one metric family after another, then one pass
         from prometheus_client.core import (  # noqa: PLC0415 - an optional dependency
             CounterMetricFamily,
             GaugeMetricFamily,
             HistogramMetricFamily,
         )
 
-        labels = ["node", "actor_class", "endpoint"]
-        handled = CounterMetricFamily("actorch_messages_handled", "Messages an endpoint handled", labels=labels)
-        errors = CounterMetricFamily("actorch_handler_errors", "Messages whose handler raised", labels=labels)
-        seconds = HistogramMetricFamily("actorch_handler_seconds", "Time handlers took", labels=labels)
-        up = GaugeMetricFamily(
-            "actorch_node_up", "1 while the node is part of the system, 0 once lost", labels=["node"]
+        by_endpoint = ["node", "actor", "actor_class", "endpoint"]
+        by_actor = ["node", "actor", "actor_class"]
+        handled = CounterMetricFamily("actorch_messages_handled", "Messages an endpoint handled", labels=by_endpoint)
+        errors = CounterMetricFamily("actorch_handler_errors", "Messages whose handler raised", labels=by_endpoint)
+        seconds = HistogramMetricFamily(
+            "actorch_handler_seconds", "Time an endpoint's handler runs took (a batch run: one)", labels=by_endpoint
         )
-        depth = GaugeMetricFamily(
-            "actorch_mailbox_depth", "Messages waiting in an actor's mailbox", labels=["node", "actor"]
+        waits = HistogramMetricFamily(
+            "actorch_mailbox_wait_seconds",
+            "Time from a message entering an actor's mailbox to its handler starting (0: it started at once)",
+            labels=by_actor,
         )
+        depth = GaugeMetricFamily("actorch_mailbox_depth", "Messages waiting in an actor's mailbox", labels=by_actor)
         waited = GaugeMetricFamily(
             "actorch_mailbox_oldest_wait_seconds",
             "How long the oldest message waiting in an actor's mailbox has waited (0: none waits)",
-            labels=["node", "actor"],
+            labels=by_actor,
+        )
+        up = GaugeMetricFamily(
+            "actorch_node_up", "1 while the node is part of the system, 0 once lost", labels=["node"]
         )
         lag = GaugeMetricFamily(
             "actorch_event_loop_lag_seconds",
             "How late the node's event loop ran its last probe (taken every 0.5 s; a blocked loop: how long blocked)",
             labels=["node"],
         )
-        sent = CounterMetricFamily("actorch_bytes_sent", "Message bytes a node sent (tensors apart)", labels=["node"])
-        tensors = CounterMetricFamily("actorch_tensor_bytes_sent", "Tensor bytes a node sent", labels=["node"])
-        received = CounterMetricFamily("actorch_bytes_received", "Message bytes a node received", labels=["node"])
+        lags = HistogramMetricFamily(
+            "actorch_event_loop_probe_lag_seconds",
+            "How late the node's event loop ran each probe (one every 0.5 s)",
+            labels=["node"],
+        )
+        sent = CounterMetricFamily(
+            "actorch_sent_bytes",
+            "Message bytes a node sent on each path (tensors apart; replies on a bundle's response too)",
+            labels=["node", "path"],
+        )
+        received = CounterMetricFamily(
+            "actorch_received_bytes",
+            "Message bytes a node received on each path (tensors apart)",
+            labels=["node", "path"],
+        )
+        tensors = CounterMetricFamily("actorch_sent_tensor_bytes", "Tensor bytes a node sent", labels=["node"])
+        old_sent = CounterMetricFamily(
+            "actorch_bytes_sent",
+            "Deprecated, see actorch_sent_bytes_total: message bytes a node sent (not on a response)",
+            labels=["node"],
+        )
+        old_tensors = CounterMetricFamily(
+            "actorch_tensor_bytes_sent", "Deprecated, see actorch_sent_tensor_bytes_total", labels=["node"]
+        )
+        old_received = CounterMetricFamily(
+            "actorch_bytes_received", "Deprecated, see actorch_received_bytes_total", labels=["node"]
+        )
         for node in self._status["nodes"]:
             rank = str(node["rank"])
             up.add_metric([rank], 0.0 if "lost" in node else 1.0)
+            loop = node.get("loop")
+            if loop is not None:
+                lag.add_metric([rank], max(loop["lag"], loop["behind"]))
+                if "lags" in loop:
+                    lags.add_metric([rank], *_histogram(loop["lags"]["buckets"], loop["lags"]["seconds"]))
             if "statistics" not in node:
                 continue
             stats = node["statistics"]
-            if "loop" in node:
-                lag.add_metric([rank], max(node["loop"]["lag"], node["loop"]["behind"]))
-            sent.add_metric([rank], stats["bytes_sent"])
+            for path, counts in stats.get("paths", {}).items():
+                sent.add_metric([rank, path], counts["bytes_sent"])
+                received.add_metric([rank, path], counts["bytes_received"])
             tensors.add_metric([rank], stats["tensor_bytes_sent"])
-            received.add_metric([rank], stats["bytes_received"])
-            by_class: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            old_sent.add_metric([rank], stats["bytes_sent"])
+            old_tensors.add_metric([rank], stats["tensor_bytes_sent"])
+            old_received.add_metric([rank], stats["bytes_received"])
             for actor in node["actors"]:
-                depth.add_metric([rank, actor["label"]], actor["queued"])
+                key = [rank, _actor_label(actor), actor["class"]]
+                depth.add_metric(key, actor["queued"])
                 if "queued_seconds" in actor:
-                    waited.add_metric([rank, actor["label"]], actor["queued_seconds"] or 0.0)
-                for endpoint, snapshot in actor["endpoints"].items():
-                    by_class.setdefault((actor["class"], endpoint), []).append(snapshot)
-            for (cls, endpoint), snapshots in sorted(by_class.items()):
-                key = [rank, cls, endpoint]
-                handled.add_metric(key, sum(snapshot["calls"] for snapshot in snapshots))
-                errors.add_metric(key, sum(snapshot["errors"] for snapshot in snapshots))
-                seconds.add_metric(
-                    key,
-                    _cumulative([bucket for snapshot in snapshots for bucket in snapshot["buckets"]]),
-                    sum(snapshot["seconds"] for snapshot in snapshots),
-                )
-        yield from (handled, errors, seconds, up, depth, waited, lag, sent, tensors, received)
+                    waited.add_metric(key, actor["queued_seconds"] or 0.0)
+                runs = waited_runs = 0
+                wait_buckets: list[list[Any]] = []
+                wait_seconds = 0.0
+                for endpoint, snapshot in sorted(actor["endpoints"].items()):
+                    handled.add_metric([*key, endpoint], snapshot["calls"])
+                    errors.add_metric([*key, endpoint], snapshot["errors"])
+                    seconds.add_metric([*key, endpoint], *_histogram(snapshot["buckets"], snapshot["seconds"]))
+                    runs += sum(count for _, count in snapshot["buckets"])
+                    if "waits" in snapshot:
+                        waited_runs += snapshot["waits"]["count"]
+                        wait_buckets += snapshot["waits"]["buckets"]
+                        wait_seconds += snapshot["waits"]["seconds"]
+                # The runs that did not wait (a call that started at once) waited nothing: the first bucket's.
+                waits.add_metric(key, *_histogram([[0.0, max(runs - waited_runs, 0)], *wait_buckets], wait_seconds))
+        yield from (handled, errors, seconds, waits, depth, waited, up, lag, lags, sent, received, tensors)
+        yield from (old_sent, old_tensors, old_received)
 
 
-def _cumulative(buckets: list[list[float]]) -> list[tuple[str, float]]:
-    """Prometheus' cumulative ``le`` buckets from (upper bound, runs) pairs; a run counts under every bound above it."""
-    counts = [0.0] * len(LE_BOUNDS)
-    for upper, runs in buckets:
-        for index, bound in enumerate(LE_BOUNDS):
-            if upper <= bound:
-                counts[index] += runs
-                break
-    total = sum(runs for _, runs in buckets)
-    cumulative, seen = [], 0.0
-    for bound, count in zip(LE_BOUNDS, counts, strict=True):
+def _histogram(buckets: Iterable[list[Any]], total: float) -> tuple[list[tuple[str, float]], float]:
+    """Prometheus' cumulative ``le`` buckets, and the sum, from ``[upper bound in seconds, count]`` pairs.
+
+    Every bound the status carries is one of the fine ones, and every ``le``
+    bound is one of those too, so each count falls under exactly the ``le``
+    bounds at or above its own: the cumulative counts are exact. A bound of
+    None (the fine buckets' last) counts under ``+Inf`` only.
+    """
+    counts = [0.0] * (len(PROMETHEUS_BOUNDS_NS) + 1)  # by le bound, and past them all
+    for upper, count in buckets:
+        index = len(PROMETHEUS_BOUNDS_NS) if upper is None else bisect_left(PROMETHEUS_BOUNDS_NS, round(upper * 1e9))
+        counts[index] += count
+    cumulative: list[tuple[str, float]] = []
+    seen = 0.0
+    for label, count in zip(_LE_LABELS, counts, strict=False):
         seen += count
-        cumulative.append((repr(bound), seen))
-    cumulative.append(("+Inf", float(total)))
-    return cumulative
+        cumulative.append((label, seen))
+    cumulative.append(("+Inf", seen + counts[-1]))
+    return cumulative, total

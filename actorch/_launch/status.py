@@ -61,14 +61,16 @@ STATUS_PORT_ENV = "ACTORCH_STATUS_PORT"
 """Environment variable naming rank 0's status port (as ``run(status_port=...)``), or ``off`` for none."""
 STATUS_OFF = "off"
 """``ACTORCH_STATUS_PORT``'s value that serves no status (``actorch run --no-status``), as ``run(status=False)``."""
-STATUS_SCHEMA = 3
+STATUS_SCHEMA = 4
 """Version of the status JSON's fields (its ``schema`` field); docs/operations.md lists them.
 
 2 added each node's ``resources``, ``free``, ``held``, ``owner``, ``parent`` and ``pool``.
 3 added each node's ``loop``, each actor's ``handlers``, ``queued_seconds`` and
 ``queued_callers``, and the system's ``wait_cycles``.
+4 added each node's ``statistics.paths`` and ``loop.lags``, each endpoint's
+``waits``, and a last histogram bucket whose bound is null.
 """
-READABLE_SCHEMAS = (1, 2, 3)
+READABLE_SCHEMAS = (1, 2, 3, 4)
 """The versions ``actorch status`` reads: a system of the version before shows without the fields added since."""
 NODE_TIMEOUT = 2.0
 """Seconds a node has to answer a status request; one that does not is shown as not answering."""

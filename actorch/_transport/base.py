@@ -229,6 +229,8 @@ class Transport(ABC):
 
     rank: int
     world_size: int
+    paths: tuple[str, ...] = ()
+    """The paths its bundles take, as the byte counters name them (``lane``, ``torch_rpc``, ``in_process``)."""
 
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank = rank
@@ -248,6 +250,10 @@ class Transport(ABC):
 
         Replies on a bundle's response are not counted.
         """
+        self.bytes_sent_by_path = dict.fromkeys(self.paths, 0)
+        """Bytes of message envelopes and bodies sent, by the path they took (replies on a bundle's response too)."""
+        self.bytes_received_by_path = dict.fromkeys(self.paths, 0)
+        """Bytes of message envelopes and bodies received, by the path they came on (not the tensors)."""
         self.lost_in_thread: LostFn | None = None
         """Called from the transport's own threads the moment a peer is seen lost, before the loop hears.
 
@@ -307,8 +313,11 @@ class Transport(ABC):
         return None
 
     def path(self, dest: int, tensors: bool) -> str:
-        """The path a message to ``dest`` takes (with ``tensors`` of its own or not), as a trace names it."""
-        return "in-process"
+        """The path a message to ``dest`` takes (with ``tensors`` of its own or not): one of ``paths``, for a trace.
+
+        A transport of one path takes it for everything; one of several says which.
+        """
+        return self.paths[0] if self.paths else "none"
 
     def ask_off_loop(self, rank: int, question: str, timeout: float) -> Any:
         """Node ``rank``'s ``off_loop`` answer to ``question``, served there by a thread that needs no loop.
@@ -321,11 +330,12 @@ class Transport(ABC):
         raise UnsupportedError(f"{type(self).__name__} cannot ask node {rank} off its event loop")
 
     @abstractmethod
-    def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
+    def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> str | None:
         """Send one bundle to ``dest`` (never blocks); report failure through ``lost``.
 
         ``in_context``: it leaves in the thread's distributed autograd context
         (one call made in it); any other bundle mixes messages of any context.
+        Returns the path it took (one of ``paths``), None if it went nowhere.
         """
 
     def send(self, dest: int, message: bytes, tensors: list[torch.Tensor] | None = None) -> None:
@@ -367,13 +377,17 @@ class Transport(ABC):
         messages, tensors = bundle
         self.bundles_sent += 1
         self.messages_sent += len(messages)
-        self.bytes_sent[dest] = self.bytes_sent.get(dest, 0) + sum(map(len, messages))
+        size = sum(map(len, messages))
+        self.bytes_sent[dest] = self.bytes_sent.get(dest, 0) + size
         if tensors:
             # A tensor object that several messages of the bundle share is pickled, and sent, once.
             distinct = {id(tensor): tensor for side in tensors.values() for tensor in side}
-            size = sum(getattr(tensor, "nbytes", 0) for tensor in distinct.values())  # side lists hold RRefs too
-            self.tensor_bytes_sent[dest] = self.tensor_bytes_sent.get(dest, 0) + size
-        self._send_bundle(dest, bundle, in_context)
+            tensor_size = sum(getattr(tensor, "nbytes", 0) for tensor in distinct.values())  # side lists hold RRefs too
+            self.tensor_bytes_sent[dest] = self.tensor_bytes_sent.get(dest, 0) + tensor_size
+        path = self._send_bundle(dest, bundle, in_context)
+        if path is not None:
+            by_path = self.bytes_sent_by_path
+            by_path[path] = by_path.get(path, 0) + size
 
     def reply(self, dest: int, port: Port | None, message: bytes, tensors: list[torch.Tensor] | None) -> None:
         """Send a reply to ``dest``: on the bundle's response if its port is open, else on its own."""

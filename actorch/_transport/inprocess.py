@@ -75,6 +75,8 @@ class InProcessHub:
 class InProcessTransport(Transport):
     """Delivers bundles on the same loop, after the current iteration, in order."""
 
+    paths = ("in_process",)
+
     def __init__(self, hub: InProcessHub, rank: int) -> None:
         super().__init__(rank, hub.world_size)
         self._hub = hub
@@ -104,16 +106,18 @@ class InProcessTransport(Transport):
             raise ConnectionError(f"rank {rank} is not connected")
         return target.off_loop(question)
 
-    def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
+    def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> str | None:
         if self._hub.transports.get(self.rank) is not self:
             self._report_lost(dest, f"rank {dest} counts this node lost (it was cut off)")
-            return
+            return None
         target = self._hub.transports.get(dest)
         if target is None or target._receive is None:
             self._report_lost(dest, f"rank {dest} is not connected")
-            return
+            return None
         assert target._loop is not None
+        target.bytes_received_by_path["in_process"] += sum(map(len, bundle[0]))
         target._loop.call_soon(target._receive, self.rank, bundle, None)
+        return "in_process"
 
 
 def _check_rank(rank: object, world_size: int, what: str) -> None:

@@ -169,7 +169,7 @@ async def test_system_trace_records_calls_tells_handlers_and_waits_on_every_node
     assert (0, "actor 'c' (Hop) on node 0", "relay") in handlers
     assert (1, "actor 'a' (Hop) on node 1", "note") in handlers
     paths = {e["args"]["path"] for e in document["traceEvents"] if e.get("cat") == "call"}
-    assert paths == {"in-process"}  # nodes of one process, no local call: the chain crosses nodes
+    assert paths == {"in_process"}  # nodes of one process, no local call: the chain crosses nodes
     assert any(e["ph"] == "b" and e["name"].startswith("mailbox of actor Busy") for e in document["traceEvents"])
     for start, finish in flows(document):
         assert finish["ts"] >= start["ts"]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from _mp import REPO, SCRIPTS, Script, free_port, run_argv, script_env, wait_for_file
+from prometheus_client.parser import text_string_to_metric_families
 
 from actorch._launch import cli, cli_run, runner
 from actorch._launch.options import SystemOptions, recording, status_address
@@ -530,7 +531,7 @@ def test_status_finds_watches_and_scrapes_a_live_system_and_ctrl_c_ends_it(tmp_p
         assert watched.stdout.count("nodes (2)") == 3
 
         raw = json.loads(actorch_cli("status", "--json").stdout)
-        assert raw["schema"] == 3
+        assert raw["schema"] == 4
         assert [node["rank"] for node in raw["nodes"]] == [0, 1]
         counters = {actor["name"]: actor for node in raw["nodes"] for actor in node["actors"]}
         for counter in counters.values():
@@ -545,12 +546,30 @@ def test_status_finds_watches_and_scrapes_a_live_system_and_ctrl_c_ends_it(tmp_p
         url = f"http://{address}"
         with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
             metrics = answer.read().decode()
-        assert 'actorch_messages_handled_total{actor_class="Counter",endpoint="add",node="1"}' in metrics
-        assert 'actorch_handler_errors_total{actor_class="Counter",endpoint="explode",node="0"} 1.0' in metrics
-        assert 'actorch_handler_seconds_bucket{actor_class="Counter",endpoint="add",le="+Inf",node="0"}' in metrics
-        assert 'actorch_node_up{node="1"} 1.0' in metrics
-        assert "actorch_mailbox_depth{" in metrics
-        assert 'actorch_bytes_received_total{node="0"}' in metrics
+        samples = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(metrics)
+            for sample in family.samples
+        }
+        counter1 = (("actor", "ops/counter1"), ("actor_class", "Counter"), ("node", "1"))
+        assert samples["actorch_messages_handled_total", (*counter1[:2], ("endpoint", "add"), counter1[2])] >= 20
+        explode0 = (("actor", "ops/counter0"), ("actor_class", "Counter"), ("endpoint", "explode"), ("node", "0"))
+        assert samples["actorch_handler_errors_total", explode0] == 1
+        add1 = (*counter1[:2], ("endpoint", "add"), counter1[2])
+        assert samples["actorch_handler_seconds_count", add1] >= 20
+        assert samples["actorch_handler_seconds_bucket", (*add1[:3], ("le", "+Inf"), add1[3])] >= 20
+        assert 0 < samples["actorch_handler_seconds_sum", add1] < 20.0
+        assert samples["actorch_mailbox_wait_seconds_count", counter1] >= 21  # every run of its endpoints
+        assert samples["actorch_mailbox_depth", counter1] >= 0
+        assert samples["actorch_node_up", (("node", "1"),)] == 1
+        for rank in ("0", "1"):
+            for path in ("lane", "torch_rpc"):  # the tensors went by torch RPC, and their replies came back on it
+                assert samples["actorch_sent_bytes_total", (("node", rank), ("path", path))] > 0
+                assert samples["actorch_received_bytes_total", (("node", rank), ("path", path))] > 0
+            assert samples["actorch_bytes_received_total", (("node", rank),)] > 0  # a deprecated alias
+            assert samples["actorch_event_loop_lag_seconds", (("node", rank),)] >= 0
+            assert samples["actorch_event_loop_probe_lag_seconds_count", (("node", rank),)] >= 1
+        assert samples["actorch_sent_tensor_bytes_total", (("node", "0"),)] >= 16384 * 4  # to ops/counter1
 
         for method, path, code in (("POST", "/status", 405), ("GET", "/spawn", 404), ("DELETE", "/metrics", 405)):
             with pytest.raises(urllib.error.HTTPError) as refused:

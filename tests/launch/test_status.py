@@ -17,43 +17,11 @@ import structlog
 from actors import Counter
 
 import actorch
-from actorch._engine.metrics import EndpointStats, bucket_of, bucket_upper
 from actorch._launch import run as run_module
 from actorch._launch.cli_tables import status_tables
-from actorch._launch.prometheus import LE_BOUNDS, metrics_text
+from actorch._launch.prometheus import metrics_text
 from actorch._launch.status import STATUS_SCHEMA, StatusServer, gather_status
 from actorch.testing import LocalWorld
-
-
-@pytest.mark.parametrize("ns", [0, 1, 7, 8, 9, 15, 16, 1000, 1023, 1024, 123_456_789, 10**12])
-def test_a_duration_falls_in_a_bucket_whose_bound_holds_it_within_a_quarter_octave(ns: int) -> None:
-    upper = bucket_upper(bucket_of(ns))
-    assert ns <= upper
-    assert upper <= max(ns * 1.25, ns + 1)
-
-
-def test_buckets_grow_with_the_duration() -> None:
-    buckets = [bucket_of(ns) for ns in range(1, 100_000, 37)]
-    assert buckets == sorted(buckets)
-
-
-def test_endpoint_stats_count_runs_errors_and_quantiles() -> None:
-    stats = EndpointStats()
-    assert stats.quantile(0.5) is None
-    for _ in range(98):
-        stats.record(1_000, False)
-    stats.record(1_000_000, True)
-    stats.record(50_000_000, False, count=3)  # a batch of 3 in one run
-    assert stats.calls == 102
-    assert stats.errors == 1
-    assert stats.quantile(0.5) == pytest.approx(1e-6, rel=0.25)
-    assert stats.quantile(0.99) == pytest.approx(1e-3, rel=0.25)
-    assert stats.quantile(1.0) == pytest.approx(5e-2, rel=0.25)
-    snapshot = stats.snapshot()
-    assert snapshot["calls"] == 102
-    assert snapshot["seconds"] == pytest.approx((98_000 + 1_000_000 + 50_000_000) / 1e9)
-    assert sum(runs for _, runs in snapshot["buckets"]) == 100
-    json.dumps(snapshot)  # it travels as plain data
 
 
 async def test_every_handled_message_is_counted_under_its_endpoint(world: LocalWorld, on: int) -> None:
@@ -117,32 +85,6 @@ async def test_the_status_server_answers_get_status_and_metrics_and_refuses_the_
         assert (await _request(server.port, b"garbage"))[0] == 400
     finally:
         await server.close()
-
-
-def test_histogram_buckets_are_cumulative_for_prometheus() -> None:
-    status: dict[str, Any] = {
-        "nodes": [
-            {
-                "rank": 0,
-                "statistics": {"bytes_sent": 1, "tensor_bytes_sent": 2, "bytes_received": 3},
-                "actors": [
-                    {
-                        "label": "a",
-                        "class": "C",
-                        "queued": 4,
-                        "endpoints": {"e": {"calls": 3, "errors": 0, "seconds": 0.3, "buckets": [[2e-5, 2], [0.2, 1]]}},
-                    }
-                ],
-            }
-        ]
-    }
-    text = metrics_text(status).decode()
-    assert f'actorch_handler_seconds_bucket{{actor_class="C",endpoint="e",le="{LE_BOUNDS[0]!r}",node="0"}} 0.0' in text
-    assert 'actorch_handler_seconds_bucket{actor_class="C",endpoint="e",le="5e-05",node="0"} 2.0' in text
-    assert 'actorch_handler_seconds_bucket{actor_class="C",endpoint="e",le="0.5",node="0"} 3.0' in text
-    assert 'actorch_handler_seconds_bucket{actor_class="C",endpoint="e",le="+Inf",node="0"} 3.0' in text
-    assert 'actorch_mailbox_depth{actor="a",node="0"} 4.0' in text
-    assert 'actorch_tensor_bytes_sent_total{node="0"} 2.0' in text
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
 """A system to watch from outside: ``actorch run -n 2 ops.py TMPDIR``, or ``python ops.py TMPDIR 2``.
 
-Rank 0 spawns a few actors, calls them (each counter's ``explode`` raises once),
-writes ``TMPDIR/ready`` and keeps the system up until ``TMPDIR/done`` appears
-(60 s at most), calling all along so that rates are not zero.
+Rank 0 spawns a few actors, calls them (each counter's ``explode`` raises once,
+each ``echo`` carries a tensor too large to ride inside its message), writes
+``TMPDIR/ready`` and keeps the system up until ``TMPDIR/done`` appears (60 s
+at most), calling all along so that rates are not zero.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 from actors import Counter, emit
 
 import actorch
@@ -28,6 +30,7 @@ async def main(system: actorch.ActorSystem) -> str:
             await counter.call(Counter.add)
         with contextlib.suppress(Exception):  # the error is what the status must count
             await counter.call(Counter.explode, "on purpose")
+        await counter.call(Counter.echo, torch.zeros(16384))  # torch RPC carries it, not the lane
     emit("started", world_size=system.world_size, nodes=[info.rank for info in system.nodes])
     (TMP / "ready").write_text("ready")
     deadline = time.monotonic() + 60

@@ -74,6 +74,9 @@ class LoneTransport(Transport):
         world.on_joined = self._joined
         world.lost_in_thread = self.lost_in_thread
         world.off_loop = self.off_loop
+        # One set of byte counters: bundles leave through this transport's dispatch but arrive through the world.
+        self.bytes_sent_by_path = world.bytes_sent_by_path
+        self.bytes_received_by_path = world.bytes_received_by_path
         await world.start()
         self._world = world
 
@@ -140,8 +143,8 @@ class LoneTransport(Transport):
         if self._world is not None:
             self._world.stop_admitting()
 
-    def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
+    def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> str | None:
         if self._world is None:
             self._report_lost(dest, f"rank {dest} is not a node of this world")
-            return
-        self._world._send_bundle(dest, bundle, in_context)
+            return None
+        return self._world._send_bundle(dest, bundle, in_context)

@@ -33,6 +33,7 @@ its own, with that state as a record it shares.
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import threading
 import time
@@ -73,6 +74,8 @@ _LOST = -1  # inbox item: the peer is gone
 _UNORDERED = -2  # inbox item: replies that came back on a bundle's response
 _REFUSED = -3  # inbox item: a bundle from a lost or unknown node was refused
 _JOINED = -4  # inbox item: a node joined the world (elastic systems)
+_TORCH_RPC = "torch_rpc"  # the paths a bundle takes, as the byte counters name them
+_LANE = "lane"
 EXPELLED = "actorch:expelled"
 """A bundle's or ping's answer from a node that counts the sender lost (or does not know it)."""
 
@@ -197,6 +200,8 @@ def tensorpipe_options(options: RpcOptions, device_maps: dict[int, dict[str, str
 
 class RpcTransport(Transport):
     """Talks torch RPC to the other ranks of a world (static here; see ``elastic`` for one that grows)."""
+
+    paths = (_TORCH_RPC, _LANE)
 
     def route(self, dest: int) -> TensorRoute:
         """How tensors reach ``dest``: the CUDA devices this rank's device map carries there directly."""
@@ -527,7 +532,7 @@ class RpcTransport(Transport):
         lane = self._lane
         return "lane" if lane is not None and not tensors and dest in lane.outbound else "torch_rpc"
 
-    def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> None:
+    def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> str | None:
         lane = self._lane
         if lane is not None and not bundle[1] and not in_context:
             next_seq = self._links.next_seq
@@ -535,22 +540,21 @@ class RpcTransport(Transport):
             if seq is not None and dest not in self._lost_ranks and lane.send(dest, seq, bundle[0]):
                 next_seq[dest] = seq + 1
                 self.lane_bundles_sent += 1
-                return
+                return _LANE
         if in_context or current_context_id() == NO_CONTEXT:
-            self._rpc_bundle(dest, bundle)
-            return
+            return self._rpc_bundle(dest, bundle)
         # A bundle mixes messages of any context: none may record it, whatever the thread holds.
         previous = force_context_id(NO_CONTEXT)
         try:
-            self._rpc_bundle(dest, bundle)
+            return self._rpc_bundle(dest, bundle)
         finally:
             force_context_id(previous)
 
-    def _rpc_bundle(self, dest: int, bundle: Bundle) -> None:
+    def _rpc_bundle(self, dest: int, bundle: Bundle) -> str | None:
         next_seq = self._links.next_seq
         seq = next_seq.get(dest)
         if seq is None or dest in self._lost_ranks:
-            return  # lost or gone: the node above fails what waits for it
+            return None  # lost or gone: the node above fails what waits for it
         next_seq[dest] = seq + 1
         messages, tensors = bundle
         size = _size_of(bundle)
@@ -564,8 +568,9 @@ class RpcTransport(Transport):
             sent = rpc.rpc_async(to, _inbound, args=(self.rank, seq, messages, tensors), timeout=0)
         except Exception as exc:  # noqa: BLE001 - any failure to send means the link is gone
             self._peer_lost(dest, f"send failed: {exc}")
-            return
+            return None
         sent.add_done_callback(self._sent_callback(dest, size))
+        return _TORCH_RPC
 
     def ask_off_loop(self, rank: int, question: str, timeout: float) -> Any:
         """Node ``rank``'s answer to ``question``, from one of its torch RPC threads (never its loop)."""
@@ -642,7 +647,8 @@ class RpcTransport(Transport):
                     response.set_result(EXPELLED)
             self._receive(src, payload, None)
             return
-        if seq == _UNORDERED:
+        if seq == _UNORDERED:  # replies that came back on a bundle's response
+            self.bytes_received_by_path[_TORCH_RPC] += sum(map(len, payload[0]))
             self._receive(src, payload, None)
             return
         why = self._links.arrived(src, seq, payload)  # in link order, now or once the bundles before it came
@@ -653,9 +659,22 @@ class RpcTransport(Transport):
     def _deliver(self, src: int, payload: tuple[Bundle, torch.futures.Future[Any] | None, int]) -> None:
         """Hand a bundle whose turn came to the node, with a port on its response if it has one."""
         bundle, response, context_id = payload
-        port = None if response is None else Port(self._inbox_loop, response.set_result, context_id)
+        received = self.bytes_received_by_path
+        if response is None:  # it came on the lane
+            received[_LANE] += sum(map(len, bundle[0]))
+            port = None
+        else:
+            received[_TORCH_RPC] += sum(map(len, bundle[0]))
+            port = Port(self._inbox_loop, functools.partial(self._respond, response), context_id)
         assert self._receive is not None
         self._receive(src, bundle, port)
+
+    def _respond(self, response: torch.futures.Future[Any], replies: Bundle) -> None:
+        """Send ``replies`` back on a received bundle's response (counted as bytes sent by torch RPC)."""
+        messages = replies[0]
+        if messages:
+            self.bytes_sent_by_path[_TORCH_RPC] += sum(map(len, messages))
+        response.set_result(replies)
 
     def _peer_lost(self, rank: int, why: str) -> None:
         if self._closing or rank in self._lost_ranks or rank in self._gone:
