@@ -416,7 +416,8 @@ class ActorSystem(metaclass=NoPublicConstructorABC):
 
         Yields:
             The ``Timeline``: ``path`` and ``settings`` at once; ``events``,
-            ``dropped`` and ``lost`` once the block has ended and it is written.
+            ``dropped`` and ``missing`` (nodes lost, or not answering within
+            10 s) once the block has ended and it is written.
 
         Raises:
             ValueError: ``sample`` or ``max_events`` is out of range.

@@ -4,12 +4,15 @@ The node that traces asks every node's service to start recording, and when
 the block ends, reads each node's clock (round trips, for nodes on other
 machines), stops every node, merges their parts (``timeline``) and writes the
 file: Chrome Trace Event JSON, which ui.perfetto.dev and chrome://tracing
-open. Nodes that join while it runs are not traced; a node lost meanwhile is
-named in the file's metadata, its part missing.
+open. Nodes that join while it runs are not traced; a node lost meanwhile, or
+one that does not answer within ``ANSWER_TIMEOUT`` (its event loop blocked),
+is named in the file's metadata, its part missing: the trace never holds the
+program up for long.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import tempfile
@@ -29,14 +32,15 @@ from actorch._transport.base import NodeInfo
 
 if TYPE_CHECKING:
     from actorch._actors.node.host import ActorHost
-    from actorch._actors.ref import ActorRef
 
-__all__ = ["PROBES", "record_timeline"]
+__all__ = ["ANSWER_TIMEOUT", "PROBES", "record_timeline"]
 
 log = structlog.get_logger("actorch")
 
 PROBES = 5
 """Round trips that read the clock of a node on another machine; the shortest gives its offset."""
+ANSWER_TIMEOUT = 10.0
+"""Seconds a node has to start recording, to hand over what it recorded, or to read its clock."""
 
 
 @asynccontextmanager
@@ -60,11 +64,30 @@ async def record_timeline(
     started: list[NodeInfo] = []
     try:
         for info in nodes:
-            await host.services[info.rank].call(NodeService.trace_start, settings.sample, settings.max_events)
-            started.append(info)
+            answered, _ = await _ask(
+                host, info, timeline, NodeService.trace_start, settings.sample, settings.max_events
+            )
+            if answered:
+                started.append(info)
         yield timeline
     finally:
         await _write(host, started[::-1], timeline)
+
+
+async def _ask(host: ActorHost, info: NodeInfo, timeline: Timeline, endpoint: Any, *args: Any) -> tuple[bool, Any]:
+    """Call ``endpoint`` of node ``info``'s service within ``ANSWER_TIMEOUT``: ``(True, answer)`` or ``(False, None)``.
+
+    A node that is lost or does not answer (its event loop is blocked) is
+    left out of the timeline, named in its ``missing``, with a warning.
+    """
+    try:
+        async with asyncio.timeout(ANSWER_TIMEOUT):
+            return True, await host.services[info.rank].call(endpoint, *args)
+    except (ActorchError, TimeoutError) as exc:
+        why = str(exc) if isinstance(exc, ActorchError) else f"no answer within {ANSWER_TIMEOUT:g} s"
+        log.warning("trace part missing", node=host.rank, peer=info.rank, why=why)
+        timeline.missing.append(info.rank)
+        return False, None
 
 
 def _live(host: ActorHost) -> list[NodeInfo]:
@@ -77,20 +100,22 @@ async def _write(host: ActorHost, nodes: list[NodeInfo], timeline: Timeline) -> 
     me = next((info for info in nodes if info.rank == host.rank), None)
     parts: list[NodePart] = []
     for info in nodes:
-        service = host.services[info.rank]
-        try:
-            found = await service.call(NodeService.trace_stop)
-            same = _same_clock(me, info)
-            probes = [] if same else [await _probe(service) for _ in range(PROBES)]
-        except ActorchError as exc:
-            log.warning("trace part missing", node=host.rank, peer=info.rank, why=str(exc))
-            timeline.lost.append(info.rank)
+        answered, found = await _ask(host, info, timeline, NodeService.trace_stop)
+        if not answered or found is None:
             continue
-        if found is None:
-            continue
+        same = _same_clock(me, info)
+        probes: list[ClockProbe] = []
+        for _ in range(0 if same else PROBES):
+            sent = time.perf_counter_ns()
+            answered, remote = await _ask(host, info, timeline, NodeService.trace_clock)
+            if not answered:
+                break
+            probes.append(ClockProbe(sent, remote, time.perf_counter_ns()))
+        if not same and not probes:
+            continue  # its part cannot be put on this node's clock
         parts.append(NodePart(info.rank, info.host, info.pid, found["events"], found["dropped"], same, probes))
     align(parts, reference=host.rank)
-    meta = {"traced_from": host.rank, "sample": timeline.settings.sample, "lost": timeline.lost}
+    meta = {"traced_from": host.rank, "sample": timeline.settings.sample, "missing": timeline.missing}
     document = merge(parts, meta=meta)
     timeline.events = sum(len(part.events) for part in parts)
     timeline.dropped = sum(part.dropped for part in parts)
@@ -99,12 +124,6 @@ async def _write(host: ActorHost, nodes: list[NodeInfo], timeline: Timeline) -> 
         log.warning(
             "trace kept only max_events per node", node=host.rank, dropped=timeline.dropped, path=str(timeline.path)
         )
-
-
-async def _probe(service: ActorRef[NodeService]) -> ClockProbe:
-    sent = time.perf_counter_ns()
-    remote = await service.call(NodeService.trace_clock)
-    return ClockProbe(sent, remote, time.perf_counter_ns())
 
 
 def _same_clock(me: NodeInfo | None, other: NodeInfo) -> bool:

@@ -71,14 +71,14 @@ class Timeline:
         settings: What it keeps (sample, max_events).
         events: Spans written (calls, tells, handler runs, mailbox waits), once written.
         dropped: Events nodes counted but did not keep (past ``max_events``), once written.
-        lost: Nodes lost while it ran, whose part is missing.
+        missing: Nodes whose part is missing: lost, or not answering in time.
     """
 
     path: Path
     settings: TraceSettings
     events: int = 0
     dropped: int = 0
-    lost: list[int] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)
 
 
 def offset_from_probes(probes: Sequence[ClockProbe]) -> tuple[int, int, int]:

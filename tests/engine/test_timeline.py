@@ -8,9 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from traced import Busy, Hop
 
 import actorch
+from actorch._actors import tracing
+from actorch._actors.node.service import NodeService
+from actorch._engine.system_ids import SERVICE_ID
 from actorch._engine.timeline import ClockProbe, NodePart, align, flows, merge, offset_from_probes
 from actorch._engine.tracing import CALL_SPAN, HANDLER_SPAN, WAIT_SPAN, NodeTrace, TraceSettings, flow_id
 from actorch._launch.options import TRACE_ENV, SystemOptions, launcher_environment, trace_path
@@ -157,7 +161,7 @@ async def test_system_trace_records_calls_tells_handlers_and_waits_on_every_node
     document = json.loads(path.read_text())
     assert timeline.events == len([e for e in document["traceEvents"] if e["ph"] in "Xb"]) > 0
     assert timeline.dropped == 0
-    assert timeline.lost == []
+    assert timeline.missing == []
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in document["traceEvents"] if e["name"] == "thread_name"}
     handlers = [
         (e["pid"] - 1, names[(e["pid"], e["tid"])], e["name"])
@@ -240,3 +244,28 @@ def test_start_takes_no_trace_and_run_refuses_a_missing_directory_before_startin
 
     with pytest.raises(FileNotFoundError, match="its directory does not exist; nothing started"):
         actorch.run(main, trace=tmp_path / "missing" / "t.json", configure_logs=False)
+
+
+async def test_a_node_lost_or_not_answering_is_left_out_of_the_timeline_and_named(
+    world: LocalWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    system = world[0]
+    c = await system.spawn(Hop, name="c", on=0)
+    path = tmp_path / "missing.json"
+    monkeypatch.setattr(tracing, "ANSWER_TIMEOUT", 0.2)
+
+    async def never(self: NodeService) -> None:
+        await asyncio.sleep(3600)  # as a node whose event loop is blocked would not answer
+
+    endpoints = world._hosts[1].node.cell(SERVICE_ID).endpoints  # node 1's service, as built
+    monkeypatch.setitem(endpoints, "trace_stop", never)
+    with structlog.testing.capture_logs() as logs:
+        async with system.trace(path) as timeline:
+            await c.call(Hop.relay, 1)
+            world.kill(2)
+    assert sorted(timeline.missing) == [1, 2]
+    document = json.loads(path.read_text())
+    assert sorted(document["otherData"]["missing"]) == [1, 2]
+    assert sorted(document["otherData"]["nodes"]) == ["0"]
+    missing = [entry for entry in logs if entry["event"] == "trace part missing"]
+    assert {entry["peer"]: "no answer within 0.2 s" in entry["why"] for entry in missing} == {1: True, 2: False}

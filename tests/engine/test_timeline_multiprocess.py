@@ -88,7 +88,7 @@ def check_chain(document: dict[str, Any], chain: dict[str, Any]) -> None:
     items = spans(document, "item")
     assert [item["args"]["index"] for item in items] == [0, 1, 2, 3, 4]
     assert all(on_track(document, item) == "actor 'b' (Hop) on node 2" for item in items)
-    assert document["otherData"]["lost"] == []
+    assert document["otherData"]["missing"] == []
     assert all(node["offset_ns"] == 0 for node in document["otherData"]["nodes"].values())  # one machine, one clock
 
 
@@ -134,5 +134,5 @@ def test_a_sampled_trace_keeps_whole_calls_only(tmp_path: Path) -> None:
     assert document["otherData"]["sample"] == 0.3
     timeline = run.result("timeline")
     assert timeline["dropped"] == 0
-    assert timeline["lost"] == []
+    assert timeline["missing"] == []
     assert timeline["events"] == len([event for event in document["traceEvents"] if event["ph"] in "Xb"])

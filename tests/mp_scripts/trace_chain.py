@@ -27,7 +27,7 @@ async def main(system: actorch.ActorSystem) -> None:
     if SAMPLE < 1:
         async with system.trace(PATH, sample=SAMPLE) as timeline:
             await chain(system)
-        emit("timeline", events=timeline.events, dropped=timeline.dropped, lost=timeline.lost)
+        emit("timeline", events=timeline.events, dropped=timeline.dropped, missing=timeline.missing)
     else:
         await chain(system)
 
