@@ -114,12 +114,11 @@ async def _write(host: ActorHost, nodes: list[NodeInfo], timeline: Timeline) -> 
         if not same and not probes:
             continue  # its part cannot be put on this node's clock
         parts.append(NodePart(info.rank, info.host, info.pid, found["events"], found["dropped"], same, probes))
-    align(parts, reference=host.rank)
     meta = {"traced_from": host.rank, "sample": timeline.settings.sample, "missing": timeline.missing}
-    document = merge(parts, meta=meta)
     timeline.events = sum(len(part.events) for part in parts)
     timeline.dropped = sum(part.dropped for part in parts)
-    _write_json(timeline.path, document)
+    # Off the loop: a long trace takes seconds to merge and write, while the node keeps serving.
+    await asyncio.to_thread(_merge_and_write, parts, host.rank, meta, timeline.path)
     if timeline.dropped:
         log.warning(
             "trace kept only max_events per node", node=host.rank, dropped=timeline.dropped, path=str(timeline.path)
@@ -133,6 +132,12 @@ def _same_clock(me: NodeInfo | None, other: NodeInfo) -> bool:
     if me.process is not None and other.process is not None:
         return me.process.partition("/")[0] == other.process.partition("/")[0]
     return me.host == other.host and me.pid == other.pid
+
+
+def _merge_and_write(parts: list[NodePart], reference: int, meta: dict[str, Any], path: Path) -> None:
+    """Align the parts' clocks to node ``reference``'s, merge them and write the document to ``path``."""
+    align(parts, reference=reference)
+    _write_json(path, merge(parts, meta=meta))
 
 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
