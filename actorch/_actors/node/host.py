@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, TypeVar
 
 from actorch._actors.actor import class_path
 from actorch._actors.events import EventHub
@@ -42,6 +42,8 @@ LEAVE_CALL_TIMEOUT = 5.0
 """Seconds a leaving node waits for each other node to hear that it leaves, and that it has left."""
 
 
+S = TypeVar("S")
+
 class ServiceRefs(dict[int, ActorRef[NodeService]]):
     """Refs to every node's service, by rank; one is made the first time a rank is asked for."""
 
@@ -70,6 +72,7 @@ class ActorHost:
         self.registry: ActorRef[Registry] = make_ref(self.node.caller, 0, REGISTRY_ID, None, class_path(Registry))
         self.leaving: set[int] = set()  # nodes leaving the system (this one too, once it leaves): no spawns there
         self.lifecycle = ActorLifecycle(self.node, config, bind, self.registry, self.leaving)
+        self._rank0: tuple[Registry, Relocator] | None = None  # on rank 0, once built: its registry and relocator
         self.cache = NameCache()
         self.events = EventHub()
         self.process_groups = ProcessGroups(self.node)
@@ -95,6 +98,15 @@ class ActorHost:
         if self.rank == 0:
             await build(SpawnRequest(class_path(Registry), (self.services,)), system_id=REGISTRY_ID)
             await build(SpawnRequest(class_path(Relocator), (self,)), system_id=RELOCATOR_ID)
+            self._rank0 = (self._built(REGISTRY_ID, Registry), self._built(RELOCATOR_ID, Relocator))
+
+    def _built(self, actor_id: int, cls: type[S]) -> S:
+        """The instance of system actor ``actor_id`` this host just built (system actors are never restarted)."""
+        cell = self.node.cell(actor_id)
+        instance = None if cell is None else cell.instance
+        if not isinstance(instance, cls):
+            raise RuntimeError(f"system actor {actor_id} on node {self.rank} is not a {cls.__name__}: {instance!r}")
+        return instance
 
     # ------------------------------------------------------------------ actors, as the node service asks
 
@@ -215,15 +227,16 @@ class ActorHost:
             self._ended.set()
 
     def _drop_names(self, rank: int, reason: str) -> None:
-        """On rank 0, drop every name of node ``rank`` from the registry, but those of actors it relocates."""
-        if self.rank == 0 and not self.node.closed:
-            cell = self.node.cell(REGISTRY_ID)
-            relocator = self.node.cell(RELOCATOR_ID)
-            moving: list[str] = []
-            if reason == "node_lost" and relocator is not None and isinstance(relocator.instance, Relocator):
-                moving = relocator.instance.node_lost(rank)
-            if cell is not None and isinstance(cell.instance, Registry):
-                cell.instance.drop_rank(rank, reason, hold=moving)
+        """On rank 0, drop every name of node ``rank`` from the registry, but those of actors it relocates.
+
+        Not through calls: the relocator reserves the names of the actors it
+        moves, and the registry drops the rest, as this node hears of the
+        loss, so that no lookup in between finds a relocating actor gone.
+        """
+        if self._rank0 is not None and not self.node.closed:
+            registry, relocator = self._rank0
+            moving = relocator.node_lost(rank) if reason == "node_lost" else []
+            registry.drop_rank(rank, reason, hold=moving)
 
     def _on_peer_joined(self, info: NodeInfo) -> None:
         self.services.meet(info.rank)
