@@ -442,9 +442,15 @@ def test_rank_zero_listens_on_loopback_only_by_default(two_worlds: Finished) -> 
     assert not elsewhere, f"rank 0 listens beyond loopback: {elsewhere}"
 
 
-@pytest.mark.timeout(90)
-def test_a_tensor_off_the_cpu_is_refused_under_strict_devices_and_the_node_keeps_serving() -> None:
-    run = run_script("devices.py", "strict", timeout=75)
+@pytest.fixture(scope="module")
+def devices() -> Finished:
+    """One run of ``devices.py both``: the strict world, then the staged one, in one process."""
+    return run_script("devices.py", "both", timeout=120)
+
+
+@pytest.mark.timeout(150)
+def test_a_tensor_off_the_cpu_is_refused_under_strict_devices_and_the_node_keeps_serving(devices: Finished) -> None:
+    run = devices
     run.assert_clean_exit(0)
     r = run.result("strict")
     argument = assert_raised(r["argument"], "SerializationError", "ActorchError")
@@ -462,9 +468,9 @@ def test_a_tensor_off_the_cpu_is_refused_under_strict_devices_and_the_node_keeps
     assert r["lost"] == {}
 
 
-@pytest.mark.timeout(90)
-def test_a_tensor_no_map_covers_is_staged_between_processes_to_the_receiving_actors_device() -> None:
-    run = run_script("devices.py", "staged", timeout=75)
+@pytest.mark.timeout(150)
+def test_a_tensor_no_map_covers_is_staged_between_processes_to_the_receiving_actors_device(devices: Finished) -> None:
+    run = devices
     run.assert_clean_exit(0)
     r = run.result("staged")
     assert r["devices"] == [["cuda:0", "cuda:1"], ["cuda:0", "cuda:1"]]
