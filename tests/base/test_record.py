@@ -227,9 +227,10 @@ def test_a_run_records_itself_and_history_shows_it_even_after_kill_9_of_rank_0(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ACTORCH_RUNS_DIR", str(tmp_path))
-    ok = run_script("recorded.py", "ok", timeout=120)
+    ok = run_script("recorded.py", "ok-off", timeout=120)  # then a second run with record=False
     assert ok.returncode == 0, ok.report()
-    [done] = runs(tmp_path)
+    assert ok.stdout.count("RESULT 42") == 2, ok.report()  # both runs went through
+    [done] = runs(tmp_path)  # record=False wrote nothing
     assert (done.outcome, sorted(done.nodes), done.script.endswith("recorded.py")) == ("ok", [0, 1], True)
     entries = read_run(done.path)
     events = [(entry["node"], entry["event"]) for entry in entries if entry["event"] != "status served"]
@@ -254,7 +255,3 @@ def test_a_run_records_itself_and_history_shows_it_even_after_kill_9_of_rank_0(
     assert "no end recorded: rank 0 was killed, or the run goes on" in shown.stdout
     assert "tell failed: ValueError: -1 is negative" in shown.stdout
     assert "run started" in shown.stdout
-
-    off = run_script("recorded.py", "off", timeout=120)
-    assert off.returncode == 0, off.report()
-    assert len(runs(tmp_path)) == 2, "record=False writes nothing"

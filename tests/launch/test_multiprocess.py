@@ -418,29 +418,39 @@ def test_normal_run_prints_no_cpp_or_gloo_warnings(basics: Finished) -> None:
     assert_no_torch_noise(basics)
 
 
+@pytest.fixture(scope="module")
+def two_worlds() -> Finished:
+    """One run of ``two_worlds.py`` shared by the tests of this module that read it."""
+    return run_script("two_worlds.py", timeout=75)
+
+
 @pytest.mark.timeout(90)
-def test_a_script_can_run_two_worlds_one_after_the_other() -> None:
-    run = run_script("two_worlds.py", timeout=75)
-    run.assert_clean_exit(0)
-    r = run.result("two_worlds")
+def test_a_script_can_run_two_worlds_one_after_the_other(two_worlds: Finished) -> None:
+    two_worlds.assert_clean_exit(0)
+    r = two_worlds.result("two_worlds")
     assert r["first"]["value"] == r["second"]["value"] == 11
     assert r["first"]["worker_pid"] != r["second"]["worker_pid"]
 
 
 @pytest.mark.timeout(90)
-def test_rank_zero_listens_on_loopback_only_by_default() -> None:
-    run = run_script("two_worlds.py", timeout=75)
-    run.assert_clean_exit(0)
-    listening = run.result("two_worlds")["first"]["listening"]
+def test_rank_zero_listens_on_loopback_only_by_default(two_worlds: Finished) -> None:
+    two_worlds.assert_clean_exit(0)
+    listening = two_worlds.result("two_worlds")["first"]["listening"]
     assert listening, "rank 0 should be listening for its peers"
     loopback = "0100007F"  # 127.0.0.1 as /proc/net/tcp prints it
     elsewhere = [address for address in listening if address.split(":")[0] != loopback]
     assert not elsewhere, f"rank 0 listens beyond loopback: {elsewhere}"
 
 
-@pytest.mark.timeout(90)
-def test_a_tensor_off_the_cpu_is_refused_under_strict_devices_and_the_node_keeps_serving() -> None:
-    run = run_script("devices.py", "strict", timeout=75)
+@pytest.fixture(scope="module")
+def devices() -> Finished:
+    """One run of ``devices.py both``: the strict world, then the staged one, in one process."""
+    return run_script("devices.py", "both", timeout=120)
+
+
+@pytest.mark.timeout(150)
+def test_a_tensor_off_the_cpu_is_refused_under_strict_devices_and_the_node_keeps_serving(devices: Finished) -> None:
+    run = devices
     run.assert_clean_exit(0)
     r = run.result("strict")
     argument = assert_raised(r["argument"], "SerializationError", "ActorchError")
@@ -458,9 +468,9 @@ def test_a_tensor_off_the_cpu_is_refused_under_strict_devices_and_the_node_keeps
     assert r["lost"] == {}
 
 
-@pytest.mark.timeout(90)
-def test_a_tensor_no_map_covers_is_staged_between_processes_to_the_receiving_actors_device() -> None:
-    run = run_script("devices.py", "staged", timeout=75)
+@pytest.mark.timeout(150)
+def test_a_tensor_no_map_covers_is_staged_between_processes_to_the_receiving_actors_device(devices: Finished) -> None:
+    run = devices
     run.assert_clean_exit(0)
     r = run.result("staged")
     assert r["devices"] == [["cuda:0", "cuda:1"], ["cuda:0", "cuda:1"]]

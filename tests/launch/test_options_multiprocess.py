@@ -1,4 +1,9 @@
-"""run()'s options for long work, over real torch RPC: long handlers, rpc_timeout, setup, replies as they are ready."""
+"""run()'s options for long work, over real torch RPC: long handlers, rpc_timeout, setup, replies as they are ready.
+
+The tests of a handler past the RPC timeout, of replies and of a failing set-up
+read one run of ``launch_options.py shared`` (their worlds, one after the other
+in one process); the others need a process of their own.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,26 @@ import re
 
 import pytest
 import torch
-from _mp import run_script
+from _mp import Finished, run_script
 
 pytestmark = [pytest.mark.multiprocess]
 
+FIRST_USE = 200  # pytest-timeout for tests that may run the shared script
 
-@pytest.mark.timeout(120)
-def test_handler_computing_past_the_rpc_timeout_answers_and_loses_no_node() -> None:
-    run = run_script("launch_options.py", "long", "6", "2", timeout=90.0)
+
+@pytest.fixture(scope="module")
+def shared() -> Finished:
+    """One run of ``launch_options.py shared``: long 6 2, replies, setup-fails."""
+    return run_script("launch_options.py", "shared", timeout=170.0)
+
+
+@pytest.mark.timeout(FIRST_USE)
+def test_handler_computing_past_the_rpc_timeout_answers_and_loses_no_node(shared: Finished) -> None:
+    run = shared  # the handler computes 6 s, past run(rpc_timeout=2)
     run.assert_clean_exit(0)
-    assert run.returned() == {"result": "done", "seconds": pytest.approx(6.0, abs=5.0), "lost": []}, run.report()
+    assert run.returned()["long"] == {"result": "done", "seconds": pytest.approx(6.0, abs=5.0), "lost": []}, (
+        run.report()
+    )
 
 
 @pytest.mark.slow
@@ -48,20 +63,20 @@ def test_setup_runs_on_every_node_before_its_actors_are_built() -> None:
     assert (returned["async"]["nodes"][1]["young"], returned["async"]["nodes"][1]["old"]) == (700, 10), returned
 
 
-@pytest.mark.timeout(120)
-def test_setup_that_raises_on_a_worker_stops_the_system_from_starting() -> None:
-    run = run_script("launch_options.py", "setup-fails", timeout=90.0)
+@pytest.mark.timeout(FIRST_USE)
+def test_setup_that_raises_on_a_worker_stops_the_system_from_starting(shared: Finished) -> None:
+    run = shared
     run.assert_clean_exit(0)
-    failed = run.returned()["failed"]
+    failed = run.returned()["setup-fails"]["failed"]
     assert failed["type"] == "RuntimeError"
     assert failed["message"] == "actor system failed to start: actorch-node1 exited with code 1"
 
 
-@pytest.mark.timeout(150)
-def test_replies_to_calls_sent_together_leave_as_each_is_ready_on_either_lane() -> None:
-    run = run_script("launch_options.py", "replies", timeout=120.0)
+@pytest.mark.timeout(FIRST_USE)
+def test_replies_to_calls_sent_together_leave_as_each_is_ready_on_either_lane(shared: Finished) -> None:
+    run = shared
     run.assert_clean_exit(0)
-    for lane, returned in run.returned().items():
+    for lane, returned in run.returned()["replies"].items():
         spans, arrived = returned["spans"], returned["arrived"]
         # the clock is the machine's: each reply reached the caller before the handler after next began
         assert arrived[0] < spans[2][0], (lane, returned)

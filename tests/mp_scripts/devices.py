@@ -1,7 +1,9 @@
 """Tensors off the CPU between real processes: refused under ``devices="strict"``, staged otherwise.
 
-Usage: ``python devices.py strict|staged``. A ``meta`` tensor stands for a GPU
-tensor: it is off the CPU and no device map covers it.
+Usage: ``python devices.py strict|staged|both``. A ``meta`` tensor stands for a
+GPU tensor: it is off the CPU and no device map covers it. ``both`` runs
+``strict``, then ``staged`` as a second world of the same process (in that
+order: ``staged`` installs the fake accelerator in rank 0's process too).
 
 - ``strict``: the real accelerator (no GPU here); every send of a meta tensor
   is refused where it is made, naming its path, and the link stays up.
@@ -91,7 +93,7 @@ async def staged(system: actorch.ActorSystem) -> None:
 
 
 if __name__ == "__main__":
-    if MODE == "strict":
+    if MODE in ("strict", "both"):
         actorch.run(strict, world_size=2, devices="strict")
-    else:
+    if MODE in ("staged", "both"):
         actorch.run(staged, world_size=2, setup=pretend_gpus, device_maps=None)

@@ -1,7 +1,9 @@
 """Elastic systems over real torch RPC: nodes join from other processes, leave, die and come back.
 
-Usage: ``python elastic.py grow|tokens|churn|agent|remote TMPDIR``. In
-``remote`` mode rank 0 listens on ``ELASTIC_HOST:ELASTIC_PORT`` and waits for a
+Usage: ``python elastic.py grow|tokens|churn|agent|shared|remote TMPDIR``.
+``shared`` runs ``grow``, ``churn`` and ``agent`` one after the other in one
+system of two (each starts from the launch's own two nodes), so that their
+tests pay for one start. In ``remote`` mode rank 0 listens on ``ELASTIC_HOST:ELASTIC_PORT`` and waits for a
 node labelled ``host-b`` that the test starts on another (namespace) host. Rank 0 starts an
 elastic system and launches each joiner as ``python joiner.py LABEL`` with the
 system's address and token in its environment, as a user would; a joiner's
@@ -309,8 +311,15 @@ async def remote(system: actorch.ActorSystem) -> dict[str, Any]:
     return {"main": "returned"}
 
 
+async def shared(system: actorch.ActorSystem) -> dict[str, Any]:
+    """``grow``, ``churn`` and ``agent`` in turn: each ends with only the launch's nodes 0 and 1 in the system."""
+    for mode in (grow, churn, agent):
+        await mode(system)
+    return {"main": "returned"}
+
+
 async def main(system: actorch.ActorSystem) -> dict[str, Any]:
-    modes = {"grow": grow, "tokens": tokens, "churn": churn, "agent": agent, "remote": remote}
+    modes = {"grow": grow, "tokens": tokens, "churn": churn, "agent": agent, "shared": shared, "remote": remote}
     try:
         return await modes[MODE](system)
     except BaseException:
@@ -321,7 +330,7 @@ async def main(system: actorch.ActorSystem) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sizes = {"grow": 2, "tokens": 1, "churn": 2, "agent": 2, "remote": 1}
+    sizes = {"grow": 2, "tokens": 1, "churn": 2, "agent": 2, "shared": 2, "remote": 1}
     where = {"host": os.environ["ELASTIC_HOST"], "port": int(os.environ["ELASTIC_PORT"])} if MODE == "remote" else {}
     result = actorch.run(main, world_size=sizes[MODE], elastic=True, stop_grace=1.5, lookup_timeout=10.0, **where)
     print("RETURNED", __import__("json").dumps(result), flush=True)

@@ -9,6 +9,9 @@ Usage:
     python launch_options.py log-level                    a handler failing on each node, in a run at debug level,
                                                           then in one at error level (stderr marks each), then
                                                           a run at a level that is none
+    python launch_options.py shared                       long 6 2, replies, then setup-fails, as worlds of one
+                                                          process (their tests pay for one rank 0), returning
+                                                          {"long": ..., "replies": ..., "setup-fails": ...}
 """
 
 from __future__ import annotations
@@ -86,10 +89,15 @@ def failing_setup(rank: int) -> None:
         raise RuntimeError("this node cannot be set up")
 
 
+SHARED_LONG = 6.0
+"""Seconds the handler of ``long`` computes in ``shared`` mode, past its RPC timeout of ``SHARED_RPC_TIMEOUT``."""
+SHARED_RPC_TIMEOUT = 2.0
+
+
 async def long(system: actorch.ActorSystem) -> dict[str, Any]:
     busy = await system.spawn(Busy, on=1)
     started = time.monotonic()
-    result = await busy.call(Busy.compute, float(sys.argv[2]))
+    result = await busy.call(Busy.compute, float(sys.argv[2]) if sys.argv[1] == "long" else SHARED_LONG)
     return {"result": result, "seconds": time.monotonic() - started, "lost": sorted(system.lost_nodes)}
 
 
@@ -112,23 +120,36 @@ async def replies(system: actorch.ActorSystem) -> dict[str, Any]:
     return {"spans": spans, "arrived": arrived, "lane_bundles": lanes}
 
 
+def setup_fails() -> dict[str, Any]:
+    try:
+        actorch.run(prepared, world_size=2, setup=failing_setup)
+    except Exception as exc:
+        return {"failed": describe(exc)}
+    return {"failed": None}
+
+
+def replies_both_ways() -> dict[str, Any]:
+    return {"lane": actorch.run(replies, world_size=2), "rpc": actorch.run(replies, world_size=2, fast_lane=False)}
+
+
 def main() -> None:
     mode = sys.argv[1]
     if mode == "long":
         timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
         value = actorch.run(long, world_size=2, rpc_timeout=timeout)
+    elif mode == "shared":
+        value = {
+            "long": actorch.run(long, world_size=2, rpc_timeout=SHARED_RPC_TIMEOUT),
+            "replies": replies_both_ways(),
+            "setup-fails": setup_fails(),  # last: nothing runs after a system that failed to start
+        }
     elif mode == "setup":
         value = {
             "sync": actorch.run(prepared, world_size=3, setup=setup),
             "async": actorch.run(prepared, world_size=2, setup=async_setup, tune_gc=False),
         }
     elif mode == "setup-fails":
-        try:
-            actorch.run(prepared, world_size=2, setup=failing_setup)
-        except Exception as exc:
-            value = {"failed": describe(exc)}
-        else:
-            value = {"failed": None}
+        value = setup_fails()
     elif mode == "log-level":
         value = {}
         for level in ("debug", "error"):
@@ -139,7 +160,7 @@ def main() -> None:
         except ValueError as exc:
             value["loud"] = str(exc)
     else:
-        value = {"lane": actorch.run(replies, world_size=2), "rpc": actorch.run(replies, world_size=2, fast_lane=False)}
+        value = replies_both_ways()
     print("RETURNED " + json.dumps(value), flush=True)
 
 

@@ -6,6 +6,8 @@ Modes:
     killed: the same up to the refused tell, then rank 0 kills itself with
         SIGKILL: the record must be readable up to the kill.
     off: as ``ok`` with ``record=False``: nothing may be written.
+    ok-off: ``ok``, then ``off`` in the same process (a second world, its
+        workers fresh), so that the test pays for one interpreter less.
 """
 
 from __future__ import annotations
@@ -39,4 +41,5 @@ async def main(system: actorch.ActorSystem) -> int:
 
 
 if __name__ == "__main__":
-    actorch.run(main, world_size=2, record=sys.argv[1] != "off", liveness_timeout=1.0)
+    for record in {"ok-off": [True, False], "off": [False]}.get(sys.argv[1], [True]):
+        actorch.run(main, world_size=2, record=record, liveness_timeout=1.0)

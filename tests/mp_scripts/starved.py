@@ -1,6 +1,7 @@
 """Live nodes that are slow, not dead: none may be counted lost (three processes, default liveness timeout 2.5 s).
 
-Usage: ``python starved.py late|held TMPDIR``:
+Usage: ``python starved.py late|held|both TMPDIR`` (``both``: ``late``, then
+``held`` in the same system, so that their tests pay for one start):
 
 - ``late``: rank 2 sets up for twice the liveness timeout before it joins, so
   rank 1 is ready and judging rank 0 seconds before rank 2 has joined (rank 0
@@ -30,7 +31,7 @@ HELD = 4.0  # past the liveness timeout
 
 
 def setup(rank: int) -> None:
-    if MODE == "late" and rank == 2:
+    if MODE in ("late", "both") and rank == 2:
         time.sleep(2 * LIVENESS)
 
 
@@ -63,7 +64,10 @@ async def held(system: actorch.ActorSystem) -> None:
 
 
 async def main(system: actorch.ActorSystem) -> str:
-    await (late if MODE == "late" else held)(system)
+    if MODE in ("late", "both"):
+        await late(system)
+    if MODE in ("held", "both"):
+        await held(system)
     return "main finished"
 
 

@@ -1,7 +1,9 @@
 """Elastic systems over real torch RPC: joining from other processes, leaving, dying, coming back, tokens, churn.
 
-Each test runs ``tests/mp_scripts/elastic.py`` in one mode; rank 0 starts the
-joiners itself with ``python joiner.py`` and the system's address and token in
+The tests of growing, of churn and of an agent's observers read one shared
+run of ``tests/mp_scripts/elastic.py shared`` (a system start costs seconds per
+process); the token test runs its own mode, whose system ends with a join racing
+its shutdown. Rank 0 starts the joiners itself with ``python joiner.py`` and the system's address and token in
 their environment, as a user would. Every joiner carries the run's marker, so
 the clean-exit check also finds a joiner left behind.
 """
@@ -13,14 +15,22 @@ import time
 from pathlib import Path
 
 import pytest
-from _mp import pid_gone, run_script
+from _mp import Finished, pid_gone, run_script
 
 pytestmark = pytest.mark.multiprocess
 
+FIRST_USE = 300  # pytest-timeout for tests that may run the shared script
 
-@pytest.mark.timeout(150)
-def test_nodes_join_leave_gracefully_die_and_come_back(tmp_path: Path) -> None:
-    run = run_script("elastic.py", "grow", str(tmp_path), timeout=130)
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Finished:
+    """One run of ``elastic.py shared``: grow, churn and agent, one after the other in one system."""
+    return run_script("elastic.py", "shared", str(tmp_path_factory.mktemp("elastic")), timeout=270)
+
+
+@pytest.mark.timeout(FIRST_USE)
+def test_nodes_join_leave_gracefully_die_and_come_back(shared: Finished) -> None:
+    run = shared
     run.assert_clean_exit(0)
 
     joined = run.result("joined")
@@ -105,9 +115,9 @@ def test_a_wrong_or_missing_token_is_refused_and_a_join_racing_shutdown_ends(tmp
     assert "frame #" not in late  # torch's C++ stack dump is not the user's to read
 
 
-@pytest.mark.timeout(150)
-def test_no_message_is_lost_or_duplicated_while_nodes_join_and_leave(tmp_path: Path) -> None:
-    run = run_script("elastic.py", "churn", str(tmp_path), timeout=130)
+@pytest.mark.timeout(FIRST_USE)
+def test_no_message_is_lost_or_duplicated_while_nodes_join_and_leave(shared: Finished) -> None:
+    run = shared
     run.assert_clean_exit(0)
     churn = run.result("churn")
     assert churn["answered"] == churn["received"] == 16_000
@@ -119,9 +129,9 @@ def test_no_message_is_lost_or_duplicated_while_nodes_join_and_leave(tmp_path: P
     assert churn["nodes"] == [0, 1]
 
 
-@pytest.mark.timeout(150)
-def test_an_agent_finds_observers_on_a_node_that_joined_and_forgets_them_when_it_leaves(tmp_path: Path) -> None:
-    run = run_script("elastic.py", "agent", str(tmp_path), timeout=130)
+@pytest.mark.timeout(FIRST_USE)
+def test_an_agent_finds_observers_on_a_node_that_joined_and_forgets_them_when_it_leaves(shared: Finished) -> None:
+    run = shared
     run.assert_clean_exit(0)
     agent = run.result("agent")
     assert agent["observers"] == [2, 4, 2]
