@@ -29,7 +29,7 @@ from actorch._engine.calls import RemoteCall
 from actorch._engine.message import CallContext, Message, Origin, current_call
 from actorch._engine.replies import LocalReply, log_heard_failure
 from actorch._engine.side import NodeSide, SideParts
-from actorch._engine.tracing import CALL_SPAN, HANDLER_SPAN, TELL_MARK, NodeTrace, flow_id
+from actorch._engine.tracing import CALL_SPAN, HANDLER_SPAN, TELL_MARK, NodeTrace, current_track, own_ident
 from actorch._engine.waits import WaitGraph, describe_cycle
 from actorch._engine.wire import CALL, CANCEL, TELL, check_size, handler_error, message_size, rebuild_error
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
@@ -131,7 +131,7 @@ class Caller(NodeSide):
         wire = self.pack([CALL, call_id, actor_id, call.endpoint, remaining, chain, body])
         if self.trace is not None:
             self.trace.call_sent(
-                call_id, _track(), f"call {call.endpoint}", self._sent(call.label, rank, wire, tensors)
+                call_id, current_track(), f"call {call.endpoint}", self._sent(call.label, rank, wire, tensors)
             )
         self._send(rank, wire, tensors)
         self.calls_sent += 1
@@ -296,32 +296,28 @@ class Caller(NodeSide):
         tensors: list[Any] | None,
     ) -> None:
         """Send a tell while a trace runs: if sampled, it carries its own id in the call id's place, and is marked."""
-        traced = trace.own_id()
-        flow = flow_id(self.rank, traced, own=True)
-        if not trace.sampled(flow):
-            traced = 0
-        wire = self.pack([TELL, traced, actor_id, endpoint, None, (), body])
-        if traced:
-            trace.mark(TELL_MARK, _track(), f"tell {endpoint}", flow, self._sent(label, rank, wire, tensors))
+        flow = trace.own_flow()
+        wire = self.pack([TELL, own_ident(flow), actor_id, endpoint, None, (), body])
+        if flow:
+            trace.mark(TELL_MARK, current_track(), f"tell {endpoint}", flow, self._sent(label, rank, wire, tensors))
         self._send(rank, wire, tensors)
 
     def _traced_tell(self, trace: NodeTrace, label: str, endpoint: str) -> int:
         """Mark a same-node tell on the running trace if it is sampled: its arrow's id (0: not sampled)."""
-        flow = flow_id(self.rank, trace.own_id(), own=True)
-        if not trace.sampled(flow):
-            return 0
-        trace.mark(TELL_MARK, _track(), f"tell {endpoint}", flow, {"to": label, "path": "local"})
+        flow = trace.own_flow()
+        if flow:
+            trace.mark(TELL_MARK, current_track(), f"tell {endpoint}", flow, {"to": label, "path": "local"})
         return flow
 
     def _traced_inline(
         self, trace: NodeTrace, label: str, endpoint: str, started: int, ended: int, failed: bool
     ) -> None:
         """A same-node call run in its caller's task: the caller's span, the handler's, and the arrow between."""
-        flow = flow_id(self.rank, trace.own_id(), own=True)
-        if trace.sampled(flow):
+        flow = trace.own_flow()
+        if flow:
             outcome = "error" if failed else "ok"
             called = {"to": label, "path": "local", "outcome": outcome}
-            trace.span(CALL_SPAN, _track(), f"call {endpoint}", started, ended, flow, called)
+            trace.span(CALL_SPAN, current_track(), f"call {endpoint}", started, ended, flow, called)
             trace.span(HANDLER_SPAN, label, endpoint, started, ended, flow, {"outcome": outcome, "inline": True})
 
     def _send(self, rank: int, wire: bytes, tensors: list[Any] | None) -> None:
@@ -422,11 +418,9 @@ class Caller(NodeSide):
             message.autograd = current_context_id()  # its handler runs in another task: it takes the context along
             trace = self.trace
             if trace is not None:
-                message.flow = flow_id(self.rank, trace.own_id(), own=True)
-                if trace.sampled(message.flow):
-                    future.add_done_callback(_local_call_span(trace, _track(), label, endpoint, message.flow))
-                else:
-                    message.flow = 0
+                message.flow = trace.own_flow()
+                if message.flow:
+                    future.add_done_callback(_local_call_span(trace, current_track(), label, endpoint, message.flow))
             cell.deliver(message)
             try:
                 return await future
@@ -460,12 +454,6 @@ class Caller(NodeSide):
             {"name": cell.name, "label": cell.label, **cell.waits(now)} for cell in list(self.cells.values())
         )
         return graph.cycle_through(message.chain[-1])
-
-
-def _track() -> str:
-    """The timeline track of the code running now: its actor's label, or ``main`` outside any actor."""
-    context = current_call.get()
-    return "main" if context is None else context.label
 
 
 def _local_call_span(trace: NodeTrace, track: str, label: str, endpoint: str, flow: int) -> Any:

@@ -32,9 +32,9 @@ from actorch._base.errors import (
     actor_stopped,
 )
 from actorch._engine.cell import Cell
-from actorch._engine.message import ItemRefused, Message, Origin, Outlet, Reply, current_call
+from actorch._engine.message import ItemRefused, Message, Origin, Outlet, Reply
 from actorch._engine.side import NodeSide, SideParts
-from actorch._engine.tracing import ITEM_MARK, STREAM_SPAN, flow_id
+from actorch._engine.tracing import ITEM_MARK, STREAM_SPAN, current_track, flow_id
 from actorch._engine.wire import (
     CLOSE,
     END,
@@ -379,9 +379,8 @@ class _RemoteOutlet(Outlet, Reply):
         wire = side.pack([ITEM, self.stream_id, body])
         side.transport.send(self.src, wire, tensors)
         if side.trace is not None and self.message is not None and self.message.flow:
-            context = current_call.get()  # the producing handler's
             sent = {"index": self.sent, "bytes": message_size(wire, tensors)}
-            side.trace.mark(ITEM_MARK, "main" if context is None else context.label, "item", 0, sent)
+            side.trace.mark(ITEM_MARK, current_track(), "item", 0, sent)  # on the producing handler's track
 
     def result(self, message: Message, value: Any) -> None:
         if self.side.served(self):
@@ -465,11 +464,9 @@ class Streams(NodeSide):
             [STREAM, link.stream_id, opening.actor_id, opening.endpoint, remaining, opening.chain, body, window]
         )
         if self.trace is not None:
-            context = current_call.get()
             sent = {"to": opening.label, "node": rank, "path": self.transport.path(rank, bool(tensors))}
-            name = f"stream {opening.endpoint}"
-            track = "main" if context is None else context.label
-            self.trace.opened(STREAM_SPAN, flow_id(self.rank, link.stream_id, stream=True), track, name, sent)
+            flow = flow_id(self.rank, link.stream_id, stream=True)
+            self.trace.opened(STREAM_SPAN, flow, current_track(), f"stream {opening.endpoint}", sent)
         self.transport.send(rank, wire, tensors)
         return link
 

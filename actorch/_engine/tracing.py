@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
+from actorch._engine.message import current_call
+
 __all__ = [
     "CALL_SPAN",
     "HANDLER_SPAN",
@@ -29,7 +31,9 @@ __all__ = [
     "WAIT_SPAN",
     "NodeTrace",
     "TraceSettings",
+    "current_track",
     "flow_id",
+    "own_ident",
 ]
 
 CALL_SPAN, TELL_MARK, HANDLER_SPAN, WAIT_SPAN = "call", "tell", "handler", "wait"
@@ -42,6 +46,17 @@ _OWN_IDS = 1 << 40  # flow ids a node draws itself (tells, same-node calls), apa
 _STREAM_IDS = 2 << 40  # the flow ids of the streams a node opens, by stream id
 _MASK = (1 << 64) - 1
 _SAMPLE_SCALE = 1 << 16
+
+
+def own_ident(flow: int) -> int:
+    """The id an own ``flow`` (``NodeTrace.own_flow``) was drawn from: what a tell carries on the wire."""
+    return flow & (_OWN_IDS - 1)
+
+
+def current_track() -> str:
+    """The timeline track of the code running now: its actor's label, or ``main`` outside any actor."""
+    context = current_call.get()
+    return "main" if context is None else context.label
 
 
 def flow_id(src: int, ident: int, *, own: bool = False, stream: bool = False) -> int:
@@ -112,9 +127,14 @@ class NodeTrace:
         mixed = ((flow + 0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9) & _MASK
         return (mixed >> 40) % _SAMPLE_SCALE < self._threshold
 
-    def own_id(self) -> int:
-        """A fresh id for a message of this node that has no call id (a tell, a same-node call)."""
-        return next(self._own_ids)
+    def own_flow(self) -> int:
+        """A fresh arrow for a message of this node that has no call id (a tell, a same-node call); 0 if unsampled.
+
+        A tell carries its ``own_ident`` in its call id's place, so that the
+        callee draws the same arrow.
+        """
+        flow = flow_id(self.rank, next(self._own_ids), own=True)
+        return flow if self.sampled(flow) else 0
 
     def add(self, event: tuple[Any, ...]) -> None:
         """Keep ``event``, unless the node already keeps ``max_events``."""

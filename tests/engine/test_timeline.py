@@ -16,7 +16,7 @@ from actorch._actors import tracing
 from actorch._actors.node.service import NodeService
 from actorch._engine.system_ids import SERVICE_ID
 from actorch._engine.timeline import ClockProbe, NodePart, align, flows, merge, offset_from_probes
-from actorch._engine.tracing import CALL_SPAN, HANDLER_SPAN, WAIT_SPAN, NodeTrace, TraceSettings, flow_id
+from actorch._engine.tracing import CALL_SPAN, HANDLER_SPAN, WAIT_SPAN, NodeTrace, TraceSettings, flow_id, own_ident
 from actorch._launch.options import TRACE_ENV, SystemOptions, launcher_environment, trace_path
 from actorch.testing import LocalWorld
 
@@ -48,6 +48,11 @@ def test_flow_ids_of_calls_and_own_ids_never_meet() -> None:
     ids = {flow_id(1, 5), flow_id(1, 5, own=True), flow_id(1, 5, stream=True), flow_id(2, 5)}
     assert len(ids) == 4
     assert flow_id(2047, (1 << 40) - 1, stream=True) < 1 << 53  # exact in a JSON reader's doubles
+    trace = NodeTrace(5, TraceSettings())
+    flow = trace.own_flow()  # what a tell carries is its own ident, from which the callee draws the same arrow
+    assert flow == flow_id(5, own_ident(flow), own=True)
+    assert trace.own_flow() != flow
+    assert NodeTrace(5, TraceSettings(sample=0.001)).own_flow() in (0, flow_id(5, 1, own=True))
 
 
 def test_a_node_trace_keeps_max_events_and_counts_the_rest() -> None:

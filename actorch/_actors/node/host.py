@@ -44,6 +44,7 @@ LEAVE_CALL_TIMEOUT = 5.0
 
 S = TypeVar("S")
 
+
 class ServiceRefs(dict[int, ActorRef[NodeService]]):
     """Refs to every node's service, by rank; one is made the first time a rank is asked for."""
 
