@@ -19,7 +19,8 @@ stale: its bundles and pings are answered with ``EXPELLED``, which tells it that
 this node counts it lost, so it sees this node lost in turn instead of talking
 to a world that moved on.
 
-Which lane a bundle takes is decided here (``_send_bundle``); the link's
+Which lane a bundle takes is decided here (``_send_bundle``, and ``path`` says
+it beforehand for a trace; the bytes each path carried are counted there); the link's
 sequence numbers and putting the two lanes' bundles back in order are
 ``sequencing``'s, and the heartbeat's judgement of a silent peer is ``suspicion``'s.
 
