@@ -112,24 +112,20 @@ class NodeTelemetry:
 
         ``path`` is the path it takes, if known now (``local``); else ``carrier`` says it.
         """
-        span = self._start(SpanKind.CLIENT, label, endpoint, peer, "call")
-        if path is not None:
-            span.set_attribute(PATH, path)
-        call.add_done_callback(functools.partial(_call_done, span))
+        span = self._start(SpanKind.CLIENT, label, endpoint, peer, "call", None if path is None else {PATH: path})
+        if span.is_recording():  # else (no SDK set up, or not sampled) there is nothing to end
+            call.add_done_callback(functools.partial(_call_done, span))
         return span
 
     def call_started(self, label: str, endpoint: str, verb: str = "call") -> Span:
         """Start the CLIENT span of a call or stream to an actor of this node; the caller ends it (``ended``)."""
-        span = self._start(SpanKind.CLIENT, label, endpoint, self.rank, verb)
-        span.set_attribute(PATH, "local")
-        return span
+        return self._start(SpanKind.CLIENT, label, endpoint, self.rank, verb, {PATH: "local"})
 
     def stream_opened(self, label: str, endpoint: str, peer: int) -> Span:
         """Start the CLIENT span of a stream, from its opening to its end (``ended``)."""
-        span = self._start(SpanKind.CLIENT, label, endpoint, peer, "stream")
-        if peer == self.rank:
-            span.set_attribute(PATH, "local")
-        return span
+        return self._start(
+            SpanKind.CLIENT, label, endpoint, peer, "stream", {PATH: "local"} if peer == self.rank else None
+        )
 
     def carrier(self, span: Span, path: str, size: int) -> dict[str, str] | None:
         """The context of ``span`` as its message carries it, with the path and size it goes with; None if none."""
@@ -140,16 +136,15 @@ class NodeTelemetry:
 
     def told(self, label: str, endpoint: str, peer: int, path: str, size: int) -> dict[str, str] | None:
         """A tell to another node was sent: its PRODUCER span, ended at once; the context its message carries."""
-        span = self._start(SpanKind.PRODUCER, label, endpoint, peer, "tell")
-        carrier = self.carrier(span, path, size)
-        span.set_attribute(OUTCOME, "ok")
+        span = self._start(SpanKind.PRODUCER, label, endpoint, peer, "tell", {PATH: path, BYTES: size, OUTCOME: "ok"})
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier, trace.set_span_in_context(span))
         span.end()
-        return carrier
+        return carrier or None
 
     def told_here(self, label: str, endpoint: str) -> Parent:
         """A tell to an actor of this node: its PRODUCER span, ended at once; the parent of its handler's span."""
-        span = self._start(SpanKind.PRODUCER, label, endpoint, self.rank, "tell")
-        span.set_attributes({PATH: "local", OUTCOME: "ok"})
+        span = self._start(SpanKind.PRODUCER, label, endpoint, self.rank, "tell", {PATH: "local", OUTCOME: "ok"})
         span.end()
         return Parent(trace.set_span_in_context(span), self.rank, "tell")
 
@@ -189,7 +184,7 @@ class NodeTelemetry:
         self, handler: Awaitable[T], label: str, class_name: str, endpoint: str, parent: Parent | None
     ) -> T:
         """Run ``handler`` in its SERVER (a tell's: CONSUMER) span, the span current meanwhile."""
-        if parent is None:  # a message that brought none (the runtime's own, a restart's replay)
+        if parent is None:  # none came with the message
             parent = Parent(_NO_CONTEXT, self.rank, "call")
         span = self.tracer.start_span(
             f"{class_name}/{endpoint}",
@@ -197,6 +192,8 @@ class NodeTelemetry:
             SpanKind.CONSUMER if parent.verb == "tell" else SpanKind.SERVER,
             attributes=self._attributes(label, class_name, endpoint, parent.node, parent.verb),
         )
+        if not span.is_recording() and not span.get_span_context().is_valid:
+            return await handler  # no SDK set up and no trace to pass on: nothing to make current
         return await _run_in(span, parent.context, handler)
 
     async def serve_batch(
@@ -221,12 +218,18 @@ class NodeTelemetry:
 
     # ------------------------------------------------------------------ internals
 
-    def _start(self, kind: SpanKind, label: str, endpoint: str, peer: int, verb: str) -> Span:
-        """Start a span of the caller's, child of the span current here."""
+    def _start(
+        self, kind: SpanKind, label: str, endpoint: str, peer: int, verb: str, known: dict[str, Any] | None = None
+    ) -> Span:
+        """Start a span of the caller's, child of the span current here, with what is ``known`` of it already.
+
+        (The SDK checks attributes one by one, under a lock, each time some are set: all at once costs least.)
+        """
         class_name = label_class(label)
-        return self.tracer.start_span(
-            f"{class_name}/{endpoint}", kind=kind, attributes=self._attributes(label, class_name, endpoint, peer, verb)
-        )
+        attributes = self._attributes(label, class_name, endpoint, peer, verb)
+        if known is not None:
+            attributes.update(known)
+        return self.tracer.start_span(f"{class_name}/{endpoint}", kind=kind, attributes=attributes)
 
     def _attributes(self, label: str, class_name: str, endpoint: str, peer: int, verb: str) -> dict[str, Any]:
         return {
