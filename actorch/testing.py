@@ -102,8 +102,9 @@ async def local_world(
         **options: The options of ``actorch.SystemOptions`` that apply in one
             process, checked as ``run`` checks them: ``strict``,
             ``lookup_timeout`` (5 s here, short for tests), ``stop_grace`` (2 s
-            here), ``mailbox_size``, ``max_message_size`` and ``send_budget``
-            (in process: bytes queued for the loop iteration's bundle).
+            here), ``mailbox_size``, ``max_message_size``, ``send_budget``
+            (in process: bytes queued for the loop iteration's bundle) and
+            ``otel`` (OpenTelemetry spans, to the process's tracer provider).
 
     Raises:
         TypeError: An option that does not apply in one process.

@@ -7,10 +7,17 @@ rounds and reports the median of the rounds.
     python benchmarks/bench_rpc.py                 # uv and shm transports, with the fast lane and without
     python benchmarks/bench_rpc.py --transport uv --lane on --rounds 5
     python benchmarks/bench_rpc.py --transport uv --lane on --trace   # and (a), (b) with a timeline recorded
+    python benchmarks/bench_rpc.py --transport uv --lane on --otel sdk   # everything with OpenTelemetry spans
 
 actorch sends messages without tensors of their own on its fast lane (direct
 TCP connections) unless ``run(fast_lane=False)``; ``--lane off`` measures
 actorch on torch RPC alone, the path it had before the lane.
+
+``--otel api`` runs the whole system with ``otel=True`` and no SDK set up (the
+API's no-op tracer: what actorch's own span code costs); ``--otel sdk`` sets
+up the SDK on every node as a user would, its batching processor exporting to
+nothing (what making the spans costs, without a network). Spans are on or off
+for a whole system, so compare with a run without ``--otel``.
 """
 
 from __future__ import annotations
@@ -71,6 +78,21 @@ class Echo(actorch.Actor):
         """Let ``bridged_noop`` reach this node's event loop."""
         global _callee_loop  # noqa: PLW0603 - one loop per process, set once
         _callee_loop = asyncio.get_running_loop()
+
+
+def sdk_tracing(rank: int) -> None:
+    """``--otel sdk``'s set-up on every node: the SDK's provider and batching processor, to an exporter that drops."""
+    from opentelemetry import trace  # noqa: PLC0415 - only for --otel sdk
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: PLC0415
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    trace.set_tracer_provider(provider)
 
 
 class RawEcho:
@@ -281,12 +303,21 @@ def report(transport: str, lane: bool, res: dict[str, Any]) -> None:
 
 
 def run_one(
-    transport: str, lane: bool, rounds: int, calls: int, in_flight: int, bursts: int, mb: int, trace: bool = False
+    transport: str,
+    lane: bool,
+    rounds: int,
+    calls: int,
+    in_flight: int,
+    bursts: int,
+    mb: int,
+    trace: bool = False,
+    otel: str | None = None,
 ) -> dict[str, Any]:
     async def main(system: actorch.ActorSystem) -> dict[str, Any]:
         return await bench(system, rounds, calls, in_flight, bursts, mb, trace)
 
-    return actorch.run(main, world_size=2, transport=transport, fast_lane=lane)
+    setup = sdk_tracing if otel == "sdk" else None
+    return actorch.run(main, world_size=2, transport=transport, fast_lane=lane, otel=otel is not None, setup=setup)
 
 
 def cli() -> None:
@@ -300,16 +331,22 @@ def cli() -> None:
     parser.add_argument("--mb", type=int, default=64, help="tensor size in MB")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--trace", action="store_true", help="also measure (a) and (b) with a timeline recorded")
+    parser.add_argument(
+        "--otel",
+        choices=["api", "sdk"],
+        help="run everything with OpenTelemetry spans: no SDK set up (api), or the SDK's, exporting nowhere (sdk)",
+    )
     args = parser.parse_args()
     transports = ["uv", "shm"] if args.transport == "both" else [args.transport]
     lanes = [True, False] if args.lane == "both" else [args.lane == "on"]
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.rounds} rounds")
+    spans = "off" if args.otel is None else f"on ({args.otel})"
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.rounds} rounds, OpenTelemetry spans {spans}")
     results = {}
     for transport in transports:
         for lane in lanes:
             key = f"{transport}, lane {'on' if lane else 'off'}"
             results[key] = run_one(
-                transport, lane, args.rounds, args.calls, args.in_flight, args.bursts, args.mb, args.trace
+                transport, lane, args.rounds, args.calls, args.in_flight, args.bursts, args.mb, args.trace, args.otel
             )
             report(transport, lane, results[key])
     if args.json:

@@ -60,6 +60,9 @@ class SystemConfig:
             ``MailboxFullError`` and a call waits for them to drain.
         run_record: The run's id, under which every node writes its record of
             the run (``actorch history``); None: no record.
+        otel: Make every call, tell and stream through a ref, and every
+            handler run, an OpenTelemetry span, the context carried across
+            nodes (needs ``actorch[otel]``).
     """
 
     strict: bool = False
@@ -69,6 +72,7 @@ class SystemConfig:
     max_message_size: int = DEFAULT_MAX_MESSAGE
     send_budget: int = DEFAULT_SEND_BUDGET
     run_record: str | None = None
+    otel: bool = False
 
     def __post_init__(self) -> None:
         for field in ("lookup_timeout", "stop_grace"):
@@ -77,6 +81,8 @@ class SystemConfig:
         for field in ("mailbox_size", "max_message_size", "send_budget"):
             if not is_count(getattr(self, field)):
                 raise ValueError(f"{field} must be an int >= 1, not {getattr(self, field)!r}")
+        if not isinstance(self.otel, bool):
+            raise ValueError(f"otel must be True or False, not {self.otel!r}")
         if self.run_record is not None and not is_run_id(self.run_record):
             raise ValueError(
                 f"run_record must be a run id (letters, digits, '.', '_', '-'; at most 128) or None, "

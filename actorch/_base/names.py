@@ -7,7 +7,7 @@ from functools import lru_cache
 
 from actorch._base.errors import InvalidNameError
 
-__all__ = ["MAX_NAME_LENGTH", "NAME_RULE", "actor_label", "check_name", "compile_pattern"]
+__all__ = ["MAX_NAME_LENGTH", "NAME_RULE", "actor_label", "check_name", "compile_pattern", "label_class"]
 
 MAX_NAME_LENGTH = 255
 """Longest name accepted, in characters."""
@@ -21,6 +21,7 @@ NAME_RULE = (
 _SEGMENT = r"[A-Za-z0-9_.\-]+"
 _NAME = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*")
 _PATTERN = re.compile(r"[A-Za-z0-9_.\-*?/\[\]!]+")
+_LABEL = re.compile(r"actor (?:'[^']*' \((?P<named>[^()]+)\)|(?P<unnamed>[^#\s]+)#\d+) on node \d+")
 
 
 def check_name(name: object) -> str:
@@ -84,3 +85,12 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
 def actor_label(name: str | None, class_name: str, actor_id: int, rank: int) -> str:
     """How errors and logs name an actor: ``actor 'rl/agent' (Agent) on node 0``, or by class and id."""
     return f"actor {name!r} ({class_name}) on node {rank}" if name else f"actor {class_name}#{actor_id} on node {rank}"
+
+
+@lru_cache(maxsize=1024)
+def label_class(label: str) -> str:
+    """The class name in an ``actor_label``: ``Agent`` for ``actor 'rl/agent' (Agent) on node 0``; else the label."""
+    found = _LABEL.fullmatch(label)
+    if found is None:
+        return label
+    return found["named"] or found["unnamed"]

@@ -25,6 +25,8 @@ from actorch._transport.autograd import NO_CONTEXT, bound
 if TYPE_CHECKING:
     import torch
 
+    from actorch._engine.otel import NodeTelemetry
+
 __all__ = ["BatchHost", "Batched", "Batcher", "batched"]
 
 S = TypeVar("S")
@@ -121,6 +123,7 @@ class BatchHost(Protocol):
     instance: object
     loop: asyncio.AbstractEventLoop
     device: torch.device | None
+    otel: NodeTelemetry | None  # when runs are OpenTelemetry spans
 
     def new_key(self) -> int:
         """A message key, unique in the system."""
@@ -261,9 +264,7 @@ class Batcher:
                 self.specs[turn.endpoint].__wrapped__(host.instance, [member.args[0] for member in members]),
                 host.device,
             )
-            context = next((member.autograd for member in members if member.autograd != NO_CONTEXT), NO_CONTEXT)
-            if context != NO_CONTEXT:  # the run is recorded in its first caller's distributed autograd context
-                coroutine = bound(coroutine, context)
+            coroutine = self._wrapped(coroutine, turn.endpoint, members)
             if timeout is None:
                 results = await coroutine
             else:
@@ -288,6 +289,20 @@ class Batcher:
                 timer.cancel()
             current_call.reset(token)
             inherited_deadline.reset(deadline_token)
+
+    def _wrapped(self, coroutine: Awaitable[Any], endpoint: str, members: list[Message]) -> Awaitable[Any]:
+        """``coroutine`` as the run runs it: in its first caller's autograd context, and its span if spans are made.
+
+        The span is the run's own, linked to the span of each call it answers.
+        """
+        context = next((member.autograd for member in members if member.autograd != NO_CONTEXT), NO_CONTEXT)
+        if context != NO_CONTEXT:  # the run is recorded in its first caller's distributed autograd context
+            coroutine = bound(coroutine, context)
+        host = self.host
+        if host.otel is not None:
+            parents = [member.otel for member in members]
+            coroutine = host.otel.serve_batch(coroutine, host.label, type(host.instance).__name__, endpoint, parents)
+        return coroutine
 
     def fail_all(self, members: list[Message], exc: BaseException, origin: Origin) -> None:
         """Answer each call not answered yet with ``exc``."""

@@ -24,6 +24,8 @@ from actorch._transport.base import Port
 if TYPE_CHECKING:
     import torch
 
+    from actorch._engine.otel import Parent
+
 __all__ = ["BATCH_REPLY_HOLD", "CallReply", "Callee", "Received"]
 
 BATCH_REPLY_HOLD = 0.1
@@ -86,8 +88,17 @@ class Callee(NodeSide):
         return f"<Callee node {self.rank} incoming={len(self.incoming)}>"
 
     def on_call(self, src: int, message: list[Any], tensors: list[Any], port: Port | None) -> None:
-        """A call or tell for an actor of this node: decode it, check its size, and deliver it."""
-        kind, call_id, actor_id, endpoint, remaining, chain, body = message
+        """A call or tell for an actor of this node: decode it, check its size, and deliver it.
+
+        When the system makes OpenTelemetry spans, the envelope may end with its caller's context.
+        """
+        parent = None
+        if self.otel is None:
+            kind, call_id, actor_id, endpoint, remaining, chain, body = message
+        else:
+            kind, call_id, actor_id, endpoint, remaining, chain, body = message[:7]
+            carrier = message[7] if len(message) > 7 else None
+            parent = self.otel.received(carrier, src, "call" if kind == CALL else "tell")
         deadline = None if remaining is None else self.loop.time() + remaining
         call = call_id if kind == CALL else None
         flow = 0
@@ -95,7 +106,7 @@ class Callee(NodeSide):
             flow = flow_id(src, call_id, own=call is None)
             if not self.trace.sampled(flow):
                 flow = 0
-        self._deliver(src, call, actor_id, endpoint, deadline, tuple(chain), body, tensors, port, None, flow)
+        self._deliver(src, call, actor_id, endpoint, deadline, tuple(chain), body, tensors, port, None, flow, parent)
 
     def on_cast(self, src: int, message: list[Any], tensors: list[Any], port: Port | None) -> None:
         """One call or tell for several actors of this node: decode its arguments once, deliver one to each.
@@ -104,13 +115,21 @@ class Callee(NodeSide):
         device), so they must treat them as read-only, as same-node calls do.
         Each call has its own id, reply and cancellation; a tell's ids are None.
         """
-        _, call_ids, actor_ids, endpoint, remaining, chain, body = message
+        parents = None
+        if self.otel is None:
+            _, call_ids, actor_ids, endpoint, remaining, chain, body = message
+        else:  # the envelope may end with each call's (or tell's) context
+            _, call_ids, actor_ids, endpoint, remaining, chain, body = message[:7]
+            carriers = message[7] if len(message) > 7 else None
+            verb = "tell" if call_ids is None else "call"
+            parents = self.otel.received_many(carriers, src, len(actor_ids), verb)
         deadline = None if remaining is None else self.loop.time() + remaining
         chain = tuple(chain)
         shared: dict[torch.device | None, Any] = {}
         for index, actor_id in enumerate(actor_ids):
             call = None if call_ids is None else call_ids[index]
-            self._deliver(src, call, actor_id, endpoint, deadline, chain, body, tensors, port, shared)
+            parent = None if parents is None else parents[index]
+            self._deliver(src, call, actor_id, endpoint, deadline, chain, body, tensors, port, shared, 0, parent)
 
     def _deliver(
         self,
@@ -125,15 +144,18 @@ class Callee(NodeSide):
         port: Port | None,
         shared: dict[torch.device | None, Any] | None,
         flow: int = 0,
+        parent: Parent | None = None,
     ) -> None:
         """Hand one received call (``call_id``) or tell (None) to its actor, with its own reply.
 
         ``shared`` holds the arguments a ``CAST`` decoded already, by actor
         device; None for a message to one actor. ``flow`` is its arrow on a
-        running trace (0: not traced).
+        running trace (0: not traced), ``parent`` its caller's OpenTelemetry
+        context, when the system makes spans.
         """
         received = Message(endpoint, (), {}, self.new_key(), chain, deadline, None)
         received.flow = flow
+        received.otel = parent
         cell = self.cells.get(actor_id)
         label = cell.label if cell is not None else f"actor #{actor_id} on node {self.rank}"
         if port is not None:

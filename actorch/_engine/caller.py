@@ -29,12 +29,14 @@ from actorch._engine.calls import RemoteCall
 from actorch._engine.message import CallContext, Message, Origin, current_call
 from actorch._engine.replies import LocalReply, log_heard_failure
 from actorch._engine.side import NodeSide, SideParts
+from actorch._engine.system_ids import SYSTEM_IDS
 from actorch._engine.tracing import CALL_SPAN, HANDLER_SPAN, TELL_MARK, NodeTrace, current_track, own_ident
 from actorch._engine.waits import WaitGraph, describe_cycle
 from actorch._engine.wire import CALL, CANCEL, TELL, check_size, handler_error, message_size, rebuild_error
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
 
 if TYPE_CHECKING:
+    from actorch._engine.otel import Span
     from actorch._engine.streaming import Streams
 
 __all__ = ["Caller"]
@@ -84,6 +86,8 @@ class Caller(NodeSide):
         call: RemoteCall[Any] = RemoteCall(self.loop, target, endpoint, label, self._abandon_call)
         if context is not None:
             call.device = context.device
+        otel = self.otel
+        span = None if otel is None or actor_id <= SYSTEM_IDS else otel.call_sent(call, label, endpoint, rank)
         try:
             self.check_reachable("call", rank, endpoint, label)
             if args or kwargs:
@@ -92,9 +96,9 @@ class Caller(NodeSide):
             else:
                 body, tensors = None, None
             if self.transport.backlog(rank) <= self.send_budget and self.flow.try_take(target):
-                self._launch(call, body, tensors, chain, deadline)
+                self._launch(call, body, tensors, chain, deadline, span)
             else:
-                call.waiting = self.loop.create_task(self._launch_when_room(call, body, tensors, chain, deadline))
+                call.waiting = self.loop.create_task(self._launch_when_room(call, body, tensors, chain, deadline, span))
         except Exception as exc:  # noqa: BLE001 - raised where the call is awaited, like a coroutine's error
             call.settled()
             # after the loop ran once: a retry loop around a call that fails at once cannot starve the node
@@ -115,9 +119,18 @@ class Caller(NodeSide):
         return await self.call(rank, actor_id, endpoint, args, kwargs, label, deadline)
 
     def _launch(
-        self, call: RemoteCall[Any], body: Any, tensors: Any, chain: tuple[int, ...], deadline: float | None
+        self,
+        call: RemoteCall[Any],
+        body: Any,
+        tensors: Any,
+        chain: tuple[int, ...],
+        deadline: float | None,
+        span: Span | None = None,
     ) -> None:
-        """Send ``call``, which holds a slot of its target's window, unless its deadline has passed."""
+        """Send ``call``, which holds a slot of its target's window, unless its deadline has passed.
+
+        ``span`` is the call's OpenTelemetry span, whose context the envelope then carries.
+        """
         rank, actor_id = call.target
         remaining = None
         if deadline is not None:
@@ -128,7 +141,10 @@ class Caller(NodeSide):
         call.call_id = call_id = next(self._call_ids)
         call.sent_at = monotonic()
         self.pending[call_id] = call
-        wire = self.pack([CALL, call_id, actor_id, call.endpoint, remaining, chain, body])
+        envelope = [CALL, call_id, actor_id, call.endpoint, remaining, chain, body]
+        if span is not None:
+            self._carry(envelope, span, rank, body, tensors)
+        wire = self.pack(envelope)
         if self.trace is not None:
             self.trace.call_sent(
                 call_id, current_track(), f"call {call.endpoint}", self._sent(call.label, rank, wire, tensors)
@@ -137,14 +153,20 @@ class Caller(NodeSide):
         self.calls_sent += 1
 
     async def _launch_when_room(
-        self, call: RemoteCall[Any], body: Any, tensors: Any, chain: tuple[int, ...], deadline: float | None
+        self,
+        call: RemoteCall[Any],
+        body: Any,
+        tensors: Any,
+        chain: tuple[int, ...],
+        deadline: float | None,
+        span: Span | None = None,
     ) -> None:
         """Wait for room in the call's mailbox (within its deadline), then send it."""
         try:
             await self.wait_backlog("call", call.target[0], deadline, call.endpoint, call.label)
             await self.wait_room("call", call.target, deadline, call.endpoint, call.label)
             self.check_reachable("call", call.target[0], call.endpoint, call.label)
-            self._launch(call, body, tensors, chain, deadline)
+            self._launch(call, body, tensors, chain, deadline, span)
         except asyncio.CancelledError:
             raise  # the call was cancelled: it has its outcome
         except Exception as exc:  # noqa: BLE001 - the call's own error, raised where it is awaited
@@ -170,6 +192,8 @@ class Caller(NodeSide):
             args, kwargs = self.codec.decode(body, tensors or [], self)
         reply = cell.tell_reply(None, self.flow, self.log)
         message = Message(endpoint, args, kwargs, self.new_key(), (), None, reply)
+        if cell.otel is not None:
+            message.otel = cell.otel.told_here(label, endpoint)
         self.tells_sent += 1
         if self.trace is not None:
             message.flow = self._traced_tell(self.trace, label, endpoint)
@@ -215,10 +239,17 @@ class Caller(NodeSide):
         if not self.flow.try_take(target):
             raise self._mailbox_full(endpoint, label)
         self.tells_sent += 1
+        envelope = [TELL, 0, actor_id, endpoint, None, (), body]
+        if self.otel is not None and actor_id > SYSTEM_IDS:
+            carrier = self.otel.told(
+                label, endpoint, rank, self.transport.path(rank, bool(tensors)), message_size(body, tensors)
+            )
+            if carrier is not None:
+                envelope.append(carrier)
         if self.trace is None:
-            self._send(rank, self.pack([TELL, 0, actor_id, endpoint, None, (), body]), tensors)
+            self._send(rank, self.pack(envelope), tensors)
         else:
-            self._send_traced_tell(self.trace, rank, actor_id, endpoint, label, body, tensors)
+            self._send_traced_tell(self.trace, rank, envelope, label, tensors)
 
     def on_reply(self, message: list[Any], tensors: list[Any]) -> None:
         """A reply to one of our calls: settle the caller's future (and give back its mailbox slot)."""
@@ -286,18 +317,13 @@ class Caller(NodeSide):
         return {"to": label, "node": rank, "path": path, "bytes": message_size(wire, tensors)}
 
     def _send_traced_tell(
-        self,
-        trace: NodeTrace,
-        rank: int,
-        actor_id: int,
-        endpoint: str,
-        label: str,
-        body: bytes | None,
-        tensors: list[Any] | None,
+        self, trace: NodeTrace, rank: int, envelope: list[Any], label: str, tensors: list[Any] | None
     ) -> None:
         """Send a tell while a trace runs: if sampled, it carries its own id in the call id's place, and is marked."""
         flow = trace.own_flow()
-        wire = self.pack([TELL, own_ident(flow), actor_id, endpoint, None, (), body])
+        envelope[1] = own_ident(flow)
+        endpoint = envelope[3]
+        wire = self.pack(envelope)
         if flow:
             trace.mark(TELL_MARK, current_track(), f"tell {endpoint}", flow, self._sent(label, rank, wire, tensors))
         self._send(rank, wire, tensors)
@@ -320,6 +346,13 @@ class Caller(NodeSide):
             trace.span(CALL_SPAN, current_track(), f"call {endpoint}", started, ended, flow, called)
             trace.span(HANDLER_SPAN, label, endpoint, started, ended, flow, {"outcome": outcome, "inline": True})
 
+    def _carry(self, envelope: list[Any], span: Span, rank: int, body: bytes | None, tensors: list[Any] | None) -> None:
+        """Add the context of a call's span to its envelope (if it has one), and where the call goes, to the span."""
+        assert self.otel is not None
+        carrier = self.otel.carrier(span, self.transport.path(rank, bool(tensors)), message_size(body, tensors))
+        if carrier is not None:
+            envelope.append(carrier)
+
     def _send(self, rank: int, wire: bytes, tensors: list[Any] | None) -> None:
         """Send a call or tell; one made in a distributed autograd context leaves alone, to keep its reply's link."""
         if current_context_id() == NO_CONTEXT:
@@ -333,7 +366,7 @@ class Caller(NodeSide):
             "waiting there (mailbox_size); a call would wait for room, a tell cannot"
         )
 
-    async def _call_local(  # noqa: RET503 - it ends in _raise_after_a_turn, which raises
+    async def _call_local(  # noqa: RET503, PLR0915 - it ends in _raise_after_a_turn, which raises; the hot path, in one frame
         self,
         actor_id: int,
         endpoint: str,
@@ -350,6 +383,12 @@ class Caller(NodeSide):
         key = self.new_key()
         if endpoint in cell.batched or not cell.can_start(chain):
             return await self._call_queued(actor_id, endpoint, args, kwargs, chain, label, deadline, key)
+        otel = cell.otel
+        span = parent = None
+        if otel is not None:  # the caller's span, and the handler's within it
+            span = otel.call_started(label, endpoint)
+            parent = otel.parent(span)
+        outcome: BaseException | None = None  # how the call ended, for its span: None if it returned
         task = asyncio.current_task()
         assert task is not None
         context = CallContext(cell.label, key, chain, endpoint, cell.device)
@@ -363,22 +402,24 @@ class Caller(NodeSide):
         error: Exception
         try:
             try:
-                coroutine = cell.open(endpoint, args, kwargs)
+                coroutine = cell.open(endpoint, args, kwargs, parent=parent)
             except EndpointError as exc:
                 log_heard_failure(self.log, cell.label, endpoint, exc, Origin.RUNTIME)
-                error = exc
+                error = outcome = exc
             else:
                 try:
                     result = await coroutine
-                except asyncio.CancelledError:
+                except asyncio.CancelledError as exc:
+                    outcome = exc
                     if cell.inline.was_evicted(task):  # the actor stopped, not the caller
                         task.uncancel()
-                        raise cell.interrupted(endpoint, by_caller=False) from None
+                        outcome = cell.interrupted(endpoint, by_caller=False)
+                        raise outcome from None
                     raise
                 except Exception as exc:  # noqa: BLE001 - any handler error goes back to the caller
                     log_heard_failure(self.log, cell.label, endpoint, exc, Origin.HANDLER)
                     cell.check_fatal(exc)
-                    error = handler_error(exc, label, endpoint)  # keeps exc as its (unprinted) context
+                    error = outcome = handler_error(exc, label, endpoint)  # keeps exc as its (unprinted) context
                 else:
                     failed = False
                     return result
@@ -391,6 +432,8 @@ class Caller(NodeSide):
             (cell.metrics.get(endpoint) or cell.stats(endpoint)).record(ended - started, failed)
             if self.trace is not None:  # the caller's context is current again
                 self._traced_inline(self.trace, cell.label, endpoint, started, ended, failed)
+            if otel is not None and span is not None:
+                otel.ended(span, outcome)
             cell.wake()
         await _raise_after_a_turn(error)  # out of the actor now; the handler may have raised before it awaited
 
@@ -416,6 +459,8 @@ class Caller(NodeSide):
             future: asyncio.Future[Any] = self.loop.create_future()
             message = Message(endpoint, args, kwargs, key, chain, deadline, LocalReply(future, label))
             message.autograd = current_context_id()  # its handler runs in another task: it takes the context along
+            if cell.otel is not None:
+                message.otel = cell.otel.parent(cell.otel.call_sent(future, label, endpoint, self.rank, "local"))
             trace = self.trace
             if trace is not None:
                 message.flow = trace.own_flow()

@@ -38,6 +38,8 @@ from actorch._transport.base import PORT_HOLD
 if TYPE_CHECKING:
     import torch
 
+    from actorch._engine.otel import NodeTelemetry, Parent
+
 __all__ = ["CANCEL_WAIT", "WORK_SLICE", "Cell", "FailureListener"]
 
 CANCEL_WAIT = 1.0
@@ -76,6 +78,7 @@ class Cell:
         "metrics",
         "name",
         "new_key",
+        "otel",
         "paused",
         "producing",
         "queue",
@@ -139,6 +142,7 @@ class Cell:
         self.tell_replies: dict[int | None, Reply] = {}  # one per node that tells this actor (None: its own)
         self.producing: set[Outlet] = set()  # streams whose generator runs now
         self.trace: NodeTrace | None = None  # while a trace runs (the node sets it)
+        self.otel: NodeTelemetry | None = None  # when its handlers run in OpenTelemetry spans (the node sets it)
 
     def __repr__(self) -> str:
         return f"<Cell {self.label} running={self.running} queued={len(self.queue)}>"
@@ -328,11 +332,14 @@ class Cell:
         autograd: int = NO_CONTEXT,
         deadline: float | None = None,
         outlet: Outlet | None = None,
+        parent: Parent | None = None,
     ) -> Any:
         """Start the handler (in its call's autograd context, within its deadline), or raise ``EndpointError``.
 
         With ``outlet`` the message is a stream: the endpoint must be one that
-        yields, and the handler runs its generator into the outlet.
+        yields, and the handler runs its generator into the outlet. When the
+        system makes OpenTelemetry spans, the handler runs in its own, child
+        of ``parent``'s (the caller's).
         """
         handler = self.endpoints.get(endpoint)
         if handler is None:
@@ -353,7 +360,11 @@ class Cell:
             coroutine = on_device(coroutine, self.device)
         if autograd != NO_CONTEXT:
             coroutine = bound(coroutine, autograd)
-        return coroutine if deadline is None else within(coroutine, deadline)
+        if deadline is not None:
+            coroutine = within(coroutine, deadline)
+        if self.otel is not None:
+            coroutine = self.otel.serve(coroutine, self.label, type(self.instance).__name__, endpoint, parent)
+        return coroutine
 
     async def work(self, message: Message | None) -> None:  # noqa: PLR0912 - the hot loop, kept in one frame
         """A mailbox worker: handle ``message``, then queued messages while the mailbox allows.
@@ -392,6 +403,7 @@ class Cell:
                                 message.autograd,
                                 message.deadline,
                                 message.outlet,
+                                message.otel,
                             )
                         except BaseException as exc:  # noqa: BLE001 - sorted out (and re-raised if need be) there
                             failed = True

@@ -25,6 +25,8 @@ from actorch._transport.autograd import NO_CONTEXT
 if TYPE_CHECKING:
     import torch
 
+    from actorch._engine.otel import Parent
+
 __all__ = ["BatchRun", "CallContext", "ItemRefused", "Message", "Origin", "Outlet", "Reply", "current_call"]
 
 
@@ -99,6 +101,7 @@ class Message:
         "flow",
         "key",
         "kwargs",
+        "otel",
         "outlet",
         "queued_at",
         "reply",
@@ -133,6 +136,7 @@ class Message:
         self.queued_at = 0  # perf_counter_ns() when it joined its actor's queue (set only if it had to wait)
         self.started = 0  # perf_counter_ns() when its handler began (0: not yet)
         self.flow = 0  # its arrow's id on a running trace's timeline (0: not traced)
+        self.otel: Parent | None = None  # its sender's OpenTelemetry context, when the system makes spans
 
     def __repr__(self) -> str:
         return f"<Message {self.endpoint} key={self.key:#x}>"

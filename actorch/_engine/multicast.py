@@ -7,7 +7,9 @@ windows. The targets on each other node get one ``CAST`` message (see
 per node however many of its actors are called; that node decodes it once and
 hands it to each actor (``Callee.on_cast``). Each target keeps its own outcome:
 its own ``RemoteCall`` (result, error, cancellation, deadline, window slot) for
-a call, its own refusal for a tell.
+a call, its own refusal for a tell. When the system makes OpenTelemetry spans,
+each target's call or tell has its own span, and the ``CAST`` carries each
+one's context, in target order.
 
 The single-call path serves what one message cannot: targets on the caller's
 own node (by reference, as always), a node with one target, a node that is
@@ -25,11 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from actorch._engine.calls import RemoteCall
 from actorch._engine.message import current_call
-from actorch._engine.wire import CAST, check_size
+from actorch._engine.system_ids import SYSTEM_IDS
+from actorch._engine.wire import CAST, check_size, message_size
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
 
 if TYPE_CHECKING:
     from actorch._engine.caller import Caller
+    from actorch._engine.otel import Span
 
 __all__ = ["CastTarget", "call_many", "tell_many"]
 
@@ -62,6 +66,7 @@ def call_many(
     context = current_call.get()
     chain = context.child_chain() if context is not None else ()
     device = context.device if context is not None else None
+    otel = caller.otel
     for rank, indices in _by_rank(targets).items():
         encoded = _encode_for(caller, rank, args, kwargs, copy=False) if len(indices) > 1 else None
         if encoded is None:
@@ -70,17 +75,22 @@ def call_many(
                 calls[index] = caller.call(rank, actor_id, endpoint, args, kwargs, label, deadline)
             continue
         cast: list[RemoteCall[Any]] = []
+        spans: list[Span | None] | None = None if otel is None else []  # the OpenTelemetry spans of those cast
         for index in indices:
             _, actor_id, label = targets[index]
             call: RemoteCall[Any] = RemoteCall(caller.loop, (rank, actor_id), endpoint, label, caller._abandon_call)
             call.device = device
             calls[index] = call
+            span = None if otel is None or actor_id <= SYSTEM_IDS else otel.call_sent(call, label, endpoint, rank)
             if caller.flow.try_take(call.target):
                 cast.append(call)
+                if spans is not None:
+                    spans.append(span)
             else:  # this one waits for room and then goes alone, with the body encoded already
-                call.waiting = caller.loop.create_task(caller._launch_when_room(call, *encoded, chain, deadline))
+                waiting = caller._launch_when_room(call, *encoded, chain, deadline, span)
+                call.waiting = caller.loop.create_task(waiting)
         if cast:
-            _send_calls(caller, rank, cast, endpoint, chain, deadline, encoded)
+            _send_calls(caller, rank, cast, endpoint, chain, deadline, encoded, spans)
     return calls  # type: ignore[return-value] # every target has its call now
 
 
@@ -105,17 +115,36 @@ def tell_many(
                     outcomes[index] = exc
             continue
         actor_ids: list[int] = []
+        labels: list[str] | None = None if caller.otel is None else []  # for their OpenTelemetry spans
         for index in indices:
             _, actor_id, label = targets[index]
             if caller.flow.try_take((rank, actor_id)):
                 actor_ids.append(actor_id)
+                if labels is not None:
+                    labels.append(label)
             else:
                 outcomes[index] = caller._mailbox_full(endpoint, label)
         if actor_ids:
             caller.tells_sent += len(actor_ids)
             body, tensors = encoded
-            caller.transport.send(rank, caller.pack([CAST, None, actor_ids, endpoint, None, (), body]), tensors)
+            envelope = [CAST, None, actor_ids, endpoint, None, (), body]
+            if labels is not None:
+                _carry_tells(caller, envelope, rank, labels, tensors)
+            caller.transport.send(rank, caller.pack(envelope), tensors)
     return outcomes
+
+
+def _carry_tells(caller: Caller, envelope: list[Any], rank: int, labels: list[str], tensors: list[Any] | None) -> None:
+    """A multicast tell's OpenTelemetry spans, one per actor; its envelope carries their contexts, if any."""
+    assert caller.otel is not None
+    _, _, actor_ids, endpoint, _, _, body = envelope
+    path, size = caller.transport.path(rank, bool(tensors)), message_size(body, tensors)
+    carriers = [
+        None if actor_id <= SYSTEM_IDS else caller.otel.told(label, endpoint, rank, path, size)
+        for actor_id, label in zip(actor_ids, labels, strict=True)
+    ]
+    if any(carrier is not None for carrier in carriers):
+        envelope.append(carriers)
 
 
 def _by_rank(targets: Sequence[CastTarget]) -> dict[int, list[int]]:
@@ -157,8 +186,12 @@ def _send_calls(
     chain: tuple[int, ...],
     deadline: float | None,
     encoded: Encoded,
+    spans: list[Span | None] | None = None,
 ) -> None:
-    """Send ``calls`` (each holding a slot of its window) to ``rank`` as one ``CAST``, unless the deadline passed."""
+    """Send ``calls`` (each holding a slot of its window) to ``rank`` as one ``CAST``, unless the deadline passed.
+
+    ``spans`` are their OpenTelemetry spans, whose contexts the envelope then carries.
+    """
     remaining = None
     if deadline is not None:
         remaining = deadline - caller.loop.time()
@@ -175,5 +208,11 @@ def _send_calls(
         call_ids.append(call_id)
     actor_ids = [call.target[1] for call in calls]
     body, tensors = encoded
-    caller.transport.send(rank, caller.pack([CAST, call_ids, actor_ids, endpoint, remaining, chain, body]), tensors)
+    envelope = [CAST, call_ids, actor_ids, endpoint, remaining, chain, body]
+    if spans is not None and caller.otel is not None:
+        path, size = caller.transport.path(rank, bool(tensors)), message_size(body, tensors)
+        carriers = [None if span is None else caller.otel.carrier(span, path, size) for span in spans]
+        if any(carrier is not None for carrier in carriers):
+            envelope.append(carriers)
+    caller.transport.send(rank, caller.pack(envelope), tensors)
     caller.calls_sent += len(calls)

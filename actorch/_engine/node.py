@@ -15,7 +15,7 @@ import itertools
 import os
 import socket
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import torch
@@ -40,6 +40,9 @@ from actorch._engine.wire import CALL, CANCEL, CAST, CLOSE, CREDIT, END, ITEM, M
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 from actorch._transport.capabilities import FastLane
 
+if TYPE_CHECKING:
+    from actorch._engine.otel import NodeTelemetry
+
 __all__ = ["Node", "describe_ranks"]
 
 _KEY_BITS = 48
@@ -60,6 +63,8 @@ class Node:
 
     def __init__(self, transport: Transport, config: SystemConfig, loop: asyncio.AbstractEventLoop) -> None:
         self.rank = transport.rank
+        # OpenTelemetry spans, when the system makes them: first, so that a missing extra fails before anything opens
+        self.otel = _telemetry(self.rank) if config.otel else None
         self.transport = transport
         self.loop = loop
         self.lost: dict[int, str] = {}  # peers gone for good (lost, or left after saying so), with why
@@ -103,6 +108,7 @@ class Node:
         self.callee = Callee(parts, decode_context=self.caller)
         self.streams = Streams(parts, decode_context=self.caller)
         self.caller.streams = self.streams
+        self.caller.otel = self.callee.otel = self.streams.otel = self.otel
         transport.attach(loop, self._receive, self._on_peer_lost)
         transport.on_joined = self._on_peer_joined
         transport.off_loop = self.answer_off_loop
@@ -171,6 +177,7 @@ class Node:
             device=None if device is None or device.type == "cpu" else device,
         )
         cell.trace = self.trace
+        cell.otel = self.otel if actor_id > SYSTEM_IDS else None  # the runtime's own actors make no spans
         self._cells[actor_id] = cell
         return cell
 
@@ -396,6 +403,13 @@ class Node:
             "waiting_for_room": self.flow.waiting(),
             "actors": len(self._cells),
         }
+
+
+def _telemetry(rank: int) -> NodeTelemetry:
+    """Node ``rank``'s OpenTelemetry spans; ``ImportError`` naming ``actorch[otel]`` if that is not installed."""
+    from actorch._engine.otel import NodeTelemetry  # noqa: PLC0415 - the optional extra, imported only when on
+
+    return NodeTelemetry(rank)
 
 
 def _open_record(run: str | None, rank: int) -> RunRecord | None:

@@ -33,6 +33,8 @@ from actorch._transport.base import Transport
 if TYPE_CHECKING:
     import torch
 
+    from actorch._engine.otel import NodeTelemetry
+
 __all__ = ["NodeSide", "SideParts"]
 
 
@@ -67,6 +69,7 @@ class NodeSide:
         "lost",
         "max_message_size",
         "new_key",
+        "otel",
         "pack",
         "rank",
         "send_budget",
@@ -91,6 +94,7 @@ class NodeSide:
         self.send_budget = parts.send_budget
         self.closed = False
         self.trace: NodeTrace | None = None  # while a trace runs (the node sets it on every side)
+        self.otel: NodeTelemetry | None = None  # when the system makes OpenTelemetry spans (the node sets it)
 
     def check_reachable(self, verb: str, rank: int, endpoint: str, label: str) -> None:
         """Raise if ``rank`` was lost or this node is shut down: nothing can ``verb`` (call, stream) there."""

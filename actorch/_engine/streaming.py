@@ -34,6 +34,7 @@ from actorch._base.errors import (
 from actorch._engine.cell import Cell
 from actorch._engine.message import ItemRefused, Message, Origin, Outlet, Reply
 from actorch._engine.side import NodeSide, SideParts
+from actorch._engine.system_ids import SYSTEM_IDS
 from actorch._engine.tracing import ITEM_MARK, STREAM_SPAN, current_track, flow_id
 from actorch._engine.wire import (
     CLOSE,
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     import torch
+
+    from actorch._engine.otel import NodeTelemetry, Span
 
 __all__ = ["DEFAULT_STREAM_WINDOW", "Stream", "StreamRequest", "Streams"]
 
@@ -275,13 +278,20 @@ class _Link:
         raise NotImplementedError
 
 
+def _end_span(link: _LocalLink | _RemoteLink, error: BaseException | None = None, outcome: str | None = None) -> None:
+    """The stream of ``link`` ended (with ``error``, or ``outcome``: ``ok``, ``closed``): end its span, once."""
+    spanned, link.otel = link.otel, None
+    if spanned is not None:
+        spanned[0].ended(spanned[1], error, outcome)
+
+
 # ---------------------------------------------------------------------- on this node
 
 
 class _LocalLink(Outlet, _Link, Reply):
     """A stream between actors of one node: items pass as they are, credits and the end directly."""
 
-    __slots__ = ("cell", "live", "opening", "side", "stream")
+    __slots__ = ("cell", "live", "opening", "otel", "side", "stream")
 
     def __init__(self, side: Streams, stream: Stream[Any], opening: StreamRequest, window: int, cell: Cell) -> None:
         Outlet.__init__(self, side.loop, window)
@@ -290,6 +300,7 @@ class _LocalLink(Outlet, _Link, Reply):
         self.stream = weakref.ref(stream)  # a stream dropped by its consumer is collected, then closes its link
         self.live = True
         self.cell = cell
+        self.otel: tuple[NodeTelemetry, Span] | None = None  # the stream's OpenTelemetry span, if made
 
     def put(self, item: Any) -> None:
         stream = self.stream()
@@ -300,6 +311,7 @@ class _LocalLink(Outlet, _Link, Reply):
         if not self.live:
             return
         self.live = False
+        _end_span(self, outcome="closed")
         self.side.flow.release_local(self.opening.actor_id)
         if self.message is not None:
             self.cell.cancel(self.message)
@@ -316,6 +328,7 @@ class _LocalLink(Outlet, _Link, Reply):
         if not self.live:
             return
         self.live = False
+        _end_span(self, error)
         self.side.flow.release_local(self.opening.actor_id)
         stream = self.stream()
         if stream is not None:
@@ -328,24 +341,27 @@ class _LocalLink(Outlet, _Link, Reply):
 class _RemoteLink(_Link):
     """The consuming end of a stream whose producer is on another node."""
 
-    __slots__ = ("opening", "side", "stream", "stream_id")
+    __slots__ = ("opening", "otel", "side", "stream", "stream_id")
 
     def __init__(self, side: Streams, stream: Stream[Any], opening: StreamRequest, stream_id: int) -> None:
         self.opening = opening
         self.side = side
         self.stream = weakref.ref(stream)  # a stream dropped by its consumer is collected, then closes its link
         self.stream_id = stream_id
+        self.otel: tuple[NodeTelemetry, Span] | None = None  # the stream's OpenTelemetry span, if made
 
     def more(self, count: int) -> None:
         self.side.send_control(self.opening.rank, [MORE, self.stream_id, count])
 
     def end(self, error: BaseException | None) -> None:
         """The stream ended on the producer's side, or its node was lost: tell the consumer, if still there."""
+        _end_span(self, error)
         stream = self.stream()
         if stream is not None:
             stream._ended(error)
 
     def close(self) -> None:
+        _end_span(self, outcome="closed")
         if self.side.forget(self):
             self.side.send_control(self.opening.rank, [CLOSE, self.stream_id])
 
@@ -417,21 +433,31 @@ class Streams(NodeSide):
         """Open ``stream``: a slot of the actor's mailbox window, then the message that starts the producer."""
         if asyncio.events._get_running_loop() is not self.loop:
             raise RuntimeError(f"a stream of {opening.label} is consumed on its node's event loop, not another")
-        self.check_reachable("stream", opening.rank, opening.endpoint, opening.label)
-        target = (opening.rank, opening.actor_id)
-        if not self.flow.try_take(target):
-            await self.wait_room("stream", target, opening.deadline, opening.endpoint, opening.label)
+        spanned = None
+        if self.otel is not None and opening.actor_id > SYSTEM_IDS:
+            spanned = (self.otel, self.otel.stream_opened(opening.label, opening.endpoint, opening.rank))
         try:
             self.check_reachable("stream", opening.rank, opening.endpoint, opening.label)
-            self.streams_opened += 1
-            if opening.rank == self.rank:
-                return self._open_local(stream, opening, window)
-            return self._open_remote(stream, opening, window)
-        except BaseException:
-            self.flow.release(target)
+            target = (opening.rank, opening.actor_id)
+            if not self.flow.try_take(target):
+                await self.wait_room("stream", target, opening.deadline, opening.endpoint, opening.label)
+            try:
+                self.check_reachable("stream", opening.rank, opening.endpoint, opening.label)
+                self.streams_opened += 1
+                if opening.rank == self.rank:
+                    return self._open_local(stream, opening, window, spanned)
+                return self._open_remote(stream, opening, window, spanned)
+            except BaseException:
+                self.flow.release(target)
+                raise
+        except BaseException as exc:
+            if spanned is not None:
+                spanned[0].ended(spanned[1], exc)
             raise
 
-    def _open_local(self, stream: Stream[Any], opening: StreamRequest, window: int) -> _Link:
+    def _open_local(
+        self, stream: Stream[Any], opening: StreamRequest, window: int, spanned: tuple[NodeTelemetry, Span] | None
+    ) -> _Link:
         cell = self.cells.get(opening.actor_id)
         if cell is None or cell.stopping:
             raise actor_stopped(f"stream {opening.endpoint!r}", opening.label)
@@ -440,10 +466,15 @@ class Streams(NodeSide):
             opening.endpoint, opening.args, opening.kwargs, self.new_key(), opening.chain, opening.deadline, link
         )
         message.outlet, link.message = link, message
+        if spanned is not None:
+            link.otel = spanned
+            message.otel = spanned[0].parent(spanned[1], "stream")
         cell.deliver(message)
         return link
 
-    def _open_remote(self, stream: Stream[Any], opening: StreamRequest, window: int) -> _Link:
+    def _open_remote(
+        self, stream: Stream[Any], opening: StreamRequest, window: int, spanned: tuple[NodeTelemetry, Span] | None
+    ) -> _Link:
         rank = opening.rank
         if opening.args or opening.kwargs:
             body, tensors = self.codec.encode(
@@ -460,9 +491,14 @@ class Streams(NodeSide):
         self._next_id += 1
         link = _RemoteLink(self, stream, opening, self._next_id)
         self.consuming[link.stream_id] = link
-        wire = self.pack(
-            [STREAM, link.stream_id, opening.actor_id, opening.endpoint, remaining, opening.chain, body, window]
-        )
+        envelope = [STREAM, link.stream_id, opening.actor_id, opening.endpoint, remaining, opening.chain, body, window]
+        if spanned is not None:
+            link.otel = spanned
+            path = self.transport.path(rank, bool(tensors))
+            carrier = spanned[0].carrier(spanned[1], path, message_size(body, tensors))
+            if carrier is not None:
+                envelope.append(carrier)
+        wire = self.pack(envelope)
         if self.trace is not None:
             sent = {"to": opening.label, "node": rank, "path": self.transport.path(rank, bool(tensors))}
             flow = flow_id(self.rank, link.stream_id, stream=True)
@@ -517,11 +553,17 @@ class Streams(NodeSide):
 
     def on_open(self, src: int, message: list[Any], tensors: list[Any], port: Port | None) -> None:
         """A stream asked of an actor of this node: deliver its message, whose handler runs the generator."""
-        _, stream_id, actor_id, endpoint, remaining, chain, body, window = message
+        parent = None
+        if self.otel is None:
+            _, stream_id, actor_id, endpoint, remaining, chain, body, window = message
+        else:  # the envelope may end with the consumer's context
+            _, stream_id, actor_id, endpoint, remaining, chain, body, window = message[:8]
+            parent = self.otel.received(message[8] if len(message) > 8 else None, src, "stream")
         deadline = None if remaining is None else self.loop.time() + remaining
         outlet = _RemoteOutlet(self, src, stream_id, window)
         received = Message(endpoint, (), {}, self.new_key(), tuple(chain), deadline, outlet)
         received.outlet, outlet.message = outlet, received
+        received.otel = parent
         if self.trace is not None:
             flow = flow_id(src, stream_id, stream=True)
             received.flow = flow if self.trace.sampled(flow) else 0

@@ -19,9 +19,14 @@ Wire messages are msgpack arrays, the envelope of a message; their first item is
                                                   several actors of a node, one body (see ``multicast``)
 
 ``body`` is ``[args, kwargs]`` (or the result) encoded by the codec, with tensors
-beside it. An error's :class:`~actorch._engine.message.Origin` says what the
-caller raises: a ``RemoteError`` for the handler's error, the same actorch error
-for the runtime's, ``ActorStoppedError`` for an actor its node no longer hosts.
+beside it. When the system makes OpenTelemetry spans (``otel``), a ``CALL``,
+``TELL`` or ``STREAM`` may end with one more element, the caller's trace
+context (the propagator's headers, a dict of str), and a ``CAST`` with a list
+of them, one per actor (see ``otel``); otherwise envelopes are as above.
+
+An error's :class:`~actorch._engine.message.Origin` says what the caller raises:
+a ``RemoteError`` for the handler's error, the same actorch error for the
+runtime's, ``ActorStoppedError`` for an actor its node no longer hosts.
 A handler's error carries its traceback as text, without the runtime's frames
 that ran the handler, and the process it was raised in; the caller shows both
 in a note under the actor and endpoint it called.

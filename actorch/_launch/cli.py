@@ -128,6 +128,12 @@ def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
         "for a script whose run() leaves trace unset",
     )
     run.add_argument(
+        "--otel",
+        action="store_true",
+        help="make every call and handler an OpenTelemetry span, the context carried across nodes (needs "
+        "actorch[otel]; each process sets up its tracer provider), for a script whose run() leaves otel unset",
+    )
+    run.add_argument(
         "--no-record",
         action="store_true",
         help="keep no record of the run for actorch history (as record=False)",

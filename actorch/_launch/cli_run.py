@@ -59,15 +59,18 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             check_status_port("127.0.0.1", args.status_port)
         except OSError as exc:
             parser.exit(2, f"actorch run: error: --status-port: {exc.strerror}\n")
-    os.environ.update(
-        launcher_environment(
+    try:
+        environment = launcher_environment(
             status=not args.no_status,
             status_port=args.status_port,
             log_level=args.log_level,
             record=not args.no_record,
             trace=args.trace,
+            otel=args.otel,
         )
-    )
+    except ImportError as exc:  # --otel (or ACTORCH_OTEL=1) without the extra installed
+        parser.exit(2, f"actorch run: error: {exc}\n")
+    os.environ.update(environment)
     handed = [flag for flag in TORCHRUN_FLAGS if getattr(args, flag) not in (None, False)]
     if args.nproc == 1 and not handed:
         os.environ[WORLD_SIZE_ENV] = "1"

@@ -7,7 +7,8 @@ process (``ConfigKeywords``). Each builds one ``SystemOptions``, which checks
 every value as it is made, and the settings every node shares
 (``SystemConfig``) are made from it by ``system_config`` alone. What an
 option leaves to the environment (``ACTORCH_STATUS_PORT``,
-``ACTORCH_LOG_LEVEL``, ``ACTORCH_RECORD``: what ``actorch run``'s flags set)
+``ACTORCH_LOG_LEVEL``, ``ACTORCH_RECORD``, ``ACTORCH_TRACE``, ``ACTORCH_OTEL``:
+what ``actorch run``'s flags set)
 is read where the launch is planned, by the functions here; ``launcher_environment``
 sets it for ``actorch run``.
 """
@@ -44,6 +45,7 @@ __all__ = [
     "is_port",
     "launcher_environment",
     "options_of",
+    "otel_on",
     "recording",
     "rpc_options",
     "status_address",
@@ -51,7 +53,7 @@ __all__ = [
     "trace_path",
 ]
 
-IN_PROCESS = ("strict", "lookup_timeout", "stop_grace", "mailbox_size", "max_message_size", "send_budget")
+IN_PROCESS = ("strict", "lookup_timeout", "stop_grace", "mailbox_size", "max_message_size", "send_budget", "otel")
 """The options that apply to an in-process world (``local_world``): those of ``SystemConfig``."""
 
 TRACE_ENV = "ACTORCH_TRACE"
@@ -59,6 +61,11 @@ TRACE_ENV = "ACTORCH_TRACE"
 
 RECORD_OFF = ("0", "false", "no", "off")
 """Values of ``ACTORCH_RECORD`` that turn the run record off (in any case)."""
+
+OTEL_ENV = "ACTORCH_OTEL"
+"""Turns OpenTelemetry spans on (``1``) where the ``otel`` option is None (``actorch run --otel``)."""
+
+_ON = ("1", "true", "yes", "on")
 
 
 def is_port(port: object) -> bool:
@@ -73,8 +80,9 @@ class SystemOptions:
     Build one to launch several systems alike: ``run(main, options=opts)``, or
     ``start(options=opts, log_level="debug")`` (keywords override the
     options'). Every value is checked as the options are made; a bad one
-    raises ``ValueError`` (``TypeError`` for ``setup`` and ``record``) naming
-    the option and what it takes.
+    raises ``ValueError`` (``TypeError`` for ``setup``, ``record`` and
+    ``otel``) naming the option and what it takes; ``otel`` on without the
+    OpenTelemetry API installed raises ``ImportError``.
 
     Attributes:
         strict: Refuse to send values that would need pickle.
@@ -185,6 +193,17 @@ class SystemOptions:
             them, from ``main``'s start to its end. None reads
             ``ACTORCH_TRACE`` (``actorch run --trace PATH``), else no trace.
             ``start`` takes none: trace a block with ``system.trace(PATH)``.
+        otel: Make every call, tell and stream made through a ref an
+            OpenTelemetry span on its caller (CLIENT; a tell: PRODUCER), and
+            every handler run a span on its node (SERVER; a tell's:
+            CONSUMER), child of its call's span: the context travels in the
+            message, so a span around ``await ref.call(...)`` is the parent of
+            the handler's span on the other node and of the calls that
+            handler makes. Needs ``pip install 'actorch[otel]'``; spans go to
+            the global tracer provider, which each process sets up itself
+            (``setup`` runs on every node). None reads ``ACTORCH_OTEL``
+            (``actorch run --otel``), else off: then messages carry nothing
+            more. See docs/guides/seeing-inside.md.
     """
 
     strict: bool = False
@@ -213,11 +232,14 @@ class SystemOptions:
     configure_logs: bool = True
     record: bool = True
     trace: str | os.PathLike[str] | None = None
+    otel: bool | None = None
 
     def __post_init__(self) -> None:
         if not is_number(self.liveness_timeout, inclusive=False):
             raise ValueError(f"liveness_timeout must be a positive number of seconds, not {self.liveness_timeout!r}")
         check_log_level(self.log_level)
+        if self.otel is not None and not isinstance(self.otel, bool):
+            raise TypeError(f"otel must be True, False or None (read {OTEL_ENV}), not {self.otel!r}")
         system_config(self)
         if self.devices not in ("stage", "strict"):
             raise ValueError(f"devices must be 'stage' or 'strict', not {self.devices!r}")
@@ -263,6 +285,7 @@ class ConfigKeywords(TypedDict, total=False):
     mailbox_size: int
     max_message_size: int
     send_budget: int
+    otel: bool | None
 
 
 class OptionKeywords(ConfigKeywords, total=False):
@@ -303,6 +326,7 @@ def system_config(options: SystemOptions, run_record: str | None = None) -> Syst
         max_message_size=options.max_message_size,
         send_budget=options.send_budget,
         run_record=run_record,
+        otel=otel_on(options),
     )
 
 
@@ -323,6 +347,27 @@ def rpc_options(options: SystemOptions) -> RpcOptions:
 def recording(options: SystemOptions) -> bool:
     """Whether to keep a run record: ``record``, unless ``ACTORCH_RECORD`` says 0."""
     return options.record and os.environ.get(RECORD_ENV, "1").strip().lower() not in RECORD_OFF
+
+
+def otel_on(options: SystemOptions) -> bool:
+    """Whether every node makes OpenTelemetry spans: ``otel``, else ``ACTORCH_OTEL``; else not.
+
+    Raises:
+        ValueError: ``ACTORCH_OTEL`` is read and is neither on (``1``,
+            ``true``, ``yes``, ``on``) nor off (``0``, ``false``, ``no``,
+            ``off``, empty).
+        ImportError: It is on and the OpenTelemetry API cannot be imported
+            (``pip install 'actorch[otel]'``); nothing has started.
+    """
+    on = options.otel
+    if on is None:
+        found = os.environ.get(OTEL_ENV, "").strip().lower()
+        if found not in _ON and found not in ("", *RECORD_OFF):
+            raise ValueError(f"{OTEL_ENV} must be 1 (on) or 0 (off), not {os.environ[OTEL_ENV]!r}")
+        on = found in _ON
+    if on:
+        import actorch._engine.otel  # noqa: F401, PLC0415 - the optional extra, checked before anything starts
+    return on
 
 
 def trace_path(options: SystemOptions) -> str | None:
@@ -389,6 +434,7 @@ def launcher_environment(
     log_level: str | None = None,
     record: bool = True,
     trace: str | None = None,
+    otel: bool = False,
 ) -> dict[str, str]:
     """What a launcher (``actorch run``) puts in the script's environment to give its ``run`` these options.
 
@@ -401,7 +447,9 @@ def launcher_environment(
     Raises:
         ValueError: A value is not one the option takes.
     """
-    chosen = SystemOptions(status=status, status_port=status_port, log_level=log_level, record=record, trace=trace)
+    chosen = SystemOptions(
+        status=status, status_port=status_port, log_level=log_level, record=record, trace=trace, otel=otel or None
+    )
     environment: dict[str, str] = {}
     if chosen.status_port is not None:
         environment[STATUS_PORT_ENV] = str(chosen.status_port)
@@ -414,4 +462,6 @@ def launcher_environment(
         environment[RECORD_ENV] = "0"
     if trace is not None:
         environment[TRACE_ENV] = os.path.abspath(trace)  # the script may change its directory
+    if chosen.otel:
+        environment[OTEL_ENV] = "1"
     return environment

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from actorch import MAX_NAME_LENGTH, InvalidNameError
-from actorch._base.names import NAME_RULE, check_name, compile_pattern
+from actorch._base.names import NAME_RULE, actor_label, check_name, compile_pattern, label_class
 
 
 @pytest.mark.parametrize(
@@ -89,3 +89,13 @@ def test_compile_pattern_rejects_an_invalid_pattern(pattern: str) -> None:
 def test_compile_pattern_rejects_a_pattern_that_is_not_a_str() -> None:
     with pytest.raises(InvalidNameError):
         compile_pattern(7)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["rl/agent", "a", "x.y-z_1/2", None])
+def test_label_class_reads_the_class_back_from_an_actor_label(name: str | None) -> None:
+    assert label_class(actor_label(name, "Agent", 17, 3)) == "Agent"
+
+
+def test_label_class_of_something_that_is_not_a_label_is_the_text_itself() -> None:
+    assert label_class("actor #5 on node 1") == "actor #5 on node 1"
+    assert label_class("service") == "service"

@@ -36,6 +36,19 @@ def test_bench_rpc_prints_every_row_with_the_asyncio_floor() -> None:
     assert ratio == pytest.approx(floor_us / raw_us, abs=0.02)
 
 
+def test_bench_rpc_runs_everything_with_opentelemetry_spans_of_the_sdk() -> None:
+    pytest.importorskip(
+        "opentelemetry.sdk.trace", reason="--otel sdk needs opentelemetry-sdk (pip install 'actorch[test]')"
+    )
+    argv = [sys.executable, str(REPO / "benchmarks" / "bench_rpc.py"), "--transport", "uv", "--lane", "on"]
+    argv += ["--rounds", "1", "--calls", "50", "--in-flight", "100", "--bursts", "1", "--mb", "1", "--otel", "sdk"]
+    finished = run_argv(argv, timeout=180.0)
+    finished.assert_clean_exit(0)
+    assert "OpenTelemetry spans on (sdk)" in finished.stdout
+    label = "(a) sequential no-op round trip"
+    assert re.search(rf"^{re.escape(label)}\s+.+\s+{NUMBER}\s+[<>]= {NUMBER}$", finished.stdout, re.MULTILINE)
+
+
 def test_profile_cpu_reads_both_sides_of_every_way() -> None:
     argv = [sys.executable, str(REPO / "benchmarks" / "profile_cpu.py"), "--rounds", "1", "--calls", "50"]
     finished = run_argv(argv, timeout=180.0)

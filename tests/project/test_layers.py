@@ -44,8 +44,12 @@ STOCK_LAYER = LAYERS.index("_stock")
 ONLY_IN = {
     "torch.distributed.rpc": {"actorch._transport.torch_rpc.rpc", "actorch._transport.torch_rpc.elastic"},
     "msgpack": {"actorch._base.codec"},
+    "opentelemetry": {"actorch._engine.otel"},
 }
-"""Libraries that only some modules may import, and those modules (torch RPC: the transport's two)."""
+"""Libraries that only some modules may import, and those modules (torch RPC: the transport's two).
+
+OpenTelemetry is an optional extra: its one module is imported only when the ``otel`` option is on.
+"""
 
 ANNOTATION_ONLY_TIE = {
     "actorch._actors.actor": frozenset({"actorch._actors.ref", "actorch._actors.system"}),
