@@ -95,7 +95,11 @@ async def test_spawn_with_a_bad_rank_raises_value_error(world: LocalWorld, on: A
         await world[0].spawn(Counter, on=on)
 
 
-@pytest.mark.parametrize("cls", [object, int, Counter(), "Counter", actorch.Actor.__init__], ids=repr)
+@pytest.mark.parametrize(
+    "cls",
+    [object, int, Counter(), "Counter", actorch.Actor.__init__],
+    ids=["object", "int", "an instance", "a class name", "a method"],
+)
 async def test_spawn_of_something_that_is_not_an_actor_class_raises_type_error(world: LocalWorld, cls: Any) -> None:
     with pytest.raises(TypeError, match="Actor subclass"):
         await world[0].spawn(cls)
