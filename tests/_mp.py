@@ -27,6 +27,7 @@ import sys
 import termios
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,19 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses every connection while the block runs.
+
+    Bound and never listening: a port merely found free could meanwhile be taken
+    by a node of a test running beside this one, whose TensorPipe listener
+    aborts its process on bytes that are not TensorPipe's.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 def script_env(marker: str) -> dict[str, str]:

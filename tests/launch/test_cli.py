@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _mp import REPO, SCRIPTS, Script, free_port, run_argv, script_env, wait_for_file
+from _mp import REPO, SCRIPTS, Script, free_port, refused_port, run_argv, script_env, wait_for_file
 from prometheus_client.parser import text_string_to_metric_families
 
 from actorch._launch import cli, cli_run, runner
@@ -359,8 +359,13 @@ def test_status_of_a_service_that_is_not_http_is_one_line_and_exit_code_1(
 
 
 def test_status_of_nothing_says_so_with_exit_code_1(capsys: pytest.CaptureFixture[str], runtime_dir: Path) -> None:
+    with refused_port() as port:
+        check_status_of_nothing(capsys, port)
+
+
+def check_status_of_nothing(capsys: pytest.CaptureFixture[str], port: int) -> None:
     for args, says in (
-        (["status", "--port", str(free_port())], "no status at 127.0.0.1:"),
+        (["status", "--port", str(port)], "no status at 127.0.0.1:"),
         (["status"], "no actorch system runs on this host"),
         (["status", "--pid", "4194305"], "no actorch system whose rank 0 has pid 4194305"),
         (["stop"], "no actorch system runs on this host"),

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _mp import free_port
+from _mp import refused_port
 from actors import Counter, Slow, Stopper
 
 import actorch
@@ -159,8 +159,7 @@ def test_connect_refuses_bad_arguments_before_anything_is_sent(
 
 @pytest.mark.timeout(30)  # well under the default join_timeout of 60 s: a wait for it fails the test
 async def test_connect_to_an_address_that_refuses_fails_at_once_naming_it() -> None:
-    port = free_port()  # closed again: connecting to it is refused
-    with pytest.raises(actorch.JoinError) as refused:
+    with refused_port() as port, pytest.raises(actorch.JoinError) as refused:
         await actorch.connect(f"127.0.0.1:{port}", configure_logs=False)
     assert str(refused.value) == (
         f"cannot reach an actorch system at 127.0.0.1:{port}: the connection was refused (nothing listens there)"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch.distributed as dist
-from _mp import free_port
+from _mp import free_port, refused_port
 from actors import Counter, Victim
 
 import actorch
@@ -148,8 +148,11 @@ def test_joining_a_store_that_is_not_an_elastic_system_is_refused() -> None:
 
 
 def test_joining_an_address_nothing_serves_ends_in_a_join_error() -> None:
-    with pytest.raises(actorch.JoinError, match=r"cannot reach an actorch system at 127\.0\.0\.1"):
-        prepare_join("127.0.0.1", free_port(), 0.5)
+    with (
+        refused_port() as port,
+        pytest.raises(actorch.JoinError, match=r"cannot reach an actorch system at 127\.0\.0\.1"),
+    ):
+        prepare_join("127.0.0.1", port, 0.5)
 
 
 def test_serve_gives_up_on_an_address_nothing_serves_within_its_join_timeout() -> None:
@@ -157,15 +160,16 @@ def test_serve_gives_up_on_an_address_nothing_serves_within_its_join_timeout() -
     join_timeout = 4.0
     outcome: list[BaseException] = []
 
-    def join() -> None:
+    def join(port: int) -> None:
         try:
-            actorch.serve(f"127.0.0.1:{free_port()}", join_timeout=join_timeout, configure_logs=False)
+            actorch.serve(f"127.0.0.1:{port}", join_timeout=join_timeout, configure_logs=False)
         except BaseException as exc:
             outcome.append(exc)
 
-    joining = threading.Thread(target=join, daemon=True)
-    joining.start()
-    joining.join(join_timeout + 2.0)
+    with refused_port() as port:
+        joining = threading.Thread(target=join, args=(port,), daemon=True)
+        joining.start()
+        joining.join(join_timeout + 2.0)
     assert not joining.is_alive(), "serve() was still trying to join 2 s past its join_timeout"
     assert isinstance(outcome[0], actorch.JoinError), outcome
     assert "nothing answered within 4 s" in str(outcome[0])
@@ -241,9 +245,10 @@ def test_serve_refuses_bad_arguments(monkeypatch: pytest.MonkeyPatch, kwargs: di
 
 
 def test_serve_reads_the_address_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACTORCH_ADDRESS", f"127.0.0.1:{free_port()}")
-    with pytest.raises(actorch.JoinError, match="cannot reach an actorch system"):
-        actorch.serve(join_timeout=0.5, configure_logs=False)
+    with refused_port() as port:
+        monkeypatch.setenv("ACTORCH_ADDRESS", f"127.0.0.1:{port}")
+        with pytest.raises(actorch.JoinError, match="cannot reach an actorch system"):
+            actorch.serve(join_timeout=0.5, configure_logs=False)
 
 
 # ---------------------------------------------------------------- a static system has no joining nor leaving
@@ -329,6 +334,7 @@ def test_actor_exit_knows_a_node_that_left() -> None:
 
 
 def test_a_newcomer_whose_system_went_away_gets_a_join_error_not_torchs() -> None:
-    transport = ElasticRpcTransport(5, "127.0.0.1", free_port(), RpcOptions(init_timeout=0.5), token="t")
-    with pytest.raises(actorch.JoinError, match=r"could not join the system at 127\.0\.0\.1:\d+"):
-        transport._init_rpc()
+    with refused_port() as port:
+        transport = ElasticRpcTransport(5, "127.0.0.1", port, RpcOptions(init_timeout=0.5), token="t")
+        with pytest.raises(actorch.JoinError, match=r"could not join the system at 127\.0\.0\.1:\d+"):
+            transport._init_rpc()
