@@ -26,6 +26,7 @@ from actorch._actors.ref import ActorRef
 from actorch._stock.batch import Batch
 from actorch._stock.envs import EnvFactory, EnvPlayer, Rows, state_dtype
 from actorch._stock.handover import Handover, Slots, by_reference, carve, room, usable
+from actorch._stock.heap import keep_freed_memory
 from actorch._stock.policies import PolicyFactory, build_policy, sample_categorical
 from actorch._stock.sharded_replay import ShardedReplayBuffer
 
@@ -87,6 +88,7 @@ class Collector(EnvPlayer, Actor):
         logits: bool = False,
     ) -> None:
         self._open_envs(env, num_envs, max_steps)
+        keep_freed_memory()  # the policy's temporaries, freed and taken again at every step, stay in the process
         if not isinstance(frames_per_batch, int) or frames_per_batch < 1 or frames_per_batch % self.num_envs:
             raise ValueError(
                 f"frames_per_batch must be a positive multiple of the {self.num_envs} environments, "
