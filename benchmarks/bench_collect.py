@@ -77,6 +77,7 @@ PIXEL_EPISODE = 400  # mean steps of a pixel episode (its end is drawn, so that 
 ENV_FORMS = ("serial", "vector", "async")
 RUN_OPTIONS = {"liveness_timeout": 60.0}
 """A loaded machine may starve a node for seconds: the bench measures collection, not failure detection."""
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR"}
 
 
@@ -599,8 +600,11 @@ def measure(
 ) -> dict[str, float] | None:
     python = args.torchrl_python if side.startswith("torchrl") else sys.executable
     env = {**os.environ, **ONE_THREAD}
-    if side.endswith(BASE):
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.compare, env.get("PYTHONPATH")]))
+    # A side runs in the checkout whose code it measures, which also comes first on its path: the workers'
+    # forkserver imports actorch from its current directory before the path it was given (Python 3.11 ignores
+    # that path), so a side run elsewhere would measure that directory's actorch in its workers.
+    checkout = os.path.abspath(args.compare) if side.endswith(BASE) else REPO
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [checkout, env.get("PYTHONPATH")]))
     command = [
         python,
         os.path.abspath(__file__),
@@ -624,7 +628,9 @@ def measure(
         form,
     ]
     try:
-        ran = subprocess.run(command, capture_output=True, text=True, env=env, timeout=seconds * 10 + 240, check=False)
+        ran = subprocess.run(
+            command, capture_output=True, text=True, env=env, cwd=checkout, timeout=seconds * 10 + 240, check=False
+        )
     except subprocess.TimeoutExpired:
         print(f"  {workload.name}, {side} with {workers} workers timed out", file=sys.stderr)
         return None
