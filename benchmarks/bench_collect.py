@@ -22,7 +22,8 @@ the workers. The sides (K is the number of environments per worker):
 
 - ``limit K``: the machine's limit. A plain loop in one process, with no
   messaging at all: the same K environments and policy, the batch written in
-  place. It runs in as many processes at once as the cores allow
+  place, and the malloc settings a collector's process takes (it keeps the
+  memory each step frees; see ``Collector``). It runs in as many processes at once as the cores allow
   (``min(N, cores)``), since the learner here takes next to no CPU, so its
   frames per second are the plain loop's per process times the cores left
   for collection, measured under the same load as the other sides;
@@ -45,7 +46,8 @@ What is counted: only the frames delivered to the learner (for the limit,
 written into a finished batch) after a warm-up of ``--warmup`` frames, over
 ``--seconds``. CPU per frame is the CPU time of every process of the side (the
 learner, the workers and whatever they started), read from ``/proc`` over the
-same span, divided by those frames; the learner's cores are its own CPU time
+same span, divided by those frames, and so are the minor page faults of
+those processes (``faults``); the learner's cores are its own CPU time
 over the span's wall time. Each round runs every side once, in a process of
 its own, one after the other; the tables give medians over the rounds, each
 side's fraction of the limit of the same K measured in the same rounds, and

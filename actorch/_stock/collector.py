@@ -44,7 +44,12 @@ class Collector(EnvPlayer, Actor):
     ``logits=True``; override :meth:`act` for another kind. States keep the
     environment's dtype (see :meth:`~actorch.Observer.to_state`): a policy
     of pixels casts its uint8 input in its forward, so that every batch
-    carries a quarter of float32's bytes. Each collector draws its initial weights from its own seed
+    carries a quarter of float32's bytes. A collector's process keeps the
+    memory its steps free for the next ones (glibc's malloc thresholds, fixed
+    once per process unless set through ``MALLOC_*_`` or ``GLIBC_TUNABLES``):
+    a policy over pixels frees and takes the same megabytes at every step,
+    which glibc may otherwise hand back to the kernel and fault in again at
+    every step. Each collector draws its initial weights from its own seed
     and calls them version 0: a learner publishes its own weights before the
     first batch, so that every batch it takes was played by weights it knows.
     Weights change only between batches: a batch is all one version. Hand

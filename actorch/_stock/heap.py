@@ -56,6 +56,6 @@ def keep_freed_memory() -> bool:
     mallopt = ctypes.CDLL(None).mallopt  # the process's own C library
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    took = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    took = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1)
     log.debug("malloc keeps freed memory", took=took, mmap_threshold=MMAP_THRESHOLD, trim_threshold=TRIM_THRESHOLD)
     return took

@@ -12,7 +12,7 @@ from _mp import SCRIPTS
 from torch import nn
 
 from actorch._stock.heap import keep_freed_memory
-from actorch.rl import Collector
+from actorch.rl import Collection, Collector
 from actorch.testing import LocalWorld
 
 sys.path.insert(0, str(SCRIPTS))
@@ -81,3 +81,10 @@ async def test_collector_keeps_the_freed_memory_of_its_process(world: LocalWorld
     keep_freed_memory.cache_clear()
     await world[0].spawn(Collector, args=(corridor, policy), kwargs={"num_envs": 2, "frames_per_batch": 4}, on=1)
     assert keep_freed_memory.cache_info().currsize == 1, "the collector set its process's malloc up"
+
+
+async def test_collection_keeps_the_freed_memory_of_the_learners_process(world: LocalWorld) -> None:
+    collector = await world[0].spawn(Collector, args=(corridor, policy), kwargs={"num_envs": 2, "frames_per_batch": 4})
+    keep_freed_memory.cache_clear()
+    async with Collection([collector]):
+        assert keep_freed_memory.cache_info().currsize == 1, "the learner's process set its malloc up"
