@@ -22,7 +22,8 @@ the workers. The sides (K is the number of environments per worker):
 
 - ``limit K``: the machine's limit. A plain loop in one process, with no
   messaging at all: the same K environments and policy, the batch written in
-  place. It runs in as many processes at once as the cores allow
+  place, and the malloc settings a collector's process takes (it keeps the
+  memory each step frees; see ``Collector``). It runs in as many processes at once as the cores allow
   (``min(N, cores)``), since the learner here takes next to no CPU, so its
   frames per second are the plain loop's per process times the cores left
   for collection, measured under the same load as the other sides;
@@ -45,7 +46,8 @@ What is counted: only the frames delivered to the learner (for the limit,
 written into a finished batch) after a warm-up of ``--warmup`` frames, over
 ``--seconds``. CPU per frame is the CPU time of every process of the side (the
 learner, the workers and whatever they started), read from ``/proc`` over the
-same span, divided by those frames; the learner's cores are its own CPU time
+same span, divided by those frames, and so are the minor page faults of
+those processes (``faults``); the learner's cores are its own CPU time
 over the span's wall time. Each round runs every side once, in a process of
 its own, one after the other; the tables give medians over the rounds, each
 side's fraction of the limit of the same K measured in the same rounds, and
@@ -77,6 +79,7 @@ PIXEL_EPISODE = 400  # mean steps of a pixel episode (its end is drawn, so that 
 ENV_FORMS = ("serial", "vector", "async")
 RUN_OPTIONS = {"liveness_timeout": 60.0}
 """A loaded machine may starve a node for seconds: the bench measures collection, not failure detection."""
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR"}
 
 
@@ -236,11 +239,11 @@ def process_cpu() -> float:
     return times.user + times.system
 
 
-def tree_cpu() -> dict[int, float]:
-    """CPU seconds of this process and every process descending from it, by pid (from ``/proc``)."""
+def tree_usage() -> dict[int, tuple[float, int]]:
+    """CPU seconds and minor page faults of this process and every process descending from it, by pid (``/proc``)."""
     ticks = os.sysconf("SC_CLK_TCK")
     parents: dict[int, int] = {}
-    seconds: dict[int, float] = {}
+    usage: dict[int, tuple[float, int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -251,7 +254,7 @@ def tree_cpu() -> dict[int, float]:
             continue
         fields = text[text.rindex(")") + 2 :].split()
         parents[int(entry)] = int(fields[1])
-        seconds[int(entry)] = (int(fields[11]) + int(fields[12])) / ticks
+        usage[int(entry)] = ((int(fields[11]) + int(fields[12])) / ticks, int(fields[7]))
     mine = {os.getpid()}
     grew = True
     while grew:
@@ -260,7 +263,14 @@ def tree_cpu() -> dict[int, float]:
             if parent in mine and pid not in mine:
                 mine.add(pid)
                 grew = True
-    return {pid: seconds[pid] for pid in mine}
+    return {pid: usage[pid] for pid in mine}
+
+
+def spent(before: dict[int, tuple[float, int]], after: dict[int, tuple[float, int]]) -> tuple[float, int]:
+    """CPU seconds and minor faults of a process tree between two readings (processes started since count whole)."""
+    cpu = sum(seconds - before.get(pid, (0.0, 0))[0] for pid, (seconds, _) in after.items())
+    faults = sum(count - before.get(pid, (0.0, 0))[1] for pid, (_, count) in after.items())
+    return cpu, faults
 
 
 def load_average() -> float:
@@ -302,7 +312,7 @@ class Meter:
         self.frames = 0
         self.bytes = 0
         self.started: float | None = None
-        self.tree: dict[int, float] = {}
+        self.tree: dict[int, tuple[float, int]] = {}
         self.learner = 0.0
         self.result: dict[str, float] | None = None
 
@@ -311,7 +321,7 @@ class Meter:
         if self.started is None:
             self.warmup -= frames
             if self.warmup <= 0:
-                self.tree, self.learner = tree_cpu(), process_cpu()
+                self.tree, self.learner = tree_usage(), process_cpu()
                 self.started = time.perf_counter()
             return False
         self.frames += frames
@@ -321,11 +331,12 @@ class Meter:
         if elapsed < self.seconds:
             return False
         learner = process_cpu() - self.learner
-        now = tree_cpu()
-        cpu = sum(seconds - self.tree.get(pid, 0.0) for pid, seconds in now.items())
+        now = tree_usage()
+        cpu, faults = spent(self.tree, now)
         self.result = {
             "fps": self.frames / elapsed,
             "cpu_us": cpu / self.frames * 1e6,
+            "faults": faults / self.frames,
             "cores": cpu / elapsed,
             "learner_cores": learner / elapsed,
             "bytes_per_s": self.bytes / elapsed,
@@ -385,7 +396,10 @@ def plain_batches(workload: str, envs: int, frames_per_batch: int, seed: int) ->
 def plain_process(args: dict[str, Any], seed: int, ready: Any, results: Any) -> None:
     import torch  # noqa: PLC0415
 
+    from actorch._stock.heap import keep_freed_memory  # noqa: PLC0415 - the malloc settings a collector runs with
+
     torch.set_num_threads(1)
+    keep_freed_memory()
     batches = plain_batches(args["workload"], args["envs"], args["frames_per_batch"], seed)
     warmup = args["warmup"]
     while warmup > 0:
@@ -414,18 +428,19 @@ def run_limit(args: argparse.Namespace, envs: int) -> dict[str, float]:
     for process in processes:
         process.start()
     ready.wait()
-    tree, learner, started = tree_cpu(), process_cpu(), time.perf_counter()
+    tree, learner, started = tree_usage(), process_cpu(), time.perf_counter()
     outcomes = [results.get(timeout=args.seconds * 10 + 120) for _ in processes]
     elapsed = time.perf_counter() - started
-    now = tree_cpu()
+    now = tree_usage()
     for process in processes:
         process.join()
     frames = sum(frames for frames, _, _ in outcomes)
     fps = sum(frames / seconds for frames, seconds, _ in outcomes)
-    cpu = sum(seconds - tree.get(pid, 0.0) for pid, seconds in now.items())
+    cpu, faults = spent(tree, now)
     return {
         "fps": fps,
         "cpu_us": cpu / frames * 1e6,
+        "faults": faults / frames,
         "cores": cpu / elapsed,
         "learner_cores": (process_cpu() - learner) / elapsed,
         "bytes_per_s": 0.0,
@@ -587,8 +602,11 @@ def measure(
 ) -> dict[str, float] | None:
     python = args.torchrl_python if side.startswith("torchrl") else sys.executable
     env = {**os.environ, **ONE_THREAD}
-    if side.endswith(BASE):
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.compare, env.get("PYTHONPATH")]))
+    # A side runs in the checkout whose code it measures, which also comes first on its path: the workers'
+    # forkserver imports actorch from its current directory before the path it was given (Python 3.11 ignores
+    # that path), so a side run elsewhere would measure that directory's actorch in its workers.
+    checkout = os.path.abspath(args.compare) if side.endswith(BASE) else REPO
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [checkout, env.get("PYTHONPATH")]))
     command = [
         python,
         os.path.abspath(__file__),
@@ -612,7 +630,9 @@ def measure(
         form,
     ]
     try:
-        ran = subprocess.run(command, capture_output=True, text=True, env=env, timeout=seconds * 10 + 240, check=False)
+        ran = subprocess.run(
+            command, capture_output=True, text=True, env=env, cwd=checkout, timeout=seconds * 10 + 240, check=False
+        )
     except subprocess.TimeoutExpired:
         print(f"  {workload.name}, {side} with {workers} workers timed out", file=sys.stderr)
         return None
@@ -665,7 +685,10 @@ def report(
         print(f"  TorchRL's K={form_envs} environments per worker: {form}")
     for count in workers:
         print(f"\n{count} workers")
-        header = f"{'side':32}{'frames/s':>10}{'of limit':>10}{'CPU/frame':>12}{'x plain':>9}{'cores':>7}{'learner':>9}"
+        header = (
+            f"{'side':32}{'frames/s':>10}{'of limit':>10}{'CPU/frame':>12}{'x plain':>9}{'faults':>8}{'cores':>7}"
+            f"{'learner':>9}"
+        )
         print(header + (f"{'MB/s':>8}" if pixels else ""))
         for side in sides:
             rows = results.get((side, count), [])
@@ -678,7 +701,9 @@ def report(
             limit, plain = median(limits, "fps"), median(limits, "cpu_us")
             share = f"{fps / limit:.0%}" if limit else "-"
             times = f"{cpu / plain:.2f}" if plain else "-"
-            line = f"{side:32}{fps:>10,.0f}{share:>10}{cpu:>9.0f} us{times:>9}{used:>7.2f}{learner:>9.2f}"
+            faults = median(rows, "faults")
+            faulted = "-" if faults is None else f"{faults:.1f}"
+            line = f"{side:32}{fps:>10,.0f}{share:>10}{cpu:>9.0f} us{times:>9}{faulted:>8}{used:>7.2f}{learner:>9.2f}"
             if pixels:
                 line += f"{(median(rows, 'bytes_per_s') or 0) / 1e6:>8.0f}"
             print(line)
@@ -703,7 +728,8 @@ def report(
     print(
         "columns: frames/s to the learner; of limit: the fraction of the limit's frames/s with the same K, "
         "measured in the same rounds; CPU/frame: CPU time of every process of the side per frame; x plain: that "
-        "over the limit's (the plain loop's); cores: CPU time of the side's processes over the span's wall time; "
+        "over the limit's (the plain loop's); faults: minor page faults of every process of the side per frame; "
+        "cores: CPU time of the side's processes over the span's wall time; "
         "learner: the learner's share of it" + ("; MB/s: tensor bytes delivered" if pixels else "")
     )
 
@@ -764,7 +790,8 @@ def cli() -> None:
                     results.setdefault((side, count), []).append(outcome)
                     print(
                         f"{name}, round {round_index + 1}, {count} workers, {side}: {outcome['fps']:,.0f} frames/s, "
-                        f"{outcome['cpu_us']:.0f} us CPU per frame, {outcome['cores']:.2f} cores, "
+                        f"{outcome['cpu_us']:.0f} us CPU per frame, {outcome.get('faults', 0):.1f} faults per frame, "
+                        f"{outcome['cores']:.2f} cores, "
                         f"learner {outcome['learner_cores']:.2f}, "
                         f"load {outcome['load']:.1f}",
                         flush=True,

@@ -36,6 +36,7 @@ from actorch._stock.batch import Batch
 from actorch._stock.collector import Collector
 from actorch._stock.group import ActorGroup
 from actorch._stock.handover import Handover, Mappings, host_identity
+from actorch._stock.heap import keep_freed_memory
 
 __all__ = ["Collection"]
 
@@ -70,7 +71,10 @@ class Collection:
     Collectors on the learner's host (in other processes) hand their batches
     over through shared memory: the observations are written once, by the
     collector, and copied once, into the learner's batch. Others send them
-    by value.
+    by value. Like a collector's, the learner's process then keeps the memory
+    it frees for the next batches (glibc's malloc thresholds, unless set
+    through ``MALLOC_*_`` or ``GLIBC_TUNABLES``), rather than fault in the
+    megabytes of each batch's copy afresh.
 
     Args:
         collectors: The collectors' refs (``await system.lookup_all("rl/collectors/*")``).
@@ -122,6 +126,7 @@ class Collection:
         """The learner's version: :meth:`publish` moves it; set it yourself when weights travel another way."""
         self.server = server
         self.stop_collectors = stop_collectors
+        keep_freed_memory()  # each batch's copy out of shared memory takes the megabytes the last one freed
         self._refs = refs
         self._sources = [_Source(ref) for ref in refs]
         self._arrivals = itertools.count()

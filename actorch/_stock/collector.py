@@ -26,6 +26,7 @@ from actorch._actors.ref import ActorRef
 from actorch._stock.batch import Batch
 from actorch._stock.envs import EnvFactory, EnvPlayer, Rows, state_dtype
 from actorch._stock.handover import Handover, Slots, by_reference, carve, room, usable
+from actorch._stock.heap import keep_freed_memory
 from actorch._stock.policies import PolicyFactory, build_policy, sample_categorical
 from actorch._stock.sharded_replay import ShardedReplayBuffer
 
@@ -43,7 +44,12 @@ class Collector(EnvPlayer, Actor):
     ``logits=True``; override :meth:`act` for another kind. States keep the
     environment's dtype (see :meth:`~actorch.Observer.to_state`): a policy
     of pixels casts its uint8 input in its forward, so that every batch
-    carries a quarter of float32's bytes. Each collector draws its initial weights from its own seed
+    carries a quarter of float32's bytes. A collector's process keeps the
+    memory its steps free for the next ones (glibc's malloc thresholds, fixed
+    once per process unless set through ``MALLOC_*_`` or ``GLIBC_TUNABLES``):
+    a policy over pixels frees and takes the same megabytes at every step,
+    which glibc may otherwise hand back to the kernel and fault in again at
+    every step. Each collector draws its initial weights from its own seed
     and calls them version 0: a learner publishes its own weights before the
     first batch, so that every batch it takes was played by weights it knows.
     Weights change only between batches: a batch is all one version. Hand
@@ -87,6 +93,7 @@ class Collector(EnvPlayer, Actor):
         logits: bool = False,
     ) -> None:
         self._open_envs(env, num_envs, max_steps)
+        keep_freed_memory()  # the policy's temporaries, freed and taken again at every step, stay in the process
         if not isinstance(frames_per_batch, int) or frames_per_batch < 1 or frames_per_batch % self.num_envs:
             raise ValueError(
                 f"frames_per_batch must be a positive multiple of the {self.num_envs} environments, "

@@ -31,8 +31,8 @@ def test_bench_collect_quick_measures_both_workloads_against_the_limit_and_says_
     finished.assert_clean_exit(0)
     out = finished.stdout
     assert "frames/s delivered to the learner after warm-up" in out
-    # side, frames/s, of limit, CPU/frame, x plain, cores, learner (and MB/s for pixels)
-    row = r"^{side}\s+([\d,]+)\s+(\d+%|-)\s+(\d+) us\s+([\d.]+|-)\s+([\d.]+)\s+([\d.]+)(\s+\d+)?$"
+    # side, frames/s, of limit, CPU/frame, x plain, faults, cores, learner (and MB/s for pixels)
+    row = r"^{side}\s+([\d,]+)\s+(\d+%|-)\s+(\d+) us\s+([\d.]+|-)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)(\s+\d+)?$"
     for workload, measured in (("cartpole", sides[:3]), ("pixels", sides[:2])):
         table = out[out.index(f"\n{workload}: frames/s") :]
         for side in measured:
@@ -40,7 +40,7 @@ def test_bench_collect_quick_measures_both_workloads_against_the_limit_and_says_
             assert found, f"no row for {side} in {workload}:\n{out}"
             assert int(found.group(1).replace(",", "")) > 0
             assert int(found.group(3)) > 0
-            assert (found.group(7) is not None) == (workload == "pixels")
+            assert (found.group(8) is not None) == (workload == "pixels")
         assert re.search(r"^limit K=8\s+[\d,]+\s+100%\s+\d+ us\s+1\.00", table, re.MULTILINE)
     if "torchrl rpc K=1" not in out:  # TorchRL is not installed here: the bench says how to add it
         assert "pip install -e '.[bench]'" in finished.stderr
