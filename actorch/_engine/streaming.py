@@ -14,6 +14,12 @@ The stream ends with the generator's end (``StopAsyncIteration``), its error
 leaving early (``aclose``, leaving ``async with``, a ``break`` that drops the
 stream, a cancelled or timed-out ``__anext__``) closes the producer's generator
 on its node.
+
+The module is one piece past 600 lines because it holds one protocol: the
+consumer's :class:`Stream`, its links (same node or remote), the producer's
+outlet and the node's table of open streams agree on every step of it
+(opening, credits, items, the end and an early close), and split across
+modules each would restate the others' half.
 """
 
 from __future__ import annotations
