@@ -667,6 +667,33 @@ def median(rows: list[dict[str, float]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def quiet_shares(results: dict[tuple[str, int], list[dict[str, float]]], sides: list[str], count: int) -> list[str]:
+    """Each side's median fraction of the limit over the rounds in which neither was crowded by other work.
+
+    On a shared machine a side that runs beside other work gets less than every core, and its frames/s
+    fall with what it got; a round in which the side and the limit both used nearly every core compares them
+    as the machine allows.
+    """
+    full = 0.95 * cores()
+    shares = []
+    for side in sides:
+        if side.startswith("limit"):
+            continue
+        limits = {
+            row["round"]: row
+            for row in results.get((f"limit K={split_side(side)[1]}", count), [])
+            if row["cores"] >= full and "round" in row
+        }
+        rounds = [
+            row["fps"] / limits[row["round"]]["fps"]
+            for row in results.get((side, count), [])
+            if row["cores"] >= full and row.get("round") in limits
+        ]
+        if rounds:
+            shares.append(f"{side} {statistics.median(rounds):.0%} ({len(rounds)} of the rounds)")
+    return shares
+
+
 def report(
     workload: Workload,
     results: dict[tuple[str, int], list[dict[str, float]]],
@@ -725,6 +752,9 @@ def report(
         ]
         if limits:
             print(f"the limit per process (x {min(count, cores())} cores): " + ", ".join(limits))
+        quiet = quiet_shares(results, sides, count)
+        if quiet:
+            print("of limit in the rounds where the side and the limit both had every core: " + ", ".join(quiet))
     print(
         "columns: frames/s to the learner; of limit: the fraction of the limit's frames/s with the same K, "
         "measured in the same rounds; CPU/frame: CPU time of every process of the side per frame; x plain: that "
@@ -787,6 +817,7 @@ def cli() -> None:
                     outcome = measure(args, workload, side, count, args.seconds, form)
                     if outcome is None:
                         continue
+                    outcome["round"] = round_index
                     results.setdefault((side, count), []).append(outcome)
                     print(
                         f"{name}, round {round_index + 1}, {count} workers, {side}: {outcome['fps']:,.0f} frames/s, "
