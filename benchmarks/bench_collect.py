@@ -28,7 +28,11 @@ the workers. The sides (K is the number of environments per worker):
   frames per second are the plain loop's per process times the cores left
   for collection, measured under the same load as the other sides;
 - ``collector K``: actorch's ``Collector`` s, each with a copy of the policy
-  and K environments, streaming batches to one ``Collection`` on the learner;
+  and K environments, streaming batches to one ``Collection`` on the learner
+  (on one host, through slots of shared memory the batches name);
+- ``collector by value K`` (pixels): the same with ``Collection(...,
+  shared_memory=False)``: every batch by value, over TensorPipe (its own
+  shared memory with ``--transport shm``);
 - ``agent K``: actorch's ``Agent`` and ``Observer`` s (the policy on the
   learner, one message per observer step carrying K states; ``Agent.collect``);
 - ``torchrl multiasync K``: TorchRL's ``MultiAsyncCollector`` (shared memory);
@@ -111,7 +115,14 @@ WORKLOADS = {
     "pixels": Workload(
         "pixels",
         256,
-        ("limit K=8", "agent K=8", "collector K=8", "torchrl multiasync K=8", "torchrl rpc K=8"),
+        (
+            "limit K=8",
+            "agent K=8",
+            "collector K=8",
+            "collector by value K=8",
+            "torchrl multiasync K=8",
+            "torchrl rpc K=8",
+        ),
         ("serial", "vector"),
     ),
 }
@@ -475,7 +486,7 @@ def run_agent(args: argparse.Namespace, envs: int) -> dict[str, float]:
     return actorch.run(main, world_size=args.workers + 1, configure_logs=False, **RUN_OPTIONS, transport=args.transport)
 
 
-def run_collector(args: argparse.Namespace, envs: int) -> dict[str, float]:
+def run_collector(args: argparse.Namespace, envs: int, *, shared_memory: bool = True) -> dict[str, float]:
     import actorch  # noqa: PLC0415
 
     make, policy = FACTORIES[args.workload]
@@ -489,7 +500,8 @@ def run_collector(args: argparse.Namespace, envs: int) -> dict[str, float]:
                 await system.spawn(actorch.rl.Collector, args=(make, policy), kwargs=kwargs, name=name, on=rank)
             )
         meter = Meter(args.warmup, args.seconds)
-        async with actorch.rl.Collection(collectors, window=args.window) as collection:
+        options = {} if shared_memory else {"shared_memory": False}  # a --compare base may predate the option
+        async with actorch.rl.Collection(collectors, window=args.window, **options) as collection:
             async for batch in collection:
                 if meter.add(batch.frames, batch):
                     break
@@ -584,6 +596,8 @@ def run_side(args: argparse.Namespace) -> None:
         result = run_agent(args, envs)
     elif kind == "collector":
         result = run_collector(args, envs)
+    elif kind == "collector by value":
+        result = run_collector(args, envs, shared_memory=False)
     else:
         result = run_torchrl(args, kind, envs)
     print("RESULT " + json.dumps(result), flush=True)

@@ -71,7 +71,8 @@ class Collection:
     Collectors on the learner's host (in other processes) hand their batches
     over through shared memory: the observations are written once, by the
     collector, and copied once, into the learner's batch. Others send them
-    by value. Like a collector's, the learner's process then keeps the memory
+    by value, and so does a collector whose ``/dev/shm`` is full (it warns
+    once). Like a collector's, the learner's process then keeps the memory
     it frees for the next batches (glibc's malloc thresholds, unless set
     through ``MALLOC_*_`` or ``GLIBC_TUNABLES``), rather than fault in the
     megabytes of each batch's copy afresh.
@@ -90,6 +91,10 @@ class Collection:
         server: A :class:`~actorch.ParameterServer` the collectors pull
             newer weights from before each batch, instead of :meth:`publish`.
         stop_collectors: Stop the collectors when the collection closes.
+        shared_memory: Let collectors on this host hand batches over through
+            shared memory; False sends every batch by value, over the
+            transport (with ``transport="shm"``, TensorPipe's own shared
+            memory), for a host whose ``/dev/shm`` is small.
 
     Raises:
         ValueError: If there are no collectors, ``max_lag`` is negative,
@@ -107,6 +112,7 @@ class Collection:
         version: int = 0,
         server: ActorRef[Any] | None = None,
         stop_collectors: bool = False,
+        shared_memory: bool = True,
     ) -> None:
         refs = list(collectors)
         if not refs:
@@ -126,6 +132,7 @@ class Collection:
         """The learner's version: :meth:`publish` moves it; set it yourself when weights travel another way."""
         self.server = server
         self.stop_collectors = stop_collectors
+        self.shared_memory = shared_memory
         keep_freed_memory()  # each batch's copy out of shared memory takes the megabytes the last one freed
         self._refs = refs
         self._sources = [_Source(ref) for ref in refs]
@@ -246,17 +253,21 @@ class Collection:
         """Ask ``source`` for its next batch: the next item of its stream, or a call (``"wait"``)."""
         if self.max_lag is not None and self.on_lag == "wait":
             floor = max(self.version - self.max_lag, 0)
-            asked = Handover(host_identity(), os.getpid(), 2)  # one batch at a time: the one taken, the one made
+            asked = self._handover(2)  # one batch at a time: the one taken, the one made
             next_batch: Awaitable[Batch] = source.ref.call(Collector.collect, floor, server=self.server, handover=asked)
         else:
             if source.stream is None:
                 # The collector keeps a slot more than the batches the stream may hold unread.
-                asked = Handover(host_identity(), os.getpid(), self.window + 1)
+                asked = self._handover(self.window + 1)
                 stream = source.ref.stream(Collector.batches, server=self.server, handover=asked)
                 source.stream = stream.with_window(self.window)
             next_batch = anext(source.stream)
         source.pending = asyncio.ensure_future(_outcome(next_batch))
         source.pending.add_done_callback(lambda _: setattr(source, "ready_at", next(self._arrivals)))
+
+    def _handover(self, slots: int) -> Handover | None:
+        """What to ask of a collector so that its batches come by reference, if they may."""
+        return Handover(host_identity(), os.getpid(), slots) if self.shared_memory else None
 
     def _take(self, source: _Source) -> Batch | None:
         """The batch ``source`` finished (None: its stream ended); a failure leaves it out and is raised."""

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import numpy
+import structlog
 import torch
 
 from actorch._actors.actor import Actor
@@ -31,6 +32,8 @@ from actorch._stock.policies import PolicyFactory, build_policy, sample_categori
 from actorch._stock.sharded_replay import ShardedReplayBuffer
 
 __all__ = ["Collector"]
+
+log = structlog.get_logger("actorch")
 
 _YIELD_EVERY = 0.005
 """Seconds of stepping after which a collector lets its node's loop run (weights and other calls come in)."""
@@ -121,7 +124,7 @@ class Collector(EnvPlayer, Actor):
         self._tally = _Tally(self.num_envs, max_steps)
         self._playing = asyncio.Lock()
         self._slots: Slots | None = None  # shared memory for a reader on this host, once one asks
-        self._counts = {"batches": 0, "frames": 0, "episodes": 0, "weights": 0, "by_reference": 0}
+        self._counts = {"batches": 0, "frames": 0, "episodes": 0, "weights": 0, "by_reference": 0, "shm_refused": 0}
         self._seconds = 0.0
 
     async def set_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> int:
@@ -232,7 +235,9 @@ class Collector(EnvPlayer, Actor):
     async def statistics(self) -> dict[str, Any]:
         """Batches, frames and episodes collected, weight versions taken, the version held, frames per second.
 
-        ``by_reference`` counts the batches handed over through shared memory.
+        ``by_reference`` counts the batches handed over through shared memory,
+        ``shm_refused`` those that went by value because a slot of shared
+        memory could not be had (a full ``/dev/shm``).
         """
         seconds = self._seconds
         return {
@@ -284,6 +289,29 @@ class Collector(EnvPlayer, Actor):
             self._slots = Slots(asked.slots)
         return self._slots
 
+    def _slot(self, slots: Slots | None, nbytes: int) -> torch.UntypedStorage | None:
+        """A slot of ``nbytes`` for the next batch, or None: by value, also when shared memory is refused.
+
+        A container's ``/dev/shm`` is often small (Docker's is 64 MiB): when
+        the slot cannot be had, the batch goes by value, and the collector
+        says so once.
+        """
+        if slots is None:
+            return None
+        try:
+            return slots.take(nbytes)
+        except RuntimeError as error:  # torch allocates the whole file up front: a full /dev/shm is an error here
+            self._counts["shm_refused"] += 1
+            if self._counts["shm_refused"] == 1:
+                log.warning(
+                    "shared memory refused: batches go by value",
+                    collector=self.key,
+                    nbytes=nbytes,
+                    error=str(error),
+                    hint="give /dev/shm more room (docker run --shm-size=1g) or Collection(shared_memory=False)",
+                )
+            return None
+
     async def _batch(self, slots: Slots | None = None) -> Batch:
         """One batch, its environments played by one caller at a time (streams and calls may come at once)."""
         async with self._playing:
@@ -297,7 +325,8 @@ class Collector(EnvPlayer, Actor):
         assert self._states is not None
         assert self._next is not None
         steps = self.frames_per_batch // self.num_envs
-        batch = _Rows(steps, self._states, self._next, raw=self._raw, slots=slots)
+        slot = self._slot(slots, room((steps, *self._states.shape), self._states.dtype, 2))
+        batch = _Rows(steps, self._states, self._next, raw=self._raw, slot=slot)
         self._tally.begin()
         started = time.perf_counter()
         step = 0
@@ -405,17 +434,16 @@ class _Rows:
     """
 
     def __init__(
-        self, steps: int, states: torch.Tensor, following: torch.Tensor, *, raw: bool, slots: Slots | None
+        self, steps: int, states: torch.Tensor, following: torch.Tensor, *, raw: bool, slot: torch.UntypedStorage | None
     ) -> None:
         count = len(states)
         shape = (steps, *states.shape)
-        self.slot: torch.UntypedStorage | None = None
-        if slots is None:
+        self.slot = slot
+        if slot is None:
             self.observations = torch.empty(shape, dtype=states.dtype)
             self.finals = torch.empty_like(self.observations)
         else:  # both in a slot of shared memory: they are written where the reader will read them
-            self.slot = slots.take(room(shape, states.dtype, 2))
-            self.observations, self.finals = carve(self.slot, shape, states.dtype, 2)
+            self.observations, self.finals = carve(slot, shape, states.dtype, 2)
         self.rewards = torch.zeros((steps, count), dtype=torch.float32)
         self.terminated = torch.zeros((steps, count), dtype=torch.bool)
         self.truncated = torch.zeros((steps, count), dtype=torch.bool)

@@ -8,10 +8,11 @@ afresh each time. Both thresholds move with what the process happened to
 free before (glibc raises them when it frees a large mapped chunk), so one
 process keeps its temporaries and another, running the same code, takes them
 from the kernel again at every step: page faults, zeroed pages, system time.
-With 4 x 84 x 84 uint8 frames that was about 50 faults and a third more CPU
-per frame on a 2-core machine. Fixing both thresholds at the ceiling glibc's
-own rule would reach keeps the temporaries in the process, at the price of up
-to :data:`TRIM_THRESHOLD` of freed memory held rather than returned.
+With 4 x 84 x 84 uint8 frames that was 40 to 50 faults and about 1.6 times
+the CPU per frame on a 2-core machine. Fixing both thresholds at the ceiling
+glibc's own rule would reach keeps the temporaries in the process, at the
+price of up to :data:`TRIM_THRESHOLD` of freed memory held rather than
+returned.
 """
 
 from __future__ import annotations

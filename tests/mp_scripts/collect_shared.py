@@ -17,14 +17,27 @@ from actors import run_checks
 from corridor import FramePolicy, Pixels
 
 import actorch
+from actorch._stock.handover import Slots
 from actorch.rl import Batch, Collection, Collector
 
 OPTIONS = {"num_envs": 2, "frames_per_batch": 16, "logits": True}
 
 
+TAKE = Slots.take
+
+
+def refused(self: Slots, nbytes: int) -> Any:
+    """What torch raises when ``/dev/shm`` has no room for a slot (its message, a full tmpfs)."""
+    raise RuntimeError("unable to allocate shared memory(shm) for file </torch_0_0_0>: No space left on device (28)")
+
+
 class PidCollector(Collector):
     async def pid(self) -> int:
         return os.getpid()
+
+    async def refuse_shared_memory(self, refuse: bool) -> None:
+        """Every slot this process asks for is refused (as by a full ``/dev/shm``), or no longer."""
+        Slots.take = refused if refuse else TAKE  # type: ignore[method-assign]
 
 
 def intact(batch: Batch) -> bool:
@@ -98,8 +111,48 @@ async def check_elsewhere(system: actorch.ActorSystem) -> dict[str, Any]:
     return {"intact": [intact(batch) for batch in batches], "by_reference": statistics["by_reference"]}
 
 
+async def check_by_value(system: actorch.ActorSystem) -> dict[str, Any]:
+    refs = await spawn(system)
+    batches = []
+    async with Collection(refs, window=2, shared_memory=False, stop_collectors=True) as collection:
+        async for batch in collection:
+            batches.append(batch)
+            if len(batches) == 4:
+                break
+        counts = [await ref.call(Collector.statistics) for ref in refs]
+    return {"intact": [intact(batch) for batch in batches], "by_reference": sum(c["by_reference"] for c in counts)}
+
+
+async def check_refused(system: actorch.ActorSystem) -> dict[str, Any]:
+    refs = await spawn(system)
+    await refs[0].call(PidCollector.refuse_shared_memory, True)
+    batches = []
+    try:
+        async with Collection(refs, window=2) as collection:
+            async for batch in collection:
+                batches.append(batch)
+                if (len(batches) >= 8 and len({batch.collector for batch in batches}) == 2) or len(batches) == 64:
+                    break
+        counts = [await ref.call(Collector.statistics) for ref in refs]
+    finally:
+        await refs[0].call(PidCollector.refuse_shared_memory, False)
+        for ref in refs:
+            await ref.stop()
+    return {
+        "intact": [intact(batch) for batch in batches],
+        "sources": len({batch.collector for batch in batches}),
+        "refused": [(c["shm_refused"], c["by_reference"], c["batches"]) for c in counts],
+    }
+
+
 async def main(system: actorch.ActorSystem) -> dict[str, Any]:
-    checks = [("streamed", check_streamed), ("waited", check_waited), ("elsewhere", check_elsewhere)]
+    checks = [
+        ("streamed", check_streamed),
+        ("waited", check_waited),
+        ("elsewhere", check_elsewhere),
+        ("by_value", check_by_value),
+        ("refused", check_refused),
+    ]
     return await run_checks(system, checks)
 
 

@@ -25,7 +25,7 @@ def test_bench_rl_quick_measures_all_four_sides() -> None:
 
 def test_bench_collect_quick_measures_both_workloads_against_the_limit_and_says_how_to_add_torchrl() -> None:
     bench = str(REPO / "benchmarks" / "bench_collect.py")
-    sides = ["limit K=8", "collector K=8", "agent K=1", "torchrl rpc K=1"]
+    sides = ["limit K=8", "collector K=8", "agent K=1", "torchrl rpc K=1", "collector by value K=8"]
     argv = [sys.executable, bench, "--quick", "--torchrl-python", sys.executable, "--sides", *sides]
     finished = run_argv(argv, timeout=280.0)
     finished.assert_clean_exit(0)
@@ -33,7 +33,7 @@ def test_bench_collect_quick_measures_both_workloads_against_the_limit_and_says_
     assert "frames/s delivered to the learner after warm-up" in out
     # side, frames/s, of limit, CPU/frame, x plain, faults, cores, learner (and MB/s for pixels)
     row = r"^{side}\s+([\d,]+)\s+(\d+%|-)\s+(\d+) us\s+([\d.]+|-)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)(\s+\d+)?$"
-    for workload, measured in (("cartpole", sides[:3]), ("pixels", sides[:2])):
+    for workload, measured in (("cartpole", sides[:3]), ("pixels", [*sides[:2], sides[4]])):
         table = out[out.index(f"\n{workload}: frames/s") :]
         for side in measured:
             found = re.search(row.format(side=side), table, re.MULTILINE)

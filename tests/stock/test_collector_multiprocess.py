@@ -23,7 +23,7 @@ def shared_run() -> Finished:
 @pytest.mark.timeout(FIRST_USE)
 def test_collect_shared_run_returns_and_leaves_no_process(shared_run: Finished) -> None:
     shared_run.assert_clean_exit(0)
-    assert shared_run.returned() == {"main": "returned", "checks": 3}, shared_run.report()
+    assert shared_run.returned() == {"main": "returned", "checks": 5}, shared_run.report()
 
 
 @pytest.mark.timeout(FIRST_USE)
@@ -47,3 +47,28 @@ def test_collector_sends_batches_by_value_to_a_reader_on_another_host(shared_run
     r = shared_run.result("elsewhere")
     assert r["intact"] == [True, True]
     assert r["by_reference"] == 0
+
+
+@pytest.mark.timeout(FIRST_USE)
+def test_collection_without_shared_memory_takes_every_batch_by_value(shared_run: Finished) -> None:
+    r = shared_run.result("by_value")
+    assert r["intact"] == [True] * 4
+    assert r["by_reference"] == 0
+
+
+@pytest.mark.timeout(FIRST_USE)
+def test_a_collector_refused_shared_memory_sends_by_value_and_warns_once(shared_run: Finished) -> None:
+    r = shared_run.result("refused")
+    assert all(r["intact"]), "nothing is lost: the refused collector's batches come by value"
+    assert len(r["intact"]) >= 8
+    assert r["sources"] == 2, "both collectors' batches were taken"
+    (refused, by_reference, batches), (other_refused, other_by_reference, other_batches) = r["refused"]
+    assert batches >= 1
+    assert refused in (batches, batches + 1), "each batch played was refused its slot (the last may be given up)"
+    assert by_reference == 0
+    assert other_refused == 0
+    assert other_by_reference == other_batches >= 1
+    [warning] = shared_run.logs("shared memory refused: batches go by value")
+    assert "No space left on device" in warning["error"]
+    assert "--shm-size" in warning["hint"]
+    assert warning["collector"]
