@@ -69,6 +69,7 @@ from actorch._base.names import MAX_NAME_LENGTH
 from actorch._base.tensorfile import load_tensors, save_tensors
 from actorch._base.version import version_of as _version_of
 from actorch._engine.batching import Batched, batched
+from actorch._engine.log_context import add_call_context
 from actorch._engine.streaming import DEFAULT_STREAM_WINDOW, Stream
 from actorch._launch.connect import connect
 from actorch._launch.options import SystemOptions
@@ -122,6 +123,7 @@ __all__ = [
     "SystemOptions",
     "UnsupportedError",
     "Where",
+    "add_call_context",
     "batched",
     "broadcast",
     "broadcast_tell",

@@ -123,6 +123,7 @@ class BatchHost(Protocol):
     instance: object
     loop: asyncio.AbstractEventLoop
     device: torch.device | None
+    node: int | None  # the rank of the node hosting the actor
     otel: NodeTelemetry | None  # when runs are OpenTelemetry spans
 
     def new_key(self) -> int:
@@ -256,7 +257,7 @@ class Batcher:
         timeout = None if latest is None else asyncio.timeout_at(latest)
         timers = [loop.call_at(m.deadline, self.time_out, [m]) for m in members if m.deadline is not None]
         chain = tuple(dict.fromkeys(key for member in members for key in member.chain))
-        token = current_call.set(CallContext(host.label, turn.key, chain, turn.endpoint, host.device))
+        token = current_call.set(CallContext(host.label, turn.key, chain, turn.endpoint, host.device, host.node))
         deadline_token = inherited_deadline.set(latest)
         self.calls += len(members)
         try:

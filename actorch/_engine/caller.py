@@ -391,7 +391,7 @@ class Caller(NodeSide):
         outcome: BaseException | None = None  # how the call ended, for its span: None if it returned
         task = asyncio.current_task()
         assert task is not None
-        context = CallContext(cell.label, key, chain, endpoint, cell.device)
+        context = CallContext(cell.label, key, chain, endpoint, cell.device, cell.node)
         context.task = task
         cell.enter(key, context)
         cell.inline.enter(task)

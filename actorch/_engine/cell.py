@@ -78,6 +78,7 @@ class Cell:
         "metrics",
         "name",
         "new_key",
+        "node",
         "otel",
         "paused",
         "producing",
@@ -107,8 +108,10 @@ class Cell:
         new_key: Callable[[], int],
         on_fatal: FailureListener,
         device: torch.device | None = None,
+        node: int | None = None,
     ) -> None:
         self.actor_id = actor_id
+        self.node = node  # the rank of the node hosting the actor
         self.device = device  # the actor's accelerator device (handlers run with it current); None: the CPU
         self.instance = instance  # the host puts a new instance here when it restarts the actor
         self.endpoints = {name: handler for name, handler in endpoints.items() if not isinstance(handler, Batched)}
@@ -392,7 +395,9 @@ class Cell:
                     else:  # in this frame: no coroutine of its own per message
                         # Not reset after: the worker's context is its own, and the next message sets both anew.
                         current_call.set(
-                            CallContext(self.label, message.key, message.chain, message.endpoint, self.device)
+                            CallContext(
+                                self.label, message.key, message.chain, message.endpoint, self.device, self.node
+                            )
                         )
                         inherited_deadline.set(message.deadline)
                         try:

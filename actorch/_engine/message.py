@@ -56,23 +56,30 @@ class Reply:
 
 
 class CallContext:
-    """The call a handler is serving: its actor, its key, its chain of callers and the actor's device.
+    """The call a handler is serving: its actor, its key, its chain of callers, the actor's device and node.
 
     A handler run in its caller's task (a same-node call, a hook) is held in
     its actor's running handlers by this context: ``started`` and ``task`` say
     since when and where it runs, for ``actorch status`` and ``actorch stacks``.
     """
 
-    __slots__ = ("chain", "device", "endpoint", "key", "label", "started", "task")
+    __slots__ = ("chain", "device", "endpoint", "key", "label", "node", "started", "task")
 
     def __init__(
-        self, label: str, key: int, chain: tuple[int, ...], endpoint: str, device: torch.device | None = None
+        self,
+        label: str,
+        key: int,
+        chain: tuple[int, ...],
+        endpoint: str,
+        device: torch.device | None = None,
+        node: int | None = None,
     ) -> None:
         self.label = label
         self.key = key
         self.chain = chain
         self.endpoint = endpoint
         self.device = device  # the actor's accelerator device, if it has one: staged tensors it receives go there
+        self.node = node  # the rank of the node the actor lives on, for the log lines written in the call
         self.started = 0  # perf_counter_ns() when a handler run in place began (0: not one of those)
         self.task: asyncio.Task[Any] | None = None  # the task running it in place
 

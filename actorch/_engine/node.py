@@ -175,6 +175,7 @@ class Node:
             new_key=self.new_key,
             on_fatal=self._actor_failed,
             device=None if device is None or device.type == "cpu" else device,
+            node=self.rank,
         )
         cell.trace = self.trace
         cell.otel = self.otel if actor_id > SYSTEM_IDS else None  # the runtime's own actors make no spans

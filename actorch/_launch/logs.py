@@ -16,6 +16,8 @@ from typing import Any
 
 import structlog
 
+from actorch._engine.log_context import add_call_context
+
 __all__ = ["LOG_LEVELS", "LOG_LEVEL_ENV", "check_log_level", "configure_logging", "effective_log_level"]
 
 LOG_LEVEL_ENV = "ACTORCH_LOG_LEVEL"
@@ -67,6 +69,7 @@ def configure_logging(level: str | None = None) -> None:
         return
     processors: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
+        add_call_context,  # the node, actor, endpoint and call a handler's own lines were written in
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso"),
     ]

@@ -72,3 +72,7 @@ def test_a_collector_refused_shared_memory_sends_by_value_and_warns_once(shared_
     assert "No space left on device" in warning["error"]
     assert "--shm-size" in warning["hint"]
     assert warning["collector"]
+    assert warning["node"] == 1, "the line names where it was written (add_call_context)"
+    assert warning["endpoint"] == "batches"
+    assert warning["call"].startswith("0x")
+    assert warning["actor"].startswith("actor PidCollector#")

@@ -210,7 +210,7 @@ class ActorLifecycle:
         key = self.node.new_key()
         context = current_call.get()
         chain = context.child_chain() if context is not None else ()
-        running = CallContext(cell.label, key, chain, hook, cell.device)
+        running = CallContext(cell.label, key, chain, hook, cell.device, cell.node)
         running.started, running.task = perf_counter_ns(), asyncio.current_task()
         cell.enter(key, running)
         token = current_call.set(running)
