@@ -16,8 +16,6 @@ from typing import Any
 
 import structlog
 
-from actorch._engine.log_context import add_call_context
-
 __all__ = ["LOG_LEVELS", "LOG_LEVEL_ENV", "check_log_level", "configure_logging", "effective_log_level"]
 
 LOG_LEVEL_ENV = "ACTORCH_LOG_LEVEL"
@@ -64,6 +62,8 @@ def configure_logging(level: str | None = None) -> None:
     Raises:
         ValueError: The level is not one of ``LOG_LEVELS``.
     """
+    from actorch._engine.log_context import add_call_context  # noqa: PLC0415 - it brings torch: the CLI's help needs neither
+
     chosen = effective_log_level(level)
     if structlog.is_configured() and structlog.get_config()["processors"] is not _MADE.get("processors"):
         return
