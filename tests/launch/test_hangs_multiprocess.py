@@ -133,7 +133,9 @@ def test_stacks_find_a_blocked_loop_and_an_awaiting_handler_at_their_lines(stuck
     assert "awaiting <RemoteCall 'answer' of actor 'hang/b' (Peer) on node 0 sent>" in peer_a
     assert "thread MainThread" in node1
 
-    raw = json.loads(_cli("stacks", "--json", "--address", stuck).stdout)
+    as_json = _cli("stacks", "--json", "--address", stuck)
+    assert as_json.returncode == 0, as_json.stdout + as_json.stderr
+    raw = json.loads(as_json.stdout)
     (sleeper_json,) = [actor for actor in raw["nodes"][1]["actors"] if actor["name"] == "hang/sleeper"]
     chain = sleeper_json["handlers"][0]["chain"]
     assert (chain[-1]["file"], chain[-1]["line"], chain[-1]["function"]) == (
