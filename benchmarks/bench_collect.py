@@ -696,12 +696,12 @@ def quiet_shares(results: dict[tuple[str, int], list[dict[str, float]]], sides: 
         limits = {
             row["round"]: row
             for row in results.get((f"limit K={split_side(side)[1]}", count), [])
-            if row["cores"] >= full and "round" in row
+            if row["cores"] >= full
         }
         rounds = [
             row["fps"] / limits[row["round"]]["fps"]
             for row in results.get((side, count), [])
-            if row["cores"] >= full and row.get("round") in limits
+            if row["cores"] >= full and row["round"] in limits
         ]
         if rounds:
             shares.append(f"{side} {statistics.median(rounds):.0%} ({len(rounds)} of the rounds)")
@@ -734,17 +734,15 @@ def report(
         for side in sides:
             rows = results.get((side, count), [])
             fps, cpu, learner = median(rows, "fps"), median(rows, "cpu_us"), median(rows, "learner_cores")
-            used = median(rows, "cores")
-            if fps is None or cpu is None or learner is None or used is None:
+            used, faults = median(rows, "cores"), median(rows, "faults")
+            if fps is None or cpu is None or learner is None or used is None or faults is None:
                 print(f"{side:32}{'-':>10}")
                 continue
             limits = results.get((f"limit K={split_side(side)[1]}", count), [])
             limit, plain = median(limits, "fps"), median(limits, "cpu_us")
             share = f"{fps / limit:.0%}" if limit else "-"
             times = f"{cpu / plain:.2f}" if plain else "-"
-            faults = median(rows, "faults")
-            faulted = "-" if faults is None else f"{faults:.1f}"
-            line = f"{side:32}{fps:>10,.0f}{share:>10}{cpu:>9.0f} us{times:>9}{faulted:>8}{used:>7.2f}{learner:>9.2f}"
+            line = f"{side:32}{fps:>10,.0f}{share:>10}{cpu:>9.0f} us{times:>9}{faults:>8.1f}{used:>7.2f}{learner:>9.2f}"
             if pixels:
                 line += f"{(median(rows, 'bytes_per_s') or 0) / 1e6:>8.0f}"
             print(line)
@@ -835,7 +833,7 @@ def cli() -> None:
                     results.setdefault((side, count), []).append(outcome)
                     print(
                         f"{name}, round {round_index + 1}, {count} workers, {side}: {outcome['fps']:,.0f} frames/s, "
-                        f"{outcome['cpu_us']:.0f} us CPU per frame, {outcome.get('faults', 0):.1f} faults per frame, "
+                        f"{outcome['cpu_us']:.0f} us CPU per frame, {outcome['faults']:.1f} faults per frame, "
                         f"{outcome['cores']:.2f} cores, "
                         f"learner {outcome['learner_cores']:.2f}, "
                         f"load {outcome['load']:.1f}",

@@ -123,7 +123,7 @@ class BatchHost(Protocol):
     instance: object
     loop: asyncio.AbstractEventLoop
     device: torch.device | None
-    node: int | None  # the rank of the node hosting the actor
+    node: int  # the rank of the node hosting the actor
     otel: NodeTelemetry | None  # when runs are OpenTelemetry spans
 
     def new_key(self) -> int:

@@ -107,8 +107,8 @@ class Cell:
         log: Any,
         new_key: Callable[[], int],
         on_fatal: FailureListener,
+        node: int,
         device: torch.device | None = None,
-        node: int | None = None,
     ) -> None:
         self.actor_id = actor_id
         self.node = node  # the rank of the node hosting the actor

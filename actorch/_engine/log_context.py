@@ -29,8 +29,7 @@ def add_call_context(logger: Any, method_name: str, event_dict: MutableMapping[s
     context = current_call.get()
     if context is None:
         return event_dict
-    if context.node is not None:
-        event_dict.setdefault("node", context.node)
+    event_dict.setdefault("node", context.node)
     event_dict.setdefault("actor", context.label)
     event_dict.setdefault("endpoint", context.endpoint)
     event_dict.setdefault("call", f"{context.key:#x}")

@@ -71,8 +71,8 @@ class CallContext:
         key: int,
         chain: tuple[int, ...],
         endpoint: str,
-        device: torch.device | None = None,
-        node: int | None = None,
+        device: torch.device | None,
+        node: int,
     ) -> None:
         self.label = label
         self.key = key
