@@ -1,20 +1,18 @@
-"""The wire codec: values to msgpack bytes plus a side list of tensors, and back.
+"""The wire codec: values to msgpack bytes plus a side list, and back; each tensor on a channel of the data plane.
 
-Tensors larger than ``INLINE_TENSOR_BYTES`` never enter the msgpack bytes: each
-is replaced by its index in a list that the transport hands to torch RPC, whose
-own tensor path sends them straight from storage. Smaller plain CPU tensors
-bound for another process ride inside the bytes instead (dtype, shape, data):
-each tensor torch RPC carries apart costs about 80 us of CPU at either end, far
-more than copying a few kilobytes, and an observation or an action is a few
-bytes. Objects only the transport can carry (torch RRefs) ride in the same
-side list. Tuples, and classes registered with :func:`register_extension` (actor
-refs) or :func:`serializable` (dataclasses), are native, and so is a
-``tensordict.TensorDict`` (:mod:`actorch._base.tensordicts`), its tensors on the
-tensor path like any other; anything else msgpack cannot carry is pickled,
-unless the codec is strict, which refuses it with ``SerializationError``. A
-tensor on an accelerator that its message's
-:class:`~actorch._base.devices.TensorRoute` does not carry directly is staged
-through host memory and marked so, for the receiver to move it to its device.
+A value is packed with msgpack. Each tensor in it bound for another process
+goes on the first channel of the node's :class:`~actorch._base.channels.plane.DataPlane`
+that carries it (metadata for an empty one, inside the bytes for a small one,
+by reference in shared memory on the same host, through a device map or staged
+for a GPU one, else by value on the transport's own path), and the bytes hold
+what that channel needs to give it back on arrival. Objects only the
+transport can carry (torch RRefs), and every tensor bound for this very
+process, ride in the side list untouched. Tuples, and classes registered with
+:func:`register_extension` (actor refs) or :func:`serializable` (dataclasses),
+are native, and so is a ``tensordict.TensorDict``
+(:mod:`actorch._base.tensordicts`), its tensors on channels like any other;
+anything else msgpack cannot carry is pickled, unless the codec is strict,
+which refuses it with ``SerializationError``.
 
 Every tensor arrives bitwise as it was sent, or is refused with
 ``SerializationError`` naming where it sits in the value: the forms a tensor
@@ -26,28 +24,23 @@ allocates no more than the bytes can justify.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pickle
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from types import MappingProxyType
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import msgpack
 import torch
 
-from actorch._base.devices import TensorRoute, accelerator
+from actorch._base.channels.plane import DataPlane
+from actorch._base.channels.route import TensorRoute
+from actorch._base.devices import accelerator
 from actorch._base.errors import SerializationError
 from actorch._base.tensordicts import is_tensordict, layout, rebuild
-from actorch._base.tensorforms import (
-    INLINE_TENSOR_BYTES,
-    from_inline,
-    from_parts,
-    inlinable,
-    inline,
-    parts,
-    refusal,
-)
+from actorch._base.tensorforms import INLINE_TENSOR_BYTES, from_inline, from_parts, parts, refusal
 
 __all__ = [
     "INLINE_TENSOR_BYTES",
@@ -61,12 +54,11 @@ __all__ = [
     "tensor_path",
 ]
 
-_TENSOR = 0
+# Codes 0, 4, 5 and 8-15 are the data plane's channels' (channels.base.CHANNEL_CODES).
 _TUPLE = 1
 _PICKLE = 2
-_SIDE = 3
-_STAGED = 4  # a tensor staged through host memory: the receiver moves it to its device
-_INLINE = 5  # a small CPU tensor carried in the bytes: dtype code, shape, data
+_SIDE = 3  # an item of the side list as it is: a transport object (RRef), or a tensor for this very process
+_INLINE = 5  # the inline channel's: a small CPU tensor carried in the bytes (decoded here, without a call)
 _PARTS = 6  # a sparse or quantized tensor as the parts that rebuild it (index, value, integer tensors...)
 _TENSORDICT = 7  # a tensordict.TensorDict: batch size, device, names, lock, then its entries
 _FIRST_OWN_CODE = 16
@@ -212,17 +204,21 @@ def serializable(code: int | None = None) -> Callable[[type[T]], type[T]]:
     return register
 
 
+_STANDARD = DataPlane.standard()
+
+
 class Codec:
-    """Encodes and decodes message bodies; one per node, strict or not."""
+    """Encodes and decodes message bodies; one per node, strict or not, with the node's data plane."""
 
-    __slots__ = ("_plain", "strict")
+    __slots__ = ("_plain", "plane", "strict")
 
-    def __init__(self, *, strict: bool = False) -> None:
+    def __init__(self, *, strict: bool = False, plane: DataPlane | None = None) -> None:
         self.strict = strict
+        self.plane = plane if plane is not None else _STANDARD
         self._plain = msgpack.Packer(use_bin_type=True)
 
     def __repr__(self) -> str:
-        return f"<Codec strict={self.strict}>"
+        return f"<Codec strict={self.strict} {self.plane}>"
 
     def encode(
         self, value: Any, *, copy_tensors: bool = False, route: TensorRoute | None = None, arguments: bool = False
@@ -233,24 +229,23 @@ class Codec:
             value: Any value msgpack, the registered extensions or pickle can carry.
             copy_tensors: Send private copies of the tensors, so the sender may
                 mutate its own at once (used by fire-and-forget sends).
-            route: How tensors reach the destination node: accelerator tensors
-                it does not carry directly are staged through host memory (or
-                refused, if it is strict). None leaves every tensor as it is
-                (the destination shares this process).
+            route: The destination node: each tensor takes the first channel
+                of the data plane that carries it there. None leaves every
+                tensor as it is (the destination shares this process).
             arguments: ``value`` is ``[args, kwargs]``: a refused tensor's path
                 is named ``args[0]...`` rather than ``value[0][0]...``.
 
         Raises:
             SerializationError: If a part of ``value`` cannot be encoded.
         """
-        encoding = _Encoding(self.strict, value, copy_tensors, route, arguments)
+        encoding = _Encoding(self.strict, value, copy_tensors, route, arguments, self.plane)
         try:
             data = encoding.nested(value)
         except SerializationError:
             raise
         except (TypeError, ValueError, OverflowError) as exc:
             raise SerializationError(f"cannot serialize value: {exc}") from exc
-        for device in encoding.staged_on:  # one wait per device, after every copy of the message was queued
+        for device in encoding.staged:  # one wait per device, after every copy of the message was queued
             accelerator().synchronize(device)
         return data, encoding.tensors
 
@@ -262,6 +257,16 @@ class Codec:
     def decode_plain(data: bytes) -> Any:
         """Decode bytes made by :meth:`encode_plain` (tuples come back as lists)."""
         return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
+
+    def drop(self, data: bytes | None) -> None:
+        """Bytes made by :meth:`encode` will never be decoded (their message was dropped): let go of what they lend.
+
+        A tensor sent by reference (shared memory) keeps its sender's segment
+        until it is freed; one whose message is dropped unread is let go here.
+        Never raises: what cannot be read lends nothing this node can give back.
+        """
+        if data is not None and self.plane.lends:
+            _drop(self.plane, data, 0)
 
     def decode(self, data: bytes, tensors: list[Any], context: Any = None, device: torch.device | None = None) -> Any:
         """Decode bytes made by :meth:`encode`, taking tensors from ``tensors``.
@@ -276,7 +281,7 @@ class Codec:
         Raises:
             SerializationError: If the bytes are malformed, or strict mode meets pickle.
         """
-        decoding = _Decoding(self.strict, tensors, context, device)
+        decoding = _Decoding(self.strict, tensors, context, device, self.plane)
         token = _decoding_context.set(context)
         try:
             return decoding.unpack(data)
@@ -289,20 +294,27 @@ class Codec:
 
 
 class _Encoding:
-    """One value being encoded: the side list it fills, and how each tensor in it travels."""
+    """One value being encoded: the side list it fills, and how each tensor in it travels (an ``Outgoing``)."""
 
-    __slots__ = ("arguments", "copy_tensors", "depth", "route", "staged_on", "strict", "tensors", "value")
+    __slots__ = ("arguments", "copy", "depth", "plane", "route", "staged", "strict", "tensors", "value")
 
     def __init__(
-        self, strict: bool, value: Any, copy_tensors: bool, route: TensorRoute | None, arguments: bool
+        self,
+        strict: bool,
+        value: Any,
+        copy_tensors: bool,
+        route: TensorRoute | None,
+        arguments: bool,
+        plane: DataPlane,
     ) -> None:
         self.strict = strict
         self.value = value
-        self.copy_tensors = copy_tensors
+        self.copy = copy_tensors
         self.route = route
         self.arguments = arguments
+        self.plane = plane
         self.tensors: list[Any] = []
-        self.staged_on: set[torch.device] = set()
+        self.staged: set[torch.device] = set()
         self.depth = 0
 
     def nested(self, inner: Any) -> bytes:
@@ -325,8 +337,7 @@ class _Encoding:
         if type(obj) is tuple:
             return msgpack.ExtType(_TUPLE, self.nested(list(obj)))
         if _side_types and isinstance(obj, _side_types):
-            self.tensors.append(obj)
-            return msgpack.ExtType(_SIDE, (len(self.tensors) - 1).to_bytes(4, "little"))
+            return msgpack.ExtType(_SIDE, self.add(obj).to_bytes(4, "little"))
         registered = _encoders.get(type(obj))
         if registered is not None:
             code, encode = registered
@@ -344,57 +355,55 @@ class _Encoding:
             raise SerializationError(f"cannot serialize {type(obj).__qualname__} value: {exc}") from exc
 
     def tensor(self, obj: torch.Tensor) -> msgpack.ExtType:
-        """A tensor: inlined, staged, on the side list as it is, as its parts, or refused."""
+        """A tensor: on the side list as it is (this process), as its parts, refused, or on a channel."""
         if obj.layout is not torch.strided or obj.is_nested:
             return self.unusual(obj)
-        if self.route is None:
-            return self.side(obj)
-        if obj.is_cpu and type(obj) is torch.Tensor and inlinable(obj):
-            return msgpack.ExtType(_INLINE, inline(obj))
-        return self.leaving(obj, self.route)
-
-    def leaving(self, obj: torch.Tensor, route: TensorRoute) -> msgpack.ExtType:
-        """A strided tensor bound for another process that is not inlined: as its parts, staged, or as it is."""
-        if obj.is_quantized:  # torch RPC's receiver aborts on an empty one
+        route = self.route
+        if route is None:  # the destination shares this process: the very tensor (a copy, for a tell)
+            kept = obj.detach().clone() if self.copy else obj
+            return msgpack.ExtType(_SIDE, self.add(kept).to_bytes(4, "little"))
+        if obj.is_quantized:  # as its parts: torch RPC's receiver aborts on an empty one
             return self.unusual(obj)
-        if not obj.is_cpu and str(obj.device) not in route.direct:  # a meta tensor fails here: no data to stage
-            self.tensors.append(_stage(obj, route, self.value, self.arguments))
-            self.staged_on.add(obj.device)
-            return msgpack.ExtType(_STAGED, (len(self.tensors) - 1).to_bytes(4, "little"))
-        if obj._is_zerotensor() or (not obj.numel() and obj.storage_offset()):
-            # torch RPC aborts the sender on a tensor with no memory, the receiver on an offset past an empty storage.
-            obj = obj.clone()
-        return self.side(obj)
-
-    def side(self, obj: torch.Tensor) -> msgpack.ExtType:
-        """``obj`` on the side list, for the transport to send (a copy, if the sender may change its own)."""
-        self.tensors.append(obj.detach().clone() if self.copy_tensors else obj)
-        return msgpack.ExtType(_TENSOR, (len(self.tensors) - 1).to_bytes(4, "little"))
+        code, packed, payload = self.plane.carry(obj, route, self)
+        return msgpack.ExtType(code, msgpack.packb(payload, use_bin_type=True) if packed else payload)
 
     def unusual(self, obj: torch.Tensor) -> msgpack.ExtType:
         """A sparse, nested, quantized or other unusual tensor: as its parts, as it is, or refused."""
         why = refusal(obj)
         if why is not None:
-            self.refuse(obj, why)
+            raise SerializationError(f"{self.where(obj)}: {why}")
         if obj.is_nested:  # jagged: torch RPC carries it as it is
-            return self.side(obj)
+            kept = obj.detach().clone() if self.copy else obj
+            return msgpack.ExtType(_SIDE, self.add(kept).to_bytes(4, "little"))
         return msgpack.ExtType(_PARTS, self.nested(parts(obj)))
 
-    def refuse(self, obj: torch.Tensor, why: str) -> NoReturn:
-        """Raise ``SerializationError`` naming where ``obj`` sits in the value, and why it cannot go."""
-        raise SerializationError(f"{tensor_path(self.value, obj, arguments=self.arguments)}: {why}")
+    def add(self, item: Any) -> int:
+        """Put ``item`` on the side list; its index there."""
+        self.tensors.append(item)
+        return len(self.tensors) - 1
+
+    def staged_on(self, device: torch.device) -> None:
+        """Copies out of ``device`` were queued: the message waits for them once before it leaves."""
+        self.staged.add(device)
+
+    def where(self, tensor: torch.Tensor) -> str:
+        """Where ``tensor`` sits in the value, for an error."""
+        return tensor_path(self.value, tensor, arguments=self.arguments)
 
 
 class _Decoding:
-    """One message being decoded: its side list, the context for extensions, how deep it has gone."""
+    """One message being decoded: its side list, the context for extensions, how deep it has gone (an ``Arrival``)."""
 
-    __slots__ = ("context", "depth", "device", "strict", "tensors")
+    __slots__ = ("context", "depth", "device", "plane", "strict", "tensors")
 
-    def __init__(self, strict: bool, tensors: list[Any], context: Any, device: torch.device | None) -> None:
+    def __init__(
+        self, strict: bool, tensors: list[Any], context: Any, device: torch.device | None, plane: DataPlane
+    ) -> None:
         self.strict = strict
         self.tensors = tensors
         self.context = context
         self.device = device
+        self.plane = plane
         self.depth = 0
 
     def unpack(self, payload: bytes) -> Any:
@@ -409,20 +418,23 @@ class _Decoding:
 
     def ext_hook(self, code: int, payload: bytes) -> Any:
         """The value an extension stands for (the common ones first)."""
-        if code in (_TENSOR, _SIDE):
-            return self.tensors[int.from_bytes(payload, "little")]
         if code == _INLINE:
             return from_inline(payload)
         if code == _TUPLE:
             return tuple(self.unpack(payload))
+        if code == _SIDE:
+            index = int.from_bytes(payload, "little")
+            if index >= len(self.tensors):
+                raise SerializationError(f"a message names side item {index} of {len(self.tensors)}")
+            return self.tensors[index]
+        channel = self.plane.receiver(code)
+        if channel is not None:
+            data = msgpack.unpackb(payload, raw=False, use_list=True) if channel.packed else payload
+            return channel.receive(data, self)
         return self.rarer(code, payload)
 
     def rarer(self, code: int, payload: bytes) -> Any:
-        """The value of a staged tensor, sparse tensor, TensorDict, pickle or registered extension."""
-        if code == _STAGED:
-            tensor = self.tensors[int.from_bytes(payload, "little")]
-            device = self.device
-            return tensor if device is None or device.type == "cpu" else accelerator().to_device(tensor, device)
+        """The value of a sparse tensor, TensorDict, pickle or registered extension."""
         if code == _PARTS:
             return from_parts(self.unpack(payload))
         if code == _TENSORDICT:
@@ -433,8 +445,25 @@ class _Decoding:
             return pickle.loads(payload)  # noqa: S301 - peers are trusted (docs/concepts)
         decode = _decoders.get(code)
         if decode is None:
+            if code < _FIRST_OWN_CODE:
+                return self.plane.receive(code, None, self)  # a channel this node does not use: it says which
             raise SerializationError(f"unknown extension code {code}")
         return decode(self.unpack(payload), self.context)
+
+
+def _drop(plane: DataPlane, data: bytes, depth: int) -> None:
+    """Let go of the lends in ``data``, walking nested extensions (not pickles) up to ``MAX_NESTING`` deep."""
+
+    def settle(code: int, payload: bytes) -> None:
+        channel = plane.receiver(code)
+        if channel is not None:
+            if channel.packed:
+                channel.drop(msgpack.unpackb(payload, raw=False, use_list=True))
+        elif code not in (_PICKLE, _SIDE) and depth < MAX_NESTING:
+            _drop(plane, payload, depth + 1)
+
+    with contextlib.suppress(Exception):  # what cannot be read lends nothing
+        msgpack.unpackb(data, ext_hook=settle, raw=False, strict_map_key=False)
 
 
 def _describe(exc: Exception) -> str:
@@ -443,17 +472,6 @@ def _describe(exc: Exception) -> str:
         return f"{type(exc).__name__}: {exc}"
     except Exception:  # noqa: BLE001 - a message that cannot be formatted still names its type
         return type(exc).__name__
-
-
-def _stage(tensor: torch.Tensor, route: TensorRoute, value: Any, arguments: bool) -> torch.Tensor:
-    """A host copy of ``tensor`` on its way (valid once its device is synchronised), or why it cannot go."""
-    if route.strict:
-        raise SerializationError(f"{tensor_path(value, tensor, arguments=arguments)}: {route.refusal(tensor)}")
-    try:
-        return accelerator().to_host(tensor.detach())
-    except (RuntimeError, NotImplementedError) as exc:
-        where = tensor_path(value, tensor, arguments=arguments)
-        raise SerializationError(f"{where}: a tensor on {tensor.device} cannot be staged: {exc}") from exc
 
 
 def tensor_path(value: Any, target: torch.Tensor, *, arguments: bool = False) -> str:

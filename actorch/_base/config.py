@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from actorch._base.channels.leases import DEFAULT_SHM_POOL
+from actorch._base.channels.plane import check_channels
 from actorch._base.record import is_run_id
 
 __all__ = [
@@ -63,6 +65,10 @@ class SystemConfig:
         otel: Make every call, tell and stream through a ref, and every
             handler run, an OpenTelemetry span, the context carried across
             nodes (needs ``actorch[otel]``).
+        channels: The tensor channels a node may use beyond those always
+            there (``channels.plane.OPTIONAL``); None: every one.
+        shm_pool: Bytes of shared memory each node keeps at most for the
+            tensors it sends to nodes of its host and its leases.
     """
 
     strict: bool = False
@@ -73,12 +79,15 @@ class SystemConfig:
     send_budget: int = DEFAULT_SEND_BUDGET
     run_record: str | None = None
     otel: bool = False
+    channels: tuple[str, ...] | None = None
+    shm_pool: int = DEFAULT_SHM_POOL
 
     def __post_init__(self) -> None:
         for field in ("lookup_timeout", "stop_grace"):
             if not is_number(getattr(self, field)):
                 raise ValueError(f"{field} must be a finite number of seconds >= 0, not {getattr(self, field)!r}")
-        for field in ("mailbox_size", "max_message_size", "send_budget"):
+        object.__setattr__(self, "channels", check_channels(self.channels))
+        for field in ("mailbox_size", "max_message_size", "send_budget", "shm_pool"):
             if not is_count(getattr(self, field)):
                 raise ValueError(f"{field} must be an int >= 1, not {getattr(self, field)!r}")
         if not isinstance(self.otel, bool):

@@ -5,8 +5,8 @@ covers its device for the destination, torch RPC carries it directly (TensorPipe
 CUDA channels). Elsewhere it is *staged*: copied to pinned host memory (without
 blocking, then synchronised once per message) and sent as a CPU tensor marked
 as staged, which the receiver moves to the receiving actor's device, if it has
-one. A :class:`TensorRoute` says which devices go directly to one destination,
-and whether the system refuses to stage (``devices="strict"``).
+one; on one host, a CUDA IPC handle carries it. Which of these a tensor takes
+is the data plane's choice (``channels``).
 
 The device work itself goes through an :class:`Accelerator`; tests of the
 staging logic on machines without a GPU install another with
@@ -24,7 +24,6 @@ from actorch._base.steps import stepwise
 
 __all__ = [
     "Accelerator",
-    "TensorRoute",
     "accelerator",
     "on_device",
     "parse_device",
@@ -110,36 +109,6 @@ def use_accelerator(replacement: Accelerator) -> Accelerator:
     global _accelerator
     previous, _accelerator = _accelerator, replacement
     return previous
-
-
-class TensorRoute:
-    """How tensors leave for one destination node: which devices go directly, and whether to refuse staging.
-
-    Attributes:
-        dest: The destination's rank.
-        direct: Devices (``"cuda:0"``) a device map carries directly to ``dest``.
-        strict: Refuse a tensor no map covers (``SerializationError``) rather than stage it.
-    """
-
-    __slots__ = ("dest", "direct", "strict")
-
-    def __init__(self, dest: int, direct: frozenset[str] = frozenset(), *, strict: bool = False) -> None:
-        self.dest = dest
-        self.direct = direct
-        self.strict = strict
-
-    def __repr__(self) -> str:
-        return f"<TensorRoute to node {self.dest} direct={sorted(self.direct)} strict={self.strict}>"
-
-    def refusal(self, tensor: torch.Tensor) -> str:
-        """Why ``tensor`` cannot go to ``dest`` under ``devices="strict"``."""
-        device = str(tensor.device)
-        mapped = ", ".join(sorted(self.direct)) or "none"
-        return (
-            f"a tensor on {device} cannot go to node {self.dest}: no device map covers {device} for that node "
-            f"(devices mapped there: {mapped}), and devices='strict' refuses to stage it through host memory; "
-            "add it to device_maps, or move it to the CPU first"
-        )
 
 
 def on_device(awaitable: Awaitable[T], device: torch.device | None) -> Awaitable[T]:

@@ -130,6 +130,8 @@ class Callee(NodeSide):
             call = None if call_ids is None else call_ids[index]
             parent = None if parents is None else parents[index]
             self._deliver(src, call, actor_id, endpoint, deadline, chain, body, tensors, port, shared, 0, parent)
+        if not shared:  # no actor took the arguments: what they lend goes back
+            self.codec.drop(body)
 
     def _deliver(
         self,
@@ -177,6 +179,8 @@ class Callee(NodeSide):
                 self.log.debug("call refused: actor stopped", src=src, actor=label, endpoint=endpoint)
             gone = ActorStoppedError(f"no longer hosts actor #{actor_id}; {endpoint!r} refused (node {self.rank})")
             received.reply.error(received, gone, Origin.GONE)
+            if shared is None:
+                self.codec.drop(body)
             return
         if body is not None and not self.take_arguments(src, cell, received, body, tensors, shared):
             return

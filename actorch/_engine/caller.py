@@ -20,6 +20,7 @@ from actorch._base.errors import (
     ActorStoppedError,
     EndpointError,
     MailboxFullError,
+    MessageTooLargeError,
     NodeLostError,
     SerializationError,
     SystemClosedError,
@@ -88,18 +89,20 @@ class Caller(NodeSide):
             call.device = context.device
         otel = self.otel
         span = None if otel is None or actor_id <= SYSTEM_IDS else otel.call_sent(call, label, endpoint, rank)
+        body = None
         try:
             self.check_reachable("call", rank, endpoint, label)
             if args or kwargs:
                 body, tensors = self.codec.encode([args, kwargs], route=self.transport.route(rank), arguments=True)
                 check_size(body, tensors, self.max_message_size, "call to {!r} of {}", endpoint, label)
             else:
-                body, tensors = None, None
-            if self.transport.backlog(rank) <= self.send_budget and self.flow.try_take(target):
+                tensors = None
+            if self.backlog(rank) <= self.send_budget and self.flow.try_take(target):
                 self._launch(call, body, tensors, chain, deadline, span)
             else:
                 call.waiting = self.loop.create_task(self._launch_when_room(call, body, tensors, chain, deadline, span))
         except Exception as exc:  # noqa: BLE001 - raised where the call is awaited, like a coroutine's error
+            self.codec.drop(body)  # never sent: what its tensors lend goes back
             call.settled()
             # after the loop ran once: a retry loop around a call that fails at once cannot starve the node
             self.loop.call_soon(_fail, call, exc)
@@ -168,8 +171,10 @@ class Caller(NodeSide):
             self.check_reachable("call", call.target[0], call.endpoint, call.label)
             self._launch(call, body, tensors, chain, deadline, span)
         except asyncio.CancelledError:
+            self.codec.drop(body)  # never sent: what its tensors lend goes back
             raise  # the call was cancelled: it has its outcome
         except Exception as exc:  # noqa: BLE001 - the call's own error, raised where it is awaited
+            self.codec.drop(body)
             if not call.done():
                 call.settled()
                 call.set_exception(exc)
@@ -213,31 +218,37 @@ class Caller(NodeSide):
     def tell(
         self, rank: int, actor_id: int, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any], label: str
     ) -> None:
-        """Send ``endpoint`` a message without waiting; tensors are copied at once."""
-        local = rank == self.rank
-        if args or kwargs:
-            route = None if local else self.transport.route(rank)
-            body, tensors = self.codec.encode([args, kwargs], copy_tensors=True, route=route, arguments=True)
-            if not local:
-                check_size(body, tensors, self.max_message_size, "tell of {!r} to {}", endpoint, label)
-        else:
-            body, tensors = None, None
-        target = (rank, actor_id)
-        if local:
+        """Send ``endpoint`` a message without waiting; tensors are copied at once.
+
+        A tell to another node is refused before anything is encoded when that
+        node is gone (logged) or what is on its way there is over the send budget.
+        """
+        if rank == self.rank:
+            body, tensors = self.codec.encode([args, kwargs], copy_tensors=True) if args or kwargs else (None, None)
             self._tell_here(actor_id, endpoint, label, body, tensors)
             return
         if rank in self.lost or self.closed:
             self.log.warning("tell dropped: node lost", actor=label, endpoint=endpoint, why=self.lost.get(rank))
             return
-        backlog = self.transport.backlog(rank)
+        backlog = self.backlog(rank)
         if backlog > self.send_budget:
             raise MailboxFullError(
                 f"cannot tell {endpoint!r} to {label}: {backlog:,} bytes from node {self.rank} toward node {rank} have "
                 f"not reached it (send_budget {self.send_budget:,}; the node may be frozen or overloaded); a call "
                 "would wait for them to drain, a tell cannot"
             )
-        if not self.flow.try_take(target):
-            raise self._mailbox_full(endpoint, label)
+        body, tensors = None, None
+        if args or kwargs:
+            route = self.transport.route(rank)
+            body, tensors = self.codec.encode([args, kwargs], copy_tensors=True, route=route, arguments=True)
+        target = (rank, actor_id)
+        try:
+            check_size(body, tensors, self.max_message_size, "tell of {!r} to {}", endpoint, label)
+            if not self.flow.try_take(target):
+                raise self._mailbox_full(endpoint, label)
+        except (MessageTooLargeError, MailboxFullError):  # refused before it left
+            self.codec.drop(body)  # what its tensors lend goes back
+            raise
         self.tells_sent += 1
         envelope = [TELL, 0, actor_id, endpoint, None, (), body]
         if self.otel is not None and actor_id > SYSTEM_IDS:
@@ -256,12 +267,16 @@ class Caller(NodeSide):
         _, call_id, ok, payload = message
         pending = self.pending.pop(call_id, None)
         if pending is None:
-            return  # the caller gave up (cancelled or timed out)
+            if ok:
+                self.codec.drop(payload)  # the caller gave up (cancelled or timed out): the result is dropped
+            return
         if self.trace is not None:
             self.trace.call_ended(call_id, "ok" if ok else "error")
         self.flow.release(pending.target)
         pending.settled()
         if pending.done():
+            if ok:
+                self.codec.drop(payload)
             return
         try:
             if not ok:

@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import torch
 
+from actorch._base.channels.leases import use_pool_limit
+from actorch._base.channels.plane import DataPlane
+from actorch._base.channels.shm import SharedMemoryChannel
 from actorch._base.codec import Codec
 from actorch._base.config import SystemConfig
 from actorch._base.errors import SystemClosedError
@@ -87,7 +90,8 @@ class Node:
         self._joined_listeners: list[Callable[[NodeInfo], None]] = []
         self._failure_listener: FailureListener | None = None
         self._refused_from: set[int] = set()
-        codec = Codec(strict=config.strict)
+        self.plane = _data_plane(config, bound)
+        codec = Codec(strict=config.strict, plane=self.plane)
         self._decode_plain = codec.decode_plain
         self._pack = codec.encode_plain
         self.flow = FlowControl(loop, self.rank, config.mailbox_size, self._send_credits, exempt=SYSTEM_IDS)
@@ -318,6 +322,11 @@ class Node:
     def _on_peer_lost(self, rank: int, why: str) -> None:
         if rank in self.lost:
             return
+        try:
+            reach = self.transport.peer(rank).reach
+        except KeyError:
+            reach = {}
+        self.plane.forget(rank, reach)  # what it held of this node's comes back; its shared memory goes
         left = rank in self.left
         if left:
             why = "left the system"
@@ -370,6 +379,7 @@ class Node:
         if tasks:
             await asyncio.wait(tasks, timeout=1.0)
         await self.transport.close()
+        self.plane.close()
         if self.record is not None:
             self.record.write("node closed")
             self.record.close()
@@ -378,11 +388,17 @@ class Node:
         """Calls and tells sent and received, messages refused, calls pending or waiting for room, actors, bytes.
 
         Bytes are those of message envelopes and bodies, sent and received;
-        tensor bytes sent are counted apart (``tensor_bytes_sent``).
+        tensor bytes sent apart from them, on any channel (the transport's
+        path, shared memory, CUDA IPC, staged), are counted apart
+        (``tensor_bytes_sent``; a small tensor inside its message is counted in
+        the message's bytes).
         ``lane_bundles_sent`` counts the bundles that went on the fast lane.
         ``paths``: by path a bundle takes (``lane``, ``torch_rpc``,
         ``in_process``), its ``bytes_sent`` (replies on a bundle's response
-        too) and ``bytes_received``.
+        too) and ``bytes_received``. ``channels``: by tensor channel, the
+        tensors it carried to other processes and their bytes, with its own
+        counts (the shared-memory pool's segments, lends, and the tensors that
+        went by value for want of room).
         """
         transport = self.transport
         sent, received = transport.bytes_sent_by_path, transport.bytes_received_by_path
@@ -392,7 +408,7 @@ class Node:
                 for path in sorted({*sent, *received})
             },
             "bytes_sent": sum(transport.bytes_sent.values()),
-            "tensor_bytes_sent": sum(transport.tensor_bytes_sent.values()),
+            "tensor_bytes_sent": sum(self.plane.sent_to.values()),
             "lane_bundles_sent": transport.lane_bundles_sent if isinstance(transport, FastLane) else 0,
             "bytes_received": self.bytes_received,
             "calls_sent": self.caller.calls_sent,
@@ -403,7 +419,18 @@ class Node:
             "pending_calls": len(self.caller.pending),
             "waiting_for_room": self.flow.waiting(),
             "actors": len(self._cells),
+            "channels": self.plane.statistics(),
         }
+
+
+def _data_plane(config: SystemConfig, log: Any) -> DataPlane:
+    """The node's tensor channels, as the system allows them; the shared-memory one on this process's pool."""
+
+    def warn(message: str) -> None:
+        log.warning("shared memory refused", why=message)
+
+    shm = SharedMemoryChannel(use_pool_limit(config.shm_pool), per_peer=config.send_budget, warn=warn)
+    return DataPlane.standard(config.channels, shm=shm)
 
 
 def _telemetry(rank: int) -> NodeTelemetry:

@@ -71,6 +71,7 @@ class NodeSide:
         "new_key",
         "otel",
         "pack",
+        "plane",
         "rank",
         "send_budget",
         "trace",
@@ -83,6 +84,7 @@ class NodeSide:
         self.rank = parts.transport.rank
         self.codec = parts.codec
         self.pack = parts.codec.encode_plain
+        self.plane = parts.codec.plane
         self.flow = parts.flow
         self.cells = parts.cells
         self.lost = parts.lost
@@ -127,18 +129,22 @@ class NodeSide:
                 f"({self.flow.window} messages from node {self.rank} are waiting there)"
             ) from None
 
+    def backlog(self, rank: int) -> int:
+        """Bytes sent toward ``rank`` that it has not taken yet: the transport's, and the data plane's lends."""
+        return self.transport.backlog(rank) + self.plane.on_way(rank)
+
     async def wait_backlog(self, verb: str, rank: int, deadline: float | None, endpoint: str, label: str) -> None:
         """Wait until what this node sent toward ``rank`` is back under the send budget (within the deadline)."""
-        transport, budget = self.transport, self.send_budget
+        budget = self.send_budget
         try:
             async with asyncio.timeout_at(deadline):
-                # The transport's threads and the kernel drain the backlog: no event tells when, so look again.
-                while transport.backlog(rank) > budget and not (rank in self.lost or self.closed):  # noqa: ASYNC110
+                # The transport's threads, the kernel and the receiver drain the backlog: no event tells when.
+                while self.backlog(rank) > budget and not (rank in self.lost or self.closed):  # noqa: ASYNC110
                     await asyncio.sleep(BACKLOG_POLL)
         except TimeoutError:
             raise TimeoutError(
                 f"deadline passed while waiting to {verb} {endpoint!r} of {label}: "
-                f"{transport.backlog(rank):,} bytes toward node {rank} have not reached it "
+                f"{self.backlog(rank):,} bytes toward node {rank} have not reached it "
                 f"(send_budget {budget:,}; the node may be frozen or overloaded)"
             ) from None
 
@@ -163,6 +169,8 @@ class NodeSide:
                 f"max_message_size ({self.max_message_size:,})"
             )
             cell.fail(received, refused)
+            if shared is None:
+                self.codec.drop(body)
             return False
         decoded = None if shared is None else shared.get(cell.device)
         if decoded is None:
@@ -170,6 +178,8 @@ class NodeSide:
                 decoded = self.codec.decode(body, tensors, self.decode_context, cell.device)
             except SerializationError as exc:
                 cell.fail(received, SerializationError(f"arguments for {received.endpoint!r} of {cell.label}: {exc}"))
+                if shared is None:
+                    self.codec.drop(body)
                 return False
             if shared is not None:
                 shared[cell.device] = decoded

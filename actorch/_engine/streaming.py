@@ -527,7 +527,8 @@ class Streams(NodeSide):
         link = self.consuming.get(stream_id)
         stream = link.stream() if link is not None else None
         if link is None or stream is None:
-            return  # the consumer left; items already on their way are dropped
+            self.codec.drop(body)  # the consumer left; items already on their way are dropped
+            return
         try:
             item = self.codec.decode(body, tensors, self.decode_context, link.opening.device)
         except Exception as exc:  # noqa: BLE001 - an item we cannot read ends the stream, never hangs it
@@ -580,6 +581,7 @@ class Streams(NodeSide):
                 f"no longer hosts actor #{actor_id}; stream {endpoint!r} refused (node {self.rank})"
             )
             outlet.error(received, gone, Origin.GONE)
+            self.codec.drop(body)
             return
         self.producing[(src, stream_id)] = (cell, received)
         self.streams_served += 1

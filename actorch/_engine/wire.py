@@ -158,10 +158,15 @@ def is_refusal(exc: BaseException, origin: Origin) -> bool:
 
 
 def message_size(body: bytes | None, tensors: list[Any] | None) -> int:
-    """Bytes a message carries: its encoded body and the data of its tensors."""
+    """Bytes of host memory a message carries by value: its encoded body and the data of its host tensors.
+
+    Tensors that go device to device (a device map) are left out: they never
+    pass through host memory. So are those sent by reference (shared memory,
+    CUDA IPC), which are not on the side list at all.
+    """
     size = len(body) if body is not None else 0
     if tensors:
-        size += sum(getattr(tensor, "nbytes", 0) for tensor in tensors)
+        size += sum(tensor.nbytes for tensor in tensors if getattr(tensor, "is_cpu", False))
     return size
 
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
+from actorch._base.channels.leases import DEFAULT_SHM_POOL
+from actorch._base.channels.plane import check_channels
 from actorch._base.config import (
     DEFAULT_MAILBOX_SIZE,
     DEFAULT_MAX_MESSAGE,
@@ -53,7 +55,17 @@ __all__ = [
     "trace_path",
 ]
 
-IN_PROCESS = ("strict", "lookup_timeout", "stop_grace", "mailbox_size", "max_message_size", "send_budget", "otel")
+IN_PROCESS = (
+    "strict",
+    "lookup_timeout",
+    "stop_grace",
+    "mailbox_size",
+    "max_message_size",
+    "send_budget",
+    "otel",
+    "channels",
+    "shm_pool",
+)
 """The options that apply to an in-process world (``local_world``): those of ``SystemConfig``."""
 
 TRACE_ENV = "ACTORCH_TRACE"
@@ -103,9 +115,13 @@ class SystemOptions:
             call) is lost only after ten times this.
         mailbox_size: Messages one node may have waiting at one actor; beyond
             it a call waits for room and a tell raises ``MailboxFullError``.
-        max_message_size: Bytes a call, tell or result between nodes may take
-            (its encoded body and its tensors); a larger one raises
-            ``MessageTooLargeError`` where it is sent.
+        max_message_size: Bytes of host memory a call, tell or result between
+            nodes may take by value (its encoded body and the tensors that
+            travel on the transport's path or staged through the host); a
+            larger one raises ``MessageTooLargeError`` where it is sent.
+            Tensors that go device to device (device maps, CUDA IPC) or by
+            reference in shared memory do not count: device memory bounds the
+            first, ``shm_pool`` the second.
         send_budget: Bytes one node may have on their way to one other node
             (sent, not yet taken there: a frozen or overloaded node's backlog);
             past it a tell raises ``MailboxFullError`` and a call waits for
@@ -130,6 +146,20 @@ class SystemOptions:
             destination: ``"stage"`` copies it through pinned host memory, and
             it arrives on the receiving actor's device (else the CPU);
             ``"strict"`` refuses it with ``SerializationError``.
+        channels: The tensor channels a node may use, beyond those always there
+            (empty tensors as metadata, small ones inside their message, the
+            rest by value on the transport's path): ``"shm"`` (CPU tensors by
+            reference in shared memory, to nodes of the same host),
+            ``"cuda_ipc"`` (GPU tensors by CUDA IPC handle, on one host),
+            ``"device_map"`` (TensorPipe's device maps) and ``"staged"`` (GPU
+            tensors through host memory). None: every one. ``("staged",)``
+            sends every tensor over the network as if no peer shared the host
+            (nodes in network namespaces of one machine do share it). See
+            docs/guides/gpus.md.
+        shm_pool: Bytes of shared memory each node keeps at most for the
+            tensors it sends to nodes of its host and for its leases
+            (``actorch.lease``); past it, tensors go by value. So do those for
+            a node that holds ``send_budget`` bytes of them and has not let go.
         elastic: Let nodes join the running system (``actorch.serve``) and
             leave it (``system.leave``); ``world_size`` (or None: 1) is how many
             nodes it starts with. Runs on torch RPC even with one node. The
@@ -220,6 +250,8 @@ class SystemOptions:
     rpc_threads: int = 4
     device_maps: DeviceMapSpec = "auto"
     devices: str = "stage"
+    channels: Sequence[str] | None = None
+    shm_pool: int = DEFAULT_SHM_POOL
     elastic: bool = False
     port: int = 0
     setup: Setup | None = None
@@ -286,6 +318,8 @@ class ConfigKeywords(TypedDict, total=False):
     max_message_size: int
     send_budget: int
     otel: bool | None
+    channels: Sequence[str] | None
+    shm_pool: int
 
 
 class OptionKeywords(ConfigKeywords, total=False):
@@ -327,6 +361,8 @@ def system_config(options: SystemOptions, run_record: str | None = None) -> Syst
         send_budget=options.send_budget,
         run_record=run_record,
         otel=otel_on(options),
+        channels=check_channels(options.channels),
+        shm_pool=options.shm_pool,
     )
 
 

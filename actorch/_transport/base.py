@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from actorch._base.devices import TensorRoute
+from actorch._base.channels.route import TensorRoute
 from actorch._base.errors import UnsupportedError
 from actorch._base.resources import node_resources
 from actorch._transport.autograd import NO_CONTEXT
@@ -144,6 +144,9 @@ class NodeInfo:
         process: The runtime's own: the node's process as its machine's kernel knows it
             (boot id and start time), so that a node on the same machine can look at it
             directly; None where the kernel does not say. Left out of the repr.
+        reach: The runtime's own: where the node's tensor channels reach (its host's
+            shared memory, its GPUs), which a sender compares with its own to choose
+            a channel (``channels.plane.own_reach``). Left out of the repr.
     """
 
     rank: int
@@ -158,6 +161,7 @@ class NodeInfo:
     pool: bool = False
     lane: str | None = field(default=None, repr=False)
     process: str | None = field(default=None, repr=False)
+    reach: Mapping[str, str] = field(default_factory=dict, repr=False, hash=False, compare=False)
 
 
 @dataclass(frozen=True)

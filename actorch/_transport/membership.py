@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from actorch._base.channels.plane import own_reach
 from actorch._base.errors import JoinError
 from actorch._transport.base import NodeInfo, NodeTraits
 from actorch._transport.suspicion import own_process
@@ -90,6 +91,7 @@ def facts_of(info: NodeInfo) -> dict[str, Any]:
         "pool": info.pool,
         "lane": info.lane,
         "process": info.process,
+        "reach": dict(info.reach),
     }
 
 
@@ -109,6 +111,7 @@ def info_of(facts: dict[str, Any]) -> NodeInfo:
         bool(facts.get("pool", False)),
         facts.get("lane"),
         facts.get("process"),
+        {str(key): str(value) for key, value in (facts.get("reach") or {}).items()},
     )
 
 
@@ -270,4 +273,5 @@ class Membership:
 def own_info(rank: int, devices: Sequence[str], traits: NodeTraits, lane: str | None = None) -> NodeInfo:
     """This process as a node of rank ``rank`` (its fast lane listening at ``lane``, if it has one)."""
     info = traits.info(rank, socket.gethostname(), os.getpid(), tuple(devices), lane)
-    return replace(info, process=own_process())  # peers on this machine can then look at it (``suspicion``)
+    # Peers on this machine can then look at it (``suspicion``), and choose the channels that reach it.
+    return replace(info, process=own_process(), reach=own_reach())

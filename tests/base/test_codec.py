@@ -10,8 +10,8 @@ import torch
 
 from actorch import SerializationError, serializable
 from actorch._base import codec as _codec
+from actorch._base.channels.route import TensorRoute
 from actorch._base.codec import OWN_CODES, Codec, current_context, register_extension, register_side_type
-from actorch._base.devices import TensorRoute
 
 
 @dataclasses.dataclass
@@ -338,7 +338,7 @@ def test_serializable_lets_a_redefined_class_take_over_its_code() -> None:
 
 # ---------------------------------------------------------------------- small tensors inside the bytes
 
-ROUTE = TensorRoute(1, frozenset())  # bound for another process: small CPU tensors ride inside the bytes
+ROUTE = TensorRoute(1)  # bound for another process: small CPU tensors ride inside the bytes
 
 
 @pytest.mark.parametrize(

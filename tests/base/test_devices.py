@@ -18,8 +18,9 @@ from actors import Counter
 from fake_gpus import FakeAccelerator, installed
 
 import actorch
+from actorch._base.channels.route import TensorRoute
 from actorch._base.codec import INLINE_TENSOR_BYTES, Codec, serializable, tensor_path
-from actorch._base.devices import TensorRoute, on_device, parse_device
+from actorch._base.devices import on_device, parse_device
 from actorch._transport.autograd import NO_CONTEXT
 from actorch._transport.base import Port
 from actorch._transport.torch_rpc.rpc import RpcTransport, tensorpipe_options
@@ -160,7 +161,7 @@ def test_a_tensor_no_map_covers_is_staged_through_the_host_and_moved_to_the_rece
 
 def test_a_tensor_on_a_mapped_device_travels_as_it_is(fake: FakeAccelerator) -> None:
     tensor = meta(3)
-    body, tensors = Codec().encode([tensor], route=TensorRoute(1, frozenset({"meta"})))
+    body, tensors = Codec().encode([tensor], route=TensorRoute(1, {"meta": "meta"}))
     assert tensors == [tensor]
     assert fake.staged == 0
     assert Codec().decode(body, tensors, device=torch.device("cuda", 0))[0] is tensor
@@ -175,7 +176,7 @@ def test_a_told_tensor_staged_is_a_copy_and_a_mapped_one_is_cloned(fake: FakeAcc
 
 
 def test_strict_refuses_with_the_tensors_path_its_device_and_the_missing_map(fake: FakeAccelerator) -> None:
-    route = TensorRoute(3, frozenset({"cuda:1"}), strict=True)
+    route = TensorRoute(3, {"cuda:1": "cuda:1"}, strict=True)
     codec = Codec()
     with pytest.raises(actorch.SerializationError) as refused:
         codec.encode([(1, {"obs": [torch.ones(1), meta(2)]}), {}], route=route, arguments=True)

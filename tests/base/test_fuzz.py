@@ -29,8 +29,8 @@ from tensor_cases import payloads
 import actorch
 from actorch import SerializationError
 from actorch._base import codec as _codec
+from actorch._base.channels.route import TensorRoute
 from actorch._base.codec import Codec
-from actorch._base.devices import TensorRoute
 from actorch.testing import LocalWorld, local_world
 
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from actorch import SerializationError
+from actorch._base.channels.route import TensorRoute
 from actorch._base.codec import INLINE_TENSOR_BYTES, Codec
-from actorch._base.devices import TensorRoute
 from actorch.rl import Batch
 
 tensordict = pytest.importorskip("tensordict")

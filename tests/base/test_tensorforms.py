@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from tensor_cases import bits, payloads, quietly
 
 from actorch import SerializationError
+from actorch._base.channels.route import TensorRoute
 from actorch._base.codec import Codec
-from actorch._base.devices import TensorRoute
 from actorch._engine.wire import message_size
 
-ROUTE = TensorRoute(1, frozenset())
+ROUTE = TensorRoute(1)
 """Bound for another process: small CPU tensors ride inside the bytes, the rest on the side list."""
 
 pytestmark = [
@@ -80,14 +80,24 @@ def test_codec_gives_torch_rpc_a_real_tensor_for_a_large_efficient_zero_one() ->
     assert torch.equal(carried, torch.zeros(10_000))
 
 
-def test_codec_gives_torch_rpc_an_empty_tensor_that_starts_within_its_storage() -> None:
+def test_codec_sends_an_empty_tensor_as_its_metadata_whatever_its_storage() -> None:
     # An empty view may start past its empty storage; torch RPC's receiver aborts the process on one.
     sent = torch.zeros(0, 4, dtype=torch.float8_e4m3fn).narrow(1, 3, 0)
+    assert sent.storage_offset() == 3
+    assert side_list([sent]) == [], "nothing to carry: the message holds its dtype, shape and strides"
+    [received] = send([sent])
+    assert (received.shape, received.stride(), received.dtype) == (sent.shape, sent.stride(), sent.dtype)
+    assert received.storage_offset() == 0
+
+
+def test_codec_gives_torch_rpc_an_empty_tensor_that_requires_grad_starting_within_its_storage() -> None:
+    # One that requires grad keeps torch RPC's path (distributed autograd records it there).
+    sent = torch.zeros(0, 4, requires_grad=True).narrow(1, 3, 0)
     assert sent.storage_offset() == 3
     [carried] = side_list([sent])
     assert carried.storage_offset() == 0
     assert carried.shape == sent.shape
-    assert carried.dtype == sent.dtype
+    assert carried.requires_grad
 
 
 # ---------------------------------------------------------------------- kinds that travel as their parts
@@ -230,8 +240,13 @@ def test_tensors_cross_torch_rpc_bitwise_as_sent(world_run: Finished) -> None:
     world_run.assert_clean_exit(0)
     fidelity = world_run.result("fidelity")
     assert fidelity["calls"] >= 60
-    assert fidelity["tensor_bytes"] > 0, "some tensors took torch RPC's own path"
+    assert fidelity["tensor_bytes"] > 0, "some tensors went apart from their messages"
     lane = "lane" in world_run.argv
+    if lane:
+        assert fidelity["channels"]["shm"] > 0, "tensors for this host went by reference in shared memory"
+    else:
+        assert "shm" not in fidelity["channels"], "channels=('staged',) leaves shared memory out"
+        assert fidelity["channels"]["transport"] > 0, "tensors took torch RPC's own path"
     assert (fidelity["lane_bundles"] > 0) == lane, "small messages went on the fast lane exactly when it was on"
 
 

@@ -393,8 +393,9 @@ async def check_lanes(system: actorch.ActorSystem) -> dict[str, Any]:
     remote_before = await recorder.call(Recorder.node_statistics)
     calls = []
     for index in range(300):
-        if index % 7 == 0:  # 64 KiB: too large to ride inside the message, so torch RPC carries it
-            calls.append(asyncio.ensure_future(recorder.call(Recorder.append_with, "main", index, torch.zeros(16384))))
+        if index % 7 == 0:  # 64 KiB that requires grad: too large to ride inside the message, so torch RPC carries it
+            tensor = torch.zeros(16384, requires_grad=True)
+            calls.append(asyncio.ensure_future(recorder.call(Recorder.append_with, "main", index, tensor)))
             await asyncio.sleep(0)
         else:
             recorder.tell(Recorder.append, "main", index)

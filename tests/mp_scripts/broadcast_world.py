@@ -44,11 +44,11 @@ class Receiver(actorch.Actor):
 async def check_broadcast(system: actorch.ActorSystem) -> dict[str, Any]:
     ranks = (0, 1, 1, 1, 2, 2, 2)
     refs = [await system.spawn(Receiver, args=(tag,), on=rank) for tag, rank in enumerate(ranks)]
-    transport = system.host.node.transport
+    plane = system.host.node.plane  # tensors apart from messages, on whichever channel (shared memory here)
     data = torch.ones(MB)
-    before = dict(transport.tensor_bytes_sent)
+    before = dict(plane.sent_to)
     digests = await ActorGroup(refs).call(Receiver.digest, data)
-    sent = {rank: transport.tensor_bytes_sent.get(rank, 0) - before.get(rank, 0) for rank in (1, 2)}
+    sent = {rank: plane.sent_to.get(rank, 0) - before.get(rank, 0) for rank in (1, 2)}
     outcomes = await asyncio.gather(*broadcast(refs, Receiver.fail_if, 4), return_exceptions=True)
     broadcast_tell(refs, Receiver.record, "told")
     for ref in refs:

@@ -4,10 +4,12 @@ Usage: ``python tensor_fidelity.py lane|no-lane EXAMPLES`` (two processes). Rank
 draws ``EXAMPLES`` payloads (one to three tensors of any kind, see
 ``tensor_cases``), sends each to an actor on rank 1, which reports the bits of
 what arrived and sends it back; both must equal the bits sent. Small tensors
-ride inside the message bytes, on the fast lane where it is on; the rest take
-torch RPC's own path. Then each kind that has no faithful form is sent once and
-must be refused with ``SerializationError`` naming the argument, the process
-still serving.
+ride inside the message bytes. With ``lane``, messages take the fast lane and
+larger tensors shared memory (the two nodes share this host); with
+``no-lane``, messages take torch RPC and the tensors its own path (the system
+leaves shared memory out: ``channels=("staged",)``). Then each kind that has
+no faithful form is sent once and must be refused with ``SerializationError``
+naming the argument, the process still serving.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ async def fidelity(system: actorch.ActorSystem, echo: actorch.ActorRef[TensorEch
         seconds=time.monotonic() - started,
         lane_bundles=after["lane_bundles_sent"] - before["lane_bundles_sent"],
         tensor_bytes=after["tensor_bytes_sent"] - before["tensor_bytes_sent"],
+        channels={
+            name: counts["tensors"] - before["channels"][name]["tensors"] for name, counts in after["channels"].items()
+        },
     )
 
 
@@ -103,4 +108,6 @@ async def main(system: actorch.ActorSystem) -> str:
 
 
 if __name__ == "__main__":
-    print("RETURNED " + json.dumps(actorch.run(main, world_size=2, fast_lane=LANE, stop_grace=1.0)), flush=True)
+    channels = None if LANE else ("staged",)
+    returned = actorch.run(main, world_size=2, fast_lane=LANE, stop_grace=1.0, channels=channels)
+    print("RETURNED " + json.dumps(returned), flush=True)

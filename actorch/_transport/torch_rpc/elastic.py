@@ -29,7 +29,7 @@ from typing import Any
 import structlog
 from torch.distributed import rpc
 
-from actorch._base.devices import TensorRoute, accelerator
+from actorch._base.devices import accelerator
 from actorch._base.errors import JoinError, UnsupportedError
 from actorch._transport.base import NodeInfo, NodeTraits
 from actorch._transport.bridge import in_daemon_thread
@@ -252,7 +252,7 @@ class ElasticRpcTransport(RpcTransport):
         me = own_info(self.rank, accelerator().inventory(), self.traits, self._open_lane(store))
         members.ask(me, self._token)
         for info in members.wait_answer(self.rank, timeout):
-            self._add_peer(info, TensorRoute(info.rank, strict=self._options.strict_devices))
+            self._add_peer(info)
         self._add_peer(me)
         self._bring_up(lambda: self._start_agent(store, options))
         try:
@@ -379,7 +379,7 @@ class ElasticRpcTransport(RpcTransport):
         """Enter newcomer ``info`` in torch's agent and among the peers, watch it, tell the loop (any thread)."""
         agent: Any = rpc.api._get_current_rpc_agent()  # type: ignore[attr-defined]
         agent._update_group_membership(rpc.WorkerInfo(worker_name(info.rank), info.rank), [], {}, True)  # type: ignore[attr-defined]
-        self._add_peer(info, TensorRoute(info.rank, strict=self._options.strict_devices))
+        self._add_peer(info)
         self._watch_peer(info.rank)
         self._inbox.post((info.rank, rpc_transport._JOINED, info))
 

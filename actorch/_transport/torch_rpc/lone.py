@@ -17,7 +17,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from actorch._base.devices import TensorRoute, accelerator
+from actorch._base.channels.route import TensorRoute
+from actorch._base.devices import accelerator
 from actorch._base.errors import UnsupportedError
 from actorch._transport.base import Bundle, NodeInfo, Transport
 from actorch._transport.capabilities import NO_RREFS, NO_SHARED_STORE, NOT_ELASTIC, refusal

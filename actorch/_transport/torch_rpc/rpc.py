@@ -39,14 +39,15 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch.distributed import rpc
 
+from actorch._base.channels.route import TensorRoute
 from actorch._base.codec import register_side_type
-from actorch._base.devices import TensorRoute, accelerator
+from actorch._base.devices import accelerator
 from actorch._base.errors import UnsupportedError
 from actorch._transport.autograd import NO_CONTEXT, current_context_id, force_context_id
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
@@ -294,13 +295,17 @@ class RpcTransport(Transport):
         watch = rpc.rpc_async(worker_name(peer), _watch, args=(self.rank,), timeout=0)
         watch.add_done_callback(self._watch_callback(peer))
 
-    def _add_peer(self, info: NodeInfo, route: TensorRoute | None = None) -> None:
-        """Know node ``info.rank`` (from whichever thread meets it): it may send to us, and we to it."""
+    def _add_peer(self, info: NodeInfo, direct: Mapping[str, str] | None = None) -> None:
+        """Know node ``info.rank`` (from whichever thread meets it): it may send to us, and we to it.
+
+        ``direct``: this rank's device map toward it (each CUDA device and where it lands there).
+        """
         rank = info.rank
         if rank != self.rank:
             self._links.meet(rank)
-            if route is not None:
-                self._routes[rank] = route
+            self._routes[rank] = TensorRoute(
+                rank, dict(direct or {}), strict=self._options.strict_devices, reach=info.reach
+            )
             if self._lane is not None and info.lane is not None:
                 self._lane.connect(rank, info.lane)
             self._heard[rank] = time.monotonic()  # last: from here on, its bundles are taken
@@ -425,9 +430,7 @@ class RpcTransport(Transport):
         options = tensorpipe_options(self._options, device_maps)
         self._routes_direct = bool(device_maps)
         for info in infos:
-            pairs = device_maps.get(info.rank)
-            route = TensorRoute(info.rank, frozenset(pairs or ()), strict=self._options.strict_devices)
-            self._add_peer(info, route)
+            self._add_peer(info, device_maps.get(info.rank))
 
         def static_agent() -> None:
             rpc._init_rpc_backend(  # type: ignore[no-untyped-call]

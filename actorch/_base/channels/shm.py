@@ -1,0 +1,229 @@
+"""The shared-memory channel: a CPU tensor for a process of this host goes by reference, through a pooled segment.
+
+The sender copies the tensor into a free segment of its pool (one copy, into
+memory already faulted in: a reused segment), unless it lives in a
+:class:`~actorch._base.channels.leases.Lease` already, and the message
+carries the segment's name and the tensor's place in it. The receiver maps the
+segment (once) and gets a tensor over those bytes: no copy, and no fresh
+memory to fault in. It owns that tensor as any other it receives (it may
+write to it and keep it, though it cannot resize it, as with torch's shared
+tensors); the sender's segment stays lent until the receiver frees it. When
+the pool has no room (receivers keep what they got, or ``/dev/shm`` is full),
+the tensor goes by value on the transport's path, and the statistics count it;
+so it does once one node holds ``per_peer`` bytes (the system's ``send_budget``)
+lent to it and not let go, so that a node that keeps what it receives, or a
+frozen one, never holds the whole pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from actorch._base.channels.base import Arrival, Channel, Outgoing
+from actorch._base.channels.metadata import checked_shape, dtype_named, name_of
+from actorch._base.channels.route import TensorRoute
+from actorch._base.channels.segments import SegmentMaps, SegmentPool, host_identity, remove_files
+from actorch._base.errors import SerializationError
+
+__all__ = ["REACH_KEY", "SEGMENTS_KEY", "SharedMemoryChannel", "dense_strides", "extent_of"]
+
+REACH_KEY = "shm"
+"""The key of a node's ``reach`` under which its host's shared memory is named (``segments.host_identity``)."""
+
+SEGMENTS_KEY = "shm_segments"
+"""The key of a node's ``reach`` giving the prefix of its segments' names (removed when it is lost)."""
+
+Warn = Callable[[str], None]
+
+
+def dense_strides(tensor: torch.Tensor) -> list[int]:
+    """``tensor``'s strides if its elements fill a block of memory without overlap (any order), else contiguous ones."""
+    shape, strides = tensor.shape, tensor.stride()
+    order = sorted(range(len(shape)), key=lambda axis: (strides[axis], shape[axis]))
+    expected = 1
+    dense = True
+    for axis in order:
+        if shape[axis] == 1:
+            continue
+        if strides[axis] != expected:
+            dense = False
+            break
+        expected *= shape[axis]
+    if dense:
+        return list(strides)
+    contiguous = [1] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
+        contiguous[axis] = contiguous[axis + 1] * max(shape[axis + 1], 1)
+    return contiguous
+
+
+def extent_of(shape: tuple[int, ...] | list[int], strides: tuple[int, ...] | list[int], itemsize: int) -> int:
+    """Bytes from a tensor's first element to the end of its last, for ``shape`` and ``strides`` (0: no elements)."""
+    if any(size == 0 for size in shape):
+        return 0
+    return (1 + sum((size - 1) * stride for size, stride in zip(shape, strides, strict=True))) * itemsize
+
+
+class SharedMemoryChannel(Channel):
+    """CPU tensors by reference in shared memory, between processes of one host (see the module's docstring)."""
+
+    name = REACH_KEY
+
+    def __init__(
+        self,
+        pool: SegmentPool,
+        maps: SegmentMaps | None = None,
+        *,
+        per_peer: int = 256 << 20,
+        warn: Warn | None = None,
+    ) -> None:
+        self.pool = pool
+        self.maps = maps if maps is not None else SegmentMaps()
+        self.per_peer = per_peer
+        self._identity = host_identity()
+        self._warn = warn
+        self._warned = False
+        self.by_value = 0
+        self.peer_full = 0
+        self.leased_sent = 0
+
+    def carries(self, tensor: torch.Tensor, route: TensorRoute) -> bool:
+        """Whether ``tensor`` is a plain CPU tensor needing no autograd, bound for a process of this host."""
+        return (
+            tensor.is_cpu
+            and type(tensor) is torch.Tensor
+            and not tensor.requires_grad
+            and self._identity is not None
+            and route.reach.get(REACH_KEY) == self._identity
+        )
+
+    def send(self, tensor: torch.Tensor, route: TensorRoute, out: Outgoing) -> list[Any] | None:
+        """The segment, the tensor's place in it, and the lend; None (by value) when the pool has no room."""
+        pool, dest = self.pool, route.dest
+        if pool.lent_to(dest) + tensor.nbytes > self.per_peer:  # the node keeps what it got: send by value
+            self.peer_full += 1
+            self.by_value += 1
+            return None
+        segment = pool.leased_at(tensor.untyped_storage().data_ptr())
+        if segment is not None and not (tensor.is_conj() or tensor.is_neg()):
+            strides = list(tensor.stride())
+            extent = extent_of(tensor.shape, strides, tensor.element_size())
+            placed = pool.lend(segment, dest, extent)
+            if placed is not None:
+                self.leased_sent += 1
+                assert segment.data is not None
+                offset = tensor.data_ptr() - segment.data.data_ptr()
+                _, slot, generation = placed
+                return self._reference(segment.name, segment.size, offset, extent, tensor, strides, slot, generation)
+        if tensor.is_conj() or tensor.is_neg():  # the memory holds the values before the flip
+            tensor = tensor.resolve_conj().resolve_neg()
+        strides = dense_strides(tensor)
+        extent = extent_of(tensor.shape, strides, tensor.element_size())
+        placed = pool.place(extent, dest)
+        if placed is None:
+            self._went_by_value()
+            return None
+        segment, slot, generation = placed
+        assert segment.data is not None
+        if not _copy_into(segment.data, tensor, strides, extent):
+            segment.reclaim(route.dest)
+            self.by_value += 1
+            return None
+        return self._reference(segment.name, segment.size, 0, extent, tensor, strides, slot, generation)
+
+    @staticmethod
+    def _reference(
+        name: str,
+        size: int,
+        offset: int,
+        extent: int,
+        tensor: torch.Tensor,
+        strides: list[int],
+        slot: int,
+        generation: int,
+    ) -> list[Any]:
+        return [name, size, offset, extent, name_of(tensor.dtype), list(tensor.shape), strides, slot, generation]
+
+    def receive(self, payload: Any, arrival: Arrival) -> torch.Tensor:
+        """A tensor over the lent bytes, mapped from the sender's segment."""
+        try:
+            name, size, offset, extent, dtype_name, shape, strides, slot, generation = payload
+        except (TypeError, ValueError):
+            raise SerializationError("a tensor arrived in shared memory with a malformed reference") from None
+        dtype = dtype_named(dtype_name)
+        sizes, steps = checked_shape(shape, strides)
+        if extent != extent_of(sizes, steps, dtype.itemsize) or (isinstance(offset, int) and offset % dtype.itemsize):
+            raise SerializationError(
+                f"a tensor of shape {sizes} and strides {steps} arrived in shared memory as {extent!r} bytes "
+                f"at offset {offset!r}"
+            )
+        lent = self.maps.held(name, size, offset, extent, slot, generation)
+        return torch.frombuffer(lent, dtype=torch.uint8).view(dtype).as_strided(sizes, steps, 0)
+
+    def on_way(self, rank: int) -> int:
+        """Bytes lent to node ``rank`` that it has not received yet: on their way, as a transport's backlog is."""
+        return self.pool.on_way_to(rank)
+
+    def drop(self, payload: Any) -> None:
+        """A message that carried ``payload`` was dropped unread: let go of its lend at once."""
+        try:
+            name, size, _, _, _, _, _, slot, generation = payload
+            own = self.pool.segment(name)
+            if own is not None:  # a message this node made and never sent
+                own.receive(slot, generation)
+                own.release(slot, generation)
+            else:
+                self.maps.let_go(name, size, slot, generation)
+        except (TypeError, ValueError, SerializationError):
+            pass  # a malformed reference lends nothing this node could give back
+
+    def forget(self, rank: int, reach: Mapping[str, str]) -> None:
+        """Take back the segments lent to node ``rank``; remove its files if it made them on this host."""
+        self.pool.forget(rank)
+        prefix = reach.get(SEGMENTS_KEY)
+        if prefix and reach.get(REACH_KEY) == self._identity:
+            self.maps.forget(prefix)
+            remove_files(prefix)
+
+    def close(self) -> None:
+        """Remove this process's segment files and drop the mappings of others'."""
+        self.pool.close()
+        self.maps.clear()
+
+    def statistics(self) -> dict[str, int]:
+        """The pool's counts, the segments mapped, the tensors that went by value, and those sent from leases."""
+        return {
+            **self.pool.statistics(),
+            "mapped": self.maps.mapped,
+            "by_value": self.by_value,
+            "peer_full": self.peer_full,
+            "from_leases": self.leased_sent,
+        }
+
+    def _went_by_value(self) -> None:
+        self.by_value += 1
+        if self._warn is not None and not self._warned and self.pool.refused:
+            self._warned = True
+            self._warn(
+                f"tensors for this host go by value: {self.pool.refusal}; give /dev/shm more room "
+                "(docker run --shm-size=1g), or run(channels=...) without 'shm'"
+            )
+
+
+def _copy_into(data: torch.Tensor, tensor: torch.Tensor, strides: list[int], extent: int) -> bool:
+    """Copy ``tensor`` to the start of ``data`` (a segment's bytes) laid out with ``strides``; False if torch cannot."""
+    if list(tensor.stride()) == strides:  # its elements fill one block: copy that block's bytes, whatever the dtype
+        source = torch.empty(0, dtype=torch.uint8).set_(
+            tensor.untyped_storage(), tensor.storage_offset() * tensor.element_size(), (extent,), (1,)
+        )
+        data[:extent].copy_(source)
+        return True
+    target = data[:extent].view(tensor.dtype).as_strided(tensor.shape, strides, 0)
+    try:
+        target.copy_(tensor)
+    except (RuntimeError, NotImplementedError):  # a dtype without an elementwise copy on the CPU
+        return False
+    return True
