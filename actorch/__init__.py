@@ -44,6 +44,7 @@ from actorch._actors.placement.where import Where
 from actorch._actors.ref import ActorRef
 from actorch._actors.restart import ActorExit, Restart
 from actorch._actors.system import ActorSystem, MembershipEvent, NodeInfo
+from actorch._base.channels.leases import Lease, lease
 from actorch._base.codec import serializable
 from actorch._base.errors import (
     ActorchError,
@@ -99,6 +100,7 @@ __all__ = [
     "GroupError",
     "InvalidNameError",
     "JoinError",
+    "Lease",
     "MailboxFullError",
     "MembershipEvent",
     "MessageTooLargeError",
@@ -129,6 +131,7 @@ __all__ = [
     "broadcast_tell",
     "connect",
     "in_autograd_context",
+    "lease",
     "load_tensors",
     "run",
     "save_tensors",

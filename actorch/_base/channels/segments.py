@@ -66,7 +66,8 @@ HEADER = 4096
 SLOTS = 62
 """Lends a segment can have out at once (a tensor sent to that many nodes of the host without a copy each)."""
 
-_LENT, _RECEIVED, _RELEASED = 0, 1, 2  # the words of a slot, in order
+_LENT, _RECEIVED, _RELEASED, _HANDED_BACK = 0, 1, 2, 3  # the words of a slot, in order
+_WORDS = 4
 
 
 MIN_SEGMENT = 64 << 10
@@ -144,7 +145,19 @@ def remove_files(prefix: str) -> int:
 class Segment:
     """One file of shared memory mapped into this process: the lend slots, then ``size`` bytes of data."""
 
-    __slots__ = ("__weakref__", "_lends", "_map", "_words", "data", "leased", "name", "owned", "size", "view")
+    __slots__ = (
+        "__weakref__",
+        "_lends",
+        "_map",
+        "_words",
+        "address",
+        "data",
+        "leased",
+        "name",
+        "owned",
+        "size",
+        "view",
+    )
 
     def __init__(self, name: str, size: int, mapping: Any, *, owned: bool) -> None:
         self.name = name
@@ -152,7 +165,8 @@ class Segment:
         self.owned = owned
         self._map = mapping
         self.view = memoryview(mapping)
-        self._words = (ctypes.c_uint64 * (3 * SLOTS)).from_buffer(mapping, _WORDS_AT)
+        self._words = (ctypes.c_uint64 * (_WORDS * SLOTS)).from_buffer(mapping, _WORDS_AT)
+        self.address = ctypes.addressof(self._words) - _WORDS_AT  # where the mapping starts in this process
         self._lends: dict[int, tuple[int, int]] = {}  # the maker's: slot -> (rank, generation) not seen back yet
         self.leased = False  # the maker's: a user holds it as a Lease
         self.data: torch.Tensor | None = None  # the maker's: its data as bytes, to copy tensors into
@@ -218,7 +232,7 @@ class Segment:
         lends = self._lends
         for slot in range(SLOTS):
             if slot not in lends:
-                self._words[3 * slot + _LENT] = generation
+                self._words[_WORDS * slot + _LENT] = generation
                 lends[slot] = (rank, generation)
                 return slot
         return None
@@ -230,7 +244,8 @@ class Segment:
             return False
         words = self._words
         for slot, (_, generation) in list(lends.items()):
-            if words[3 * slot + _RELEASED] == generation:
+            at = _WORDS * slot
+            if words[at + _RELEASED] == generation and words[at + _HANDED_BACK] != generation:
                 del lends[slot]
         return bool(lends)
 
@@ -238,7 +253,7 @@ class Segment:
         """Whether the lend ``generation`` in ``slot`` is still out (the maker's: not let go, not taken back)."""
         if self._lends.get(slot, (0, 0))[1] != generation:
             return False
-        if self._words[3 * slot + _RELEASED] == generation:
+        if self._words[_WORDS * slot + _RELEASED] == generation:
             del self._lends[slot]
             return False
         return True
@@ -248,17 +263,31 @@ class Segment:
         words = self._words
         return (
             self._lends.get(slot, (0, 0))[1] != generation
-            or words[3 * slot + _RECEIVED] == generation
-            or words[3 * slot + _RELEASED] == generation
+            or words[_WORDS * slot + _RECEIVED] == generation
+            or words[_WORDS * slot + _RELEASED] == generation
         )
 
     def receive(self, slot: int, generation: int) -> None:
         """The receiver took the lend ``generation`` in ``slot``: it is no longer on its way."""
-        self._words[3 * slot + _RECEIVED] = generation
+        self._words[_WORDS * slot + _RECEIVED] = generation
 
     def release(self, slot: int, generation: int) -> None:
         """The receiver let go of the lend ``generation`` in ``slot``: its maker may use the segment again."""
-        self._words[3 * slot + _RELEASED] = generation
+        self._words[_WORDS * slot + _RELEASED] = generation
+
+    def hand_back(self, slot: int, generation: int) -> None:
+        """The receiver of the lend ``generation`` in ``slot`` sends a tensor over it back to the maker, by reference.
+
+        Until the maker takes it (:meth:`taken_back`), the segment stays busy,
+        even if the receiver lets go of its own tensors in the meantime.
+        """
+        self._words[_WORDS * slot + _HANDED_BACK] = generation
+
+    def taken_back(self, slot: int, generation: int) -> None:
+        """The maker took what was handed back under ``generation`` in ``slot`` (or it was dropped)."""
+        at = _WORDS * slot + _HANDED_BACK
+        if self._words[at] == generation:
+            self._words[at] = 0
 
     def reclaim(self, rank: int) -> int:
         """Take back what was lent to node ``rank``, which is gone (the maker's); how many lends."""
@@ -266,6 +295,7 @@ class Segment:
         gone = [slot for slot, (holder, _) in lends.items() if holder == rank]
         for slot in gone:
             del lends[slot]
+            self._words[_WORDS * slot + _HANDED_BACK] = 0  # what it handed back and never arrived
         return len(gone)
 
     def unlink(self) -> None:
@@ -478,6 +508,7 @@ class SegmentMaps:
         self.keep = keep
         self._maps: OrderedDict[str, Segment] = OrderedDict()
         self._held: weakref.WeakValueDictionary[tuple[str, int, int], memoryview] = weakref.WeakValueDictionary()
+        self._addresses: dict[int, tuple[Segment, int, int, int]] = {}  # a held lend's first byte: what it is
         self.mapped = 0
         """Segments mapped (each costs a system call and a page-table walk; a cached one costs nothing)."""
 
@@ -507,9 +538,19 @@ class SegmentMaps:
         segment = self._mapped(name, size)
         lent = segment.view[HEADER + offset : HEADER + offset + extent]
         segment.receive(slot, generation)
-        weakref.finalize(lent, segment.release, slot, generation)
+        address = segment.address + HEADER + offset
+        self._addresses[address] = (segment, slot, generation, offset)
+        weakref.finalize(lent, self._let_go_held, address, segment, slot, generation)
         self._held[key] = lent
         return lent
+
+    def held_at(self, address: int) -> tuple[Segment, int, int, int] | None:
+        """The held lend whose bytes start at ``address`` (a received tensor's storage's), and where it lies."""
+        return self._addresses.get(address) if self._addresses else None
+
+    def _let_go_held(self, address: int, segment: Segment, slot: int, generation: int) -> None:
+        self._addresses.pop(address, None)
+        segment.release(slot, generation)
 
     def let_go(self, name: Any, size: Any, slot: Any, generation: Any) -> None:
         """Let go of a lend that will never be read (its message was dropped), unless a tensor holds it.
@@ -523,6 +564,16 @@ class SegmentMaps:
             segment = self._mapped(name, size)
             segment.receive(slot, generation)
             segment.release(slot, generation)
+
+    def let_go_hand_back(self, name: Any, size: Any, slot: Any, generation: Any) -> None:
+        """A hand-back of the lend ``generation`` in ``slot`` of ``name`` was never sent: its maker need not wait.
+
+        Raises:
+            SerializationError: The reference is malformed or the segment cannot be mapped.
+        """
+        if not isinstance(slot, int) or not 0 <= slot < SLOTS or not isinstance(generation, int):
+            raise SerializationError(f"a shared-memory lend of {name!r} names a malformed slot {slot!r}")
+        self._mapped(name, size).taken_back(slot, generation)
 
     def forget(self, prefix: str) -> None:
         """Drop the cached mappings of a lost node's segments (tensors over them keep theirs)."""

@@ -7,7 +7,11 @@ carries the segment's name and the tensor's place in it. The receiver maps the
 segment (once) and gets a tensor over those bytes: no copy, and no fresh
 memory to fault in. It owns that tensor as any other it receives (it may
 write to it and keep it, though it cannot resize it, as with torch's shared
-tensors); the sender's segment stays lent until the receiver frees it. When
+tensors); the sender's segment stays lent until the receiver frees it. A
+received tensor sent back to the node it came from (an echo, a stage that
+works in place) goes back by reference too, with no copy at all: both nodes
+then hold the same memory while both keep it, as a caller and a callee of one
+process share what they pass. When
 the pool has no room (receivers keep what they got, or ``/dev/shm`` is full),
 the tensor goes by value on the transport's path, and the statistics count it;
 so it does once one node holds ``per_peer`` bytes (the system's ``send_budget``)
@@ -17,6 +21,7 @@ frozen one, never holds the whole pool.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,7 +30,14 @@ import torch
 from actorch._base.channels.base import Arrival, Channel, Outgoing
 from actorch._base.channels.metadata import checked_shape, dtype_named, name_of
 from actorch._base.channels.route import TensorRoute
-from actorch._base.channels.segments import SegmentMaps, SegmentPool, host_identity, remove_files
+from actorch._base.channels.segments import (
+    HEADER,
+    SLOTS,
+    SegmentMaps,
+    SegmentPool,
+    host_identity,
+    remove_files,
+)
 from actorch._base.errors import SerializationError
 
 __all__ = ["REACH_KEY", "SEGMENTS_KEY", "SharedMemoryChannel", "dense_strides", "extent_of"]
@@ -35,6 +47,9 @@ REACH_KEY = "shm"
 
 SEGMENTS_KEY = "shm_segments"
 """The key of a node's ``reach`` giving the prefix of its segments' names (removed when it is lost)."""
+
+SELF = -1
+"""The rank a node's pool lends its own segments to, when a tensor it lent comes back by reference."""
 
 Warn = Callable[[str], None]
 
@@ -89,6 +104,7 @@ class SharedMemoryChannel(Channel):
         self.by_value = 0
         self.peer_full = 0
         self.leased_sent = 0
+        self.handed_back = 0
 
     def carries(self, tensor: torch.Tensor, route: TensorRoute) -> bool:
         """Whether ``tensor`` is a plain CPU tensor needing no autograd, bound for a process of this host."""
@@ -107,7 +123,12 @@ class SharedMemoryChannel(Channel):
             self.peer_full += 1
             self.by_value += 1
             return None
-        segment = pool.leased_at(tensor.untyped_storage().data_ptr())
+        storage = tensor.untyped_storage().data_ptr()
+        if not (tensor.is_conj() or tensor.is_neg()):
+            back = self._handed_back(tensor, storage, route)
+            if back is not None:
+                return back
+        segment = pool.leased_at(storage)
         if segment is not None and not (tensor.is_conj() or tensor.is_neg()):
             strides = list(tensor.stride())
             extent = extent_of(tensor.shape, strides, tensor.element_size())
@@ -134,6 +155,28 @@ class SharedMemoryChannel(Channel):
             return None
         return self._reference(segment.name, segment.size, 0, extent, tensor, strides, slot, generation)
 
+    def _handed_back(self, tensor: torch.Tensor, storage: int, route: TensorRoute) -> list[Any] | None:
+        """A reference to ``tensor`` where it lies, if it lies in a segment of ``route.dest`` lent to this node.
+
+        A tensor received by reference and sent back to its sender (an echo,
+        a stage that works in place) needs no copy: its bytes are the sender's.
+        """
+        held = self.maps.held_at(storage)
+        prefix = route.reach.get(SEGMENTS_KEY)
+        if held is None or prefix is None:
+            return None
+        segment, slot, generation, offset = held
+        if not segment.name.startswith(prefix + "-"):
+            return None
+        strides = list(tensor.stride())
+        extent = extent_of(tensor.shape, strides, tensor.element_size())
+        segment.hand_back(slot, generation)
+        self.handed_back += 1
+        start = offset + tensor.data_ptr() - storage
+        reference = self._reference(segment.name, segment.size, start, extent, tensor, strides, slot, generation)
+        reference.append(True)
+        return reference
+
     @staticmethod
     def _reference(
         name: str,
@@ -150,7 +193,7 @@ class SharedMemoryChannel(Channel):
     def receive(self, payload: Any, arrival: Arrival) -> torch.Tensor:
         """A tensor over the lent bytes, mapped from the sender's segment."""
         try:
-            name, size, offset, extent, dtype_name, shape, strides, slot, generation = payload
+            name, size, offset, extent, dtype_name, shape, strides, slot, generation, *back = payload
         except (TypeError, ValueError):
             raise SerializationError("a tensor arrived in shared memory with a malformed reference") from None
         dtype = dtype_named(dtype_name)
@@ -160,8 +203,35 @@ class SharedMemoryChannel(Channel):
                 f"a tensor of shape {sizes} and strides {steps} arrived in shared memory as {extent!r} bytes "
                 f"at offset {offset!r}"
             )
-        lent = self.maps.held(name, size, offset, extent, slot, generation)
+        lent = self._taken_back(name, offset, extent, slot, generation) if back else None
+        if lent is None:
+            lent = self.maps.held(name, size, offset, extent, slot, generation)
         return torch.frombuffer(lent, dtype=torch.uint8).view(dtype).as_strided(sizes, steps, 0)
+
+    def _taken_back(self, name: Any, offset: Any, extent: Any, slot: Any, generation: Any) -> memoryview | None:
+        """The bytes of this node's own segment that a receiver handed back, lent anew to this node itself.
+
+        Raises:
+            SerializationError: The reference names no segment of this node's, or a place outside it.
+        """
+        segment = self.pool.segment(name)
+        if segment is None or not isinstance(slot, int) or not 0 <= slot < SLOTS:
+            raise SerializationError(f"a tensor came back in shared memory segment {name!r}, not one of this node's")
+        if not all(isinstance(number, int) for number in (offset, extent)) or not (
+            offset >= 0 and extent > 0 and offset + extent <= segment.size
+        ):
+            raise SerializationError(
+                f"a tensor came back in segment {name} at a malformed place ({offset!r}, {extent!r})"
+            )
+        placed = self.pool.lend(segment, SELF, extent)
+        segment.taken_back(slot, generation)
+        if placed is None:  # every slot is out: a copy of its own, and the segment is free for the sender again
+            return memoryview(bytearray(segment.view[HEADER + offset : HEADER + offset + extent]))
+        _, own_slot, own_generation = placed
+        mine = segment.view[HEADER + offset : HEADER + offset + extent]
+        segment.receive(own_slot, own_generation)
+        weakref.finalize(mine, segment.release, own_slot, own_generation)
+        return mine
 
     def on_way(self, rank: int) -> int:
         """Bytes lent to node ``rank`` that it has not received yet: on their way, as a transport's backlog is."""
@@ -170,11 +240,15 @@ class SharedMemoryChannel(Channel):
     def drop(self, payload: Any) -> None:
         """A message that carried ``payload`` was dropped unread: let go of its lend at once."""
         try:
-            name, size, _, _, _, _, _, slot, generation = payload
+            name, size, _, _, _, _, _, slot, generation, *back = payload
             own = self.pool.segment(name)
-            if own is not None:  # a message this node made and never sent
+            if own is not None and back:  # handed back to this node, which will not take it
+                own.taken_back(slot, generation)
+            elif own is not None:  # a message this node made and never sent
                 own.receive(slot, generation)
                 own.release(slot, generation)
+            elif back:  # this node handed it back and never sent it: the lend stays this node's own
+                self.maps.let_go_hand_back(name, size, slot, generation)
             else:
                 self.maps.let_go(name, size, slot, generation)
         except (TypeError, ValueError, SerializationError):
@@ -201,6 +275,7 @@ class SharedMemoryChannel(Channel):
             "by_value": self.by_value,
             "peer_full": self.peer_full,
             "from_leases": self.leased_sent,
+            "handed_back": self.handed_back,
         }
 
     def _went_by_value(self) -> None:
