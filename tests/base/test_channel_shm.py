@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from tensor_cases import bits, payloads
 
 import actorch
+from actorch._base.channels.leases import process_pool
 from actorch._base.channels.plane import DataPlane
 from actorch._base.channels.route import TensorRoute
 from actorch._base.channels.segments import SHM_DIR, SegmentPool, host_identity
@@ -106,7 +107,7 @@ def test_kept_tensors_past_the_per_peer_bound_go_by_value() -> None:
     a, b = Side(0, "c", per_peer=2 * MIB), Side(1, "d")
     try:
         kept = [b.receive(a.send(b, [torch.ones(MIB // 4)])) for _ in range(2)]  # 2 MiB held by the receiver
-        body, side = a.send(b, [torch.ones(MIB // 4)])
+        _, side = a.send(b, [torch.ones(MIB // 4)])
         assert len(side) == 1, "by value now"
         assert a.counts()["peer_full"] == 1
         assert kept
@@ -194,7 +195,7 @@ def test_dense_strides_keep_a_permuted_layout_and_make_others_contiguous() -> No
 
 
 def test_a_lease_goes_by_reference_without_a_copy_and_is_in_use_while_held(pair: tuple[Side, Side]) -> None:
-    a, b = pair
+    _, b = pair
     lease = actorch.lease((1024, 256), torch.float32)
     assert lease.shared
     lease.tensor.fill_(3.0)
@@ -235,6 +236,4 @@ def test_lease_refuses_a_bad_shape_or_dtype_and_leases_are_made_only_by_lease() 
 
 
 def actorch_pool() -> SegmentPool:
-    from actorch._base.channels.leases import process_pool
-
     return process_pool()
