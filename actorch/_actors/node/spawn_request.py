@@ -90,3 +90,11 @@ class SpawnRequest:
     def named(self, name: str | None) -> SpawnRequest:
         """The same spawn under ``name`` (a group's member)."""
         return replace(self, name=name)
+
+    def placed(self) -> SpawnRequest:
+        """The same spawn without the node its ``Where`` names: what the node it was placed on builds and keeps.
+
+        The rank is the placer's to honour, once: a relocatable actor that
+        moves is placed by the rest of what it asked, on the nodes of the day.
+        """
+        return self if self.where.rank is None else replace(self, where=replace(self.where, rank=None))

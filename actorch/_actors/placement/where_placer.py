@@ -99,7 +99,7 @@ class Placer:
                 refusals, fitting, _ = await self._survey(request)
                 for rank in fitting:
                     try:
-                        return await spawn_there(rank, request)
+                        return await spawn_there(rank, request.placed())
                     except PlacementError as exc:
                         why = await self._refusal_now(rank, request)
                         if why is None:
@@ -121,7 +121,9 @@ class Placer:
                 refusals, fitting, free = await self._survey(requests[0])
                 plan = _plan(count, fitting, free, requests[0].needs(), spread)
                 if len(plan) == count:
-                    return await all_or_none(spawn_there(rank, requests[index]) for index, rank in enumerate(plan))
+                    return await all_or_none(
+                        spawn_there(rank, requests[index].placed()) for index, rank in enumerate(plan)
+                    )
                 room = f"room for {len(plan)} of {count} members" if plan else "no node fits"
                 for rank in fitting:
                     refusals[rank] = f"room for {plan.count(rank)}"
@@ -139,7 +141,7 @@ class Placer:
         named = request.where.rank
         refusals: dict[int, str] = {}
         asked: list[NodeInfo] = []
-        unavailable = self.unavailable(request)
+        unavailable = self._unavailable(request)
         for info in host.node.peers():
             if named is not None and info.rank != named:
                 continue  # the exact form: the node named is the one candidate, and the others are no reason
@@ -149,27 +151,32 @@ class Placer:
             else:
                 refusals[info.rank] = why
         needs = request.needs()
-        fitting = [info.rank for info in asked]
         free: dict[int, dict[str, float]] = {}
-        if needs:  # what nodes have free matters only to an actor that holds something: the others save a round trip
-            answers = await asyncio.gather(*(self._share(rank) for rank in fitting))
-            for rank, share in zip(list(fitting), answers, strict=True):
-                why = LOST if share is None else lacks_free(share, needs)
-                if share is not None:
-                    free[rank] = share["free"]
-                if why is not None:
-                    refusals[rank] = why
-                    fitting.remove(rank)
+        if not needs:  # it holds nothing: what nodes have free does not matter, and asking costs a round trip each
+            fitting = [info.rank for info in asked]
+        else:
+            fitting = []
+            answers = await asyncio.gather(*(self._share(info.rank) for info in asked))
+            for info, share in zip(asked, answers, strict=True):
+                if share is None:
+                    refusals[info.rank] = LOST
+                    continue
+                free[info.rank] = share["free"]
+                why = lacks_free(share, needs)
+                if why is None:
+                    fitting.append(info.rank)
+                else:
+                    refusals[info.rank] = why
         own = host.rank
         fitting.sort(key=lambda rank: (rank != own, rank))
         return refusals, fitting, free
 
-    def unavailable(self, request: SpawnRequest | None = None) -> dict[int, str]:
-        """The nodes that take no actor now, and why: lost, leaving the system, or rank 0 for a relocatable one."""
+    def _unavailable(self, request: SpawnRequest) -> dict[int, str]:
+        """The nodes that take no actor of ``request`` now, and why: lost, leaving, or rank 0 for a relocatable one."""
         node = self._host.node
         unavailable = dict.fromkeys(node.left | self._host.leaving, LEAVING)
         unavailable.update(dict.fromkeys(node.lost, LOST))
-        if request is not None and request.relocatable:
+        if request.relocatable:
             unavailable.setdefault(0, RANK_0)
         return unavailable
 
