@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 from _mp import run_script
+from conftest import Spy
 from fake_gpus import FakeAccelerator, installed
 
 import actorch
 from actorch._actors.node.service import NodeService
-from actorch._actors.node.spawn_request import SpawnRequest
 from actorch._actors.placement.where import Where
 from actorch._actors.placement.where_placer import Placer
 from actorch._transport.base import NodeTraits
@@ -222,23 +222,14 @@ async def test_a_placement_error_of_the_actors_own_is_not_taken_for_a_refusal(fa
         assert await gpus_of(world, 2) == (("cuda:0",), {})  # it did not move on to node 2
 
 
-async def test_a_gpu_spawn_on_a_rank_goes_through_the_one_placer_as_a_where(
-    fake: FakeAccelerator, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    placed: list[tuple[str, SpawnRequest]] = []
-    place = Placer.place
-
-    async def recording(self: Placer, what: str, request: SpawnRequest, spawn_there: Any) -> Any:
-        placed.append((what, request))
-        return await place(self, what, request, spawn_there)
-
-    monkeypatch.setattr(Placer, "place", recording)
+async def test_a_gpu_spawn_on_a_rank_goes_through_the_one_placer_as_a_where(fake: FakeAccelerator, spy: Spy) -> None:
+    placed = spy(Placer, "place")
     async with local_world(3, devices={1: ("cuda:0", "cuda:1"), 2: ("cuda:0", "cuda:1")}) as world:
         pair = await world[0].spawn(Learner, on=1, gpus=2)
         assert (await pair.call(Learner.where))[:2] == (1, "cuda:0")
         anywhere = await world[0].spawn(Learner, gpus=1)
         plain = await world[0].spawn(Learner, on=2)
-    assert [(what, request.where) for what, request in placed] == [
+    assert [(what, request.where) for what, request, _ in placed] == [
         ("spawn(Learner, gpus=2, on=1)", Where(rank=1, gpus=2)),
         ("spawn(Learner, gpus=1)", Where(gpus=1)),
         ("spawn(Learner, on=2)", Where(rank=2)),

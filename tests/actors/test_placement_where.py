@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
+from conftest import Spy
 from fake_gpus import FakeAccelerator, installed
 
 import actorch
-from actorch._actors.node.spawn_request import SpawnRequest
 from actorch._actors.node.spawner import Spawner
 from actorch._actors.placement.where import Where, where_of
 from actorch._actors.ref import make_ref
@@ -511,20 +511,12 @@ async def test_where_rank_waits_for_room_on_that_node(envs: LocalWorld) -> None:
     assert waited.rank == 3
 
 
-async def test_the_node_chosen_builds_from_a_request_that_names_no_node_any_more(
-    envs: LocalWorld, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    built: list[tuple[int, Where]] = []
-    spawn_on = Spawner.spawn_on
-
-    async def recording(self: Spawner, cls: Any, rank: int, request: SpawnRequest) -> Any:
-        built.append((rank, request.where))
-        return await spawn_on(self, cls, rank, request)
-
-    monkeypatch.setattr(Spawner, "spawn_on", recording)
+async def test_the_node_chosen_builds_from_a_request_that_names_no_node_any_more(envs: LocalWorld, spy: Spy) -> None:
+    built = spy(Spawner, "spawn_on")
     await envs[0].spawn(Sim, on=Where(rank=3, cpus=1))
     await envs[0].spawn_group(Sim, 2, on=2)
-    assert built == [(3, Where(cpus=1)), (2, Where()), (2, Where())]  # what a relocated actor is placed by
+    wheres = [(rank, request.where) for _, rank, request in built]
+    assert wheres == [(3, Where(cpus=1)), (2, Where()), (2, Where())]  # what a relocated actor is placed by
 
 
 async def test_a_spawn_that_holds_nothing_asks_no_node_what_it_has_free(envs: LocalWorld) -> None:

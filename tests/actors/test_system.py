@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 from actors import Counter
+from conftest import Spy
 
 import actorch
 from actorch._actors.node.node_system import NodeSystem
@@ -398,36 +399,20 @@ def test_spawn_and_spawn_group_are_declared_by_the_actor_system_alone() -> None:
         assert method not in ActorSystem.__abstractmethods__
 
 
-async def test_spawn_hands_its_keywords_inward_as_one_value(world: LocalWorld, monkeypatch: pytest.MonkeyPatch) -> None:
-    given: list[SpawnOptions] = []
-    spawn = Spawner.spawn
-
-    async def recording(self: Spawner, cls: Any, options: SpawnOptions) -> Any:
-        given.append(options)
-        return await spawn(self, cls, options)
-
-    monkeypatch.setattr(Spawner, "spawn", recording)
+async def test_spawn_hands_its_keywords_inward_as_one_value(world: LocalWorld, spy: Spy) -> None:
+    given = spy(Spawner, "spawn")
     counter = await world[0].spawn(Counter, args=(3,), name="options/c", on=1)
     assert await counter.call(Counter.add) == 4
     await world[0].spawn(Counter)
-    assert given == [
+    assert [options for _, options in given] == [
         SpawnOptions((3,), None, "options/c", 1, None, None, 0),
         SpawnOptions((), None, None, None, None, None, 0),
     ]
 
 
-async def test_spawn_group_hands_its_keywords_inward_as_one_value(
-    world: LocalWorld, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    given: list[tuple[int, SpawnOptions, bool]] = []
-    spawn_group = Spawner.spawn_group
-
-    async def recording(self: Spawner, cls: Any, count: int, options: SpawnOptions, spread: bool) -> Any:
-        given.append((count, options, spread))
-        return await spawn_group(self, cls, count, options, spread)
-
-    monkeypatch.setattr(Spawner, "spawn_group", recording)
+async def test_spawn_group_hands_its_keywords_inward_as_one_value(world: LocalWorld, spy: Spy) -> None:
+    given = spy(Spawner, "spawn_group")
     restart = actorch.Restart(max_restarts=1)
     members = await world[0].spawn_group(Counter, 2, kwargs={"start": 1}, name="options/g", on=2, restart=restart)
     assert [member.rank for member in members] == [2, 2]
-    assert given == [(2, SpawnOptions((), {"start": 1}, "options/g", 2, restart, None, 0), False)]
+    assert given == [(Counter, 2, SpawnOptions((), {"start": 1}, "options/g", 2, restart, None, 0), False)]
