@@ -95,6 +95,6 @@ class SpawnRequest:
         """The same spawn without the node its ``Where`` names: what the node it was placed on builds and keeps.
 
         The rank is the placer's to honour, once: a relocatable actor that
-        moves is placed by the rest of what it asked, on the nodes of the day.
+        moves is placed by the rest of what it asked, among the nodes there are then.
         """
         return self if self.where.rank is None else replace(self, where=replace(self.where, rank=None))
