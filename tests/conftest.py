@@ -74,3 +74,25 @@ async def world() -> AsyncIterator[LocalWorld]:
 def on(request: pytest.FixtureRequest) -> int:
     """Rank hosting the actor under test: rank 0 (the caller's own) or another one."""
     return request.param
+
+
+Spy = Callable[[type, str], list[tuple[Any, ...]]]
+"""``spy(Class, "method")``: the arguments of each call to that async method from now on, which still runs."""
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch) -> Spy:
+    """Record the calls to an async method of a class, for the test, as the runtime makes them."""
+
+    def install(owner: type, name: str) -> list[tuple[Any, ...]]:
+        calls: list[tuple[Any, ...]] = []
+        original = getattr(owner, name)
+
+        async def recording(self: Any, *args: Any) -> Any:
+            calls.append(args)
+            return await original(self, *args)
+
+        monkeypatch.setattr(owner, name, recording)
+        return calls
+
+    return install

@@ -3,6 +3,8 @@
 Its public surface and documentation only, naming nothing of the runtime beneath,
 so that ``Actor`` can name it in turn; each node's system is a
 :class:`~actorch._actors.node.node_system.NodeSystem`, made by ``open_system``.
+``spawn`` and ``spawn_group`` declare their keywords here and nowhere else:
+they hand them inward as one :class:`SpawnOptions`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor
@@ -28,7 +31,7 @@ if TYPE_CHECKING:
     from actorch._actors.restart import Restart
     from actorch._engine.timeline import Timeline
 
-__all__ = ["ActorSystem", "MembershipEvent", "NodeInfo", "hand_over"]
+__all__ = ["ActorSystem", "MembershipEvent", "NodeInfo", "SpawnOptions", "hand_over"]
 
 A = TypeVar("A", bound=Actor)
 
@@ -37,6 +40,25 @@ class MembershipEvent:
     """Base class of the events ``ActorSystem.events()`` yields (match on the subclasses)."""
 
     __slots__ = ()
+
+
+@dataclass(frozen=True)
+class SpawnOptions:
+    """The keywords of one ``spawn`` or ``spawn_group`` call, as they were given, in one value.
+
+    ``ActorSystem`` declares the keywords, with their defaults and
+    documentation, and makes this; the system's spawner checks and places
+    what it says. Each attribute is the keyword of ``ActorSystem.spawn`` of
+    that name; a group's has no ``device`` and lends no ``gpus``.
+    """
+
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any] | None
+    name: str | None
+    on: int | Where | None
+    restart: Restart | None
+    device: str | torch.device | None
+    gpus: int
 
 
 class ActorSystem(metaclass=NoPublicConstructorABC):
@@ -135,7 +157,6 @@ class ActorSystem(metaclass=NoPublicConstructorABC):
             )
         await self._shutdown()
 
-    @abstractmethod
     async def spawn(
         self,
         cls: type[A],
@@ -155,9 +176,9 @@ class ActorSystem(metaclass=NoPublicConstructorABC):
             args: Positional arguments for ``cls.__init__``.
             kwargs: Keyword arguments for ``cls.__init__``.
             name: A unique, path-shaped name (``rl/observers/3``) to find it by.
-            on: Rank of the node to host it; or a ``Where`` that describes the
-                node (label, host, resources the actor holds until it stops)
-                or asks for a process of the actor's own (see ``Where``).
+            on: Rank of the node to host it (``Where(rank=on)``); or a ``Where``
+                that describes the node (label, host, resources the actor holds
+                until it stops) or asks for a process of the actor's own (see ``Where``).
             restart: Restart the actor when it fails (a handler raises one of
                 its class's ``fatal_errors``, or ``on_start`` raises); None
                 stops it instead. With a policy, a first start that raises is
@@ -172,9 +193,10 @@ class ActorSystem(metaclass=NoPublicConstructorABC):
                 spawns may still be lent it.
             gpus: Lend the actor this many GPUs of one node, none of them lent
                 to another actor, until it stops (restarts keep them); its
-                device is the first. Without ``on``, the node is this one if it
-                has enough free, else the lowest rank that has (lost nodes
-                skipped). Not with ``device``.
+                device is the first. It asks what ``Where(gpus=...)`` asks:
+                without ``on``, the node is this one if it has enough free,
+                else the lowest rank that has (lost and leaving nodes, and
+                actors' own processes, skipped). Not with ``device``.
 
         Raises:
             NameTakenError: ``name`` belongs to a live actor.
@@ -193,8 +215,13 @@ class ActorSystem(metaclass=NoPublicConstructorABC):
                 it; ``gpus`` is not an int >= 0, or comes with ``device``; the
                 actor is relocatable and would live on rank 0 or in its own process.
         """
+        options = SpawnOptions(args, kwargs, name, on, restart, device, gpus)
+        return await self._spawn(cls, options)
 
     @abstractmethod
+    async def _spawn(self, cls: type[A], options: SpawnOptions) -> ActorRef[A]:
+        """Spawn an actor of ``cls`` as ``spawn`` says, with the keywords it was given."""
+
     async def spawn_group(
         self,
         cls: type[A],
@@ -239,6 +266,12 @@ class ActorSystem(metaclass=NoPublicConstructorABC):
             ValueError: ``count`` is not an int >= 1; or as ``spawn`` raises it,
                 as it raises the other errors listed there.
         """
+        options = SpawnOptions(args, kwargs, name, on, restart, device=None, gpus=0)
+        return await self._spawn_group(cls, count, options, spread)
+
+    @abstractmethod
+    async def _spawn_group(self, cls: type[A], count: int, options: SpawnOptions, spread: bool) -> list[ActorRef[A]]:
+        """Spawn ``count`` actors of ``cls`` as ``spawn_group`` says, with the keywords it was given."""
 
     @abstractmethod
     async def add_nodes(

@@ -130,6 +130,28 @@ def test_a_spawn_request_says_what_its_actor_holds_on_its_node() -> None:
     assert SpawnRequest("a:B", restart=Restart(relocate=True)).relocatable
 
 
+def test_a_spawn_requests_gpus_are_part_of_its_where() -> None:
+    assert SpawnRequest("a:B", gpus=2) == SpawnRequest("a:B", where=Where(gpus=2))
+    assert SpawnRequest("a:B", gpus=1, where=Where(rank=1)).where == Where(rank=1, gpus=1)
+    with pytest.raises(ValueError, match=r"^spawn\(B\): ask for GPUs in Where\(gpus=...\) or with gpus=, not both$"):
+        SpawnRequest("a:B", gpus=1, where=Where(gpus=1))
+
+
+def test_a_placed_request_no_longer_names_its_node_and_keeps_the_rest() -> None:
+    pinned = SpawnRequest("a:B", name="b", gpus=1, where=Where(rank=1, cpus=1))
+    assert pinned.placed() == SpawnRequest("a:B", name="b", where=Where(cpus=1, gpus=1))
+    described = SpawnRequest("a:B", where=Where(label="env"))
+    assert described.placed() is described
+
+
+def test_refusal_takes_a_node_named_by_rank_as_it_is_if_what_the_actor_holds_fits() -> None:
+    assert refusal(OWNED, ask(Where(rank=3)), {}) is None  # another actor's own process
+    assert refusal(PLAIN, ask(Where(rank=1), "cuda:1"), {}) is None  # the spawn checks the device itself
+    assert refusal(PLAIN, ask(Where(rank=1, cpus=8)), {}) == "has 4 cpus, needs 8 cpus"
+    assert refusal(PLAIN, ask(Where(rank=1)), {1: LOST}) == "lost"
+    assert refusal(OWNED, ask(Where(rank=1)), {}) == "the own process of learner"  # named, but not this node
+
+
 # ---------------------------------------------------------------------- affinity: near and apart from
 
 

@@ -16,10 +16,14 @@ from typing import Any
 
 import pytest
 from _mp import run_script
+from conftest import Spy
 from fake_gpus import FakeAccelerator, installed
 
 import actorch
 from actorch._actors.node.service import NodeService
+from actorch._actors.placement.where import Where
+from actorch._actors.placement.where_placer import Placer
+from actorch._transport.base import NodeTraits
 from actorch._transport.inprocess import InProcessHub
 from actorch.testing import LocalWorld, local_world
 
@@ -216,6 +220,35 @@ async def test_a_placement_error_of_the_actors_own_is_not_taken_for_a_refusal(fa
         with pytest.raises(actorch.PlacementError, match="the helper found no GPU"):
             await world[0].spawn(RefusedHelper, gpus=1)
         assert await gpus_of(world, 2) == (("cuda:0",), {})  # it did not move on to node 2
+
+
+async def test_a_gpu_spawn_on_a_rank_goes_through_the_one_placer_as_a_where(fake: FakeAccelerator, spy: Spy) -> None:
+    placed = spy(Placer, "place")
+    async with local_world(3, devices={1: ("cuda:0", "cuda:1"), 2: ("cuda:0", "cuda:1")}) as world:
+        pair = await world[0].spawn(Learner, on=1, gpus=2)
+        assert (await pair.call(Learner.where))[:2] == (1, "cuda:0")
+        anywhere = await world[0].spawn(Learner, gpus=1)
+        plain = await world[0].spawn(Learner, on=2)
+    assert [(what, request.where) for what, request, _ in placed] == [
+        ("spawn(Learner, gpus=2, on=1)", Where(rank=1, gpus=2)),
+        ("spawn(Learner, gpus=1)", Where(gpus=1)),
+        ("spawn(Learner, on=2)", Where(rank=2)),
+    ]
+    assert (anywhere.rank, plain.rank) == (2, 2)  # node 1's two GPUs were lent to the pair
+
+
+async def test_a_gpu_spawn_skips_an_actors_own_process_unless_it_names_it(fake: FakeAccelerator) -> None:
+    async with local_world(3, devices={1: ("cuda:0",), 2: ("cuda:0",)}) as world:
+        world._hub.traits[1] = NodeTraits(owner="learner", parent=0)
+        assert (await world[0].spawn(Learner, gpus=1, name="lent")).rank == 2
+        with pytest.raises(actorch.PlacementError) as refused:
+            await world[0].spawn(Learner, gpus=1)
+        assert str(refused.value) == (
+            "spawn(Learner, gpus=1): no node fits; node 0: has 0 gpus, needs 1 gpus; "
+            "node 1: the own process of learner; node 2: 0 gpus free, needs 1 gpus (held by lent)"
+        )
+        named = await world[0].spawn(Learner, gpus=1, on=1)  # the exact form takes the node as it is
+        assert (await named.call(Learner.where))[:2] == (1, "cuda:0")
 
 
 @pytest.mark.parametrize("gpus", [-1, 1.0, True, "1", None])

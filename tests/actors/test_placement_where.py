@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from conftest import Spy
 from fake_gpus import FakeAccelerator, installed
 
 import actorch
-from actorch._actors.placement.where import Where
+from actorch._actors.node.spawner import Spawner
+from actorch._actors.placement.where import Where, where_of
+from actorch._actors.ref import make_ref
 from actorch._base.resources import check_resources, describe_amount, detect_resources
 from actorch._launch.cli_serve import parse_resource
 from actorch._launch.cli_tables import status_tables
@@ -434,3 +437,100 @@ async def test_where_apart_from_never_places_on_the_nodes_of_those_actors(envs: 
         "no node fits; node 0: label None, not 'env'; node 1: the node of first; "
         "node 2: the node of second; node 3: label 'learner', not 'env'"
     )
+
+
+# ---------------------------------------------------------------------- one placer: on=rank, gpus= in a Where
+
+
+def test_where_of_makes_one_where_of_what_a_spawn_said() -> None:
+    described = Where(label="env")
+    assert where_of(described, 0) is described
+    assert where_of(1, 0, gpus=2) == Where(rank=1, gpus=2)
+    assert where_of(None, 2, gpus=1) == Where(gpus=1), "GPUs without a rank: any node that lends them"
+    assert where_of(None, 2) == Where(rank=2), "nothing said: the caller's node"
+    assert where_of(None, 2, anywhere=True) == Where(), "a group spread without on=: any node"
+    assert repr(Where(rank=1, gpus=2)) == "Where(rank=1, gpus=2)"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"rank": -1}, "Where(rank=...) must be a node's rank (an int >= 0) or None, not -1"),
+        ({"rank": True}, "Where(rank=...) must be a node's rank (an int >= 0) or None, not True"),
+        ({"rank": "1"}, "Where(rank=...) must be a node's rank (an int >= 0) or None, not '1'"),
+        ({"rank": 1, "label": "env"}, "Where(rank=..., label=...): rank names the node, so it takes no label"),
+        ({"rank": 1, "host": "h"}, "Where(rank=..., host=...): rank names the node, so it takes no host"),
+        ({"rank": 1, "process": "own"}, "Where(rank=..., process=...): rank names the node, so it takes no process"),
+        (
+            {"rank": 1, "near": make_ref(cast(Any, None), 2, 5, "x", "actors:Counter")},
+            "Where(rank=..., near=...): rank names the node, so it takes no near",
+        ),
+        (
+            {"rank": 1, "apart_from": make_ref(cast(Any, None), 2, 5, "x", "actors:Counter")},
+            "Where(rank=..., apart_from=...): rank names the node, so it takes no apart_from",
+        ),
+    ],
+)
+def test_where_rank_is_a_rank_and_names_the_node_alone(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=r"^Where\(rank=") as refused:
+        Where(**options)
+    assert str(refused.value).startswith(message)
+
+
+async def test_where_rank_places_on_that_node_if_what_the_actor_holds_is_free_there(envs: LocalWorld) -> None:
+    assert (await envs[0].spawn(Sim, name="learner/sim", on=Where(rank=3, cpus=3))).rank == 3
+    assert (await envs[0].spawn(Sim, on=Where(rank=2))).rank == 2
+    with pytest.raises(actorch.PlacementError) as refused:
+        await envs[0].spawn(Sim, on=Where(rank=3, cpus=2))
+    assert str(refused.value) == (
+        "spawn(Sim, on=Where(rank=3, cpus=2)): no node fits; node 3: 1 cpus free, needs 2 cpus (held by learner/sim)"
+    )
+
+
+async def test_where_rank_refuses_a_rank_as_on_rank_does(envs: LocalWorld) -> None:
+    with pytest.raises(ValueError, match=r"^on=Where\(rank=9\) is not a rank of this system"):
+        await envs[0].spawn(Sim, on=Where(rank=9))
+    envs.kill(3)
+    await asyncio.sleep(0)
+    for on in (3, Where(rank=3)):
+        with pytest.raises(actorch.NodeLostError, match="cannot spawn Sim on node 3: it was lost"):
+            await envs[0].spawn(Sim, on=on)
+
+
+async def test_where_rank_waits_for_room_on_that_node(envs: LocalWorld) -> None:
+    holder = await envs[0].spawn(Sim, on=Where(rank=3, cpus=4))
+
+    async def stop_later() -> None:
+        await asyncio.sleep(0.1)
+        await holder.stop()
+
+    stopping = asyncio.ensure_future(stop_later())
+    async with asyncio.timeout(5):
+        waited = await envs[0].spawn(Sim, on=Where(rank=3, cpus=4, wait=True))
+    await stopping
+    assert waited.rank == 3
+
+
+async def test_the_node_chosen_builds_from_a_request_that_names_no_node_any_more(envs: LocalWorld, spy: Spy) -> None:
+    built = spy(Spawner, "spawn_on")
+    await envs[0].spawn(Sim, on=Where(rank=3, cpus=1))
+    await envs[0].spawn_group(Sim, 2, on=2)
+    wheres = [(rank, request.where) for _, rank, request in built]
+    assert wheres == [(3, Where(cpus=1)), (2, Where()), (2, Where())]  # what a relocated actor is placed by
+
+
+async def test_a_spawn_that_holds_nothing_asks_no_node_what_it_has_free(envs: LocalWorld) -> None:
+    received = [envs[rank].statistics()["calls_received"] for rank in (2, 3)]
+    assert (await envs[0].spawn(Sim, on=Where(label="env"))).rank == 1  # node 2 fits too, and is not asked
+    assert (await envs[0].spawn(Sim, on=3)).rank == 3
+    assert envs[2].statistics()["calls_received"] == received[0]
+    assert envs[3].statistics()["calls_received"] == received[1] + 1  # the spawn itself, nothing before it
+
+
+async def test_a_relocatable_actor_placed_by_what_nodes_have_never_lands_on_rank_0(envs: LocalWorld) -> None:
+    relocate = actorch.Restart(relocate=True)
+    anywhere = await envs[0].spawn(Sim, on=Where(), restart=relocate)
+    assert anywhere.rank == 1, "rank 0 fits, but keeps the snapshots"
+    with pytest.raises(actorch.PlacementError) as refused:
+        await envs[0].spawn(Sim, on=Where(cpus=64), restart=relocate)
+    assert "node 0: rank 0 hosts no relocatable actor (it keeps their snapshots); node 1: has " in str(refused.value)

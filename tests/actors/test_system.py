@@ -10,9 +10,13 @@ from typing import Any
 import pytest
 import torch
 from actors import Counter
+from conftest import Spy
 
 import actorch
+from actorch._actors.node.node_system import NodeSystem
 from actorch._actors.node.service import NodeService
+from actorch._actors.node.spawner import Spawner
+from actorch._actors.system import ActorSystem, SpawnOptions
 from actorch.testing import LocalWorld, local_world
 
 JOURNAL: list[tuple[str, str]] = []
@@ -89,7 +93,7 @@ async def test_spawn_without_on_places_the_actor_on_the_calling_node(world: Loca
     assert counter.rank == 2
 
 
-@pytest.mark.parametrize("on", [3, -1, "1", 1.0], ids=["too high", "negative", "str", "float"])
+@pytest.mark.parametrize("on", [3, -1, "1", 1.0, True], ids=["too high", "negative", "str", "float", "bool"])
 async def test_spawn_with_a_bad_rank_raises_value_error(world: LocalWorld, on: Any) -> None:
     with pytest.raises(ValueError, match="not a rank"):
         await world[0].spawn(Counter, on=on)
@@ -383,3 +387,32 @@ async def test_ref_knows_its_actor_class_when_it_can_be_imported(world, on):
 async def test_system_rref_needs_the_torch_rpc_transport(world: LocalWorld) -> None:
     with pytest.raises(actorch.UnsupportedError, match="InProcessTransport"):
         world[0].rref(torch.ones(1))
+
+
+# ---------------------------------------------------------------------- spawn's keywords, declared once
+
+
+def test_spawn_and_spawn_group_are_declared_by_the_actor_system_alone() -> None:
+    for method in ("spawn", "spawn_group"):
+        assert method in vars(ActorSystem)
+        assert method not in vars(NodeSystem), f"NodeSystem declares {method}'s keywords again"
+        assert method not in ActorSystem.__abstractmethods__
+
+
+async def test_spawn_hands_its_keywords_inward_as_one_value(world: LocalWorld, spy: Spy) -> None:
+    given = spy(Spawner, "spawn")
+    counter = await world[0].spawn(Counter, args=(3,), name="options/c", on=1)
+    assert await counter.call(Counter.add) == 4
+    await world[0].spawn(Counter)
+    assert [options for _, options in given] == [
+        SpawnOptions((3,), None, "options/c", 1, None, None, 0),
+        SpawnOptions((), None, None, None, None, None, 0),
+    ]
+
+
+async def test_spawn_group_hands_its_keywords_inward_as_one_value(world: LocalWorld, spy: Spy) -> None:
+    given = spy(Spawner, "spawn_group")
+    restart = actorch.Restart(max_restarts=1)
+    members = await world[0].spawn_group(Counter, 2, kwargs={"start": 1}, name="options/g", on=2, restart=restart)
+    assert [member.rank for member in members] == [2, 2]
+    assert given == [(Counter, 2, SpawnOptions((), {"start": 1}, "options/g", 2, restart, None, 0), False)]

@@ -22,6 +22,7 @@ from actorch._actors.node.service import NodeService
 from actorch._actors.node.spawn_request import SpawnRequest
 from actorch._actors.placement.gpus import GpuShare
 from actorch._actors.placement.holdings import node_share
+from actorch._actors.placement.share import NodeShare
 from actorch._actors.process_groups import ProcessGroups
 from actorch._actors.ref import ActorRef, make_ref
 from actorch._actors.registry import NameCache, Registry
@@ -131,7 +132,7 @@ class ActorHost:
         """This node's GPUs and the actors holding them."""
         return self.lifecycle.gpus.share()
 
-    def resource_share(self) -> dict[str, Any]:
+    def resource_share(self) -> NodeShare:
         """What this node has free and who holds what (``holdings.node_share``)."""
         return node_share(self.lifecycle.holdings, self.lifecycle.gpus.share())
 
@@ -175,7 +176,7 @@ class ActorHost:
             )
         return {
             **facts_of(info),  # rank, host, pid, devices, label, resources, owner, parent, pool
-            **node_share(self.lifecycle.holdings, self.lifecycle.gpus.share()),
+            **self.resource_share(),
             "uptime": node.loop.time() - self._born,
             "statistics": node.statistics(),
             "loop": node.loop_lag.snapshot(),

@@ -5,8 +5,9 @@ actor that builds actors spawned on the node, stops and watches them, evicts
 names from the node's cache and takes part in shutdown; rank 0 also hosts the
 ``Registry`` and the ``Relocator`` (their ids: ``_engine.system_ids``). The
 system holds the host, a :class:`~actorch._actors.node.spawner.Spawner` (spawn,
-spawn_group) and a :class:`~actorch._actors.placement.where_placer.Placer` (placement by what
-nodes have, node processes on demand); it keeps the view of the nodes and the
+spawn_group, with the keywords ``ActorSystem`` declares, in a ``SpawnOptions``)
+and a :class:`~actorch._actors.placement.where_placer.Placer` (the node every spawn
+goes to, node processes on demand); it keeps the view of the nodes and the
 names (lookups, events) itself. :func:`open_system` makes a node's system, and
 its host with it, for the launcher and the test worlds.
 """
@@ -22,20 +23,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from actorch._actors.actor import Actor, attach
 from actorch._actors.events import NameRegistered, NodeJoined, Subscription
 from actorch._actors.node.host import ActorHost
+from actorch._actors.node.node_request import NodeRequest
 from actorch._actors.node.service import NodeService
 from actorch._actors.node.spawner import Spawner, check_count
-from actorch._actors.placement.where import Where
 from actorch._actors.placement.where_placer import Placer
 from actorch._actors.ref import ActorRef
 from actorch._actors.registry import Registry
-from actorch._actors.restart import Restart
-from actorch._actors.system import ActorSystem, MembershipEvent
+from actorch._actors.system import ActorSystem, MembershipEvent, SpawnOptions
 from actorch._actors.tracing import record_timeline
 from actorch._base.config import SystemConfig, is_number
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import ActorNotFoundError, NodeLostError, UnsupportedError
 from actorch._base.names import check_name, compile_pattern
-from actorch._base.resources import check_resources
 from actorch._engine.node import describe_ranks
 from actorch._engine.timeline import Timeline
 from actorch._engine.tracing import TraceSettings
@@ -43,7 +42,6 @@ from actorch._transport.base import NodeInfo, Transport
 from actorch._transport.capabilities import NO_RREFS, NOT_ELASTIC, is_elastic, require_elastic, require_torch_interop
 
 if TYPE_CHECKING:
-    import torch
     import torch.distributed as dist
 
 __all__ = ["NodeSystem", "open_system"]
@@ -63,8 +61,9 @@ def open_system(transport: Transport, config: SystemConfig) -> tuple[NodeSystem,
 class NodeSystem(ActorSystem):
     """The ``ActorSystem`` of one node, composed of its host, a spawner and a placer.
 
-    It spawns through the spawner, places by what nodes have through the
-    placer, and knows the nodes, names and events through the host.
+    It spawns through the spawner (which places through the placer), adds
+    and waits for nodes through the placer, and knows the nodes, names and
+    events through the host.
     """
 
     def __init__(self, transport: Transport, config: SystemConfig) -> None:
@@ -126,37 +125,11 @@ class NodeSystem(ActorSystem):
         await host.services[target].call(NodeService.leave)
         await host.wait_gone(target, 2 * self.config.stop_grace + 10.0)
 
-    async def spawn(
-        self,
-        cls: type[A],
-        *,
-        args: tuple[Any, ...] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        on: int | Where | None = None,
-        restart: Restart | None = None,
-        device: str | torch.device | None = None,
-        gpus: int = 0,
-    ) -> ActorRef[A]:
-        return await self._spawner.spawn(
-            cls, args=args, kwargs=kwargs, name=name, on=on, restart=restart, device=device, gpus=gpus
-        )
+    async def _spawn(self, cls: type[A], options: SpawnOptions) -> ActorRef[A]:
+        return await self._spawner.spawn(cls, options)
 
-    async def spawn_group(
-        self,
-        cls: type[A],
-        count: int,
-        *,
-        args: tuple[Any, ...] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        on: int | Where | None = None,
-        spread: bool = False,
-        restart: Restart | None = None,
-    ) -> list[ActorRef[A]]:
-        return await self._spawner.spawn_group(
-            cls, count, args=args, kwargs=kwargs, name=name, on=on, spread=spread, restart=restart
-        )
+    async def _spawn_group(self, cls: type[A], count: int, options: SpawnOptions, spread: bool) -> list[ActorRef[A]]:
+        return await self._spawner.spawn_group(cls, count, options, spread)
 
     async def add_nodes(
         self,
@@ -167,10 +140,9 @@ class NodeSystem(ActorSystem):
         env: Mapping[str, str] | None = None,
         host: str | None = None,
     ) -> list[NodeInfo]:
-        check_count(count, "add_nodes(count=...)")
-        where = Where(label=label, host=host, env=env, process="own")  # checks label, host and env
-        declared = check_resources(resources, "add_nodes(resources=...)")
-        return await self._placer.add_nodes(count, where.label, declared, where.env or {}, where.host)
+        declared = {} if resources is None else resources
+        request = NodeRequest(count, label, declared, {} if env is None else env, host)  # which checks them all
+        return await self._placer.add_nodes(request)
 
     async def wait_nodes(
         self,

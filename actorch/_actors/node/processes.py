@@ -22,6 +22,7 @@ import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from actorch._actors.node.node_request import NodeRequest
 from actorch._actors.node.service import NodeService
 from actorch._actors.restart import ActorExit
 from actorch._base.errors import JoinError, UnsupportedError
@@ -115,17 +116,8 @@ class NodePool:
 
     # ------------------------------------------------------------------ starting
 
-    async def add(
-        self,
-        count: int,
-        label: str | None,
-        resources: Mapping[str, float],
-        env: Mapping[str, str],
-        owners: list[str] | None,
-    ) -> list[int]:
-        """Start ``count`` node processes here and return their ranks once every one serves.
-
-        ``owners`` names, for each, the actor it is started for.
+    async def add(self, request: NodeRequest) -> list[int]:
+        """Start the node processes ``request`` asks for here and return their ranks once every one serves.
 
         Waits until the caller's deadline or ``ADD_TIMEOUT``; past it, or if a
         process exits first, ends those it started (the ones that joined
@@ -137,11 +129,11 @@ class NodePool:
         """
         if self.launcher is None:
             raise UnsupportedError(self.refusal)
-        if owners is not None and len(owners) != count:
-            raise ValueError(f"add_nodes({count}): {len(owners)} owners given")
-        named = owners if owners is not None else [None] * count
-        traits = [NodeTraits(label, dict(resources), owner, self._host.rank) for owner in named]
-        started = await self.launcher.start(traits, env)
+        traits = [
+            NodeTraits(request.label, dict(request.resources), owner, self._host.rank)
+            for owner in request.owner_of_each()
+        ]
+        started = await self.launcher.start(traits, request.env)
         loop = asyncio.get_running_loop()
         waits = []
         for process in started:
@@ -156,7 +148,7 @@ class NodePool:
                     return list(await asyncio.gather(*waits))
             except TimeoutError:
                 raise JoinError(
-                    f"add_nodes({count}): the new processes did not all serve within {ADD_TIMEOUT:g} s"
+                    f"add_nodes({request.count}): the new processes did not all serve within {ADD_TIMEOUT:g} s"
                 ) from None
         except BaseException:
             await asyncio.shield(self._abandon(started))

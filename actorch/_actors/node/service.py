@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from actorch._actors.actor import Actor
+from actorch._actors.node.node_request import NodeRequest
 from actorch._actors.node.spawn_request import SpawnRequest
 from actorch._actors.placement.gpus import GpuShare
+from actorch._actors.placement.share import NodeShare
 from actorch._actors.ref import ActorRef
 from actorch._actors.restart import ActorExit
 from actorch._actors.system_endpoints import ServiceEndpoints
@@ -25,15 +27,8 @@ __all__ = ["NodeService", "PoolBackend", "ServiceBackend"]
 class PoolBackend(Protocol):
     """What the node service needs of its node's pool of processes (``processes.NodePool``)."""
 
-    async def add(
-        self,
-        count: int,
-        label: str | None,
-        resources: Mapping[str, float],
-        env: Mapping[str, str],
-        owners: list[str] | None,
-    ) -> list[int]:
-        """Start node processes on this host; their ranks, once they serve."""
+    async def add(self, request: NodeRequest) -> list[int]:
+        """Start the node processes ``request`` asks for on this host; their ranks, once they serve."""
 
     async def build_owner(self, build: Callable[[], Awaitable[ActorRef[Any]]]) -> ActorRef[Any]:
         """Build the actor whose own process this node is."""
@@ -59,7 +54,7 @@ class ServiceBackend(Protocol):
     def gpu_share(self) -> GpuShare:
         """This node's GPUs and the actors holding them."""
 
-    def resource_share(self) -> dict[str, Any]:
+    def resource_share(self) -> NodeShare:
         """What this node has free and who holds what."""
 
     async def stop_actor(self, actor_id: int, exit_: ActorExit) -> None:
@@ -120,26 +115,19 @@ class NodeService(Actor, ServiceEndpoints):
         build = functools.partial(self._backend.build, request, origin=origin, kept=kept)
         return await (self._backend.pool.build_owner(build) if request.own else build())
 
-    async def resources(self) -> dict[str, Any]:
-        """What this node has free and who holds what: ``{"free": {name: amount}, "held": {holder: {...}}}``."""
+    async def resources(self) -> NodeShare:
+        """What this node has free and who holds what (its GPUs counted in): the placer asks it of each node."""
         return self._backend.resource_share()
 
-    async def add_nodes(
-        self,
-        count: int,
-        label: str | None,
-        resources: dict[str, float],
-        env: dict[str, str],
-        owners: list[str] | None = None,
-    ) -> list[int]:
-        """Start ``count`` node processes on this node's host; their ranks, once they serve.
+    async def add_nodes(self, request: NodeRequest) -> list[int]:
+        """Start the node processes ``request`` asks for on this node's host; their ranks, once they serve.
 
-        ``owners`` names, for each, the actor it is started for (it then leaves when that actor stops).
+        A process started for an actor (``request.owners``) leaves when that actor stops.
         """
-        return await self._backend.pool.add(count, label, resources, env, owners)
+        return await self._backend.pool.add(request)
 
     async def gpus(self) -> tuple[tuple[str, ...], dict[str, str]]:
-        """This node's GPUs, and those actors hold with the actor holding each."""
+        """This node's GPUs, and those actors hold with the actor holding each (``resources`` counts them)."""
         share = self._backend.gpu_share()
         return share.devices, dict(share.holders)
 

@@ -1,15 +1,16 @@
 """``SpawnRequest``: one spawn as a value, from ``spawn``/``spawn_group`` to the node that builds the actor.
 
-The caller makes it once; the placer reads its placement, names each group
-member on a copy (:meth:`SpawnRequest.named`), the chosen node's service
-builds the actor from it, and a relocatable actor's relocator keeps it (in a
-``RelocationSpec``) to build the actor again elsewhere. It crosses nodes, so
-the codec carries it.
+The caller makes it once; the placer reads its placement (one ``Where``,
+whatever the spawn said: ``on=rank`` and ``gpus=`` are parts of it), names
+each group member on a copy (:meth:`SpawnRequest.named`), the chosen node's
+service builds the actor from it, and a relocatable actor's relocator keeps it
+(in a ``RelocationSpec``) to build the actor again elsewhere. It crosses
+nodes, so the codec carries it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, dataclass, field, replace
 from typing import Any
 
 from actorch._actors.placement.where import Where
@@ -35,9 +36,11 @@ class SpawnRequest:
         name: Its name, if any.
         restart: Its restart policy, if any.
         device: The device its spawn named (``device=``), if any.
-        gpus: The GPUs it asked to be lent (``gpus=``); a ``Where`` asks in ``where.gpus`` instead.
-        where: What it asks of its node (``spawn(on=Where(...))``): label, host,
-            the resources it holds there, a process of its own.
+        gpus: GPUs to lend it (``gpus=``), given when the request is made and
+            kept in ``where.gpus``, so that a request asks for GPUs in one place
+            (not a field: ``SpawnRequest(p, gpus=2) == SpawnRequest(p, where=Where(gpus=2))``).
+        where: What it asks of its node: the node itself (``on=rank``), or its
+            label, host, the resources it holds there, a process of its own.
     """
 
     path: str
@@ -46,8 +49,15 @@ class SpawnRequest:
     name: str | None = None
     restart: Restart | None = None
     device: str | None = None
-    gpus: int = 0
+    gpus: InitVar[int] = 0
     where: Where = NOWHERE
+
+    def __post_init__(self, gpus: int) -> None:
+        if not gpus:
+            return
+        if self.where.gpus:
+            raise ValueError(f"spawn({self.qualname}): ask for GPUs in Where(gpus=...) or with gpus=, not both")
+        object.__setattr__(self, "where", replace(self.where, gpus=gpus))
 
     @property
     def qualname(self) -> str:
@@ -65,8 +75,8 @@ class SpawnRequest:
         return self.where.own
 
     def lent(self) -> int:
-        """How many GPUs its node lends it, by ``gpus=`` or ``Where(gpus=...)``."""
-        return self.gpus or self.where.gpus
+        """How many GPUs its node lends it (``gpus=``, ``Where(gpus=...)``)."""
+        return self.where.gpus
 
     def held(self) -> dict[str, float]:
         """The resources it holds on its node besides lent GPUs (``Where(cpus=..., resources=...)``)."""
@@ -80,3 +90,11 @@ class SpawnRequest:
     def named(self, name: str | None) -> SpawnRequest:
         """The same spawn under ``name`` (a group's member)."""
         return replace(self, name=name)
+
+    def placed(self) -> SpawnRequest:
+        """The same spawn without the node its ``Where`` names: what the node it was placed on builds and keeps.
+
+        The rank is the placer's to honour, once: a relocatable actor that
+        moves is placed by the rest of what it asked, among the nodes there are then.
+        """
+        return self if self.where.rank is None else replace(self, where=replace(self.where, rank=None))

@@ -1,10 +1,11 @@
-"""``Spawner``: how a node's system spawns actors, one or a group, and on which node.
+"""``Spawner``: how a node's system spawns actors, one or a group: what a spawn says, checked, then placed.
 
-One actor goes to a rank, to GPUs lent to it (``gpus=``), or where a ``Where``
-places it (through the node's :class:`~actorch._actors.placement.where_placer.Placer`); a
-group is planned by the ``Placer`` in one go. On the chosen node the node
-service builds the actor; the registry reserves its name first and binds it
-once the actor has started.
+Whatever a spawn says of its node (a rank, GPUs to lend, a ``Where``, or
+nothing), it becomes one ``Where`` in the spawn's ``SpawnRequest``, and the
+node's one :class:`~actorch._actors.placement.where_placer.Placer` finds the
+node, or plans a group in one go. On the chosen node the node service builds
+the actor; the registry reserves its name first and binds it once the actor
+has started.
 """
 
 from __future__ import annotations
@@ -17,15 +18,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, check_plain_methods, class_path
 from actorch._actors.node.service import NodeService
-from actorch._actors.node.spawn_request import NOWHERE, SpawnRequest
-from actorch._actors.placement.gpus import GpuShare, candidate_ranks, check_device, place_on_gpus
-from actorch._actors.placement.where import Where
-from actorch._actors.placement.where_placer import Placer, all_or_none
+from actorch._actors.node.spawn_request import SpawnRequest
+from actorch._actors.placement.gpus import check_device
+from actorch._actors.placement.where import Where, where_of
+from actorch._actors.placement.where_placer import Placer
 from actorch._actors.ref import ActorRef, resolve_class
 from actorch._actors.registry import Registry
 from actorch._actors.relocation.relocator import Relocator
-from actorch._actors.relocation.spec import check_home, relocatable_homes
+from actorch._actors.relocation.spec import check_home
 from actorch._actors.restart import Restart
+from actorch._actors.system import SpawnOptions
 from actorch._base.config import is_count
 from actorch._base.devices import parse_device
 from actorch._base.errors import NameTakenError, NodeLostError, PlacementError
@@ -33,8 +35,6 @@ from actorch._base.names import check_name
 from actorch._engine.node import describe_ranks
 
 if TYPE_CHECKING:
-    import torch
-
     from actorch._actors.node.host import ActorHost
 
 __all__ = ["Spawner", "check_count", "check_spawnable"]
@@ -94,6 +94,14 @@ _OWN_NOT_RELOCATED = (
 )
 
 
+def _spawn_call(cls: type, on: int | Where | None, gpus: int) -> str:
+    """The spawn as its errors name it, in the words it was called with: ``spawn(Learner, gpus=2, on=1)``."""
+    if isinstance(on, Where):
+        return f"spawn({cls.__qualname__}, on={on!r})"
+    said = ([f"gpus={gpus}"] if gpus else []) + ([] if on is None else [f"on={on}"])
+    return f"spawn({', '.join([cls.__qualname__, *said])})"
+
+
 def _defined_interactively(cls: type) -> bool:
     """Whether ``cls`` lives in a ``__main__`` without a file (a notebook, ``python -c``): no other process has it."""
     main = sys.modules.get("__main__")
@@ -101,7 +109,7 @@ def _defined_interactively(cls: type) -> bool:
 
 
 class Spawner:
-    """Spawns actors for one node's system: one on a rank or on GPUs lent to it, or through the ``Placer``."""
+    """Spawns actors for one node's system: checks what a spawn says, then has the one ``Placer`` place it."""
 
     def __init__(self, host: ActorHost, placer: Placer) -> None:
         self._host = host
@@ -110,20 +118,14 @@ class Spawner:
     def __repr__(self) -> str:
         return f"<Spawner node {self._host.rank}>"
 
-    async def spawn(
-        self,
-        cls: type[A],
-        *,
-        args: tuple[Any, ...] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        on: int | Where | None = None,
-        restart: Restart | None = None,
-        device: str | torch.device | None = None,
-        gpus: int = 0,
-    ) -> ActorRef[A]:
-        """Spawn an actor of ``cls`` as ``ActorSystem.spawn`` says: its arguments checked, then on the node chosen."""
-        check_spawnable(cls, restart, on, args, kwargs)
+    async def spawn(self, cls: type[A], options: SpawnOptions) -> ActorRef[A]:
+        """Spawn an actor of ``cls`` as ``ActorSystem.spawn`` says: its arguments checked, then placed.
+
+        ``on=rank`` and ``gpus=`` become parts of the request's one ``Where``
+        (``where_of``), so that the placer takes every spawn alike.
+        """
+        on, gpus, device = options.on, options.gpus, options.device
+        check_spawnable(cls, options.restart, on, options.args, options.kwargs)
         if not is_count(gpus, 0):
             raise ValueError(f"gpus must be an int >= 0, not {gpus!r}")
         if gpus and device is not None:
@@ -131,74 +133,76 @@ class Spawner:
                 f"spawn({cls.__qualname__}): give device= or gpus=, not both (gpus= places the actor on "
                 "the first GPU it is lent)"
             )
-        if name is not None:
-            check_name(name)
+        if options.name is not None:
+            check_name(options.name)
         placed = None if device is None else str(parse_device(device))
         if isinstance(on, Where) and (gpus or (placed is not None and on.gpus)):
             raise ValueError(f"spawn({cls.__qualname__}): ask for GPUs in Where(gpus=...) alone, without device=")
-        where = on if isinstance(on, Where) else NOWHERE
-        request = SpawnRequest(class_path(cls), tuple(args), dict(kwargs or {}), name, restart, placed, gpus, where)
-        spawn_there = functools.partial(self.spawn_on, cls)
-        if isinstance(on, Where):
-            what = f"spawn({cls.__qualname__}, on={on!r})"
-            return (await self._placer.spawn(what, request, [name], [name or cls.__qualname__], None, spawn_there))[0]
-        rank = self._host.rank if on is None else on
+        self._check_rank(cls, on)
+        request = SpawnRequest(
+            class_path(cls),
+            tuple(options.args),
+            dict(options.kwargs or {}),
+            options.name,
+            options.restart,
+            placed,
+            where=where_of(on, self._host.rank, gpus=gpus),
+        )
+        names, owners = [options.name], [options.name or cls.__qualname__]
+        return (await self._place(cls, _spawn_call(cls, on, gpus), request, names, owners))[0]
+
+    async def spawn_group(self, cls: type[A], count: int, options: SpawnOptions, spread: bool) -> list[ActorRef[A]]:
+        """Spawn ``count`` actors of ``cls`` as ``ActorSystem.spawn_group`` says, all or none."""
+        check_count(count, "spawn_group(count=...)")
+        on = options.on
+        check_spawnable(cls, options.restart, on, options.args, options.kwargs, "spawn_group")
+        names = member_names(check_name(options.name) if options.name is not None else None, count)
+        self._check_rank(cls, on)
+        where = where_of(on, self._host.rank, anywhere=spread)
+        request = SpawnRequest(
+            class_path(cls), tuple(options.args), dict(options.kwargs or {}), restart=options.restart, where=where
+        )
+        what = f"spawn_group({cls.__qualname__}, {count}, on={on!r}, spread={spread})"
+        owners = [member or cls.__qualname__ for member in names]
+        return await self._place(cls, what, request, names, owners, spread)
+
+    async def _place(
+        self,
+        cls: type[A],
+        what: str,
+        request: SpawnRequest,
+        names: list[str | None],
+        owners: list[str],
+        spread: bool | None = None,
+    ) -> list[ActorRef[A]]:
+        """Have the placer spawn ``request`` once per name (``spread`` given: as a group) on the nodes it finds."""
+        named = request.where.rank
+        if request.relocatable and named is not None:
+            check_home(cls.__qualname__, named)  # said at once, not as a node that does not fit
+        return await self._placer.spawn(what, request, names, owners, spread, functools.partial(self.spawn_on, cls))
+
+    def _check_rank(self, cls: type[Actor], on: int | Where | None) -> None:
+        """Refuse the rank ``on`` names (``on=rank``, ``Where(rank=...)``) unless its node may take an actor now.
+
+        Raises:
+            PlacementError: The node is leaving the system.
+            ValueError: ``on`` is no rank of the system.
+            NodeLostError: The node was lost.
+        """
+        rank = on.rank if isinstance(on, Where) else on
+        if rank is None:
+            return
         node = self._host.node
+        # Leaving first: a node that has left is no longer among the ranks, and is said to be leaving.
         if isinstance(rank, int) and (rank in self._host.leaving or rank in node.left):
             raise PlacementError(f"cannot spawn {cls.__qualname__} on node {rank}: it is leaving the system")
-        if not isinstance(rank, int) or rank not in node.ranks():
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank not in node.ranks():
             raise ValueError(f"on={on!r} is not a rank of this system ({describe_ranks(node.ranks())})")
         if rank in node.lost:
             raise NodeLostError(f"cannot spawn {cls.__qualname__} on node {rank}: it was lost")
-        if not gpus:
-            return await spawn_there(rank, request)
-        what = f"spawn({cls.__qualname__}, gpus={gpus}{'' if on is None else f', on={on}'})"
-        ranks = candidate_ranks(self._host.rank, [rank for rank in node.ranks() if rank not in self._host.leaving], on)
-        if request.relocatable:
-            ranks = relocatable_homes(cls.__qualname__, ranks)
-        return await place_on_gpus(what, gpus, ranks, self._gpu_share, lambda rank: spawn_there(rank, request))
-
-    async def spawn_group(
-        self,
-        cls: type[A],
-        count: int,
-        *,
-        args: tuple[Any, ...] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        on: int | Where | None = None,
-        spread: bool = False,
-        restart: Restart | None = None,
-    ) -> list[ActorRef[A]]:
-        """Spawn ``count`` actors of ``cls`` as ``ActorSystem.spawn_group`` says, all or none."""
-        check_count(count, "spawn_group(count=...)")
-        check_spawnable(cls, restart, on, args, kwargs, "spawn_group")
-        names = member_names(check_name(name) if name is not None else None, count)
-        if on is None and spread:
-            on = Where()
-        if not isinstance(on, Where):  # every member on node ``on``, or on this one
-            return await all_or_none(
-                self.spawn(cls, args=args, kwargs=kwargs, name=member, on=on, restart=restart) for member in names
-            )
-        what = f"spawn_group({cls.__qualname__}, {count}, on={on!r}, spread={spread})"
-        owners = [member or cls.__qualname__ for member in names]
-        request = SpawnRequest(class_path(cls), tuple(args), dict(kwargs or {}), restart=restart, where=on)
-        return await self._placer.spawn(what, request, names, owners, spread, functools.partial(self.spawn_on, cls))
-
-    async def _gpu_share(self, rank: int) -> GpuShare | None:
-        """Node ``rank``'s GPUs and who holds them; None if the node is lost."""
-        try:
-            devices, holders = await self._host.services[rank].call(NodeService.gpus)
-        except NodeLostError:
-            return None
-        return GpuShare(rank, tuple(devices), holders)
 
     async def spawn_on(self, cls: type[A], rank: int, request: SpawnRequest) -> ActorRef[A]:
         """Reserve the request's name for node ``rank``, have the node build the actor ``cls`` there, bind the name."""
-        if request.relocatable:
-            check_home(cls.__qualname__, rank)
-            if request.own:
-                raise ValueError(_OWN_NOT_RELOCATED.format(cls.__qualname__))
         if rank != self._host.rank and _defined_interactively(cls):
             raise TypeError(
                 f"cannot spawn {cls.__qualname__} on node {rank}: it is defined in the __main__ of an interactive "

@@ -1,10 +1,12 @@
-"""Whether a node fits a spawn: the one predicate that ``Where`` placement, ``gpus=`` and relocation ask.
+"""Whether a node fits a spawn: the one predicate that every placement (the placer's, relocation's) asks.
 
 A node is refused for what it *is* (:func:`refusal`: lost or leaving, another
 actor's own process, its label or host, not the node of the actor it must be
 near or the node of one it must be apart from, a device it lacks, less of a resource
 in all than the actor holds, :func:`lacks_capacity`) or for what it *has free* now (:func:`lacks_free`: what
-other actors hold). Each reason is one phrase, worded here and nowhere else,
+other actors hold). A node that the spawn names by rank (``on=rank``,
+``Where(rank=...)``) is taken as it is, and only what the actor holds must
+fit there. Each reason is one phrase, worded here and nowhere else,
 so a ``PlacementError`` and a relocation that finds no node read the same
 (:func:`by_node` lists them), and amounts are compared with one tolerance,
 :data:`EPSILON`.
@@ -13,9 +15,9 @@ so a ``PlacementError`` and a relocation that finds no node read the same
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from actorch._actors.node.spawn_request import SpawnRequest
+from actorch._actors.placement.share import NodeShare
 from actorch._actors.placement.where import Placed, Where
 from actorch._base.resources import GPUS, describe_amount
 from actorch._transport.base import NodeInfo
@@ -24,6 +26,7 @@ __all__ = [
     "EPSILON",
     "LEAVING",
     "LOST",
+    "RANK_0",
     "HomeOf",
     "by_node",
     "capacity",
@@ -38,6 +41,7 @@ EPSILON = 1e-9
 
 LOST = "lost"
 LEAVING = "leaving the system"
+RANK_0 = "rank 0 hosts no relocatable actor (it keeps their snapshots)"
 
 
 def capacity(info: NodeInfo) -> dict[str, float]:
@@ -61,15 +65,20 @@ def refusal(  # noqa: PLR0911 - one return per reason
 
     Args:
         info: The node.
-        request: The spawn: the device it named, the label and host its ``Where``
+        request: The spawn: the device it named, the node, label and host its ``Where``
             asked for, the GPUs and resources the actor holds.
-        unavailable: Nodes that take no actor now, and why (``LOST``, ``LEAVING``, rank 0 for relocation).
+        unavailable: Nodes that take no actor now, and why (``LOST``, ``LEAVING``,
+            ``RANK_0`` for a relocatable actor).
         home_of: Where the actors its ``Where`` is near or apart from live now
             (the relocator knows better than their refs where relocated ones went).
     """
     where, device = request.where, request.device
     if info.rank in unavailable:
         return unavailable[info.rank]
+    if info.rank == where.rank:
+        # The exact form: the node named is taken whoever's process it is, and the spawn checks the
+        # device there itself as it asks the node (it knows the class's own device, this does not).
+        return lacks_capacity(capacity(info), request.needs())
     if info.owner is not None:  # before its label: no placement puts an actor there, whatever it asks
         return f"the own process of {info.owner}"
     if where.label is not None and info.label != where.label:
@@ -112,13 +121,12 @@ def lacks_capacity(have: Mapping[str, float], needs: Mapping[str, float]) -> str
     return None
 
 
-def lacks_free(share: Mapping[str, Any], needs: Mapping[str, float]) -> str | None:
+def lacks_free(share: NodeShare, needs: Mapping[str, float]) -> str | None:
     """What a node's free resources lack for ``needs``, in words; None if nothing.
 
-    ``share`` is what the node says it has free and who holds what:
-    ``{"free": {name: amount}, "held": {holder: {name: amount}}}``.
+    ``share`` is what the node says it has free and who holds what.
     """
-    free: Mapping[str, float] = share["free"]
+    free = share["free"]
     short = [name for name, amount in needs.items() if free.get(name, 0.0) + EPSILON < amount]
     if not short:
         return None

@@ -1,30 +1,27 @@
-"""Placing actors by resource: the GPUs a node lends to actors spawned with ``gpus=``.
+"""The GPUs a node lends to actors: each node's :class:`GpuPool`, and what it says of them (:class:`GpuShare`).
 
-Each node's host keeps a :class:`GpuPool` of its own GPUs. ``spawn(..., gpus=k)``
-asks the candidate nodes' services what they have (a :class:`GpuShare` each),
-then asks the first with ``k`` free GPUs to build the actor. That node takes
-them as it builds, with no ``await`` between finding them free and holding
-them, so two spawns never get the same GPU; a spawn that finds them taken
-meanwhile is refused with ``PlacementError`` and moves on to the next
-candidate. An actor keeps its GPUs across restarts and gives them back when it
-stops, for good, or its node shuts down. An actor spawned with ``device=``
-alone holds nothing: it shares its device with whoever else is there.
+An actor spawned with ``gpus=k`` or ``Where(gpus=k)`` asks to be lent ``k``
+GPUs of one node, as it may ask for any resource; the placer finds the node
+(``where_placer``). That node's pool lends them as it builds the actor, with
+no ``await`` between finding them free and holding them, so two spawns never
+get the same GPU; a spawn that finds them taken meanwhile is refused with
+``PlacementError`` and moves on to the next node that fits. An actor keeps
+its GPUs across restarts and gives them back when it stops, for good, or its
+node shuts down. An actor spawned with ``device=`` alone holds nothing: it
+shares its device with whoever else is there.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
 
-from actorch._actors.placement.fit import LOST, by_node, lacks_capacity, lacks_free
+from actorch._actors.placement.fit import lacks_capacity, lacks_free
+from actorch._actors.placement.share import NodeShare
 from actorch._base.errors import PlacementError
 from actorch._base.resources import GPUS
 
-__all__ = ["GpuPool", "GpuShare", "candidate_ranks", "check_device", "place_on_gpus"]
-
-T = TypeVar("T")
+__all__ = ["GpuPool", "GpuShare", "check_device"]
 
 
 def check_device(actor: str, device: str, rank: int, have: tuple[str, ...]) -> None:
@@ -57,7 +54,7 @@ class GpuShare:
         """The GPUs no actor holds, in the node's order."""
         return tuple(device for device in self.devices if device not in self.holders)
 
-    def as_resources(self) -> dict[str, Any]:
+    def as_resources(self) -> NodeShare:
         """What it says, as a node says what it has of any resource (``{"free": {"gpus": n}, "held": {...}}``)."""
         held: dict[str, dict[str, float]] = {}
         for holder in self.holders.values():
@@ -114,50 +111,3 @@ class GpuPool:
         """Take back what actor ``actor_id`` holds, if anything."""
         for device in self._held.pop(actor_id, ()):
             del self.holders[device]
-
-
-def candidate_ranks(own: int, ranks: Iterable[int], on: int | None) -> list[int]:
-    """The nodes a ``gpus=`` spawn may use, best first: ``on`` alone, else this node, then the others of ``ranks``."""
-    if on is not None:
-        return [on]
-    return [own, *(rank for rank in sorted(ranks) if rank != own)]
-
-
-async def place_on_gpus(
-    what: str,
-    gpus: int,
-    ranks: list[int],
-    share_of: Callable[[int], Awaitable[GpuShare | None]],
-    spawn_there: Callable[[int], Awaitable[T]],
-) -> T:
-    """Spawn on the first of ``ranks`` with ``gpus`` free GPUs, or the next if they were taken meanwhile.
-
-    Args:
-        what: The spawn, as error messages name it (``spawn(Learner, gpus=2)``).
-        gpus: How many free GPUs the node must have.
-        ranks: The candidate nodes, best first (:func:`candidate_ranks`).
-        share_of: Asks a node what it has (None: the node is lost).
-        spawn_there: Spawns on a node, whose host lends it the GPUs or raises
-            ``PlacementError`` if they are no longer free.
-
-    Raises:
-        PlacementError: No candidate has ``gpus`` free GPUs; the message says
-            what each has free and who holds it, in the words of every placement.
-    """
-    shares = dict(zip(ranks, await asyncio.gather(*(share_of(rank) for rank in ranks)), strict=True))
-    refusals: dict[int, str] = {}
-    for rank in ranks:
-        share = shares[rank]
-        why = LOST if share is None else share.lacks(gpus)
-        if why is not None:
-            refusals[rank] = why
-            continue
-        try:
-            return await spawn_there(rank)
-        except PlacementError:
-            fresh = await share_of(rank)
-            why = LOST if fresh is None else fresh.lacks(gpus)
-            if why is None:
-                raise  # not the node's refusal for want of GPUs: the actor's own code raised it
-            refusals[rank] = why
-    raise PlacementError(f"{what}: no node fits; {by_node(refusals)}")

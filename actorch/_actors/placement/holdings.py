@@ -11,10 +11,10 @@ for good (restarts keep them). GPUs are lent as devices by the node's
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from actorch._actors.placement.fit import lacks_free
 from actorch._actors.placement.gpus import GpuShare
+from actorch._actors.placement.share import NodeShare
 from actorch._base.errors import PlacementError
 from actorch._base.resources import GPUS
 
@@ -67,11 +67,8 @@ class Holdings:
         self._held.pop(actor_id, None)
 
 
-def node_share(holdings: Holdings, gpus: GpuShare) -> dict[str, Any]:
-    """What a node has free and who holds what, GPUs counted in, as plain data for the placement.
-
-    ``{"free": {name: amount}, "held": {holder: {name: amount}}}``.
-    """
+def node_share(holdings: Holdings, gpus: GpuShare) -> NodeShare:
+    """What a node has free and who holds what, GPUs counted in, for the placement and the node's status."""
     lent = gpus.as_resources()
     free = {**holdings.free(), **lent["free"]}
     held = holdings.holders()

@@ -1,11 +1,13 @@
 """``Where``: what a spawn asks of the node that will host an actor.
 
-``spawn(Cls, on=3)`` names a node exactly. ``spawn(Cls, on=Where(label="env",
-cpus=1))`` describes one instead: its label, its host, the resources the actor
-holds there while it lives, the actors it must be near or apart from, or a
-process of the actor's own. The placement
-(``where_placer``) finds a node that fits, or raises ``PlacementError`` naming each
-node and why it did not, or waits for one (``wait=True``).
+``spawn(Cls, on=Where(label="env", cpus=1))`` describes a node: its label,
+its host, the resources the actor holds there while it lives, the actors it
+must be near or apart from, or a process of the actor's own. ``spawn(Cls,
+on=3)`` names one exactly, and ``spawn(Cls, gpus=2)`` asks for GPUs: inside,
+both are parts of a ``Where`` too (:func:`where_of`), so that every spawn is
+placed by one placer (``where_placer``), which finds a node that fits, or
+raises ``PlacementError`` naming each node and why it did not, or waits for
+one (``wait=True``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Protocol, runtime_checkable
 from actorch._base.codec import serializable
 from actorch._base.resources import CPUS, GPUS, MEMORY, check_resources, describe_amount
 
-__all__ = ["OWN", "Placed", "Where"]
+__all__ = ["OWN", "Placed", "Where", "check_env", "check_text", "where_of"]
 
 OWN = "own"
 ANY = "any"
@@ -73,6 +75,11 @@ class Where:
             without one, the system's ``lookup_timeout``; else raise at once.
         near: Only the node of this actor (its ref).
         apart_from: Not the node of any of these actors: a ref, or a list of refs.
+        rank: Only this node, taken as it is (``on=rank`` is short for
+            ``Where(rank=rank)``): even another actor's own process. It names
+            the node, so it goes with no other field that describes one
+            (``label``, ``host``, ``near``, ``apart_from``, ``process``); the
+            actor still holds what it asks there, and may ``wait`` for it.
 
     Example:
         >>> await system.spawn(Simulator, on=actorch.Where(label="env", cpus=1))
@@ -90,12 +97,11 @@ class Where:
     wait: bool = False
     near: Placed | None = None
     apart_from: Placed | Sequence[Placed] = ()
+    rank: int | None = None
 
     def __post_init__(self) -> None:
         for attribute in ("label", "host"):
-            value = getattr(self, attribute)
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ValueError(f"Where({attribute}=...) must be a non-empty str or None, not {value!r}")
+            check_text(getattr(self, attribute), f"Where({attribute}=...)")
         for attribute in (CPUS, MEMORY):
             value = getattr(self, attribute)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
@@ -114,14 +120,11 @@ class Where:
         if self.env is not None:
             if self.process != OWN:
                 raise ValueError("Where(env=...) is for a process of the actor's own: add process='own'")
-            if not isinstance(self.env, Mapping) or not all(
-                isinstance(key, str) and isinstance(value, str) for key, value in self.env.items()
-            ):
-                raise ValueError(f"Where(env=...) must map str to str, not {self.env!r}")
-            object.__setattr__(self, "env", dict(self.env))
+            object.__setattr__(self, "env", check_env(self.env, "Where(env=...)"))
         if not isinstance(self.wait, bool):
             raise ValueError(f"Where(wait=...) must be a bool, not {self.wait!r}")
         self._check_affinity()
+        self._check_rank()
 
     def _check_affinity(self) -> None:
         """Check ``near`` and ``apart_from``; keep ``apart_from`` as a tuple of refs."""
@@ -139,9 +142,33 @@ class Where:
         if self.near is not None and self.near in self.apart:
             raise ValueError(f"Where(near=..., apart_from=...): {self.near!r} cannot be both")
 
+    def _check_rank(self) -> None:
+        """Check ``rank``: a rank, and alone among the fields that describe a node."""
+        if self.rank is None:
+            return
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
+            raise ValueError(f"Where(rank=...) must be a node's rank (an int >= 0) or None, not {self.rank!r}")
+        described = [
+            attribute
+            for attribute, asked in (
+                ("label", self.label is not None),
+                ("host", self.host is not None),
+                ("near", self.near is not None),
+                ("apart_from", bool(self.apart)),
+                ("process", self.own),
+            )
+            if asked
+        ]
+        if described:
+            raise ValueError(
+                f"Where(rank=..., {described[0]}=...): rank names the node, so it takes no {described[0]}; "
+                "give one or the other"
+            )
+
     def __repr__(self) -> str:
         shown = []
         for attribute in (
+            "rank",
             "label",
             "host",
             "cpus",
@@ -177,3 +204,36 @@ class Where:
     def describe_needs(self) -> str:
         """What the actor holds, in words (``1 cpus, 2 env_slots``), or ``nothing``."""
         return ", ".join(describe_amount(name, amount) for name, amount in self.needs().items()) or "nothing"
+
+
+def check_text(value: object, what: str) -> None:
+    """Refuse ``value`` unless it is None or a str with more than spaces (a label, a host name)."""
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ValueError(f"{what} must be a non-empty str or None, not {value!r}")
+
+
+def check_env(value: object, what: str) -> dict[str, str]:
+    """``value`` as a plain dict of environment variables, if it maps str to str; else ``ValueError``."""
+    if not isinstance(value, Mapping) or not all(
+        isinstance(key, str) and isinstance(item, str) for key, item in value.items()
+    ):
+        raise ValueError(f"{what} must map str to str, not {value!r}")
+    return dict(value)
+
+
+def where_of(on: int | Where | None, here: int, *, gpus: int = 0, anywhere: bool = False) -> Where:
+    """The one ``Where`` that a spawn's ``on=`` and ``gpus=`` make, for the placer.
+
+    Args:
+        on: What the spawn said: a ``Where`` (taken as it is), a rank (that
+            node, ``Where(rank=on)``), or None.
+        here: The caller's node, where a spawn that says nothing goes.
+        gpus: GPUs it asks to be lent (``gpus=``), held on the node as ``Where(gpus=...)`` holds them.
+        anywhere: Without ``on``, any node that fits rather than the caller's
+            (a group spread across nodes); a spawn that asks for GPUs goes to any node too.
+    """
+    if isinstance(on, Where):
+        return on
+    if on is None and (gpus or anywhere):
+        return Where(gpus=gpus)
+    return Where(gpus=gpus, rank=here if on is None else on)

@@ -1,17 +1,21 @@
-"""Placing actors by what nodes have: ``spawn(on=Where(...))``, ``spawn_group``, ``add_nodes``, ``wait_nodes``.
+"""The one placer: which node every spawn goes to, and node processes on demand (``add_nodes``, ``wait_nodes``).
 
-A :class:`Placer` serves one node's ``ActorSystem``. For a spawn it first sets
-aside, from what it knows of every node (``NodeInfo``: label, host, resources,
-owner), those that cannot fit at all, then asks the rest what they have free
-(their service's ``resources``), tries the first that fits (this node, then
-the lowest rank) and moves on if that node's host finds it taken meanwhile. A
-group is planned in one go over the same answers: spread (each member on the
-node with the fewest members so far) or packed (each node filled before the
-next). When nothing fits, ``PlacementError`` names every node and why, unless
-the caller asked to wait; then it tries again whenever a node joins, and every
-so often for resources given back, until the caller's deadline. A process of
-the actor's own is a node added for it (``add_nodes``, by rank 0 or a host
-agent) on which it is the *owner*: the node leaves when it stops.
+A :class:`Placer` serves one node's ``ActorSystem``. Every spawn reaches it
+with one ``Where`` (``on=rank`` and ``gpus=`` are parts of it, see
+``where.where_of``). It first sets aside, from what it knows of the nodes
+(``NodeInfo``: label, host, resources, owner), those that cannot fit at all
+(``fit.refusal``; a ``Where`` that names a rank has that node alone), then,
+if the actor holds anything there, asks the rest what they have free (their
+service's ``resources``, a ``NodeShare``), tries the first that fits (this
+node, then the lowest rank) and moves on if that node's host finds it taken
+meanwhile. A group is planned in one go over the same answers: spread (each
+member on the node with the fewest members so far) or packed (each node
+filled before the next). When nothing fits, ``PlacementError`` names every
+node and why, unless the caller asked to wait; then it tries again whenever
+a node joins, and every so often for resources given back, until the
+caller's deadline. A process of the actor's own is a node added for it
+(``add_nodes``, by rank 0 or a host agent, with a ``NodeRequest``) on which
+it is the *owner*: the node leaves when it stops.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from actorch._actors.node.node_request import NodeRequest
 from actorch._actors.node.service import NodeService
 from actorch._actors.node.spawn_request import SpawnRequest
-from actorch._actors.placement.fit import EPSILON, LEAVING, LOST, by_node, lacks_free, refusal
+from actorch._actors.placement.fit import EPSILON, LEAVING, LOST, RANK_0, by_node, lacks_free, refusal
+from actorch._actors.placement.share import NodeShare
 from actorch._actors.placement.where import Where
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import NodeLostError, PlacementError, UnsupportedError
@@ -47,7 +53,7 @@ SpawnThere = Callable[[int, SpawnRequest], Awaitable[T]]
 
 
 class Placer:
-    """Finds nodes for ``Where`` spawns and groups, and adds node processes, for one node's system."""
+    """Finds the node of every spawn and group of one node's system, and adds node processes for it."""
 
     def __init__(self, host: ActorHost) -> None:
         self._host = host
@@ -66,7 +72,16 @@ class Placer:
         spread: bool | None,
         spawn_there: SpawnThere[T],
     ) -> list[T]:
-        """Spawn ``request``'s actor once per name: in processes of their own, as a group (``spread`` given), or one."""
+        """Spawn ``request``'s actor once per name: in processes of their own, as a group (``spread`` given), or one.
+
+        Args:
+            what: The spawn, as its errors name it (``spawn(Learner, gpus=2, on=1)``).
+            request: The spawn, its placement in ``request.where``.
+            names: One name per actor (a group's members), or None for an unnamed one.
+            owners: One name per actor for its own process, when ``request.where`` asks for one.
+            spread: For a group: spread rather than packed; None for one actor.
+            spawn_there: Spawns a request on a node, which raises ``PlacementError`` if what it holds is taken.
+        """
         requests = [request.named(name) for name in names]
         if request.own:
             return await self.own_processes(requests, owners, spawn_there)
@@ -84,11 +99,11 @@ class Placer:
                 refusals, fitting, _ = await self._survey(request)
                 for rank in fitting:
                     try:
-                        return await spawn_there(rank, request)
+                        return await spawn_there(rank, request.placed())
                     except PlacementError as exc:
                         why = await self._refusal_now(rank, request)
                         if why is None:
-                            raise  # not the node's refusal for want of room: the actor's own code raised it
+                            raise  # not for want of room: the device check, or the actor's own code, raised it
                         refusals[rank] = why
                         attempts.last = exc
                 attempts.last = PlacementError(f"{what}: no node fits; {by_node(refusals)}")
@@ -106,7 +121,9 @@ class Placer:
                 refusals, fitting, free = await self._survey(requests[0])
                 plan = _plan(count, fitting, free, requests[0].needs(), spread)
                 if len(plan) == count:
-                    return await all_or_none(spawn_there(rank, requests[index]) for index, rank in enumerate(plan))
+                    return await all_or_none(
+                        spawn_there(rank, requests[index].placed()) for index, rank in enumerate(plan)
+                    )
                 room = f"room for {len(plan)} of {count} members" if plan else "no node fits"
                 for rank in fitting:
                     refusals[rank] = f"room for {plan.count(rank)}"
@@ -121,52 +138,63 @@ class Placer:
         """Why each node that cannot take ``request`` does not, those that can now (best first), what they have free."""
         host = self._host
         self._changed.clear()  # a node that joins from now on wakes a placement that waits
+        named = request.where.rank
         refusals: dict[int, str] = {}
         asked: list[NodeInfo] = []
-        unavailable = self.unavailable()
+        unavailable = self._unavailable(request)
         for info in host.node.peers():
+            if named is not None and info.rank != named:
+                continue  # the exact form: the node named is the one candidate, and the others are no reason
             why = refusal(info, request, unavailable)
             if why is None:
                 asked.append(info)
             else:
                 refusals[info.rank] = why
-        answers = await asyncio.gather(*(self._share(info.rank) for info in asked))
         needs = request.needs()
-        fitting = []
         free: dict[int, dict[str, float]] = {}
-        for info, share in zip(asked, answers, strict=True):
-            if share is None:
-                refusals[info.rank] = LOST
-                continue
-            free[info.rank] = share["free"]
-            why = lacks_free(share, needs)
-            if why is None:
-                fitting.append(info.rank)
-            else:
-                refusals[info.rank] = why
+        if not needs:  # it holds nothing: what nodes have free does not matter, and asking costs a round trip each
+            fitting = [info.rank for info in asked]
+        else:
+            fitting = []
+            answers = await asyncio.gather(*(self._share(info.rank) for info in asked))
+            for info, share in zip(asked, answers, strict=True):
+                if share is None:
+                    refusals[info.rank] = LOST
+                    continue
+                free[info.rank] = share["free"]
+                why = lacks_free(share, needs)
+                if why is None:
+                    fitting.append(info.rank)
+                else:
+                    refusals[info.rank] = why
         own = host.rank
         fitting.sort(key=lambda rank: (rank != own, rank))
         return refusals, fitting, free
 
-    def unavailable(self) -> dict[int, str]:
-        """The nodes that take no actor now, and why: lost, or leaving the system."""
+    def _unavailable(self, request: SpawnRequest) -> dict[int, str]:
+        """The nodes that take no actor of ``request`` now, and why: lost, leaving, or rank 0 for a relocatable one."""
         node = self._host.node
         unavailable = dict.fromkeys(node.left | self._host.leaving, LEAVING)
         unavailable.update(dict.fromkeys(node.lost, LOST))
+        if request.relocatable:
+            unavailable.setdefault(0, RANK_0)
         return unavailable
 
-    async def _share(self, rank: int) -> dict[str, Any] | None:
+    async def _share(self, rank: int) -> NodeShare | None:
         """What node ``rank`` has free and who holds what; None if it is lost."""
         try:
-            found: dict[str, Any] = await self._host.services[rank].call(NodeService.resources)
+            found: NodeShare = await self._host.services[rank].call(NodeService.resources)
         except NodeLostError:
             return None
         return found
 
     async def _refusal_now(self, rank: int, request: SpawnRequest) -> str | None:
         """Why node ``rank`` refuses ``request`` now, asked again; None if it has room (the refusal was not its)."""
+        needs = request.needs()
+        if not needs:
+            return None  # it holds nothing there: room was not why
         share = await self._share(rank)
-        return LOST if share is None else lacks_free(share, request.needs())
+        return LOST if share is None else lacks_free(share, needs)
 
     def _bounded(self, where: Where) -> _Attempts:
         limit = None if not where.wait else self._host.config.lookup_timeout
@@ -182,7 +210,8 @@ class Placer:
         A node whose actor could not be spawned leaves the system again.
         """
         where = requests[0].where
-        infos = await self.add_nodes(len(requests), where.label, {}, where.env or {}, where.host, owners)
+        asked = NodeRequest(len(requests), where.label, env=where.env or {}, host=where.host, owners=tuple(owners))
+        infos = await self.add_nodes(asked)
 
         async def spawn_one(index: int, rank: int) -> T:
             try:
@@ -203,23 +232,10 @@ class Placer:
 
     # ------------------------------------------------------------------ node processes
 
-    async def add_nodes(
-        self,
-        count: int,
-        label: str | None,
-        resources: Mapping[str, float],
-        env: Mapping[str, str],
-        host: str | None,
-        owners: list[str] | None = None,
-    ) -> list[NodeInfo]:
-        """Have rank 0, or the host agent of ``host``, start ``count`` node processes; them, once they serve.
-
-        ``owners`` names the actor each process is started for (``Where(process="own")``).
-        """
-        rank = 0 if host is None else self.pool_of(host)
-        ranks: list[int] = await self._host.services[rank].call(
-            NodeService.add_nodes, count, label, dict(resources), dict(env), owners
-        )
+    async def add_nodes(self, request: NodeRequest) -> list[NodeInfo]:
+        """Have rank 0, or the host agent of ``request.host``, start the node processes asked; them, once they serve."""
+        rank = 0 if request.host is None else self.pool_of(request.host)
+        ranks: list[int] = await self._host.services[rank].call(NodeService.add_nodes, request)
         return await self._met(ranks)
 
     async def _met(self, ranks: list[int]) -> list[NodeInfo]:

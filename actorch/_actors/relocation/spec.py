@@ -15,15 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from actorch._actors.node.spawn_request import SpawnRequest
-from actorch._actors.placement.fit import HomeOf, rank_of, refusal
+from actorch._actors.placement.fit import RANK_0, HomeOf, rank_of, refusal
 from actorch._actors.relocation.movable import Origin
 from actorch._base.codec import serializable
 from actorch._base.names import actor_label
 from actorch._transport.base import NodeInfo
 
-__all__ = ["RANK_0", "RelocationSpec", "check_home", "eligible_nodes", "relocatable_homes"]
-
-RANK_0 = "rank 0 hosts no relocatable actor (it keeps their snapshots)"
+__all__ = ["RANK_0", "RelocationSpec", "check_home", "eligible_nodes"]
 
 
 def check_home(what: str, rank: int) -> None:
@@ -33,14 +31,6 @@ def check_home(what: str, rank: int) -> None:
             f"cannot place {what} on node 0 with Restart(relocate=True): rank 0 runs main and keeps the "
             "snapshots, and its loss ends the system; spawn it on another node (on=1)"
         )
-
-
-def relocatable_homes(what: str, ranks: list[int]) -> list[int]:
-    """The nodes of ``ranks`` a relocatable actor (``what``) may live on: not rank 0 (``ValueError`` if none)."""
-    homes = [rank for rank in ranks if rank != 0]
-    if not homes:
-        check_home(what, 0)
-    return homes
 
 
 @serializable()
