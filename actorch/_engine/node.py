@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import torch
 
+from actorch._base.channels.cuda_ipc import CudaIpcChannel
 from actorch._base.channels.leases import use_pool_limit
 from actorch._base.channels.plane import DataPlane
 from actorch._base.channels.shm import SharedMemoryChannel
@@ -430,7 +431,8 @@ def _data_plane(config: SystemConfig, log: Any) -> DataPlane:
         log.warning("shared memory refused", why=message)
 
     shm = SharedMemoryChannel(use_pool_limit(config.shm_pool), per_peer=config.send_budget, warn=warn)
-    return DataPlane.standard(config.channels, shm=shm)
+    gpus = CudaIpcChannel() if torch.cuda.is_available() else None
+    return DataPlane.standard(config.channels, shm=shm, cuda_ipc=gpus)
 
 
 def _telemetry(rank: int) -> NodeTelemetry:

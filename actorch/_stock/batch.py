@@ -1,10 +1,9 @@
 """``Batch``: what a collector sends, the transitions of one policy version.
 
-Across hosts (or to a reader that did not ask for it) a batch travels as any
-dataclass of tensors does. To a reader on the collector's own host that asked
-for it, its observations stay in a slot of shared memory and the batch names
-the slot (``slot``) until the reader copies them out (see
-:mod:`~actorch._stock.handover`).
+A batch travels as any dataclass of tensors does. For a reader in another
+process that asked for it, its observations are written into a lease of
+shared memory, which reaches a reader on the collector's host by reference
+(see :mod:`~actorch._stock.handover`).
 """
 
 from __future__ import annotations
@@ -39,11 +38,6 @@ class Batch:
             one, not the next episode's first), ``[steps, envs, *state]``.
         episode_returns: The total reward of each episode that ended in the batch.
         episode_lengths: The length of each of those episodes, in the same order.
-        slot: Where ``observations`` and ``next_observations`` lie in shared
-            memory while the batch travels by reference to a reader on the
-            collector's host that asked for it (:class:`~actorch.Collection`
-            does, and copies them out); until then those two are empty. None
-            for a batch sent by value, and once the reader has them.
     """
 
     collector: str
@@ -57,7 +51,6 @@ class Batch:
     next_observations: torch.Tensor = field(repr=False)
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
-    slot: list[Any] | None = field(default=None, repr=False)
 
     @property
     def frames(self) -> int:

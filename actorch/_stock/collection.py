@@ -35,7 +35,7 @@ from actorch._engine.streaming import Stream
 from actorch._stock.batch import Batch
 from actorch._stock.collector import Collector
 from actorch._stock.group import ActorGroup
-from actorch._stock.handover import Handover, Mappings, host_identity
+from actorch._stock.handover import Handover
 from actorch._stock.heap import keep_freed_memory
 
 __all__ = ["Collection"]
@@ -133,14 +133,13 @@ class Collection:
         self.server = server
         self.stop_collectors = stop_collectors
         self.shared_memory = shared_memory
-        keep_freed_memory()  # each batch's copy out of shared memory takes the megabytes the last one freed
+        keep_freed_memory()  # a batch that comes by value takes the megabytes the last one freed
         self._refs = refs
         self._sources = [_Source(ref) for ref in refs]
         self._arrivals = itertools.count()
         self._last: _Source | None = None  # the source of the batch handed out last (asked again lazily)
         self._closed = False
         self._unpublished_said = False
-        self._mappings = Mappings()  # the slots of the collectors on this host, whose batches come by reference
         self._counts = {"batches": 0, "frames": 0, "dropped": 0, "asked_again": 0, "failed": 0, "published": 0}
 
     def __repr__(self) -> str:
@@ -237,7 +236,6 @@ class Collection:
                 await asyncio.gather(source.pending, return_exceptions=True)
             if source.stream is not None:
                 await source.stream.aclose()
-        self._mappings.clear()
         if self.stop_collectors:
             outcomes = await asyncio.gather(*(ref.stop() for ref in self._refs), return_exceptions=True)
             for ref, outcome in zip(self._refs, outcomes, strict=True):
@@ -257,7 +255,7 @@ class Collection:
             next_batch: Awaitable[Batch] = source.ref.call(Collector.collect, floor, server=self.server, handover=asked)
         else:
             if source.stream is None:
-                # The collector keeps a slot more than the batches the stream may hold unread.
+                # The collector keeps a lease more than the batches the stream may hold unread.
                 asked = self._handover(self.window + 1)
                 stream = source.ref.stream(Collector.batches, server=self.server, handover=asked)
                 source.stream = stream.with_window(self.window)
@@ -267,7 +265,7 @@ class Collection:
 
     def _handover(self, slots: int) -> Handover | None:
         """What to ask of a collector so that its batches come by reference, if they may."""
-        return Handover(host_identity(), os.getpid(), slots) if self.shared_memory else None
+        return Handover(os.getpid(), slots) if self.shared_memory else None
 
     def _take(self, source: _Source) -> Batch | None:
         """The batch ``source`` finished (None: its stream ended); a failure leaves it out and is raised."""
@@ -275,7 +273,7 @@ class Collection:
         assert task is not None
         source.pending = None
         try:
-            return self._mappings.resolved(task.result())
+            return task.result()
         except StopAsyncIteration:
             self._sources.remove(source)
             return None

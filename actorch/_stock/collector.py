@@ -26,7 +26,7 @@ from actorch._actors.actor import Actor
 from actorch._actors.ref import ActorRef
 from actorch._stock.batch import Batch
 from actorch._stock.envs import EnvFactory, EnvPlayer, Rows, state_dtype
-from actorch._stock.handover import Handover, Slots, by_reference, carve, room, usable
+from actorch._stock.handover import Handover, Slots, usable
 from actorch._stock.heap import keep_freed_memory
 from actorch._stock.policies import PolicyFactory, build_policy, sample_categorical
 from actorch._stock.sharded_replay import ShardedReplayBuffer
@@ -124,7 +124,15 @@ class Collector(EnvPlayer, Actor):
         self._tally = _Tally(self.num_envs, max_steps)
         self._playing = asyncio.Lock()
         self._slots: Slots | None = None  # shared memory for a reader on this host, once one asks
-        self._counts = {"batches": 0, "frames": 0, "episodes": 0, "weights": 0, "by_reference": 0, "shm_refused": 0}
+        self._counts = {
+            "batches": 0,
+            "frames": 0,
+            "episodes": 0,
+            "weights": 0,
+            "by_reference": 0,
+            "shm_refused": 0,
+            "slots_busy": 0,
+        }
         self._seconds = 0.0
 
     async def set_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> int:
@@ -162,10 +170,11 @@ class Collector(EnvPlayer, Actor):
             count: Batches to collect, or None for as many as the consumer takes.
             server: A :class:`~actorch.ParameterServer` (of the same policy) to
                 pull newer weights from before each batch.
-            handover: Who reads the stream (``Handover(host, pid, slots)``,
-                ``slots`` above its window): a reader on this host in another
-                process gets the observations through shared memory, one copy
-                on their way instead of three. :class:`~actorch.Collection` asks for it.
+            handover: Who reads the stream (``Handover(pid, slots)``, ``slots``
+                above its window): for a reader in another process, the
+                observations are written into leases of shared memory, which
+                go to a reader on this host by reference, with no copy on
+                their way. :class:`~actorch.Collection` asks for it.
 
         Raises:
             ValueError: If ``count`` is below 1.
@@ -228,16 +237,19 @@ class Collector(EnvPlayer, Actor):
         return added
 
     async def on_stop(self) -> None:
-        """Close the environments and let the slots of shared memory go."""
-        self._slots = None
+        """Close the environments and give the leases of shared memory back."""
+        if self._slots is not None:
+            self._slots.close()
+            self._slots = None
         await super().on_stop()
 
     async def statistics(self) -> dict[str, Any]:
         """Batches, frames and episodes collected, weight versions taken, the version held, frames per second.
 
-        ``by_reference`` counts the batches handed over through shared memory,
-        ``shm_refused`` those that went by value because a slot of shared
-        memory could not be had (a full ``/dev/shm``).
+        ``by_reference`` counts the batches made in leases of shared memory
+        (by reference to a reader on this host), ``shm_refused`` those made in
+        private memory because shared memory had no room (a full ``/dev/shm``),
+        ``slots_busy`` those made so because the reader still held every lease.
         """
         seconds = self._seconds
         return {
@@ -281,36 +293,42 @@ class Collector(EnvPlayer, Actor):
         self._counts["weights"] += 1
 
     def _slots_for(self, handover: Handover | None) -> Slots | None:
-        """The slots to hand batches to this reader through, if it shares this host (and not this process)."""
+        """The leases to hand batches to this reader through, if it is another process."""
         asked = usable(handover)
         if asked is None:
             return None
         if self._slots is None or self._slots.count < asked.slots:
+            if self._slots is not None:
+                self._slots.close()
             self._slots = Slots(asked.slots)
         return self._slots
 
-    def _slot(self, slots: Slots | None, nbytes: int) -> torch.UntypedStorage | None:
-        """A slot of ``nbytes`` for the next batch, or None: by value, also when shared memory is refused.
+    def _slot(self, slots: Slots | None, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+        """Room for the next batch's observations and next observations in a lease, or None: private memory.
 
         A container's ``/dev/shm`` is often small (Docker's is 64 MiB): when
-        the slot cannot be had, the batch goes by value, and the collector
-        says so once.
+        no lease can be had, the batch goes by value, and the collector says
+        so once.
         """
         if slots is None:
             return None
-        try:
-            return slots.take(nbytes)
-        except RuntimeError as error:  # torch allocates the whole file up front: a full /dev/shm is an error here
-            self._counts["shm_refused"] += 1
-            if self._counts["shm_refused"] == 1:
-                log.warning(
-                    "shared memory refused: batches go by value",
-                    collector=self.key,
-                    nbytes=nbytes,
-                    error=str(error),
-                    hint="give /dev/shm more room (docker run --shm-size=1g) or Collection(shared_memory=False)",
-                )
+        busy = slots.busy
+        room = slots.take(shape, dtype)
+        if room is not None:
+            return room
+        if slots.busy > busy:
+            self._counts["slots_busy"] += 1
             return None
+        self._counts["shm_refused"] += 1
+        if self._counts["shm_refused"] == 1:
+            log.warning(
+                "shared memory refused: batches go by value",
+                collector=self.key,
+                why=slots.refusal,
+                hint="give /dev/shm more room (docker run --shm-size=1g), raise run(shm_pool=...), "
+                "or Collection(shared_memory=False)",
+            )
+        return None
 
     async def _batch(self, slots: Slots | None = None) -> Batch:
         """One batch, its environments played by one caller at a time (streams and calls may come at once)."""
@@ -325,7 +343,7 @@ class Collector(EnvPlayer, Actor):
         assert self._states is not None
         assert self._next is not None
         steps = self.frames_per_batch // self.num_envs
-        slot = self._slot(slots, room((steps, *self._states.shape), self._states.dtype, 2))
+        slot = self._slot(slots, (steps, *self._states.shape), self._states.dtype)
         batch = _Rows(steps, self._states, self._next, raw=self._raw, slot=slot)
         self._tally.begin()
         started = time.perf_counter()
@@ -356,10 +374,9 @@ class Collector(EnvPlayer, Actor):
             self._tally.returns,
             self._tally.lengths,
         )
-        if batch.slot is None:
-            return made
-        self._counts["by_reference"] += 1
-        return by_reference(made, batch.slot)
+        if batch.slot is not None:
+            self._counts["by_reference"] += 1
+        return made
 
     def _play(self, batch: _Rows, step: int, pause: float) -> int:
         """Play the batch's steps from ``step`` on until it is full or ``pause`` has passed; return the next step."""
@@ -434,7 +451,7 @@ class _Rows:
     """
 
     def __init__(
-        self, steps: int, states: torch.Tensor, following: torch.Tensor, *, raw: bool, slot: torch.UntypedStorage | None
+        self, steps: int, states: torch.Tensor, following: torch.Tensor, *, raw: bool, slot: torch.Tensor | None
     ) -> None:
         count = len(states)
         shape = (steps, *states.shape)
@@ -442,8 +459,8 @@ class _Rows:
         if slot is None:
             self.observations = torch.empty(shape, dtype=states.dtype)
             self.finals = torch.empty_like(self.observations)
-        else:  # both in a slot of shared memory: they are written where the reader will read them
-            self.observations, self.finals = carve(slot, shape, states.dtype, 2)
+        else:  # both in a lease of shared memory: they are written where the reader will read them
+            self.observations, self.finals = slot[0], slot[1]
         self.rewards = torch.zeros((steps, count), dtype=torch.float32)
         self.terminated = torch.zeros((steps, count), dtype=torch.bool)
         self.truncated = torch.zeros((steps, count), dtype=torch.bool)

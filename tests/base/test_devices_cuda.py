@@ -1,7 +1,9 @@
 """CUDA tensors between real processes (marked ``cuda``: they skip, saying so, on a machine without a GPU).
 
 Two processes share ``cuda:0``, which is what a device map from ``cuda:0`` to
-``cuda:0`` covers on a one-GPU machine.
+``cuda:0`` covers on a one-GPU machine, and what CUDA IPC reaches. Each run
+that could abort a process (an empty tensor through a map) runs in a process
+of its own, so that one abort cannot hide another.
 """
 
 from __future__ import annotations
@@ -39,6 +41,62 @@ def test_cuda_tensors_without_a_map_are_staged_to_the_receiving_actors_device() 
     assert r["nested"] == ["cpu", [0.0, 1.0, 2.0, 3.0], "cpu"]
     assert r["result"] == ["cpu", [0.0, 1.0, 2.0]]  # main is no actor: results land on the host
     assert r["kept"] == TOLD
+
+
+@pytest.mark.timeout(120)
+def test_cuda_tensors_go_by_cuda_ipc_on_one_host_and_land_where_the_map_says() -> None:
+    run = run_script("cuda_tensors.py", "ipc", timeout=100)
+    run.assert_clean_exit(0)
+    r = run.result("ipc")
+    assert r["channels"]["cuda_ipc"] >= 4, "CUDA IPC carried them"
+    assert r["channels"]["device_map"] == 0
+    assert r["arrived_cpu_actor"] == "cuda:0"  # a map says where it lands, as on the map itself
+    assert r["arrived_gpu_actor"] == "cuda:0"
+    assert r["result"] == ["cuda:0", [0.0, 1.0, 2.0]]
+    assert r["kept"] == TOLD  # the copy into the block is ordered before the mutation on the stream
+
+
+@pytest.mark.timeout(120)
+def test_cuda_tensors_by_cuda_ipc_without_a_map_land_where_staged_ones_would() -> None:
+    run = run_script("cuda_tensors.py", "ipc-unmapped", timeout=100)
+    run.assert_clean_exit(0)
+    r = run.result("ipc-unmapped")
+    assert r["channels"]["cuda_ipc"] >= 4
+    assert r["arrived_cpu_actor"] == "cpu"
+    assert r["arrived_gpu_actor"] == "cuda:0"
+    assert r["result"] == ["cpu", [0.0, 1.0, 2.0]]
+    assert r["kept"] == TOLD
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", ["empty-map", "empty-ipc", "empty-staged"])
+def test_an_empty_cuda_tensor_never_aborts_a_process_on_any_path(case: str) -> None:
+    run = run_script("cuda_limits.py", case, timeout=100)
+    run.assert_clean_exit(0)
+    r = run.result(case)
+    assert [shape for _, shape, _ in r["arrived"]] == [shape for _, shape, _ in r["sent"]]
+    assert [dtype for dtype, _, _ in r["arrived"]] == [dtype for dtype, _, _ in r["sent"]]
+    assert {device for _, _, device in r["arrived"]} == {"cuda:0"}
+    assert r["back"] == r["arrived"], "the node still serves"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", ["large-1g", "large-4g"])
+def test_a_large_cuda_tensor_crosses_with_the_defaults(case: str) -> None:
+    run = run_script("cuda_limits.py", case, timeout=280)
+    run.assert_clean_exit(0)
+    r = run.result(case)
+    assert r["arrived"][0] == "cuda:0"
+    assert r["arrived"][1] == [r["elements"]]
+    assert r["arrived"][2] == r["expected"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["cuda-ipc", "cuda-map", "cuda-staged"])
+def test_drawn_cuda_tensors_cross_every_path_bitwise(mode: str) -> None:
+    run = run_script("tensor_fidelity.py", mode, "40", timeout=280)
+    run.assert_clean_exit(0)
+    assert run.result("fidelity")["calls"] >= 40
 
 
 @pytest.mark.timeout(300)

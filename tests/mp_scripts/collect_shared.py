@@ -1,4 +1,4 @@
-"""Collectors on workers hand their batches to a Collection on rank 0 through shared memory (one host).
+"""Collectors on workers hand their batches to a Collection on rank 0 through leases of shared memory (one host).
 
 Usage: ``python collect_shared.py``. Every check prints one ``RESULT {json}``
 line; the test asserts on them. The collectors play ``corridor.Pixels``
@@ -17,18 +17,10 @@ from actors import run_checks
 from corridor import FramePolicy, Pixels
 
 import actorch
-from actorch._stock.handover import Slots
+from actorch._base.channels.leases import DEFAULT_SHM_POOL, process_pool
 from actorch.rl import Batch, Collection, Collector
 
 OPTIONS = {"num_envs": 2, "frames_per_batch": 16, "logits": True}
-
-
-TAKE = Slots.take
-
-
-def refused(self: Slots, nbytes: int) -> Any:
-    """What torch raises when ``/dev/shm`` has no room for a slot (its message, a full tmpfs)."""
-    raise RuntimeError("unable to allocate shared memory(shm) for file </torch_0_0_0>: No space left on device (28)")
 
 
 class PidCollector(Collector):
@@ -36,16 +28,18 @@ class PidCollector(Collector):
         return os.getpid()
 
     async def refuse_shared_memory(self, refuse: bool) -> None:
-        """Every slot this process asks for is refused (as by a full ``/dev/shm``), or no longer."""
-        Slots.take = refused if refuse else TAKE  # type: ignore[method-assign]
+        """This process's pool of shared memory has no room from now on (its idle segments removed), or again."""
+        pool = process_pool()
+        pool.limit = 1 if refuse else DEFAULT_SHM_POOL
+        if refuse:
+            pool._evict(pool.bytes)
 
 
 def intact(batch: Batch) -> bool:
     """The batch is what the collector played: each step moved the first pixel by 1 + the action taken."""
     moved = (batch.next_observations[:, :, 0, 0].long() - batch.observations[:, :, 0, 0].long()) % 256
     return bool(
-        batch.slot is None
-        and batch.observations.dtype == torch.uint8
+        batch.observations.dtype == torch.uint8
         and batch.observations.shape == (8, 2, 2, 3)
         and torch.equal(moved, 1 + batch.actions)
         and torch.equal(batch.observations[1:], batch.next_observations[:-1])
@@ -60,8 +54,8 @@ async def spawn(system: actorch.ActorSystem) -> list[actorch.ActorRef[PidCollect
 
 
 def slot_files(pids: list[int]) -> list[str]:
-    """The shared-memory files the collectors' processes made (torch names them after their pid)."""
-    return sorted(name for name in os.listdir("/dev/shm") for pid in pids if name.startswith(f"torch_{pid}_"))
+    """The shared-memory segments the collectors' processes made (named after their pid)."""
+    return sorted(name for name in os.listdir("/dev/shm") for pid in pids if name.startswith(f"actorch-{pid}-"))
 
 
 async def check_streamed(system: actorch.ActorSystem) -> dict[str, Any]:
@@ -82,7 +76,7 @@ async def check_streamed(system: actorch.ActorSystem) -> dict[str, Any]:
         "by_reference": sum(count["by_reference"] for count in counts),
         "batches": sum(count["batches"] for count in counts),
         "files": len(files),
-        "left": slot_files(pids),
+        "pids": [node.pid for node in system.nodes],
     }
 
 
@@ -102,10 +96,10 @@ async def check_waited(system: actorch.ActorSystem) -> dict[str, Any]:
     return {"intact": [intact(batch) for batch in batches], "by_reference": [count["by_reference"] for count in counts]}
 
 
-async def check_elsewhere(system: actorch.ActorSystem) -> dict[str, Any]:
+async def check_unasked(system: actorch.ActorSystem) -> dict[str, Any]:
     [ref, _] = await spawn(system)
     batches = []
-    async for batch in ref.stream(Collector.batches, 2, handover=("another host", os.getpid(), 3)):
+    async for batch in ref.stream(Collector.batches, 2):
         batches.append(batch)
     statistics = await ref.call(Collector.statistics)
     return {"intact": [intact(batch) for batch in batches], "by_reference": statistics["by_reference"]}
@@ -149,7 +143,7 @@ async def main(system: actorch.ActorSystem) -> dict[str, Any]:
     checks = [
         ("streamed", check_streamed),
         ("waited", check_waited),
-        ("elsewhere", check_elsewhere),
+        ("unasked", check_unasked),
         ("by_value", check_by_value),
         ("refused", check_refused),
     ]

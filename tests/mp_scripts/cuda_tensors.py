@@ -1,8 +1,14 @@
-"""CUDA tensors between two processes that share ``cuda:0``: through a device map, or staged through the host.
+"""CUDA tensors between two processes that share ``cuda:0``: by CUDA IPC, a device map, or staged through the host.
 
-Usage: ``python cuda_tensors.py mapped|staged``. ``mapped`` runs with
-``device_maps="auto"`` (``cuda:0`` to ``cuda:0``: both processes see the GPU),
-``staged`` with ``device_maps=None``.
+Usage: ``python cuda_tensors.py MODE``:
+
+- ``mapped``: ``device_maps="auto"`` (``cuda:0`` to ``cuda:0``: both processes
+  see the GPU), channels ``device_map`` and ``staged`` (no CUDA IPC);
+- ``staged``: no maps, and the ``staged`` channel alone;
+- ``ipc``: every channel (CUDA IPC first), with the maps of ``"auto"``, which
+  say where a tensor lands;
+- ``ipc-unmapped``: every channel, no maps: a tensor lands on the receiving
+  actor's device, as a staged one does.
 """
 
 from __future__ import annotations
@@ -52,8 +58,10 @@ async def main(system: actorch.ActorSystem) -> None:
             on_cpu.tell(Keeper.keep, tensor)
             tensor.add_(1)
         kept = await on_cpu.call(Keeper.kept)
+    channels = system.statistics()["channels"]
     emit(
         MODE,
+        channels={name: counts["tensors"] for name, counts in channels.items()},
         devices=[list(node.devices) for node in system.nodes],
         arrived_cpu_actor=arrived_cpu_actor,
         arrived_gpu_actor=arrived_gpu_actor,
@@ -63,5 +71,13 @@ async def main(system: actorch.ActorSystem) -> None:
     )
 
 
+SETTINGS: dict[str, dict[str, Any]] = {
+    "mapped": {"device_maps": "auto", "channels": ("device_map", "staged")},
+    "staged": {"device_maps": None, "channels": ("staged",)},
+    "ipc": {"device_maps": "auto"},
+    "ipc-unmapped": {"device_maps": None},
+}
+
+
 if __name__ == "__main__":
-    actorch.run(main, world_size=2, device_maps="auto" if MODE == "mapped" else None)
+    actorch.run(main, world_size=2, **SETTINGS[MODE])

@@ -187,7 +187,7 @@ def payloads() -> st.SearchStrategy[list[torch.Tensor]]:
 
 def _memory(tensor: torch.Tensor) -> bytes:
     """The bytes of a strided tensor's values, its conjugate and negative bits resolved, in logical order."""
-    flat = tensor.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
+    flat = tensor.detach().cpu().resolve_conj().resolve_neg().contiguous().reshape(-1)
     return ctypes.string_at(flat.data_ptr(), flat.nbytes) if flat.nbytes else b""
 
 

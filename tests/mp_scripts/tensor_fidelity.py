@@ -1,15 +1,19 @@
 """Tensors drawn by hypothesis cross a real torch RPC world and back, bitwise as sent; the unsendable are refused.
 
-Usage: ``python tensor_fidelity.py lane|no-lane EXAMPLES`` (two processes). Rank 0
+Usage: ``python tensor_fidelity.py MODE EXAMPLES`` (two processes). Rank 0
 draws ``EXAMPLES`` payloads (one to three tensors of any kind, see
 ``tensor_cases``), sends each to an actor on rank 1, which reports the bits of
 what arrived and sends it back; both must equal the bits sent. Small tensors
 ride inside the message bytes. With ``lane``, messages take the fast lane and
 larger tensors shared memory (the two nodes share this host); with
 ``no-lane``, messages take torch RPC and the tensors its own path (the system
-leaves shared memory out: ``channels=("staged",)``). Then each kind that has
-no faithful form is sent once and must be refused with ``SerializationError``
-naming the argument, the process still serving.
+leaves shared memory out: ``channels=("staged",)``). The ``cuda-ipc``,
+``cuda-map`` and ``cuda-staged`` modes (two processes sharing ``cuda:0``)
+move each drawn tensor that can be to the GPU first, half of them into a
+view of a large storage, and send them by CUDA IPC, through a device map, or
+staged through the host; empty ones among them travel as metadata. Then each
+kind that has no faithful form is sent once and must be refused with
+``SerializationError`` naming the argument, the process still serving.
 """
 
 from __future__ import annotations
@@ -24,13 +28,38 @@ from typing import Any
 import torch
 from actors import describe, emit
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tensor_cases import TensorEcho, bits, payloads
 
 import actorch
 
-LANE = sys.argv[1] == "lane"
+MODE = sys.argv[1]
+LANE = MODE != "no-lane"
 EXAMPLES = int(sys.argv[2])
 CALL_SECONDS = 30.0
+SETTINGS: dict[str, dict[str, Any]] = {
+    "lane": {},
+    "no-lane": {"channels": ("staged",)},
+    "cuda-ipc": {"device_maps": None},
+    "cuda-map": {"device_maps": "auto", "channels": ("device_map",)},
+    "cuda-staged": {"device_maps": None, "channels": ("staged",)},
+}
+
+
+def on_gpu(tensor: torch.Tensor, inside_large: bool) -> torch.Tensor:
+    """``tensor`` on ``cuda:0`` (in a view of a larger storage if ``inside_large``); as it is if it cannot go."""
+    try:
+        if tensor.layout is not torch.strided or tensor.is_nested or tensor.is_quantized:
+            return tensor.to("cuda:0")
+        moved = tensor.to("cuda:0")
+        if not inside_large or not moved.numel():
+            return moved
+        large = torch.zeros(moved.numel() + (1 << 18), dtype=moved.dtype, device="cuda:0")
+        view = large[1024 : 1024 + moved.numel()].view(moved.shape)
+        view.copy_(moved)
+        return view
+    except (RuntimeError, NotImplementedError):  # a kind CUDA does not hold (quantized): it stays on the host
+        return tensor
 
 
 def check_property(loop: asyncio.AbstractEventLoop, echo: actorch.ActorRef[TensorEcho]) -> int:
@@ -38,10 +67,12 @@ def check_property(loop: asyncio.AbstractEventLoop, echo: actorch.ActorRef[Tenso
     sent = 0
 
     @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(payloads())
-    def arrives_as_sent(payload: list[torch.Tensor]) -> None:
+    @given(payloads(), st.booleans())
+    def arrives_as_sent(payload: list[torch.Tensor], inside_large: bool) -> None:
         nonlocal sent
         expected = [bits(tensor) for tensor in payload]
+        if MODE.startswith("cuda"):
+            payload = [on_gpu(tensor, inside_large) for tensor in payload]
         call = asyncio.run_coroutine_threadsafe(echo.call(TensorEcho.echo, payload), loop)
         arrived, returned = call.result(CALL_SECONDS)
         sent += 1
@@ -101,13 +132,12 @@ async def refusals(system: actorch.ActorSystem, echo: actorch.ActorRef[TensorEch
 
 
 async def main(system: actorch.ActorSystem) -> str:
-    echo = await system.spawn(TensorEcho, on=1)
+    echo = await system.spawn(TensorEcho, on=1, device="cuda:0" if MODE.startswith("cuda") else None)
     await fidelity(system, echo)
     await refusals(system, echo)
     return "returned"
 
 
 if __name__ == "__main__":
-    channels = None if LANE else ("staged",)
-    returned = actorch.run(main, world_size=2, fast_lane=LANE, stop_grace=1.0, channels=channels)
+    returned = actorch.run(main, world_size=2, fast_lane=LANE, stop_grace=1.0, **SETTINGS[MODE])
     print("RETURNED " + json.dumps(returned), flush=True)

@@ -1,62 +1,81 @@
-"""Batches by reference on one host: who may get them, the slots reused round robin, the one copy out."""
+"""Batches by reference on one host: who may get them, and the leases a collector reuses once the reader let go."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 import torch
 
-from actorch._stock.handover import Handover, Mappings, Slots, by_reference, carve, host_identity, room, usable
-from actorch.rl import Batch
+from actorch._base.channels.leases import process_pool
+from actorch._base.channels.segments import SegmentPool, host_identity
+from actorch._stock.handover import Handover, Slots, usable
+
+pytestmark = pytest.mark.skipif(host_identity() is None, reason="no /dev/shm on this machine")
+
+SHAPE = (4, 2, 3)
 
 
-def test_usable_hands_over_only_to_another_process_of_this_host() -> None:
-    here = host_identity()
+def test_usable_hands_over_only_to_another_process() -> None:
     assert usable(None) is None
-    assert usable((here, os.getpid(), 3)) is None, "the same process takes batches as they are"
-    assert usable(("elsewhere", os.getpid() + 1, 3)) is None
-    assert usable((here, os.getpid() + 1, 0)) is None
-    assert usable((here, os.getpid() + 1, 3)) == Handover(here, os.getpid() + 1, 3)
+    assert usable((os.getpid(), 3)) is None, "the same process takes batches as they are"
+    assert usable((os.getpid() + 1, 0)) is None
+    assert usable((os.getpid() + 1, 3)) == Handover(os.getpid() + 1, 3)
 
 
-def test_slots_are_taken_round_robin_and_grow_for_a_bigger_batch() -> None:
-    slots = Slots(2)
-    first, second = slots.take(100), slots.take(100)
-    assert first is not second
-    assert slots.take(100) is first
-    bigger = slots.take(1000)
-    assert bigger is not second
-    assert bigger.nbytes() >= 1000
+def held_by_a_reader(pool: SegmentPool, tensor: torch.Tensor) -> None:
+    """Lend the lease under ``tensor`` to node 1, as sending it to a reader of this host does."""
+    segment = pool.leased_at(tensor.untyped_storage().data_ptr())
+    assert segment is not None
+    pool.lend(segment, 1, tensor.nbytes)
 
 
-def batch_in(storage: torch.UntypedStorage) -> Batch:
-    observations, finals = carve(storage, (3, 2, 4), torch.uint8, 2)
-    observations.copy_(torch.arange(24, dtype=torch.uint8).view(3, 2, 4))
-    finals.copy_(observations + 1)
-    flags = torch.zeros((3, 2), dtype=torch.bool)
-    return Batch("c", 4, observations, torch.ones(3, 2), torch.zeros(3, 2), torch.ones(3, 2), flags, flags, finals)
+@pytest.fixture
+def slots() -> Iterator[Slots]:
+    made = Slots(2)
+    yield made
+    made.close()
 
 
-def test_batch_by_reference_names_its_slot_and_is_copied_out_whole() -> None:
-    storage = Slots(1).take(room((3, 2, 4), torch.uint8, 2))
-    sent = by_reference(batch_in(storage), storage)
-    assert sent.slot is not None
-    assert sent.observations.numel() == sent.next_observations.numel() == 0
-    mappings = Mappings()
-    taken = mappings.resolved(sent)
-    assert taken.slot is None
-    assert torch.equal(taken.observations, torch.arange(24, dtype=torch.uint8).view(3, 2, 4))
-    assert torch.equal(taken.next_observations, taken.observations + 1)
-    storage[0] = 200  # the collector writes the slot again: the batch taken keeps its own copy
-    assert int(taken.observations[0, 0, 0]) == 0
-    again = mappings.resolved(by_reference(batch_in(storage), storage))
-    assert len(mappings) == 1, "a slot is mapped once"
-    assert int(again.observations[0, 0, 0]) == 0
-    mappings.clear()
-    assert len(mappings) == 0
-    assert mappings.resolved(taken) is taken, "a batch sent by value is left as it is"
+def test_a_lease_is_written_again_once_the_reader_let_go(slots: Slots) -> None:
+    first = slots.take(SHAPE, torch.uint8)
+    assert first is not None
+    assert first.shape == (2, *SHAPE)
+    assert slots.take(SHAPE, torch.uint8) is first, "nobody holds it: it is reused"
 
 
-def test_host_identity_is_stable_within_a_process() -> None:
-    assert host_identity() == host_identity()
-    assert host_identity()
+def test_a_lease_the_reader_holds_is_not_written_and_past_the_count_the_batch_goes_by_value(slots: Slots) -> None:
+    pool = process_pool()
+    first = slots.take(SHAPE, torch.uint8)
+    assert first is not None
+    held_by_a_reader(pool, first)
+    second = slots.take(SHAPE, torch.uint8)
+    assert second is not None
+    assert second.data_ptr() != first.data_ptr()
+    held_by_a_reader(pool, second)
+    assert slots.take(SHAPE, torch.uint8) is None, "both are held: private memory, by value"
+    assert slots.busy == 1
+    pool.forget(1)  # the reader is gone: what it held comes back
+    assert slots.take(SHAPE, torch.uint8) is not None
+
+
+def test_a_batch_of_another_shape_takes_a_lease_anew(slots: Slots) -> None:
+    first = slots.take(SHAPE, torch.uint8)
+    slots.take(SHAPE, torch.uint8)
+    bigger = slots.take((8, 2, 3), torch.uint8)
+    assert bigger is not None
+    assert bigger.shape == (2, 8, 2, 3)
+    assert first is not None
+
+
+def test_no_room_in_shared_memory_says_why(slots: Slots) -> None:
+    pool = process_pool()
+    limit, pool.limit = pool.limit, 1
+    try:
+        pool._evict(pool.bytes)
+        assert slots.take(SHAPE, torch.float32) is None
+        assert "shm_pool" in (slots.refusal or "")
+        assert slots.busy == 0
+    finally:
+        pool.limit = limit

@@ -55,14 +55,16 @@ class Lease(metaclass=NoPublicConstructor):
         shared: Whether it lives in shared memory; False when the pool had no
             room (``/dev/shm`` full, or the pool at its ``shm_pool`` limit): it
             is then an ordinary tensor, sent by value.
+        refusal: Why it is not in shared memory, when it is not.
     """
 
-    __slots__ = ("_pool", "_segment", "shared", "tensor")
+    __slots__ = ("_pool", "_segment", "refusal", "shared", "tensor")
     _made_by = "actorch.lease(shape, dtype)"
 
     def __init__(self, tensor: torch.Tensor, segment: Segment | None, pool: SegmentPool) -> None:
         self.tensor = tensor
         self.shared = segment is not None
+        self.refusal: str | None = None
         self._segment = segment
         self._pool = pool
 
@@ -118,7 +120,14 @@ def lease(shape: Sequence[int] | int, dtype: torch.dtype = torch.float32) -> Lea
     pool = process_pool()
     segment = pool.lease(nbytes) if nbytes else None
     if segment is None:
-        return Lease._create(torch.empty(sizes, dtype=dtype), None, pool)
+        private = Lease._create(torch.empty(sizes, dtype=dtype), None, pool)
+        if not nbytes:
+            private.refusal = "it holds no bytes"
+        elif pool.refused and pool.refusal is not None:
+            private.refusal = pool.refusal
+        else:
+            private.refusal = f"this process's pool of shared memory is at its limit ({pool.limit:,} bytes, shm_pool)"
+        return private
     assert segment.data is not None
     tensor = segment.data[:nbytes].view(dtype).view(sizes)
     return Lease._create(tensor, segment, pool)

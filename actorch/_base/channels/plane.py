@@ -25,8 +25,10 @@ from typing import Any
 
 import torch
 
+from actorch._base.channels import cuda_ipc
 from actorch._base.channels.base import CHANNEL_CODES, Arrival, Channel, Outgoing
 from actorch._base.channels.by_value import ByValueChannel
+from actorch._base.channels.cuda_ipc import CudaIpcChannel
 from actorch._base.channels.device_map import DeviceMapChannel
 from actorch._base.channels.inline import InlineChannel
 from actorch._base.channels.metadata import EmptyChannel
@@ -70,6 +72,9 @@ def own_reach() -> dict[str, str]:
     if identity is not None:
         reach[REACH_KEY] = identity
         reach[SEGMENTS_KEY] = process_prefix()
+    devices = cuda_ipc.reach()
+    if devices is not None:
+        reach[cuda_ipc.REACH_KEY] = devices
     return reach
 
 
@@ -95,16 +100,25 @@ class DataPlane:
         return f"<DataPlane {[channel.name for channel in self._order]}>"
 
     @classmethod
-    def standard(cls, allowed: Collection[str] | None = None, *, shm: SharedMemoryChannel | None = None) -> DataPlane:
+    def standard(
+        cls,
+        allowed: Collection[str] | None = None,
+        *,
+        shm: SharedMemoryChannel | None = None,
+        cuda_ipc: CudaIpcChannel | None = None,
+    ) -> DataPlane:
         """The channels of ``allowed`` (None: every one) that this process can use, with the ones always there.
 
-        ``shm`` is the shared-memory channel, with its pool, for a node whose
-        peers may share its host; without it there is none.
+        ``shm`` is the shared-memory channel, with its pool, and ``cuda_ipc``
+        the CUDA IPC one, for a node whose peers may share its host; without
+        them there are none.
         """
         chosen = OPTIONAL if allowed is None else tuple(allowed)
         channels: list[Channel] = [EmptyChannel(), InlineChannel()]
         if shm is not None and "shm" in chosen:
             channels.append(shm)
+        if cuda_ipc is not None and "cuda_ipc" in chosen:
+            channels.append(cuda_ipc)
         if "device_map" in chosen:
             channels.append(DeviceMapChannel())
         if "staged" in chosen:
