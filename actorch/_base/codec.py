@@ -222,7 +222,13 @@ class Codec:
         return f"<Codec strict={self.strict} {self.plane}>"
 
     def encode(
-        self, value: Any, *, copy_tensors: bool = False, route: TensorRoute | None = None, arguments: bool = False
+        self,
+        value: Any,
+        *,
+        copy_tensors: bool = False,
+        route: TensorRoute | None = None,
+        arguments: bool = False,
+        shared: dict[Any, Any] | None = None,
     ) -> tuple[bytes, list[Any]]:
         """Encode ``value``; return its bytes and the tensors it references, in order.
 
@@ -235,11 +241,15 @@ class Codec:
                 tensor as it is (the destination shares this process).
             arguments: ``value`` is ``[args, kwargs]``: a refused tensor's path
                 is named ``args[0]...`` rather than ``value[0][0]...``.
+            shared: One dict for every destination of one multicast: a tensor
+                a channel placed apart from the message (shared memory, a GPU
+                block) for one is lent as it is to the others it reaches,
+                which share it read-only. None: each message its own copy.
 
         Raises:
             SerializationError: If a part of ``value`` cannot be encoded.
         """
-        encoding = _Encoding(self.strict, value, copy_tensors, route, arguments, self.plane)
+        encoding = _Encoding(self.strict, value, copy_tensors, route, arguments, self.plane, shared)
         try:
             data = encoding.nested(value)
         except SerializationError:
@@ -297,7 +307,7 @@ class Codec:
 class _Encoding:
     """One value being encoded: the side list it fills, and how each tensor in it travels (an ``Outgoing``)."""
 
-    __slots__ = ("arguments", "copy", "depth", "plane", "route", "staged", "strict", "tensors", "value")
+    __slots__ = ("arguments", "copy", "depth", "plane", "route", "shared", "staged", "strict", "tensors", "value")
 
     def __init__(
         self,
@@ -307,7 +317,9 @@ class _Encoding:
         route: TensorRoute | None,
         arguments: bool,
         plane: DataPlane,
+        shared: dict[Any, Any] | None = None,
     ) -> None:
+        self.shared = shared
         self.strict = strict
         self.value = value
         self.copy = copy_tensors

@@ -5,7 +5,10 @@ kept in a module of their own: they use its pending calls, call ids and
 windows. The targets on each other node get one ``CAST`` message (see
 ``wire``) whose body is encoded once for that node, so each tensor travels once
 per node however many of its actors are called; that node decodes it once and
-hands it to each actor (``Callee.on_cast``). Each target keeps its own outcome:
+hands it to each actor (``Callee.on_cast``). A tensor the data plane places
+apart from the message (shared memory, a GPU block) is placed once for the
+whole multicast and lent to every node that reaches it: the actors of one host
+(or one GPU) share one read-only copy. Each target keeps its own outcome:
 its own ``RemoteCall`` (result, error, cancellation, deadline, window slot) for
 a call, its own refusal for a tell. When the system makes OpenTelemetry spans,
 each target's call or tell has its own span, and the ``CAST`` carries each
@@ -67,8 +70,9 @@ def call_many(
     chain = context.child_chain() if context is not None else ()
     device = context.device if context is not None else None
     otel = caller.otel
+    shared: dict[Any, Any] = {}  # what the data plane placed once for every node (one copy per host or GPU)
     for rank, indices in _by_rank(targets).items():
-        encoded = _encode_for(caller, rank, args, kwargs, copy=False) if len(indices) > 1 else None
+        encoded = _encode_for(caller, rank, args, kwargs, copy=False, shared=shared) if len(indices) > 1 else None
         if encoded is None:
             for index in indices:
                 _, actor_id, label = targets[index]
@@ -78,19 +82,20 @@ def call_many(
         spans: list[Span | None] | None = None if otel is None else []  # the OpenTelemetry spans of those cast
         for index in indices:
             _, actor_id, label = targets[index]
+            if not caller.flow.try_take((rank, actor_id)):  # this one waits for room and goes alone, its own copy
+                calls[index] = caller.call(rank, actor_id, endpoint, args, kwargs, label, deadline)
+                continue
             call: RemoteCall[Any] = RemoteCall(caller.loop, (rank, actor_id), endpoint, label, caller._abandon_call)
             call.device = device
             calls[index] = call
-            span = None if otel is None or actor_id <= SYSTEM_IDS else otel.call_sent(call, label, endpoint, rank)
-            if caller.flow.try_take(call.target):
-                cast.append(call)
-                if spans is not None:
-                    spans.append(span)
-            else:  # this one waits for room and then goes alone, with the body encoded already
-                waiting = caller._launch_when_room(call, *encoded, chain, deadline, span)
-                call.waiting = caller.loop.create_task(waiting)
+            cast.append(call)
+            if spans is not None:
+                span = None if otel is None or actor_id <= SYSTEM_IDS else otel.call_sent(call, label, endpoint, rank)
+                spans.append(span)
         if cast:
             _send_calls(caller, rank, cast, endpoint, chain, deadline, encoded, spans)
+        else:
+            caller.codec.drop(encoded[0])  # nobody took the body: what its tensors lend goes back
     return calls  # type: ignore[return-value] # every target has its call now
 
 
@@ -104,8 +109,10 @@ def tell_many(
     """
     outcomes: list[Exception | None] = [None] * len(targets)
     alone = current_context_id() != NO_CONTEXT  # tells made in an autograd context leave alone, like calls
+    shared: dict[Any, Any] = {}  # what the data plane placed once for every node (one copy per host or GPU)
     for rank, indices in _by_rank(targets).items():
-        encoded = None if alone or len(indices) == 1 else _encode_for(caller, rank, args, kwargs, copy=True)
+        many = not alone and len(indices) > 1
+        encoded = _encode_for(caller, rank, args, kwargs, copy=True, shared=shared) if many else None
         if encoded is None:
             for index in indices:
                 _, actor_id, label = targets[index]
@@ -131,6 +138,8 @@ def tell_many(
             if labels is not None:
                 _carry_tells(caller, envelope, rank, labels, tensors)
             caller.transport.send(rank, caller.pack(envelope), tensors)
+        else:
+            caller.codec.drop(encoded[0])  # every target was refused: what its tensors lend goes back
     return outcomes
 
 
@@ -156,24 +165,28 @@ def _by_rank(targets: Sequence[CastTarget]) -> dict[int, list[int]]:
 
 
 def _encode_for(
-    caller: Caller, rank: int, args: tuple[Any, ...], kwargs: dict[str, Any], *, copy: bool
+    caller: Caller, rank: int, args: tuple[Any, ...], kwargs: dict[str, Any], *, copy: bool, shared: dict[Any, Any]
 ) -> Encoded | None:
     """The arguments encoded once for ``rank``; None where each target takes the single path.
 
     That is this node (its actors get the arguments by reference), a node that
     is lost or a node that is shut down, and arguments that cannot be sent:
-    the single path gives each target its own error.
+    the single path gives each target its own error. ``shared`` is the whole
+    multicast's: a tensor the data plane placed for one node (a segment of
+    shared memory, a GPU block) is lent as it is to the others that reach it.
     """
     if rank == caller.rank or rank in caller.lost or caller.closed:
         return None
     if not (args or kwargs):
         return None, None
+    body = None
     try:
         body, tensors = caller.codec.encode(
-            [args, kwargs], copy_tensors=copy, route=caller.transport.route(rank), arguments=True
+            [args, kwargs], copy_tensors=copy, route=caller.transport.route(rank), arguments=True, shared=shared
         )
         check_size(body, tensors, caller.max_message_size, "a multicast to node {}", rank)
     except Exception:  # noqa: BLE001 - each target's own call raises it again, with its own name
+        caller.codec.drop(body)
         return None
     return body, tensors
 
@@ -200,6 +213,7 @@ def _send_calls(
                 caller.flow.release(call.target)
                 call.settled()
                 call.set_exception(TimeoutError(f"deadline passed before calling {endpoint!r} of {call.label}"))
+            caller.codec.drop(encoded[0])
             return
     call_ids: list[int] = []
     for call in calls:

@@ -237,3 +237,28 @@ def test_lease_refuses_a_bad_shape_or_dtype_and_leases_are_made_only_by_lease() 
 
 def actorch_pool() -> SegmentPool:
     return process_pool()
+
+
+def test_a_multicast_places_a_tensor_once_and_lends_it_to_every_node_of_the_host() -> None:
+    a, b, c = Side(0, "3"), Side(1, "4"), Side(2, "5")
+    try:
+        sent = torch.randn(MIB // 4)
+        shared: dict[Any, Any] = {}
+        to_b = a.codec.encode([sent], route=TensorRoute(1, reach=b.reach()), shared=shared)
+        to_c = a.codec.encode([sent], route=TensorRoute(2, reach=c.reach()), shared=shared)
+        assert a.pool.statistics()["segments"] == 1, "one copy for the whole host"
+        [at_b], [at_c] = b.receive(to_b), c.receive(to_c)
+        assert torch.equal(at_b, sent)
+        assert torch.equal(at_c, sent)
+        del at_b
+        gc.collect()
+        assert a.pool.statistics()["lent"] == 1, "c still holds it"
+        del at_c
+        gc.collect()
+        assert a.pool.statistics()["lent"] == 0
+        a.codec.encode([sent], route=TensorRoute(1, reach=b.reach()))
+        a.codec.encode([sent], route=TensorRoute(2, reach=c.reach()))
+        assert a.pool.statistics()["segments"] == 2, "without a multicast, each message its own copy"
+    finally:
+        for side in (a, b, c):
+            side.pool.close()

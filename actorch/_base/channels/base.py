@@ -46,6 +46,9 @@ class Outgoing(Protocol):
     copy: bool
     """The sender may change its tensors the moment the send returns (a tell, a stream item): send a copy."""
 
+    shared: dict[Any, Any] | None
+    """Shared by every destination of one multicast: what a channel placed for one, to lend it to the others."""
+
     def add(self, item: Any) -> int:
         """Put ``item`` on the message's side list, for the transport to carry; its index there."""
         ...

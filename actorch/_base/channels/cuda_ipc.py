@@ -161,35 +161,45 @@ class CudaIpcChannel(Channel):
         return host == self._reach.partition("|")[0] and index < len(self._uuids) and self._uuids[index] in seen
 
     def send(self, tensor: torch.Tensor, route: TensorRoute, out: Outgoing) -> list[Any] | None:
-        """The block's handle, the tensor's place, the event and the ledger slot; None: the next channel takes it."""
+        """The block's handle, the tensor's place, the event and the ledger slot; None: the next channel takes it.
+
+        In a multicast (``out.shared``), a tensor placed for one node is lent as
+        it is to the others that see its GPU: one copy per GPU, shared read-only.
+        """
         try:
-            return self._send(tensor, route)
+            return self._send(tensor, route, out.shared)
         except (RuntimeError, OSError) as exc:  # what CUDA or the ledger refused: a map or staging carries it
             self.stepped_aside += 1
             self.refusal = str(exc)
             return None
 
-    def _send(self, tensor: torch.Tensor, route: TensorRoute) -> list[Any] | None:
-        if tensor.is_conj() or tensor.is_neg():
-            tensor = tensor.resolve_conj().resolve_neg()
-        strides = dense_strides(tensor)
-        extent = extent_of(tensor.shape, strides, tensor.element_size())
+    def _send(self, tensor: torch.Tensor, route: TensorRoute, shared: dict[Any, Any] | None) -> list[Any] | None:
         if self._ledger is None:
             self._ledger = _Ledger()
         ledger = self._ledger
-        block = self._block(tensor.device, extent)
-        if block is None:
-            self.stepped_aside += 1
-            return None
+        earlier = None if shared is None else shared.get((self.name, id(tensor)))
+        if earlier is not None and earlier[0] is tensor:  # placed for another node of this multicast already
+            _, block, extent, strides = earlier
+        else:
+            original = tensor
+            if tensor.is_conj() or tensor.is_neg():
+                tensor = tensor.resolve_conj().resolve_neg()
+            strides = dense_strides(tensor)
+            extent = extent_of(tensor.shape, strides, tensor.element_size())
+            block = self._block(tensor.device, extent)
+            if block is None:
+                self.stepped_aside += 1
+                return None
+            target = block.data[:extent].view(tensor.dtype).as_strided(tensor.shape, strides, 0)
+            target.copy_(tensor)  # on the current stream, after whatever the sender queued before sending
+            block.event.record(torch.cuda.current_stream(tensor.device))
+            if shared is not None:
+                shared[(self.name, id(original))] = (original, block, extent, strides)
         slot = ledger.take()
         if slot is None:
             self.stepped_aside += 1
             return None
         block.lends[slot] = route.dest
-        stream = torch.cuda.current_stream(tensor.device)
-        target = block.data[:extent].view(tensor.dtype).as_strided(tensor.shape, strides, 0)
-        target.copy_(tensor)  # on the current stream, after whatever the sender queued before sending
-        block.event.record(stream)
         lands = route.direct.get(str(tensor.device))
         return [
             block.uuid,

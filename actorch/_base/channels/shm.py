@@ -118,41 +118,71 @@ class SharedMemoryChannel(Channel):
 
     def send(self, tensor: torch.Tensor, route: TensorRoute, out: Outgoing) -> list[Any] | None:
         """The segment, the tensor's place in it, and the lend; None (by value) when the pool has no room."""
-        pool, dest = self.pool, route.dest
-        if pool.lent_to(dest) + tensor.nbytes > self.per_peer:  # the node keeps what it got: send by value
+        if self.pool.lent_to(route.dest) + tensor.nbytes > self.per_peer:  # the node keeps what it got: by value
             self.peer_full += 1
             self.by_value += 1
             return None
+        reference = self._as_it_lies(tensor, route, out.shared)
+        return reference if reference is not None else self._copied(tensor, route.dest, out.shared)
+
+    def _as_it_lies(self, tensor: torch.Tensor, route: TensorRoute, shared: dict[Any, Any] | None) -> list[Any] | None:
+        """A reference to ``tensor`` where it lies, no copy: handed back, in a lease, or placed by this multicast."""
+        if tensor.is_conj() or tensor.is_neg():  # its memory holds other values: it is copied, resolved
+            return None
         storage = tensor.untyped_storage().data_ptr()
-        if not (tensor.is_conj() or tensor.is_neg()):
-            back = self._handed_back(tensor, storage, route)
-            if back is not None:
-                return back
-        segment = pool.leased_at(storage)
-        if segment is not None and not (tensor.is_conj() or tensor.is_neg()):
-            strides = list(tensor.stride())
-            extent = extent_of(tensor.shape, strides, tensor.element_size())
-            placed = pool.lend(segment, dest, extent)
-            if placed is not None:
-                self.leased_sent += 1
-                assert segment.data is not None
-                offset = tensor.data_ptr() - segment.data.data_ptr()
-                _, slot, generation = placed
-                return self._reference(segment.name, segment.size, offset, extent, tensor, strides, slot, generation)
+        return (
+            self._handed_back(tensor, storage, route)
+            or self._from_lease(tensor, storage, route.dest)
+            or (None if shared is None else self._lent_again(tensor, route.dest, shared))
+        )
+
+    def _from_lease(self, tensor: torch.Tensor, storage: int, dest: int) -> list[Any] | None:
+        """A reference to ``tensor`` in its lease, lent as it is (the zero-copy mode), if it lies in one."""
+        segment = self.pool.leased_at(storage)
+        if segment is None:
+            return None
+        strides = list(tensor.stride())
+        extent = extent_of(tensor.shape, strides, tensor.element_size())
+        placed = self.pool.lend(segment, dest, extent)
+        if placed is None:
+            return None
+        self.leased_sent += 1
+        assert segment.data is not None
+        offset = tensor.data_ptr() - segment.data.data_ptr()
+        _, slot, generation = placed
+        return self._reference(segment.name, segment.size, offset, extent, tensor, strides, slot, generation)
+
+    def _copied(self, tensor: torch.Tensor, dest: int, shared: dict[Any, Any] | None) -> list[Any] | None:
+        """A reference to a copy of ``tensor`` in a free segment; None (by value) when the pool has none."""
+        original = tensor
         if tensor.is_conj() or tensor.is_neg():  # the memory holds the values before the flip
             tensor = tensor.resolve_conj().resolve_neg()
         strides = dense_strides(tensor)
         extent = extent_of(tensor.shape, strides, tensor.element_size())
-        placed = pool.place(extent, dest)
+        placed = self.pool.place(extent, dest)
         if placed is None:
             self._went_by_value()
             return None
         segment, slot, generation = placed
         assert segment.data is not None
         if not _copy_into(segment.data, tensor, strides, extent):
-            segment.reclaim(route.dest)
+            segment.reclaim(dest)
             self.by_value += 1
             return None
+        if shared is not None:
+            shared[(self.name, id(original))] = (original, segment, extent, strides)
+        return self._reference(segment.name, segment.size, 0, extent, tensor, strides, slot, generation)
+
+    def _lent_again(self, tensor: torch.Tensor, dest: int, shared: dict[Any, Any]) -> list[Any] | None:
+        """A reference to ``tensor`` where this multicast placed it for another node already, lent to ``dest`` too."""
+        earlier = shared.get((self.name, id(tensor)))
+        if earlier is None or earlier[0] is not tensor:
+            return None
+        _, segment, extent, strides = earlier
+        again = self.pool.lend(segment, dest, extent)
+        if again is None:
+            return None
+        _, slot, generation = again
         return self._reference(segment.name, segment.size, 0, extent, tensor, strides, slot, generation)
 
     def _handed_back(self, tensor: torch.Tensor, storage: int, route: TensorRoute) -> list[Any] | None:
