@@ -271,6 +271,10 @@ class SystemOptions:
         check_log_level(self.log_level)
         if self.otel is not None and not isinstance(self.otel, bool):
             raise TypeError(f"otel must be True, False or None (read {OTEL_ENV}), not {self.otel!r}")
+        if self.snapshots is not None and (
+            not isinstance(self.snapshots, (str, os.PathLike)) or not os.fspath(self.snapshots)
+        ):
+            raise TypeError(f"snapshots must be a directory path (str or os.PathLike), or None, not {self.snapshots!r}")
         system_config(self)
         if self.devices not in ("stage", "strict"):
             raise ValueError(f"devices must be 'stage' or 'strict', not {self.devices!r}")
@@ -286,10 +290,6 @@ class SystemOptions:
             raise TypeError(f"record must be True or False, not {self.record!r}")
         if self.trace is not None and (not isinstance(self.trace, (str, os.PathLike)) or not os.fspath(self.trace)):
             raise TypeError(f"trace must be a file path (str or os.PathLike), or None, not {self.trace!r}")
-        if self.snapshots is not None and (
-            not isinstance(self.snapshots, (str, os.PathLike)) or not os.fspath(self.snapshots)
-        ):
-            raise TypeError(f"snapshots must be a directory path (str or os.PathLike), or None, not {self.snapshots!r}")
         self._check_status()
         if not is_port(self.port):
             raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {self.port!r}")

@@ -40,6 +40,21 @@ def relocator(world: LocalWorld) -> Relocator:
     return cell.instance
 
 
+def damage(path: str, how: str, other: str | None = None) -> None:
+    """Damage a snapshot file as a crash, a bad disk or a misplaced copy would."""
+    file = Path(path)
+    data = file.read_bytes()
+    if how == "truncated":
+        file.write_bytes(data[: len(data) // 2])
+    elif how == "flipped":
+        file.write_bytes(data[:-100] + bytes([data[-100] ^ 0x01]) + data[-99:])
+    elif how == "garbage":
+        file.write_bytes(b"\0" * 64)
+    else:
+        assert other is not None
+        file.write_bytes(Path(other).read_bytes())
+
+
 def warnings_of(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [entry for entry in logs if entry["log_level"] == "warning"]
 
@@ -75,7 +90,7 @@ async def test_each_save_is_the_next_numbered_file_and_only_the_last_k_stay(tmp_
     for count in range(5):
         written = await store.save("rl/learner", {"count": count, "t": torch.arange(count + 1)})
         assert written.serial == count + 1
-        assert Path(written.path).is_file()
+        assert written.path == str(tmp_path / "rl+learner" / f"{count + 1:012d}.snapshot")
     folder = tmp_path / "rl+learner"
     assert sorted(os.listdir(folder)) == ["000000000004.snapshot", "000000000005.snapshot"]
     assert [file.serial for file in store.files("rl/learner")] == [5, 4]
@@ -107,23 +122,15 @@ async def test_an_actor_without_snapshots_has_none(tmp_path: Path) -> None:
     assert await store.latest("nobody") is None
 
 
-@pytest.mark.parametrize("damage", ["truncated", "flipped", "garbage", "another actor's"])
+@pytest.mark.parametrize("how", ["truncated", "flipped", "garbage", "another actor's"])
 async def test_a_torn_or_corrupt_newest_file_is_passed_over_with_a_warning_naming_actor_and_file(
-    tmp_path: Path, damage: str
+    tmp_path: Path, how: str
 ) -> None:
     store = store_in(tmp_path, kept=3)
     await store.save("learner", {"step": 1, "w": torch.ones(1000)})
     newest = await store.save("learner", {"step": 2, "w": torch.ones(1000) * 2})
-    data = Path(newest.path).read_bytes()
-    if damage == "truncated":
-        Path(newest.path).write_bytes(data[: len(data) // 2])
-    elif damage == "flipped":
-        Path(newest.path).write_bytes(data[:-100] + bytes([data[-100] ^ 0x01]) + data[-99:])
-    elif damage == "garbage":
-        Path(newest.path).write_bytes(b"\0" * 64)
-    else:
-        other = await store.save("observer", {"step": 9})
-        Path(newest.path).write_bytes(Path(other.path).read_bytes())
+    other = await store.save("observer", {"step": 9})
+    damage(newest.path, how, other.path)
     with structlog.testing.capture_logs() as logs:
         (state,) = await store.load("learner", None) or ()
     assert state["step"] == 1, "the snapshot before the damaged one"
@@ -136,7 +143,7 @@ async def test_a_torn_or_corrupt_newest_file_is_passed_over_with_a_warning_namin
 async def test_when_no_file_is_readable_the_actor_starts_fresh_with_a_warning(tmp_path: Path) -> None:
     store = store_in(tmp_path)
     written = await store.save("learner", 1)
-    Path(written.path).write_bytes(b"not a snapshot")
+    damage(written.path, "garbage")
     with structlog.testing.capture_logs() as logs:
         assert await store.load("learner", None) is None
     assert [entry["event"] for entry in warnings_of(logs)] == [
@@ -155,14 +162,14 @@ async def test_a_state_the_codec_refuses_is_not_written(tmp_path: Path) -> None:
 def test_a_directory_that_cannot_be_made_is_refused_naming_it(tmp_path: Path) -> None:
     taken = tmp_path / "a-file"
     taken.write_text("")
-    with pytest.raises(OSError, match="cannot use the snapshot directory .*a-file"):
+    with pytest.raises(OSError, match=r"cannot use the snapshot directory .*a-file"):
         store_in(taken)
 
 
 async def test_a_file_that_cannot_be_written_raises_oserror(tmp_path: Path) -> None:
     store = store_in(tmp_path)
     (tmp_path / "learner").write_text("a file where the actor's folder goes")
-    with pytest.raises(OSError):
+    with pytest.raises(FileExistsError, match="learner"):
         await store.save("learner", 1)
 
 
@@ -240,9 +247,7 @@ async def test_a_snapshot_that_cannot_be_written_fails_save_snapshot_and_one_unr
 
 
 async def replay_with(world: LocalWorld, **kwargs: Any) -> actorch.ActorRef[actorch.ReplayBuffer]:
-    return await world[0].spawn(
-        actorch.ReplayBuffer, args=(100,), kwargs=kwargs, name="replay", on=1, restart=RELOCATE
-    )
+    return await world[0].spawn(actorch.ReplayBuffer, args=(100,), kwargs=kwargs, name="replay", on=1, restart=RELOCATE)
 
 
 async def test_an_explicit_restore_wins_over_a_newer_snapshot_in_the_directory_with_a_warning(tmp_path: Path) -> None:
