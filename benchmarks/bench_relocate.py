@@ -3,6 +3,7 @@
     python benchmarks/bench_relocate.py                       # 5 rounds, 10,000 transitions of 64 floats
     python benchmarks/bench_relocate.py --rounds 7 --transitions 100000 --every 10000
     python benchmarks/bench_relocate.py --signal stop         # frozen nodes: found by the heartbeats
+    python benchmarks/bench_relocate.py --snapshots /tmp/snaps  # each save also written there (run(snapshots=))
 
 One world of ``rounds + 2`` processes. Rank 0 runs ``main``; the buffer starts
 on node 1 (``Restart(relocate=True)``, ``snapshot_every``), filled before the
@@ -18,7 +19,9 @@ The buffer then lives on the next node, which the next round kills (each
 relocation waits the policy's backoff, kept constant with ``factor=1``). The
 detection of a killed process is its closed connection; of a frozen one
 (``--signal stop``), the liveness timeout. Medians are printed, and the cost
-of a save (the addition that triggers one, against one that does not).
+of a save (the addition that triggers one, against one that does not); with
+``--snapshots DIR``, each save is also written to a file there before it
+returns, as ``run(snapshots=DIR)`` does.
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ async def main(system: actorch.ActorSystem, args: argparse.Namespace) -> dict[st
             this = rounds[home] = Round()
             current.append(this)
             this.killed_at = time.monotonic()
-            os.kill(system.nodes[home].pid, kill)
+            os.kill(next(info.pid for info in system.nodes if info.rank == home), kill)  # nodes: the live ones
             async with asyncio.timeout(60):
                 await this.done.wait()
             size = await buffer.call(actorch.ReplayBuffer.size)
@@ -160,6 +163,7 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
         f"ReplayBuffer of {args.transitions:,} transitions ({mb:.1f} MB), a save every {args.every:,} "
         f"additions, Restart(relocate=True, backoff={args.backoff:g}, factor=1)"
     )
+    print(f"snapshot directory: {args.snapshots or 'none (rank 0 keeps them in memory)'}")
     print()
     print(f"{'from the kill to (medians, ms)':48} {'median':>8} {'min':>8} {'max':>8}")
     rows = [
@@ -185,6 +189,7 @@ if __name__ == "__main__":
     parser.add_argument("--every", type=int, default=1_000, help="snapshot_every (a multiple of 100)")
     parser.add_argument("--backoff", type=float, default=0.1, help="the policy's backoff (Restart's default)")
     parser.add_argument("--signal", choices=["kill", "stop"], default="kill")
+    parser.add_argument("--snapshots", metavar="DIR", help="write every save to this snapshot directory too")
     parser.add_argument("--json", help="also write the results to this file")
     options = parser.parse_args()
     if options.every % 100 or options.transitions % options.every:
@@ -193,7 +198,7 @@ if __name__ == "__main__":
     async def run_main(system: actorch.ActorSystem) -> dict[str, Any]:
         return await main(system, options)
 
-    outcome = actorch.run(run_main, world_size=options.rounds + 2, stop_grace=1.0)
+    outcome = actorch.run(run_main, world_size=options.rounds + 2, stop_grace=1.0, snapshots=options.snapshots)
     report(outcome, options)
     if options.json:
         with open(options.json, "w") as file:

@@ -151,6 +151,12 @@ class Actor:
         until then, ``state`` must not change (an actor that lets handlers
         interleave holds its writers back meanwhile).
 
+        With a snapshot directory (``run(snapshots=DIR)``), a named actor's
+        state is also written to a file there before this returns, and a
+        system started again with the same directory starts the actor, spawned
+        under the same name, from it. A ``restore=`` keyword its spawn gives
+        explicitly wins over the directory.
+
         Returns:
             Whether the state was kept: False, and nothing sent, for an actor
             that is not relocatable (spawned without ``Restart(relocate=True)``).
@@ -159,7 +165,9 @@ class Actor:
             TypeError: The class defines no ``restore(state)`` to hand it back to.
             ActorStoppedError: This instance no longer hosts the actor (its
                 node was counted lost and the actor moved on).
-            SerializationError: ``state`` cannot be sent.
+            SerializationError: ``state`` cannot be sent, or written to a file.
+            OSError: The snapshot directory's file cannot be written (rank 0
+                keeps the state in memory all the same).
         """
         if not callable(getattr(type(self), "restore", None)):
             raise TypeError(f"{type(self).__qualname__} defines no restore(state): a saved snapshot could not return")

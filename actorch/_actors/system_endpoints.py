@@ -43,8 +43,8 @@ class RelocatorEndpoints(ABC):
     """The endpoints of rank 0's relocator that refs to relocatable actors call (``Relocator`` implements them)."""
 
     @abstractmethod
-    async def keep(self, origin: tuple[int, int], rank: int, state: Any) -> None:
-        """Keep ``state`` as the last snapshot of the actor ``origin``, sent by its instance on ``rank``."""
+    async def keep(self, origin: tuple[int, int], rank: int, state: Any, name: str | None = None) -> None:
+        """Keep ``state`` as the last snapshot of the actor ``origin`` (``name``), sent by its instance on ``rank``."""
 
     @abstractmethod
     async def home(self, origin: tuple[int, int], stale: int) -> tuple[int, int] | ActorExit:

@@ -87,6 +87,9 @@ OWN_CODES: Mapping[str, int] = MappingProxyType(
 
 T = TypeVar("T")
 
+_INT_RANGE = "-2**63 to 2**64 - 1"
+"""The ints msgpack carries (its signed and unsigned 64-bit forms)."""
+
 MAX_NESTING = 32
 """Deepest chain of tuples and extension values (refs, dataclasses, TensorDicts, tensors as parts) in a message.
 
@@ -358,6 +361,11 @@ class _Encoding:
         if is_tensordict(obj):  # recognised here, past every common type, so other values pay nothing for it
             return msgpack.ExtType(_TENSORDICT, self.nested(layout(obj)))
         if self.strict:
+            if type(obj) is int:  # an int msgpack could not pack: it takes 64 bits at most
+                raise SerializationError(
+                    f"strict serialization cannot send the int {obj}: it is wider than 64 bits, and ints travel "
+                    f"natively from {_INT_RANGE}; send it as a str (or with strict=False, which pickles it)"
+                )
             raise SerializationError(
                 f"strict serialization refuses {type(obj).__qualname__} values; send "
                 "tensors, numbers, str, bytes, lists, tuples, dicts or actor refs"

@@ -9,6 +9,7 @@ runtime (``@batched``, ``Restart``, ``max_concurrency``) are checked with.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from actorch._base.channels.leases import DEFAULT_SHM_POOL
@@ -19,6 +20,7 @@ __all__ = [
     "DEFAULT_MAILBOX_SIZE",
     "DEFAULT_MAX_MESSAGE",
     "DEFAULT_SEND_BUDGET",
+    "DEFAULT_SNAPSHOTS_KEPT",
     "SystemConfig",
     "is_count",
     "is_number",
@@ -32,6 +34,9 @@ DEFAULT_MAX_MESSAGE = 1 << 30
 
 DEFAULT_SEND_BUDGET = 256 << 20
 """Bytes one node may have on their way to another (not yet taken there), unless the system says otherwise."""
+
+DEFAULT_SNAPSHOTS_KEPT = 2
+"""Snapshot files kept per actor in a snapshot directory: the newest, and one to fall back on if it is unreadable."""
 
 
 def is_count(value: object, minimum: int = 1) -> bool:
@@ -69,6 +74,13 @@ class SystemConfig:
             there (``channels.plane.OPTIONAL``); None: every one.
         shm_pool: Bytes of shared memory each node keeps at most for the
             tensors it sends to nodes of its host and its leases.
+        snapshots: The directory (an absolute path) where rank 0 writes the
+            snapshots of named relocatable actors, and where a new system
+            finds them by name; None: snapshots live in rank 0's memory only.
+            Every node knows it, so that a node building such an actor asks
+            rank 0 for its last snapshot; only rank 0 reads and writes it.
+        snapshots_kept: Snapshot files kept per actor in that directory: a
+            newer one that cannot be read falls back on the one before.
     """
 
     strict: bool = False
@@ -81,17 +93,21 @@ class SystemConfig:
     otel: bool = False
     channels: tuple[str, ...] | None = None
     shm_pool: int = DEFAULT_SHM_POOL
+    snapshots: str | None = None
+    snapshots_kept: int = DEFAULT_SNAPSHOTS_KEPT
 
     def __post_init__(self) -> None:
         for field in ("lookup_timeout", "stop_grace"):
             if not is_number(getattr(self, field)):
                 raise ValueError(f"{field} must be a finite number of seconds >= 0, not {getattr(self, field)!r}")
         object.__setattr__(self, "channels", check_channels(self.channels))
-        for field in ("mailbox_size", "max_message_size", "send_budget", "shm_pool"):
+        for field in ("mailbox_size", "max_message_size", "send_budget", "shm_pool", "snapshots_kept"):
             if not is_count(getattr(self, field)):
                 raise ValueError(f"{field} must be an int >= 1, not {getattr(self, field)!r}")
         if not isinstance(self.otel, bool):
             raise ValueError(f"otel must be True or False, not {self.otel!r}")
+        if self.snapshots is not None and not (isinstance(self.snapshots, str) and os.path.isabs(self.snapshots)):
+            raise ValueError(f"snapshots must be an absolute directory path or None, not {self.snapshots!r}")
         if self.run_record is not None and not is_run_id(self.run_record):
             raise ValueError(
                 f"run_record must be a run id (letters, digits, '.', '_', '-'; at most 128) or None, "

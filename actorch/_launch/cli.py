@@ -38,6 +38,8 @@ examples:
   actorch run -n 4 --log-dir logs -r 3 train.py
                                               each rank's output in logs/<run id>/attempt_0/<rank>/
   actorch run -n 2 --max-restarts 3 train.py  start the whole group again (up to 3 times) when a rank fails
+  actorch run -n 2 --max-restarts 3 --snapshots ckpt train.py
+                                              ... and its relocatable actors start from their snapshots in ckpt/
   actorch run -n 8 --nnodes 2 --node-rank 0 --master-addr 10.0.0.5 --master-port 29500 train.py
                                               host 0 of two (the same on host 1 with --node-rank 1)
   actorch serve --pool --name gpu-b           (with ACTORCH_ADDRESS, ACTORCH_JOIN_TOKEN) join an elastic system
@@ -126,6 +128,13 @@ def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
         metavar="PATH",
         help="write a timeline of the run to PATH (Chrome Trace Event JSON: open it in ui.perfetto.dev), "
         "for a script whose run() leaves trace unset",
+    )
+    run.add_argument(
+        "--snapshots",
+        metavar="DIR",
+        help="keep the snapshots of named relocatable actors in DIR, so that a restarted group (--max-restarts) "
+        "or a later run with the same DIR starts them from their last one, for a script whose run() leaves "
+        "snapshots unset",
     )
     run.add_argument(
         "--otel",

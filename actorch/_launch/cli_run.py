@@ -67,6 +67,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             record=not args.no_record,
             trace=args.trace,
             otel=args.otel,
+            snapshots=args.snapshots,
         )
     except ImportError as exc:  # --otel (or ACTORCH_OTEL=1) without the extra installed
         parser.exit(2, f"actorch run: error: {exc}\n")

@@ -7,8 +7,8 @@ process (``ConfigKeywords``). Each builds one ``SystemOptions``, which checks
 every value as it is made, and the settings every node shares
 (``SystemConfig``) are made from it by ``system_config`` alone. What an
 option leaves to the environment (``ACTORCH_STATUS_PORT``,
-``ACTORCH_LOG_LEVEL``, ``ACTORCH_RECORD``, ``ACTORCH_TRACE``, ``ACTORCH_OTEL``:
-what ``actorch run``'s flags set)
+``ACTORCH_LOG_LEVEL``, ``ACTORCH_RECORD``, ``ACTORCH_TRACE``, ``ACTORCH_OTEL``,
+``ACTORCH_SNAPSHOTS``: what ``actorch run``'s flags set)
 is read where the launch is planned, by the functions here; ``launcher_environment``
 sets it for ``actorch run``.
 """
@@ -27,6 +27,7 @@ from actorch._base.config import (
     DEFAULT_MAILBOX_SIZE,
     DEFAULT_MAX_MESSAGE,
     DEFAULT_SEND_BUDGET,
+    DEFAULT_SNAPSHOTS_KEPT,
     SystemConfig,
     is_count,
     is_number,
@@ -50,6 +51,7 @@ __all__ = [
     "otel_on",
     "recording",
     "rpc_options",
+    "snapshot_directory",
     "status_address",
     "system_config",
     "trace_path",
@@ -65,6 +67,8 @@ IN_PROCESS = (
     "otel",
     "channels",
     "shm_pool",
+    "snapshots",
+    "snapshots_kept",
 )
 """The options that apply to an in-process world (``local_world``): those of ``SystemConfig``."""
 
@@ -76,6 +80,9 @@ RECORD_OFF = ("0", "false", "no", "off")
 
 OTEL_ENV = "ACTORCH_OTEL"
 """Turns OpenTelemetry spans on (``1``) where the ``otel`` option is None (``actorch run --otel``)."""
+
+SNAPSHOTS_ENV = "ACTORCH_SNAPSHOTS"
+"""The snapshot directory where the ``snapshots`` option is None (``actorch run --snapshots DIR``, torchrun)."""
 
 _ON = ("1", "true", "yes", "on")
 
@@ -234,6 +241,20 @@ class SystemOptions:
             (``setup`` runs on every node). None reads ``ACTORCH_OTEL``
             (``actorch run --otel``), else off: then messages carry nothing
             more. See docs/guides/seeing-inside.md.
+        snapshots: A directory for the snapshots of named relocatable
+            actors (``Restart(relocate=True)``): rank 0 writes each
+            ``save_snapshot`` there (a checksummed file, written and renamed
+            before ``save_snapshot`` returns), and a system started again with
+            the same directory (``actorch run --max-restarts``, torchrun's
+            agent, the script run again) starts each such actor, found by its
+            name, from its last snapshot. A new directory is a fresh start.
+            Made if missing; shared by the hosts of a job that spans several.
+            None reads ``ACTORCH_SNAPSHOTS`` (``actorch run --snapshots
+            DIR``), else snapshots live in rank 0's memory and end with it.
+            See docs/reliability.md.
+        snapshots_kept: Snapshot files kept per actor in ``snapshots``; older
+            ones are removed. A newest file that cannot be read (torn,
+            corrupt) falls back on the one before, with a warning.
     """
 
     strict: bool = False
@@ -265,6 +286,8 @@ class SystemOptions:
     record: bool = True
     trace: str | os.PathLike[str] | None = None
     otel: bool | None = None
+    snapshots: str | os.PathLike[str] | None = None
+    snapshots_kept: int = DEFAULT_SNAPSHOTS_KEPT
 
     def __post_init__(self) -> None:
         if not is_number(self.liveness_timeout, inclusive=False):
@@ -272,6 +295,10 @@ class SystemOptions:
         check_log_level(self.log_level)
         if self.otel is not None and not isinstance(self.otel, bool):
             raise TypeError(f"otel must be True, False or None (read {OTEL_ENV}), not {self.otel!r}")
+        if self.snapshots is not None and (
+            not isinstance(self.snapshots, (str, os.PathLike)) or not os.fspath(self.snapshots)
+        ):
+            raise TypeError(f"snapshots must be a directory path (str or os.PathLike), or None, not {self.snapshots!r}")
         system_config(self)
         if self.devices not in ("stage", "strict"):
             raise ValueError(f"devices must be 'stage' or 'strict', not {self.devices!r}")
@@ -320,6 +347,8 @@ class ConfigKeywords(TypedDict, total=False):
     otel: bool | None
     channels: Sequence[str] | None
     shm_pool: int
+    snapshots: str | os.PathLike[str] | None
+    snapshots_kept: int
 
 
 class OptionKeywords(ConfigKeywords, total=False):
@@ -363,6 +392,8 @@ def system_config(options: SystemOptions, run_record: str | None = None) -> Syst
         otel=otel_on(options),
         channels=check_channels(options.channels),
         shm_pool=options.shm_pool,
+        snapshots=snapshot_directory(options),
+        snapshots_kept=options.snapshots_kept,
     )
 
 
@@ -404,6 +435,12 @@ def otel_on(options: SystemOptions) -> bool:
     if on:
         import actorch._engine.otel  # noqa: F401, PLC0415 - the optional extra, checked before anything starts
     return on
+
+
+def snapshot_directory(options: SystemOptions) -> str | None:
+    """Where rank 0 keeps snapshots, as an absolute path: ``snapshots``, else ``ACTORCH_SNAPSHOTS``; None: nowhere."""
+    chosen = options.snapshots if options.snapshots is not None else os.environ.get(SNAPSHOTS_ENV) or None
+    return None if chosen is None else os.path.abspath(os.fspath(chosen))
 
 
 def trace_path(options: SystemOptions) -> str | None:
@@ -471,6 +508,7 @@ def launcher_environment(
     record: bool = True,
     trace: str | None = None,
     otel: bool = False,
+    snapshots: str | None = None,
 ) -> dict[str, str]:
     """What a launcher (``actorch run``) puts in the script's environment to give its ``run`` these options.
 
@@ -484,7 +522,13 @@ def launcher_environment(
         ValueError: A value is not one the option takes.
     """
     chosen = SystemOptions(
-        status=status, status_port=status_port, log_level=log_level, record=record, trace=trace, otel=otel or None
+        status=status,
+        status_port=status_port,
+        log_level=log_level,
+        record=record,
+        trace=trace,
+        otel=otel or None,
+        snapshots=snapshots,
     )
     environment: dict[str, str] = {}
     if chosen.status_port is not None:
@@ -500,4 +544,6 @@ def launcher_environment(
         environment[TRACE_ENV] = os.path.abspath(trace)  # the script may change its directory
     if chosen.otel:
         environment[OTEL_ENV] = "1"
+    if snapshots is not None:
+        environment[SNAPSHOTS_ENV] = os.path.abspath(snapshots)  # every rank, whatever directory it runs in
     return environment

@@ -92,6 +92,7 @@ def run(
             is unknown; nothing started.
         ValueError: An option's value is not one it takes; nothing started.
         FileNotFoundError: ``trace`` names a file in a directory that does not exist; nothing started.
+        OSError: The ``snapshots`` directory cannot be made; nothing started.
     """
     refuse_run_while_imported()
     check_main(main)
@@ -103,6 +104,8 @@ def run(
         check_status_port(*plan.status)  # a taken port fails here, before any worker starts
     if plan.trace is not None and not os.path.isdir(os.path.dirname(os.path.abspath(plan.trace))):
         raise FileNotFoundError(f"run(trace={plan.trace!r}): its directory does not exist; nothing started")
+    if not (under_torchrun and os.environ["RANK"] != "0"):  # rank 0 alone keeps the snapshots
+        _make_snapshot_directory("run", plan)
     if under_torchrun and not chosen.elastic:
         world = World(
             int(os.environ["RANK"]),
@@ -142,6 +145,19 @@ def _plan(options: SystemOptions, *, tune_gc: bool) -> Plan:
         log_level=level,
         trace=trace_path(options),  # run's only: start has no main, and ignores it
     )
+
+
+def _make_snapshot_directory(taker: str, plan: Plan) -> None:
+    """Make the plan's snapshot directory, if it has one, before anything starts (``OSError`` naming it if not)."""
+    directory = plan.config.snapshots
+    if directory is None:
+        return
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise type(exc)(
+            exc.errno, f"{taker}(snapshots={directory!r}): cannot make the directory: {exc.strerror}; nothing started"
+        ) from exc
 
 
 def _run_id() -> str:

@@ -29,7 +29,7 @@ from actorch._base.errors import UnsupportedError
 from actorch._launch.lead import lead
 from actorch._launch.local import elastic_token, launch_traits, local_world
 from actorch._launch.options import OptionKeywords, SystemOptions, options_of
-from actorch._launch.run import _plan, _requested_world_size
+from actorch._launch.run import _make_snapshot_directory, _plan, _requested_world_size
 from actorch._launch.startup import TORCHRUN_VARS, Plan
 from actorch._launch.status import check_status_port
 from actorch._launch.workers import JOIN_TIMEOUT, kill_workers
@@ -161,6 +161,7 @@ def start(
         RuntimeError: (when awaited) This process already runs a system, or
             a worker failed to start.
         UnsupportedError: Under torchrun, whose world ``run`` joins instead.
+        OSError: The ``snapshots`` directory cannot be made.
     """
     chosen = options_of("start", options, keywords)
     if chosen.trace is not None:
@@ -172,6 +173,7 @@ def start(
         raise UnsupportedError("actorch.start() launches local processes; under torchrun, call actorch.run(main)")
     if plan.status is not None:
         check_status_port(*plan.status)  # a taken port fails here, before any worker starts
+    _make_snapshot_directory("start", plan)
     world_size, _ = _requested_world_size(world_size)
     token = elastic_token(world_size, plan, under_torchrun=False) if chosen.elastic else None
     if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):

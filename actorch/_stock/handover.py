@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-import actorch
+from actorch._base.channels.leases import Lease, lease
 
 __all__ = ["Handover", "Slots", "usable"]
 
@@ -53,39 +53,39 @@ class Slots:
 
     def __init__(self, count: int) -> None:
         self.count = count
-        self._leases: list[actorch.Lease] = []
+        self._leases: list[Lease] = []
         self.refusal: str | None = None
         """Why the last lease asked for was not shared memory (``/dev/shm`` full, the pool at its limit)."""
         self.busy = 0
         """Times every lease was still held by the reader (the batch went by value)."""
 
     def __repr__(self) -> str:
-        held = sum(lease.in_use for lease in self._leases)
+        held = sum(kept.in_use for kept in self._leases)
         return f"<Slots {len(self._leases)} of {self.count} leased, {held} held by the reader>"
 
     def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
         """Room for ``[2, *shape]`` of ``dtype`` in a free lease; None: by value (every lease held, or no room)."""
         wanted = (2, *shape)
-        for lease in self._leases:
-            if not lease.in_use and lease.tensor.shape == wanted and lease.tensor.dtype == dtype:
-                return lease.tensor
+        for kept in self._leases:
+            if not kept.in_use and kept.tensor.shape == wanted and kept.tensor.dtype == dtype:
+                return kept.tensor
         if len(self._leases) >= self.count:
-            spare = next((lease for lease in self._leases if not lease.in_use), None)
+            spare = next((kept for kept in self._leases if not kept.in_use), None)
             if spare is None:
                 self.busy += 1
                 return None
             self._leases.remove(spare)  # another shape: make it anew
             spare.close()
-        lease = actorch.lease(wanted, dtype)
-        if not lease.shared:
-            self.refusal = lease.refusal
-            lease.close()
+        made = lease(wanted, dtype)
+        if not made.shared:
+            self.refusal = made.refusal
+            made.close()
             return None
-        self._leases.append(lease)
-        return lease.tensor
+        self._leases.append(made)
+        return made.tensor
 
     def close(self) -> None:
         """Give every lease back."""
-        for lease in self._leases:
-            lease.close()
+        for held in self._leases:
+            held.close()
         self._leases.clear()

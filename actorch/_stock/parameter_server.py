@@ -14,11 +14,18 @@ device="cuda:0")``). Gradients may come from any device; pulls and pushes take
 
 Followers (observers acting on the newest policy, evaluators) ``watch`` the
 server: a stream that delivers each new version as it is made, without polling.
+
+A server spawned with ``Restart(relocate=True)`` saves its parameters,
+optimizer state and version (``Actor.save_snapshot``) every ``snapshot_every``
+pushes, or when asked (:meth:`ParameterServer.save`): when its node is lost it
+starts again elsewhere from the last save, and with a snapshot directory
+(``run(snapshots=DIR)``) so does a named server in a job started again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +36,7 @@ from torch import nn
 
 from actorch._actors.actor import Actor
 from actorch._base.codec import serializable
+from actorch._base.errors import SnapshotError
 from actorch._stock.import_paths import resolve
 from actorch._stock.transfer import DeviceLike, as_device, to_device
 
@@ -36,6 +44,9 @@ __all__ = ["ParameterServer", "Parameters", "assign_shards"]
 
 ModelFactory = Callable[[], nn.Module] | str
 OptimizerClass = type[torch.optim.Optimizer] | str
+
+SNAPSHOT_FORMAT = "actorch.params"
+SNAPSHOT_VERSION = 1
 
 
 @serializable()
@@ -128,6 +139,15 @@ class ParameterServer(Actor):
         trainers: Pushes per step in sync mode.
         shard: ``(index, count)``: keep only this shard's parameters (see
             :func:`assign_shards`); ``(0, 1)`` keeps them all.
+        snapshot_every: For a server spawned with ``Restart(relocate=True)``:
+            save its parameters, optimizer state and version
+            (``Actor.save_snapshot``) each time this many more pushes were
+            applied (in sync mode, at the step that ends a round), so that a
+            relocation after its node is lost, or a job started again with
+            the same snapshot directory, starts it from there, losing the
+            steps after that save. The push that triggers a save waits for
+            it; other pushes go on meanwhile (the save holds copies). None:
+            only :meth:`save` saves. Without relocation, nothing is sent.
 
     The model is built, then moved to the server's device (``self.device``,
     set by ``spawn(..., device=...)``) before the optimizer is made, so the
@@ -152,7 +172,12 @@ class ParameterServer(Actor):
         mode: str = "async",
         trainers: int | None = None,
         shard: tuple[int, int] | list[int] = (0, 1),
+        snapshot_every: int | None = None,
     ) -> None:
+        if snapshot_every is not None and (
+            not isinstance(snapshot_every, int) or isinstance(snapshot_every, bool) or snapshot_every <= 0
+        ):
+            raise ValueError(f"snapshot_every must be a positive int of pushes, or None, not {snapshot_every!r}")
         if mode not in ("async", "sync"):
             raise ValueError(f"mode must be 'async' or 'sync', not {mode!r}")
         if mode == "sync" and (not isinstance(trainers, int) or trainers < 1):
@@ -189,7 +214,9 @@ class ParameterServer(Actor):
         self._published: dict[torch.device, Parameters] = {}  # the current version, by device
         self._round: _Round | None = None
         self._rrefs: list[Any] | None = None
-        self._counts = {"pulls": 0, "pulls_unchanged": 0, "pushes": 0, "steps": 0, "watched": 0}
+        self._counts = {"pulls": 0, "pulls_unchanged": 0, "pushes": 0, "steps": 0, "watched": 0, "saved": 0}
+        self._snapshot_every = snapshot_every
+        self._saved_at = 0  # pushes applied when the last snapshot was saved
         self._watchers = 0  # watch streams open
         self._moved = asyncio.Event()  # set (and replaced) when the version moves
 
@@ -252,7 +279,9 @@ class ParameterServer(Actor):
         self._counts["pushes"] += 1
         if self.mode == "async":
             self._step(grads)
-            return self._snapshot(target)
+            stepped = self._snapshot(target)
+            await self._save_if_due()
+            return stepped
         collected = self._round
         if collected is None:
             future: asyncio.Future[Parameters] = asyncio.get_running_loop().create_future()
@@ -273,7 +302,51 @@ class ParameterServer(Actor):
             collected.done.set_result(self._snapshot())
         except Exception as exc:  # noqa: BLE001 - every pusher of the round gets the step's error
             collected.done.set_exception(exc)
-        return self._snapshot_of(collected.done.result(), target)
+        params = collected.done.result()
+        await self._save_if_due()
+        return self._snapshot_of(params, target)
+
+    async def save(self) -> bool:
+        """Save a snapshot now: the parameters, the optimizer's state and the version (``Actor.save_snapshot``).
+
+        For a server spawned with ``Restart(relocate=True)``; it returns once
+        rank 0 holds the snapshot (and, with a snapshot directory, once it is
+        on disk). Pushes go on meanwhile: the snapshot holds copies.
+
+        Returns:
+            Whether it was kept: False, and nothing sent, for a server that is not relocatable.
+        """
+        return await self._save()
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take the snapshot a relocation or a restarted job hands back: parameters, optimizer state, version.
+
+        Raises:
+            SnapshotError: The state is not a parameter server's snapshot, or
+                not one of this server's shard and parameters.
+        """
+        where = f"the snapshot given to {self.name or 'a ParameterServer'}"
+        if not isinstance(state, dict) or state.get("format") != SNAPSHOT_FORMAT:
+            raise SnapshotError(f"{where} is not a parameter server's snapshot")
+        if state.get("format_version") != SNAPSHOT_VERSION:
+            raise SnapshotError(f"{where} has format version {state.get('format_version')!r}, not {SNAPSHOT_VERSION}")
+        if list(state.get("shard", ())) != list(self.shard):
+            raise SnapshotError(f"{where} is of shard {state.get('shard')!r}, this server holds shard {self.shard}")
+        params, version = state.get("parameters"), state.get("version")
+        if not isinstance(params, dict) or sorted(params) != list(self._params) or not isinstance(version, int):
+            held = sorted(params) if isinstance(params, dict) else params
+            raise SnapshotError(f"{where} holds parameters {held!r}, this server {list(self._params)}")
+        try:
+            self._check(params)
+            with torch.no_grad():
+                for name, value in params.items():
+                    self._params[name].copy_(value)
+            self._optimizer.load_state_dict(state["optimizer"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SnapshotError(f"{where} does not fit this server: {exc}") from exc
+        self._version = version
+        self._published = {}
+        self._saved_at = self._counts["pushes"]
 
     async def load(self, tensors: dict[str, torch.Tensor]) -> int:
         """Overwrite parameters by name (a checkpoint, a warm start), from any device; return the new version.
@@ -369,7 +442,10 @@ class ParameterServer(Actor):
         return self.system.rref(self._forward)
 
     async def statistics(self) -> dict[str, Any]:
-        """Version, mode, shard, device, counters, watch streams open, and pushes waiting for the sync round."""
+        """Version, mode, shard, device, counters, watch streams open, and pushes waiting for the sync round.
+
+        ``saved`` counts the snapshots kept for relocation (:meth:`save`, ``snapshot_every``).
+        """
         return {
             **self._counts,
             "version": self._version,
@@ -409,6 +485,27 @@ class ParameterServer(Actor):
         self._optimizer.zero_grad(set_to_none=True)
         self._counts["steps"] += 1
         self._advance()
+
+    async def _save_if_due(self) -> None:
+        """Save a snapshot if ``snapshot_every`` more pushes were applied since the last one."""
+        every = self._snapshot_every
+        if every is not None and self._counts["pushes"] - self._saved_at >= every:
+            await self._save()
+
+    async def _save(self) -> bool:
+        """Save the parameters (this version's copies), a copy of the optimizer's state and the version."""
+        self._saved_at = self._counts["pushes"]
+        state = {
+            "format": SNAPSHOT_FORMAT,
+            "format_version": SNAPSHOT_VERSION,
+            "shard": list(self.shard),
+            "version": self._version,
+            "parameters": dict(self._snapshot().tensors),  # copies: later steps change the live ones in place
+            "optimizer": copy.deepcopy(self._optimizer.state_dict()),
+        }
+        saved = await self.save_snapshot(state)
+        self._counts["saved"] += saved
+        return saved
 
     def _advance(self) -> None:
         self._version += 1

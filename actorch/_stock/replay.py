@@ -17,7 +17,8 @@ run beside open streams and wake the ones that wait.
 
 A buffer spawned with ``Restart(relocate=True)`` and ``snapshot_every=k``
 saves itself (``Actor.save_snapshot``) every ``k`` transitions added: when its
-node is lost, it starts again on another node holding what the last save held.
+node is lost, it starts again on another node holding what the last save held,
+and with a snapshot directory a named one does so in a job started again too.
 """
 
 from __future__ import annotations
@@ -118,9 +119,11 @@ class ReplayBuffer(Actor):
             save the whole buffer to rank 0 (``Actor.save_snapshot``) each time
             this many more transitions were added, so that a relocation after
             its node is lost restores it, losing at most what came after that
-            save. Each save sends every transition held: the writer that
-            triggers it waits for it, and so do writes and samples meanwhile.
-            Without relocation, nothing is sent.
+            save; with a snapshot directory (``run(snapshots=DIR)``), so does
+            a job started again after rank 0 was lost, for a named buffer
+            spawned without ``restore``. Each save sends every transition
+            held: the writer that triggers it waits for it, and so do writes
+            and samples meanwhile. Without relocation, nothing is sent.
 
     Raises:
         ValueError: If ``capacity`` or ``snapshot_every`` is not a positive int.

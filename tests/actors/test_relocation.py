@@ -82,6 +82,7 @@ async def test_relocatable_actor_moves_from_its_last_snapshot_when_its_node_is_l
         "relocated": 1,
         "not_relocated": 0,
         "snapshots": 1,
+        "written": 0,
     }
 
 

@@ -155,6 +155,19 @@ def test_strict_codec_names_the_refused_type() -> None:
         Codec(strict=True).encode({"a": {1}})
 
 
+@pytest.mark.parametrize("wide", [2**64, -(2**63) - 1, 10**30])
+def test_strict_codec_says_an_int_wider_than_64_bits_is_too_wide_not_that_ints_are_refused(wide: int) -> None:
+    with pytest.raises(SerializationError) as refused:
+        Codec(strict=True).encode({"big": wide})
+    message = str(refused.value)
+    assert f"cannot send the int {wide}: it is wider than 64 bits" in message
+    assert "from -2**63 to 2**64 - 1; send it as a str" in message
+    assert "refuses int values" not in message
+    for edge in (2**64 - 1, -(2**63)):
+        assert Codec(strict=True).decode(*Codec(strict=True).encode(edge)) == edge
+    assert Codec().decode(*Codec().encode(wide)) == wide, "pickled when not strict"
+
+
 def test_strict_codec_refuses_to_decode_pickled_data() -> None:
     data, tensors = Codec().encode({"v": {1, 2}})
     with pytest.raises(SerializationError, match="strict"):

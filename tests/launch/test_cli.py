@@ -30,7 +30,7 @@ from _mp import REPO, SCRIPTS, Script, free_port, refused_port, run_argv, script
 from prometheus_client.parser import text_string_to_metric_families
 
 from actorch._launch import cli, cli_run, runner
-from actorch._launch.options import SystemOptions, recording, status_address
+from actorch._launch.options import SystemOptions, recording, snapshot_directory, status_address
 from actorch._launch.run import _plan
 from actorch._launch.runtime import running_systems
 
@@ -145,13 +145,14 @@ def test_a_taken_status_port_is_refused_before_anything_starts(
         ([], {"status_address": ("127.0.0.1", 0), "recording": True, "log_level": "warning"}),
         (["--no-status", "--no-record"], {"status_address": None, "recording": False, "log_level": "warning"}),
         (["--status-port", "0", "--log-level", "DEBUG"], {"status_address": ("127.0.0.1", 0), "log_level": "debug"}),
+        (["--snapshots", "ckpt"], {"snapshots": os.path.abspath("ckpt")}),
     ],
-    ids=["none", "no status, no record", "status port, log level"],
+    ids=["none", "no status, no record", "status port, log level", "snapshots"],
 )
 def test_run_flags_reach_the_scripts_run_as_the_options_they_name(
     flags: list[str], options: dict[str, object], monkeypatch: pytest.MonkeyPatch, launcher_env: None
 ) -> None:
-    for name in ("ACTORCH_STATUS_PORT", "ACTORCH_LOG_LEVEL", "ACTORCH_RECORD"):
+    for name in ("ACTORCH_STATUS_PORT", "ACTORCH_LOG_LEVEL", "ACTORCH_RECORD", "ACTORCH_SNAPSHOTS"):
         monkeypatch.delenv(name, raising=False)
     started: list[SystemOptions] = []
 
@@ -165,6 +166,7 @@ def test_run_flags_reach_the_scripts_run_as_the_options_they_name(
     (chosen,) = started
     seen = {"status_address": status_address(chosen), "recording": recording(chosen)}
     seen["log_level"] = _plan(chosen, tune_gc=True).log_level
+    seen["snapshots"] = snapshot_directory(chosen)
     assert {name: seen[name] for name in options} == options
 
 
@@ -190,7 +192,15 @@ def test_help_is_complete_with_examples(capsys: pytest.CaptureFixture[str]) -> N
         assert ended.value.code == 0
         helps[tuple(args)] = capsys.readouterr().out
         assert "examples:" in helps[tuple(args)]
-    for flag in (*cli_run.TORCHRUN_FLAGS, "nproc_per_node", "status_port", "no_status", "log_level", "no_record"):
+    for flag in (
+        *cli_run.TORCHRUN_FLAGS,
+        "nproc_per_node",
+        "status_port",
+        "no_status",
+        "log_level",
+        "no_record",
+        "snapshots",
+    ):
         assert f"--{flag.replace('_', '-')}" in helps[("run",)]
     for flag in ("--port", "--address", "--pid", "--list", "--watch", "--interval", "--count", "--json"):
         assert flag in helps[("status",)]

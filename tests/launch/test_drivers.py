@@ -132,6 +132,21 @@ def test_start_refuses_bad_options_before_anything_starts(
         actorch.start(configure_logs=False, **kwargs)
 
 
+def test_run_and_start_make_the_snapshot_directory_or_refuse_it_before_anything_starts(tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+
+    async def main(system: actorch.ActorSystem) -> bool:
+        return (tmp_path / "new" / "snapshots").is_dir()
+
+    refused = r"\(snapshots=.*a-file/dir'\): cannot make the directory: Not a directory; nothing started"
+    with pytest.raises(NotADirectoryError, match=f"run{refused}"):
+        actorch.run(main, snapshots=blocked / "dir", configure_logs=False)
+    with pytest.raises(NotADirectoryError, match=f"start{refused}"):
+        actorch.start(snapshots=blocked / "dir", configure_logs=False)
+    assert actorch.run(main, snapshots=tmp_path / "new" / "snapshots", configure_logs=False)
+
+
 def test_start_under_torchrun_points_at_run(monkeypatch: pytest.MonkeyPatch) -> None:
     for var, value in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
         monkeypatch.setenv(var, value)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import actorch
+from actorch._base.config import SystemConfig
 from actorch._launch.options import (
     IN_PROCESS,
     ConfigKeywords,
@@ -18,6 +20,7 @@ from actorch._launch.options import (
     launcher_environment,
     options_of,
     recording,
+    snapshot_directory,
     status_address,
     system_config,
 )
@@ -66,6 +69,9 @@ def test_in_process_options_are_the_settings_every_node_shares() -> None:
         ({"status": False, "status_port": 1}, ValueError, "status_port=1 was given with status=False"),
         ({"port": -1}, ValueError, "port must be an int in 0..65535 (0: a free one), not -1"),
         ({"setup": "seed"}, TypeError, "setup must be a function of the node's rank, not 'seed'"),
+        ({"snapshots": 3}, TypeError, "snapshots must be a directory path (str or os.PathLike), or None, not 3"),
+        ({"snapshots": ""}, TypeError, "snapshots must be a directory path"),
+        ({"snapshots_kept": 0}, ValueError, "snapshots_kept must be an int >= 1, not 0"),
     ],
 )
 def test_system_options_refuse_a_bad_value_naming_the_option(
@@ -133,6 +139,26 @@ def test_launcher_environment_sets_what_run_then_reads(monkeypatch: pytest.Monke
     assert status_address(options) is None
     assert recording(options) is False
     assert _plan(options, tune_gc=True).log_level == "info"
+
+
+def test_the_snapshot_directory_is_the_options_else_the_environments_as_an_absolute_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ACTORCH_SNAPSHOTS", raising=False)
+    assert snapshot_directory(SystemOptions()) is None
+    assert system_config(SystemOptions()).snapshots is None
+    monkeypatch.setenv("ACTORCH_SNAPSHOTS", "from-env")
+    assert snapshot_directory(SystemOptions()) == str(tmp_path / "from-env")
+    chosen = SystemOptions(snapshots=Path("ckpt"), snapshots_kept=3)
+    assert system_config(chosen).snapshots == str(tmp_path / "ckpt"), "the option wins"
+    assert system_config(chosen).snapshots_kept == 3
+    assert launcher_environment(snapshots="ckpt") == {"ACTORCH_SNAPSHOTS": str(tmp_path / "ckpt")}
+
+
+def test_a_snapshot_directory_must_be_absolute_where_every_node_reads_it() -> None:
+    with pytest.raises(ValueError, match="snapshots must be an absolute directory path or None, not 'ckpt'"):
+        SystemConfig(snapshots="ckpt")
 
 
 def test_launcher_environment_checks_as_the_options_do() -> None:

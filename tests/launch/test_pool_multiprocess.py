@@ -49,7 +49,7 @@ def pids_alive(pids: list[int]) -> list[int]:
 def test_a_static_system_adds_nodes_places_on_them_and_gives_actors_processes_of_their_own() -> None:
     run = Script(script_argv("pool.py", "grow")).finish(200)
     run.assert_clean_exit(0)
-    assert run.returned() == {"main": "returned", "checks": 3}
+    assert run.returned() == {"main": "returned", "checks": 4}
 
     placed = run.result("add_and_place")
     assert placed["static"] is False  # run(world_size=2): not elastic, but it grows
@@ -86,6 +86,15 @@ def test_a_static_system_adds_nodes_places_on_them_and_gives_actors_processes_of
     left = run.result("leave")
     assert left["left"] == 2
     assert left["refused"]["error"]["type"] == "UnsupportedError", "the launch's own nodes cannot leave a static system"
+
+    together = run.result("leave_together")
+    assert [one["left"] for one in together["rounds"]] == [[None, None, None]] * 2
+    gone = {rank for one in together["rounds"] for rank in one["ranks"]}
+    assert len(gone) == 6
+    assert not gone & set(together["live"]), "the six that left are no longer nodes of the system"
+    assert run.logs("node did not hear that this one leaves") == [], (
+        "nodes that joined together heard each other leave: each knew the others once add_nodes returned"
+    )
 
 
 REAPED_WITHIN = 3.0

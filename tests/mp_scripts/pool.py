@@ -6,8 +6,10 @@ Usage:
   world underneath) adds two labelled nodes with declared resources and an
   environment, places actors on them by label and resources, gives two
   CPU-bound actors processes of their own, shows them in the status, lets one
-  go (its process leaves and is reaped), has an added node leave, and returns;
-  every process it started must be gone with it.
+  go (its process leaves and is reaped), has an added node leave, then
+  ``LEAVE_ROUNDS`` times adds three nodes and has them leave all at once the
+  moment ``add_nodes`` returns, and returns; every process it started must be
+  gone with it.
 - ``python pool.py reap``: an elastic ``run(world_size=3)`` system has its two
   launch workers leave, one after the other, then, ``REAP_ROUNDS`` times in a
   row, adds a node and an actor of its own process, has the node leave and
@@ -40,6 +42,8 @@ from actorch._launch.status import gather_status
 WORK_SECONDS = 1.0
 REAP_ROUNDS = 10
 """Rounds of ``pool.py reap``: each has an added node leave and an actor's own process stop (20 exits in all)."""
+LEAVE_ROUNDS = 2
+"""Rounds of ``pool.py grow``'s last check: three nodes added, then leaving together at once."""
 GONE_WITHIN = 60.0
 """Seconds ``pool.py reap`` follows a process that left before it gives up waiting for it to be gone."""
 
@@ -110,10 +114,27 @@ async def leave_an_added_node(system: actorch.ActorSystem) -> dict[str, Any]:
     return {"left": rank, "refused": refused}
 
 
+async def leave_together(system: actorch.ActorSystem) -> dict[str, Any]:
+    """Nodes that joined together leave together, the moment ``add_nodes`` returns: each must know the others."""
+    rounds = []
+    for _ in range(LEAVE_ROUNDS):
+        added = await system.add_nodes(3)
+        left = await asyncio.gather(*(attempt(system.leave(info.rank)) for info in added))
+        rounds.append(
+            {"ranks": [info.rank for info in added], "left": [outcome.get("value", outcome) for outcome in left]}
+        )
+    return {"rounds": rounds, "live": sorted(info.rank for info in system.nodes)}
+
+
 async def grow(system: actorch.ActorSystem) -> dict[str, Any]:
     return await run_checks(
         system,
-        [("add_and_place", add_and_place), ("own_processes", own_processes), ("leave", leave_an_added_node)],
+        [
+            ("add_and_place", add_and_place),
+            ("own_processes", own_processes),
+            ("leave", leave_an_added_node),
+            ("leave_together", leave_together),
+        ],
         seconds=90.0,
     )
 

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from typing import Any
 
 import pytest
+import structlog
 import torch
 from torch import nn
 
 import actorch
+from actorch._actors.relocation.snapshots import SnapshotStore
+from actorch._base.codec import Codec
 from actorch.params import ParameterClient, Parameters, ParameterServer, assign_shards
 from actorch.testing import LocalWorld, local_world
 
@@ -189,6 +193,7 @@ async def test_parameter_server_load_overwrites_and_bumps_the_version(world: Loc
         ({"trainers": 2}, "async mode"),
         ({"shard": (2, 2)}, "shard"),
         ({"optimizer": "torch.optim.NoSuchOptimizer"}, "optimizer"),
+        ({"snapshot_every": 0}, "snapshot_every must be a positive int of pushes"),
     ],
 )
 async def test_parameter_server_refuses_bad_options_at_spawn(world: LocalWorld, options: Any, message: str) -> None:
@@ -230,6 +235,109 @@ async def test_parameter_server_rrefs_need_torch_rpc(world: LocalWorld) -> None:
         await server.call(ParameterServer.parameter_rrefs)
     with pytest.raises(actorch.UnsupportedError):
         await server.call(ParameterServer.module_rref)
+
+
+# ---------------------------------------------------------------------- snapshots
+
+
+RELOCATE = actorch.Restart(relocate=True, backoff=0.0)
+
+
+def reference_steps(grads: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The parameters after Adam steps on ``grads`` from tiny_model's start, as a server should hold them."""
+    model = tiny_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    for grad in grads:
+        for name, param in model.named_parameters():
+            param.grad = grad[name].clone()
+        optimizer.step()
+    return {name: param.detach().clone() for name, param in model.named_parameters()}
+
+
+def grad_number(step: int) -> dict[str, torch.Tensor]:
+    torch.manual_seed(100 + step)
+    return {name: torch.randn_like(p) for name, p in tiny_model().named_parameters()}
+
+
+async def spawn_relocatable(world: LocalWorld, on: int = 1, **options: Any) -> actorch.ActorRef[ParameterServer]:
+    kwargs = {"optimizer": "torch.optim.Adam", "optimizer_kwargs": {"lr": 0.1}, **options}
+    return await world[0].spawn(
+        ParameterServer, args=(tiny_model,), kwargs=kwargs, name="params", on=on, restart=RELOCATE
+    )
+
+
+async def test_parameter_server_resumes_parameters_optimizer_state_and_version_from_its_last_save() -> None:
+    async with local_world(3) as world:
+        server = await spawn_relocatable(world, snapshot_every=3)
+        for step in range(7):
+            await server.call(ParameterServer.push, grad_number(step))
+        assert (await server.call(ParameterServer.statistics))["saved"] == 2, "saved after pushes 3 and 6"
+        world.kill(1)
+        assert await server.call(ParameterServer.version) == 6, "the 7th push came after the last save"
+        pulled = await server.call(ParameterServer.pull)
+        assert pulled is not None
+        for name, tensor in reference_steps([grad_number(step) for step in range(6)]).items():
+            torch.testing.assert_close(pulled.tensors[name], tensor)
+        after = await server.call(ParameterServer.push, grad_number(6))  # Adam's moments came back too
+        for name, tensor in reference_steps([grad_number(step) for step in range(7)]).items():
+            torch.testing.assert_close(after.tensors[name], tensor)
+
+
+async def test_parameter_server_saves_when_asked_and_a_job_started_again_resumes_it(tmp_path: Any) -> None:
+    async with local_world(3, snapshots=str(tmp_path)) as world:
+        server = await spawn_relocatable(world, mode="sync", trainers=2)
+        await asyncio.gather(*(server.call(ParameterServer.push, grad_number(0)) for _ in range(2)))
+        assert await server.call(ParameterServer.save) is True
+        await asyncio.gather(*(server.call(ParameterServer.push, grad_number(1)) for _ in range(2)))
+    async with local_world(3, snapshots=str(tmp_path)) as world:
+        server = await spawn_relocatable(world, on=2, mode="sync", trainers=2)
+        assert await server.call(ParameterServer.version) == 1
+        plain = await spawn(world, on=1)
+        assert await plain.call(ParameterServer.save) is False, "not relocatable: nothing is sent"
+
+
+def tiny_parameters() -> dict[str, torch.Tensor]:
+    return {name: p.detach() for name, p in tiny_model().named_parameters()}
+
+
+@pytest.mark.parametrize(
+    ("state", "says"),
+    [
+        ("weights", "is not a parameter server's snapshot"),
+        ({"format": "actorch.params", "format_version": 9}, "format version 9"),
+        ({"format": "actorch.params", "format_version": 1, "shard": [1, 2]}, "of shard [1, 2]"),
+        ({"format": "actorch.params", "format_version": 1, "shard": [0, 1], "parameters": {}}, "holds parameters []"),
+        (
+            {
+                "format": "actorch.params",
+                "format_version": 1,
+                "shard": [0, 1],
+                "version": 3,
+                "parameters": tiny_parameters(),
+            },
+            "does not fit this server: 'optimizer'",
+        ),
+        (
+            {
+                "format": "actorch.params",
+                "format_version": 1,
+                "shard": [0, 1],
+                "version": 3,
+                "parameters": {**tiny_parameters(), "0.weight": torch.zeros(2, 2)},
+                "optimizer": {},
+            },
+            "'0.weight' must be a tensor of shape (4, 3)",
+        ),
+    ],
+)
+async def test_parameter_server_refuses_to_start_from_a_snapshot_that_is_not_its_own(
+    state: Any, says: str, tmp_path: Any
+) -> None:
+    store = SnapshotStore(str(tmp_path), 2, Codec(), structlog.get_logger("actorch"))
+    await store.save("params", state)  # what an older program, or another model, left under the name
+    async with local_world(3, snapshots=str(tmp_path)) as world:
+        with pytest.raises(actorch.SnapshotError, match=re.escape(says)):
+            await spawn_relocatable(world)
 
 
 def test_assign_shards_balances_sizes_deterministically() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from actorch._launch.options import SystemOptions
 from actorch._transport.base import NodeInfo
 from actorch._transport.suspicion import STARVED_LIMIT, Suspicion, own_process
 
@@ -91,6 +92,14 @@ def test_suspicion_spares_a_silent_peer_whose_process_runs(child) -> None:
 def test_suspicion_loses_a_running_peer_silent_past_its_limit(child) -> None:
     running = child(BUSY)
     assert not Suspicion(0, TIMEOUT).spares(peer_of(running), STARVED_LIMIT * TIMEOUT)
+
+
+def test_the_reliability_page_states_and_explains_how_long_a_running_peer_is_spared() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "reliability.md").read_text()
+    by_default = STARVED_LIMIT * SystemOptions().liveness_timeout
+    times = "\N{MULTIPLICATION SIGN}"
+    assert f"after {STARVED_LIMIT} {times} `liveness_timeout` ({by_default:g} s by default) of silence" in page
+    assert f"### Why a running peer is spared {STARVED_LIMIT} {times} `liveness_timeout`" in page
 
 
 def test_suspicion_loses_a_stopped_peer(child) -> None:

@@ -295,7 +295,9 @@ class ActorHost:
                 async with asyncio.timeout(LEAVE_CALL_TIMEOUT):
                     await self.services[rank].call(endpoint, self.rank)
             except Exception as exc:  # noqa: BLE001 - a peer that does not hear sees this node lost instead
-                node.log.warning("node did not hear that this one leaves", peer=rank, error=repr(exc))
+                gone = rank in node.lost or rank in node.left  # it left (or died) meanwhile: it need not hear
+                say = node.log.debug if gone else node.log.warning
+                say("node did not hear that this one leaves", peer=rank, error=repr(exc))
 
         others = [rank for rank in node.ranks() if rank != self.rank and rank not in node.lost]
         await asyncio.gather(*(one(rank) for rank in others if rank not in self.leaving))  # those leaving need not hear

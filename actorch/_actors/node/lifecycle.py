@@ -85,7 +85,8 @@ class ActorLifecycle:
         are not free. A relocatable actor (``Restart(relocate=True)``) is
         adopted by rank 0's relocator once it started, with the request; one
         that moved here has its ``origin``, and ``kept`` holds its last
-        snapshot, restored before ``on_start``.
+        snapshot, restored before ``on_start``. A named one built afresh in a
+        system with a snapshot directory starts from its last snapshot there.
         """
         cls = self._class_of(request)
         name, restart = request.name, request.restart
@@ -95,6 +96,8 @@ class ActorLifecycle:
         relocatable = request.relocatable
         if relocatable:
             check_home(cls.__qualname__, self.rank)
+            if origin is None and kept is None and self.config.snapshots is not None:
+                kept = await self.relocatables.resume(request)
         gpus, needs = request.lent(), request.held()
         lent = self.gpus.pick(gpus, f"spawn({cls.__qualname__}, gpus={gpus})") if gpus else ()
         held = self.holdings.pick(needs, f"spawn({cls.__qualname__})") if needs else {}

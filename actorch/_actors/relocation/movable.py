@@ -206,6 +206,7 @@ class MovableRef(ActorRef[A]):
             self._origin,
             self._rank,
             state,
+            self._name,
         )
         return True
 

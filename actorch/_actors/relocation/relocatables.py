@@ -8,18 +8,21 @@ for good; between the two its refs are ``MovableRef`` objects that follow it.
 
 from __future__ import annotations
 
+import os
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from actorch._actors.actor import Actor, class_path
 from actorch._actors.ref import ActorRef, make_ref
 from actorch._actors.relocation.movable import Origin, movable_ref
 from actorch._actors.relocation.relocator import Relocator
-from actorch._actors.relocation.spec import RelocationSpec
+from actorch._actors.relocation.spec import RelocationSpec, restores_explicitly
 from actorch._actors.restart import ActorExit
 from actorch._base.errors import describe
 from actorch._engine.system_ids import RELOCATOR_ID
 
 if TYPE_CHECKING:
+    from actorch._actors.node.spawn_request import SpawnRequest
     from actorch._engine.caller import Caller
 
 __all__ = ["Relocatables"]
@@ -56,6 +59,33 @@ class Relocatables:
         """Where local relocatable actor ``actor_id`` was first started."""
         return self._origins[actor_id]
 
+    async def resume(self, request: SpawnRequest) -> tuple[Any] | None:
+        """The snapshot a named relocatable actor built afresh starts from: its last one in the snapshot directory.
+
+        None if it has none there, or if ``request`` hands it a ``restore=``
+        of its own, which wins: then a warning says so when the directory
+        holds a snapshot newer than that file (or when what ``restore=``
+        names is not a file here, which cannot be compared).
+        """
+        name = request.name
+        if name is None:
+            return None
+        if not restores_explicitly(request):
+            return await self._relocator.call(Relocator.resume, name)
+        found = await self._relocator.call(Relocator.latest, name)
+        given = request.kwargs["restore"]
+        if found is not None and found[1] > _modified(given):
+            serial, saved, path = found
+            self._caller.log.warning(
+                "restore= given: the actor starts from it, not from the newer snapshot in the snapshot directory",
+                actor=name,
+                restore=str(given),
+                newer=path,
+                serial=serial,
+                saved=datetime.fromtimestamp(saved, UTC).isoformat(timespec="seconds"),
+            )
+        return None
+
     async def adopt(self, spec: RelocationSpec) -> None:
         """Have rank 0 relocate the actor ``spec`` says (just started here) when this node is lost."""
         await self._relocator.call(Relocator.adopt, spec)
@@ -66,3 +96,11 @@ class Relocatables:
             await self._relocator.call(Relocator.forget, origin, exit_)
         except Exception as exc:  # noqa: BLE001 - what stopped it matters more; rank 0 may be gone too
             self._caller.log.warning("rank 0 did not hear that a relocatable actor stopped", error=describe(exc))
+
+
+def _modified(given: Any) -> float:
+    """When the file a ``restore=`` names was last written (seconds since the epoch); 0 if it names no file here."""
+    try:
+        return os.stat(given).st_mtime
+    except (OSError, TypeError, ValueError):
+        return 0.0

@@ -9,6 +9,12 @@ system. The cost is one transfer of the state per save, and rank 0's memory
 for the last state of each relocatable actor. For the same reason no
 relocatable actor lives on rank 0.
 
+With a snapshot directory (``run(snapshots=DIR)``), the relocator also writes
+each snapshot of a named actor there before the save returns (a
+``SnapshotStore``), so that it outlives rank 0 too: a node that builds a
+named relocatable actor afresh asks ``resume`` for its last one, and a
+relocation whose actor saved nothing in this run starts it from there.
+
 When a node is lost, rank 0's host asks the relocator which of its actors
 move: their names stay reserved meanwhile (lookups wait; nobody else takes
 them). After its policy's backoff (a relocation counts as a restart), each is
@@ -35,7 +41,8 @@ from actorch._actors.placement.where import Placed, Where
 from actorch._actors.ref import ActorRef
 from actorch._actors.registry import Registry
 from actorch._actors.relocation.movable import MovableRef, Origin
-from actorch._actors.relocation.spec import RANK_0, RelocationSpec, eligible_nodes
+from actorch._actors.relocation.snapshots import SnapshotStore
+from actorch._actors.relocation.spec import RANK_0, RelocationSpec, eligible_nodes, restores_explicitly
 from actorch._actors.restart import ActorExit
 from actorch._actors.system_endpoints import RelocatorEndpoints
 from actorch._base.config import SystemConfig
@@ -101,6 +108,12 @@ class Relocator(Actor, RelocatorEndpoints):
         self._ended: OrderedDict[Origin, ActorExit] = OrderedDict()  # how actors no longer here ended
         self._moves: set[asyncio.Task[None]] = set()
         self._counts = {"relocated": 0, "not_relocated": 0, "snapshots": 0}
+        directory = host.config.snapshots
+        self._store = (
+            None
+            if directory is None
+            else SnapshotStore(directory, host.config.snapshots_kept, host.node.caller.codec, host.node.log)
+        )
 
     async def adopt(self, spec: RelocationSpec) -> None:
         """Relocate the actor ``spec`` says when its node is lost (its host calls this once it started)."""
@@ -110,14 +123,18 @@ class Relocator(Actor, RelocatorEndpoints):
             raise NodeLostError(f"{spec.label(origin)} cannot be relocated: its node was lost as it started")
         self._actors[origin] = _Relocatable(spec, origin, state)
 
-    async def keep(self, origin: Origin, rank: int, state: Any) -> None:
-        """Keep ``state`` as the last snapshot of the actor ``origin``, sent by its instance on ``rank``.
+    async def keep(self, origin: Origin, rank: int, state: Any, name: str | None = None) -> None:
+        """Keep ``state`` as the last snapshot of the actor ``origin`` (``name``), sent by its instance on ``rank``.
 
         The instance may be starting (its ``on_start`` saves): on its first
-        node before it is adopted, or on the node it is moving to.
+        node before it is adopted, or on the node it is moving to. A named
+        actor's snapshot is also written to the snapshot directory, if the
+        system has one, before this returns.
 
         Raises:
             ActorStoppedError: That instance no longer hosts the actor (it moved on, or stopped).
+            SerializationError: The state cannot be written to a file (it is kept in memory all the same).
+            OSError: The snapshot file cannot be written (it is kept in memory all the same).
         """
         origin = (origin[0], origin[1])
         entry = self._actors.get(origin)
@@ -129,6 +146,27 @@ class Relocator(Actor, RelocatorEndpoints):
             where = "it stopped" if entry is None else f"it lives on node {entry.home[0]} now"
             raise ActorStoppedError(f"a snapshot from node {rank} is not kept: {where}")
         self._counts["snapshots"] += 1
+        if self._store is not None and name is not None:
+            await self._store.save(name, state)
+
+    async def resume(self, name: str) -> tuple[Any] | None:
+        """The last snapshot of the actor named ``name`` in the snapshot directory, as ``(state,)``; None if none.
+
+        A node asks this as it builds a named relocatable actor afresh. A
+        newest file that cannot be read is passed over, with a warning on
+        this node naming the actor and the file.
+        """
+        if self._store is None:
+            return None
+        return await self._store.load(name, self._host.node.caller)
+
+    async def latest(self, name: str) -> tuple[int, float, str] | None:
+        """The newest snapshot file of the actor named ``name``, unread: ``(serial, saved, path)``; None if none.
+
+        ``saved`` is when it was written, in seconds since the epoch.
+        """
+        found = None if self._store is None else await self._store.latest(name)
+        return None if found is None else (found.serial, found.saved, found.path)
 
     async def forget(self, origin: Origin, exit_: ActorExit) -> None:
         """The actor ``origin`` stopped for good, as ``exit_`` says: it moves no more."""
@@ -176,9 +214,10 @@ class Relocator(Actor, RelocatorEndpoints):
         return names
 
     def statistics(self) -> dict[str, int]:
-        """Relocatable actors known, moving now, relocated and not relocated so far, snapshots kept."""
+        """Relocatable actors known, moving now, relocated and not relocated so far, snapshots kept and written."""
         moving = sum(1 for entry in self._actors.values() if entry.moving is not None)
-        return {"relocatable": len(self._actors), "moving": moving, **self._counts}
+        written = 0 if self._store is None else self._store.written
+        return {"relocatable": len(self._actors), "moving": moving, **self._counts, "written": written}
 
     # ------------------------------------------------------------------ moving
 
@@ -242,6 +281,9 @@ class Relocator(Actor, RelocatorEndpoints):
             raise _NotMoved(f"its policy's {failures - 1} restarts were used up")
         await asyncio.sleep(restart.delay(failures))
         await self._settled(spec.request.where)
+        store, name = self._store, spec.request.name
+        if entry.state is None and store is not None and name is not None and not restores_explicitly(spec.request):
+            entry.state = await store.load(name, self._host.node.caller)  # it started from there, saved nothing since
         refused: dict[int, str] = {}
         while True:
             load: dict[int, int] = {}

@@ -21,7 +21,7 @@ from actorch._base.codec import serializable
 from actorch._base.names import actor_label
 from actorch._transport.base import NodeInfo
 
-__all__ = ["RANK_0", "RelocationSpec", "check_home", "eligible_nodes"]
+__all__ = ["RANK_0", "RelocationSpec", "check_home", "eligible_nodes", "restores_explicitly"]
 
 
 def check_home(what: str, rank: int) -> None:
@@ -31,6 +31,15 @@ def check_home(what: str, rank: int) -> None:
             f"cannot place {what} on node 0 with Restart(relocate=True): rank 0 runs main and keeps the "
             "snapshots, and its loss ends the system; spawn it on another node (on=1)"
         )
+
+
+def restores_explicitly(request: SpawnRequest) -> bool:
+    """Whether ``request`` hands its actor a state of its own to start from: a ``restore=`` keyword, not None.
+
+    Such an actor (a ``ReplayBuffer`` spawned from a snapshot file) starts
+    from what it was given, not from the snapshot directory.
+    """
+    return request.kwargs.get("restore") is not None
 
 
 @serializable()

@@ -6,7 +6,10 @@ of its own: it checks the request's proof of the join token (see
 ``membership``), answers with the current members, waits for the newcomer's
 agent, then *welcomes* it on every member, itself first. A welcome enters the
 newcomer in the member's torch RPC agent and in this transport's peers, and
-starts watching it; only then may the newcomer serve. Joins never run
+starts watching it; only then may the newcomer serve. Rank 0's own loop hears
+of the join last, once every member has met the newcomer, so that what rank 0
+then asks of it (a spawn, a leave) never has it call a member that does not
+know it yet. Joins never run
 concurrently, so torch's own join lock is not needed. The launch's first
 workers join the same way, under ranks chosen in advance.
 
@@ -340,7 +343,7 @@ class ElasticRpcTransport(RpcTransport):
             if time.monotonic() >= limit or self._admission_stop.wait(POLL):
                 log.warning("node admitted but never came up", node=self.rank, peer=rank)
                 return
-        self.welcome(info)
+        self.welcome(info, announce=False)
         facts = json.dumps(facts_of(info))
         welcomes = [
             (
@@ -352,6 +355,7 @@ class ElasticRpcTransport(RpcTransport):
         ]
         for member, welcome in welcomes:
             self._wait_welcomed(member, welcome)
+        self._announce(info)
         members.ready(rank)
         with self._admitted:
             self._joined_ranks.add(rank)
@@ -375,12 +379,20 @@ class ElasticRpcTransport(RpcTransport):
 
     # ------------------------------------------------------------------ every member
 
-    def welcome(self, info: NodeInfo) -> None:
-        """Enter newcomer ``info`` in torch's agent and among the peers, watch it, tell the loop (any thread)."""
+    def welcome(self, info: NodeInfo, *, announce: bool = True) -> None:
+        """Enter newcomer ``info`` in torch's agent and among the peers, watch it; tell the loop if ``announce``.
+
+        Any thread. Rank 0 announces the newcomer itself once every member has met it.
+        """
         agent: Any = rpc.api._get_current_rpc_agent()  # type: ignore[attr-defined]
         agent._update_group_membership(rpc.WorkerInfo(worker_name(info.rank), info.rank), [], {}, True)  # type: ignore[attr-defined]
         self._add_peer(info)
         self._watch_peer(info.rank)
+        if announce:
+            self._announce(info)
+
+    def _announce(self, info: NodeInfo) -> None:
+        """Tell this node's loop that ``info`` joined (its listeners: events, the node pool's waits)."""
         self._inbox.post((info.rank, rpc_transport._JOINED, info))
 
     def stop_admitting(self) -> None:
