@@ -44,6 +44,19 @@ def test_cuda_tensors_without_a_map_are_staged_to_the_receiving_actors_device() 
 
 
 @pytest.mark.timeout(120)
+def test_cuda_tensors_staged_on_one_host_go_through_a_segment_of_shared_memory() -> None:
+    run = run_script("cuda_tensors.py", "staged-shm", timeout=100)
+    run.assert_clean_exit(0)
+    r = run.result("staged-shm")
+    assert r["channels"]["staged"] >= 4
+    assert r["channels"]["transport"] == 0
+    assert r["arrived_cpu_actor"] == "cpu"
+    assert r["arrived_gpu_actor"] == "cuda:0"
+    assert r["result"] == ["cpu", [0.0, 1.0, 2.0]]
+    assert r["kept"] == TOLD
+
+
+@pytest.mark.timeout(120)
 def test_cuda_tensors_go_by_cuda_ipc_on_one_host_and_land_where_the_map_says() -> None:
     run = run_script("cuda_tensors.py", "ipc", timeout=100)
     run.assert_clean_exit(0)
@@ -102,8 +115,15 @@ def test_drawn_cuda_tensors_cross_every_path_bitwise(mode: str) -> None:
 @pytest.mark.timeout(300)
 def test_bench_gpu_measures_both_paths_side_by_side() -> None:
     finished = run_argv(
-        [sys.executable, str(REPO / "benchmarks" / "bench_gpu.py"), "--sizes-mb", "1", "--rounds", "1"], timeout=240.0
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "bench_gpu.py"),
+            *("--sizes-mb", "1", "--rounds", "1", "--weights-mb", "16", "--actors", "2"),
+        ],
+        timeout=240.0,
     )
     assert finished.returncode == 0, finished.stderr
+    assert "CUDA IPC, one host" in finished.stdout
     assert "device map cuda:0 -> cuda:0" in finished.stdout
     assert "staged through host memory" in finished.stdout
+    assert "weight sync" in finished.stdout

@@ -4,7 +4,9 @@ Usage: ``python cuda_tensors.py MODE``:
 
 - ``mapped``: ``device_maps="auto"`` (``cuda:0`` to ``cuda:0``: both processes
   see the GPU), channels ``device_map`` and ``staged`` (no CUDA IPC);
-- ``staged``: no maps, and the ``staged`` channel alone;
+- ``staged``: no maps, and the ``staged`` channel alone (by the transport);
+- ``staged-shm``: no maps, channels ``shm`` and ``staged``: the host copy
+  lands in a pinned segment of shared memory, which the receiver maps;
 - ``ipc``: every channel (CUDA IPC first), with the maps of ``"auto"``, which
   say where a tensor lands;
 - ``ipc-unmapped``: every channel, no maps: a tensor lands on the receiving
@@ -74,6 +76,7 @@ async def main(system: actorch.ActorSystem) -> None:
 SETTINGS: dict[str, dict[str, Any]] = {
     "mapped": {"device_maps": "auto", "channels": ("device_map", "staged")},
     "staged": {"device_maps": None, "channels": ("staged",)},
+    "staged-shm": {"device_maps": None, "channels": ("shm", "staged")},
     "ipc": {"device_maps": "auto"},
     "ipc-unmapped": {"device_maps": None},
 }

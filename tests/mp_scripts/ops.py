@@ -30,7 +30,7 @@ async def main(system: actorch.ActorSystem) -> str:
             await counter.call(Counter.add)
         with contextlib.suppress(Exception):  # the error is what the status must count
             await counter.call(Counter.explode, "on purpose")
-        await counter.call(Counter.echo, torch.zeros(16384))  # torch RPC carries it, not the lane
+        await counter.call(Counter.echo, torch.zeros(16384, requires_grad=True))  # torch RPC carries it, not the lane
     emit("started", world_size=system.world_size, nodes=[info.rank for info in system.nodes])
     (TMP / "ready").write_text("ready")
     deadline = time.monotonic() + 60

@@ -122,7 +122,7 @@ class DataPlane:
         if "device_map" in chosen:
             channels.append(DeviceMapChannel())
         if "staged" in chosen:
-            channels.append(StagedChannel())
+            channels.append(StagedChannel(shm if shm is not None and "shm" in chosen else None))
         channels.append(ByValueChannel())
         return cls(channels)
 

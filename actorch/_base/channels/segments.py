@@ -155,6 +155,7 @@ class Segment:
         "leased",
         "name",
         "owned",
+        "pinned",
         "size",
         "view",
     )
@@ -169,6 +170,7 @@ class Segment:
         self.address = ctypes.addressof(self._words) - _WORDS_AT  # where the mapping starts in this process
         self._lends: dict[int, tuple[int, int]] = {}  # the maker's: slot -> (rank, generation) not seen back yet
         self.leased = False  # the maker's: a user holds it as a Lease
+        self.pinned = False  # the maker's: registered with CUDA as pinned memory (copies out of a GPU land here)
         self.data: torch.Tensor | None = None  # the maker's: its data as bytes, to copy tensors into
 
     def __repr__(self) -> str:
@@ -297,6 +299,26 @@ class Segment:
             del lends[slot]
             self._words[_WORDS * slot + _HANDED_BACK] = 0  # what it handed back and never arrived
         return len(gone)
+
+    def pin(self) -> bool:
+        """Register the segment with CUDA as pinned memory (once), so copies out of a GPU land at full speed.
+
+        False where CUDA refuses (or is not there): copies still work, pageable.
+        """
+        if not self.pinned:
+            try:
+                error = torch.cuda.cudart().cudaHostRegister(self.address, HEADER + self.size, 0)  # type: ignore[no-untyped-call]
+            except (AttributeError, RuntimeError, AssertionError):
+                return False
+            self.pinned = int(error) == 0
+        return self.pinned
+
+    def unpin(self) -> None:
+        """Undo :meth:`pin` before the mapping goes."""
+        if self.pinned:
+            self.pinned = False
+            with contextlib.suppress(AttributeError, RuntimeError, AssertionError):
+                torch.cuda.cudart().cudaHostUnregister(self.address)  # type: ignore[no-untyped-call]
 
     def unlink(self) -> None:
         """Remove the segment's file (the maker's); mappings, this one and receivers', stay valid."""
@@ -428,6 +450,7 @@ class SegmentPool:
         """Remove every segment's file: receivers' mappings (and tensors over them) stay valid until they let go."""
         self.closed = True
         for segment in self._segments.values():
+            segment.unpin()
             segment.unlink()
         self._segments.clear()
         self.bytes = 0
@@ -481,6 +504,7 @@ class SegmentPool:
             if segment.leased or segment.busy():
                 continue
             del self._segments[segment.name]
+            segment.unpin()
             segment.unlink()
             self.bytes -= segment.size
             wanted -= segment.size

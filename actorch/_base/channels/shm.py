@@ -108,13 +108,33 @@ class SharedMemoryChannel(Channel):
 
     def carries(self, tensor: torch.Tensor, route: TensorRoute) -> bool:
         """Whether ``tensor`` is a plain CPU tensor needing no autograd, bound for a process of this host."""
-        return (
-            tensor.is_cpu
-            and type(tensor) is torch.Tensor
-            and not tensor.requires_grad
-            and self._identity is not None
-            and route.reach.get(REACH_KEY) == self._identity
-        )
+        return tensor.is_cpu and type(tensor) is torch.Tensor and not tensor.requires_grad and self.reaches(route)
+
+    def reaches(self, route: TensorRoute) -> bool:
+        """Whether ``route.dest`` shares this process's shared memory (its host, ``/dev/shm`` and user)."""
+        return self._identity is not None and route.reach.get(REACH_KEY) == self._identity
+
+    def staged(self, tensor: torch.Tensor, dest: int) -> list[Any] | None:
+        """A reference to a host copy of GPU ``tensor`` in a pinned segment, the copy queued without blocking.
+
+        For the staged channel on one host: the receiver maps the segment and
+        copies the tensor to its device, with no socket in between. The copy is
+        valid once the tensor's device is synchronised. None: no room (it is
+        staged through the transport then).
+        """
+        if self.pool.lent_to(dest) + tensor.nbytes > self.per_peer:
+            return None
+        strides = dense_strides(tensor)
+        extent = extent_of(tensor.shape, strides, tensor.element_size())
+        placed = self.pool.place(extent, dest)
+        if placed is None:
+            return None
+        segment, slot, generation = placed
+        assert segment.data is not None
+        segment.pin()
+        target = segment.data[:extent].view(tensor.dtype).as_strided(tensor.shape, strides, 0)
+        target.copy_(tensor.detach(), non_blocking=segment.pinned)
+        return self._reference(segment.name, segment.size, 0, extent, tensor, strides, slot, generation)
 
     def send(self, tensor: torch.Tensor, route: TensorRoute, out: Outgoing) -> list[Any] | None:
         """The segment, the tensor's place in it, and the lend; None (by value) when the pool has no room."""
