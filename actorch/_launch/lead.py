@@ -37,7 +37,7 @@ from actorch._launch.workers import kill_lost, kill_workers
 from actorch._transport.base import Transport
 from actorch._transport.capabilities import Elastic, require_elastic
 
-__all__ = ["PING_WAIT", "Main", "check_main", "describe_waits", "interrupt_policy", "lead"]
+__all__ = ["PING_WAIT", "Main", "call_main", "check_main", "describe_waits", "interrupt_policy", "lead"]
 
 T = TypeVar("T")
 Main = Callable[[ActorSystem], Awaitable[T]]
@@ -46,6 +46,7 @@ PING_WAIT = 2.0
 """Seconds a worker that has not stopped ``stop_grace`` into the shutdown has to show that its event loop runs."""
 _SHOWN_WAITS = 3
 """Calls the first Ctrl-C's line names, the oldest first; the others are counted."""
+_MAIN_MUST_BE = "run(main): main must be an async function that takes the system (async def main(system): ...), not "
 
 
 class _Led:
@@ -55,36 +56,50 @@ class _Led:
 
 
 def check_main(main: object) -> None:
-    """Refuse a ``main`` that is not an async function, before anything starts.
+    """Refuse, before anything starts, a ``main`` that is sure not to give an awaitable.
 
-    ``run`` awaits what ``main(system)`` returns: a plain ``def`` would run to
-    its end and only then fail to be awaited. An ``async def`` function or
-    method passes, as does a ``functools.partial`` of one, an object whose
-    ``__call__`` is ``async def``, and a function wrapped by a decorator that
-    keeps ``__wrapped__`` (``functools.wraps``).
+    ``run`` awaits what ``main(system)`` returns. What passes: an ``async
+    def`` function or method, a ``functools.partial`` of one, an object whose
+    ``__call__`` is ``async def``, a function wrapped by a decorator that keeps
+    ``__wrapped__`` (``functools.wraps``), and any other callable that may
+    return an awaitable (a lambda, ``lambda system: train(system, split)``;
+    an object with a plain ``__call__``): ``call_main`` checks what those
+    return. What is refused here: a plain ``def`` function or method (it would
+    run to its end before failing to be awaited), a class, and what is not
+    callable.
 
     Raises:
-        TypeError: ``main`` is none of these; the message says what it is.
+        TypeError: ``main`` is one of those; the message says what it is.
     """
     inner = inspect.unwrap(main) if callable(main) else main
     while isinstance(inner, functools.partial):
         inner = inspect.unwrap(inner.func)
     if inspect.iscoroutinefunction(inner):
         return
-    if callable(inner) and not inspect.isroutine(inner) and not isinstance(inner, type):
-        if inspect.iscoroutinefunction(type(inner).__call__):
-            return
-        given = f"{main!r}, whose __call__ is a plain def"
-    elif inspect.isroutine(inner):
-        given = (
-            f"the plain function {getattr(inner, '__qualname__', inner)!r}: declare it async def (for a lambda "
-            "that returns a coroutine, pass functools.partial of the async function instead)"
-        )
+    if isinstance(inner, type):
+        given = f"the class {inner.__qualname__!r}: pass an async function that takes the system"
+    elif inspect.isfunction(inner) or inspect.ismethod(inner):
+        if inner.__name__ == "<lambda>":
+            return  # a lambda cannot be async: what it returns is checked when it is called
+        given = f"the plain function {inner.__qualname__!r}: declare it async def"
+    elif callable(inner):
+        return  # a builtin, or an object whose __call__ may return an awaitable: checked when called
     else:
         given = f"{main!r} ({type(main).__name__})"
-    raise TypeError(
-        f"run(main): main must be an async function that takes the system (async def main(system): ...), not {given}"
-    )
+    raise TypeError(f"{_MAIN_MUST_BE}{given}")
+
+
+def call_main(main: Main[T], system: ActorSystem) -> Awaitable[T]:
+    """``main(system)``, refused with ``check_main``'s message if what it returned cannot be awaited.
+
+    Raises:
+        TypeError: ``main`` returned something that is not awaitable (a lambda
+            around a plain function); the message names it and what it returned.
+    """
+    returned = main(system)
+    if not inspect.isawaitable(returned):
+        raise TypeError(f"{_MAIN_MUST_BE}{main!r}, which returned {type(returned).__name__}, not an awaitable")
+    return returned
 
 
 def interrupt_policy(plan: Plan, workers: list[Any] | None = None) -> InterruptPolicy:
@@ -151,10 +166,10 @@ async def lead(main: Main[T], transport: Transport, plan: Plan, workers: list[An
         _Led.host = host
         try:
             if plan.trace is None:
-                result = await main(system)
+                result = await call_main(main, system)
             else:
                 async with system.trace(plan.trace):
-                    result = await main(system)
+                    result = await call_main(main, system)
         except BaseException as exc:
             if host.node.record is not None:
                 host.node.record.write("main failed", error=describe(exc), traceback=handler_traceback(exc).rstrip())
