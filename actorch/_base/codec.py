@@ -181,9 +181,16 @@ def serializable(code: int | None = None) -> Callable[[type[T]], type[T]]:
             which takes its code from ``OWN_CODES``).
 
     Raises:
-        TypeError: If the class is not a dataclass.
+        TypeError: If the class is not a dataclass, or the decorator was
+            written without its code (``@serializable`` on a class): at once,
+            not when the class is first used.
         ValueError: If the code is out of range or taken by another class.
     """
+    if isinstance(code, type):  # @serializable without parentheses: it would replace the class with register
+        raise TypeError(
+            f"@serializable needs an extension code: write @actorch.serializable(32) above class "
+            f"{code.__qualname__} (32 to 127, one per class)"
+        )
 
     def register(cls: type[T]) -> type[T]:
         if not dataclasses.is_dataclass(cls):
