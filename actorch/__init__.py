@@ -63,6 +63,7 @@ from actorch._base.errors import (
     SnapshotError,
     SystemClosedError,
     UnsupportedError,
+    remote_error_of,
 )
 from actorch._base.homes import claim as _claim
 from actorch._base.names import MAX_NAME_LENGTH
@@ -130,6 +131,7 @@ __all__ = [
     "connect",
     "in_autograd_context",
     "load_tensors",
+    "remote_error_of",
     "run",
     "save_tensors",
     "serializable",

@@ -57,6 +57,7 @@ __all__ = [
     "describe",
     "kind_of",
     "remote_error",
+    "remote_error_of",
 ]
 
 
@@ -252,6 +253,24 @@ def _import_exception_class(type_name: str) -> type[BaseException] | None:
         except (ImportError, AttributeError, ValueError):
             return None
     return found if isinstance(found, type) and issubclass(found, Exception) else None
+
+
+def remote_error_of(exc: BaseException) -> RemoteError | None:
+    """``exc`` as the ``RemoteError`` it is, typed so; None if no handler raised it on a node.
+
+    A remote ``ValueError`` is caught by ``except ValueError as exc``, where a
+    type checker sees a ``ValueError`` only: ``exc.remote_traceback`` type-checks
+    as ``remote_error_of(exc).remote_traceback`` once None is ruled out (an
+    error raised by local code is not remote).
+
+    Args:
+        exc: Any exception, as an ``except`` clause caught it.
+
+    Returns:
+        ``exc`` itself, if it is a ``RemoteError`` (its remote ``type_name``,
+        ``message`` and ``remote_traceback`` then type-check); else None.
+    """
+    return exc if isinstance(exc, RemoteError) else None
 
 
 def _mixed_class(original: type[BaseException]) -> type[RemoteError] | None:
