@@ -59,6 +59,7 @@ __all__ = [
     "register_side_type",
     "serializable",
     "tensor_path",
+    "value_path",
 ]
 
 _TENSOR = 0
@@ -342,13 +343,19 @@ class _Encoding:
             return msgpack.ExtType(_TENSORDICT, self.nested(layout(obj)))
         if self.strict:
             raise SerializationError(
-                f"strict serialization refuses {type(obj).__qualname__} values; send "
-                "tensors, numbers, str, bytes, lists, tuples, dicts or actor refs"
+                f"{self.where(obj)}strict serialization refuses {type(obj).__qualname__} values; send "
+                "tensors, numbers, str, bytes, lists, tuples, dicts, actor refs or @serializable dataclasses"
             )
         try:
             return msgpack.ExtType(_PICKLE, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
         except Exception as exc:
-            raise SerializationError(f"cannot serialize {type(obj).__qualname__} value: {exc}") from exc
+            what = f"{self.where(obj)}cannot serialize {type(obj).__qualname__} value"
+            raise SerializationError(f"{what}: {exc}") from exc
+
+    def where(self, obj: Any) -> str:
+        """Where ``obj`` sits in the value, as a refusal's prefix (``args[0]['env']: ``); empty if it is not found."""
+        found = value_path(self.value, obj, arguments=self.arguments)
+        return "" if found is None else f"{found}: "
 
     def tensor(self, obj: torch.Tensor) -> msgpack.ExtType:
         """A tensor: inlined, staged, on the side list as it is, as its parts, or refused."""
@@ -465,16 +472,26 @@ def _stage(tensor: torch.Tensor, route: TensorRoute, value: Any, arguments: bool
 
 def tensor_path(value: Any, target: torch.Tensor, *, arguments: bool = False) -> str:
     """Where ``target`` sits inside ``value``, as ``args[0]['obs']`` (``arguments``) or ``value[1].field``."""
+    return value_path(value, target, arguments=arguments) or "a tensor"
+
+
+def value_path(value: Any, target: object, *, arguments: bool = False) -> str | None:
+    """Where the object ``target`` (itself, not an equal one) sits inside ``value``; None if it is not there.
+
+    The path reads as Python would reach it: ``args[0]['obs']`` when ``value``
+    is a call's ``[args, kwargs]`` (``arguments``), else ``value[1].field``.
+    Lists, tuples, dicts, dataclasses and TensorDicts are looked into.
+    """
     found = _find(value, target, [])
     if found is None:
-        return "a tensor"
+        return None
     if arguments and found and found[0] in ("[0]", "[1]"):
         head = "args" if found[0] == "[0]" else "kwargs"
         return head + "".join(found[1:])
     return "value" + "".join(found)
 
 
-def _find(value: Any, target: torch.Tensor, path: list[str]) -> list[str] | None:
+def _find(value: Any, target: object, path: list[str]) -> list[str] | None:
     if value is target:
         return path
     if isinstance(value, (list, tuple)):

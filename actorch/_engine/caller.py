@@ -32,7 +32,7 @@ from actorch._engine.side import NodeSide, SideParts
 from actorch._engine.system_ids import SYSTEM_IDS
 from actorch._engine.tracing import CALL_SPAN, HANDLER_SPAN, TELL_MARK, NodeTrace, current_track, own_ident
 from actorch._engine.waits import WaitGraph, describe_cycle
-from actorch._engine.wire import CALL, CANCEL, TELL, check_size, handler_error, message_size, rebuild_error
+from actorch._engine.wire import CALL, CANCEL, TELL, encode_message, handler_error, message_size, rebuild_error
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
 
 if TYPE_CHECKING:
@@ -91,8 +91,16 @@ class Caller(NodeSide):
         try:
             self.check_reachable("call", rank, endpoint, label)
             if args or kwargs:
-                body, tensors = self.codec.encode([args, kwargs], route=self.transport.route(rank), arguments=True)
-                check_size(body, tensors, self.max_message_size, "call to {!r} of {}", endpoint, label)
+                body, tensors = encode_message(
+                    self.codec,
+                    [args, kwargs],
+                    self.max_message_size,
+                    "call to {!r} of {}",
+                    endpoint,
+                    label,
+                    route=self.transport.route(rank),
+                    arguments=True,
+                )
             else:
                 body, tensors = None, None
             if self.transport.backlog(rank) <= self.send_budget and self.flow.try_take(target):
@@ -216,10 +224,17 @@ class Caller(NodeSide):
         """Send ``endpoint`` a message without waiting; tensors are copied at once."""
         local = rank == self.rank
         if args or kwargs:
-            route = None if local else self.transport.route(rank)
-            body, tensors = self.codec.encode([args, kwargs], copy_tensors=True, route=route, arguments=True)
-            if not local:
-                check_size(body, tensors, self.max_message_size, "tell of {!r} to {}", endpoint, label)
+            body, tensors = encode_message(
+                self.codec,
+                [args, kwargs],
+                None if local else self.max_message_size,
+                "tell of {!r} to {}",
+                endpoint,
+                label,
+                copy_tensors=True,
+                route=None if local else self.transport.route(rank),
+                arguments=True,
+            )
         else:
             body, tensors = None, None
         target = (rank, actor_id)
