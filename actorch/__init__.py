@@ -62,6 +62,7 @@ from actorch._base.errors import (
     SerializationError,
     SnapshotError,
     SystemClosedError,
+    TraceRunningError,
     UnsupportedError,
     remote_error_of,
 )
@@ -122,6 +123,7 @@ __all__ = [
     "Stream",
     "SystemClosedError",
     "SystemOptions",
+    "TraceRunningError",
     "UnsupportedError",
     "Where",
     "add_call_context",

@@ -18,6 +18,7 @@ The tree::
     ├── UnsupportedError        the transport in use cannot do what was asked
     ├── JoinError               a process could not join a running (elastic) system
     ├── SnapshotError           a snapshot file is corrupt, truncated or foreign (also ValueError)
+    ├── TraceRunningError       a timeline is recorded already: one at a time (also RuntimeError)
     └── GroupError              some calls of a group call failed (also ExceptionGroup)
 
 A remote exception whose class can be imported on the caller is raised as an
@@ -52,6 +53,7 @@ __all__ = [
     "SerializationError",
     "SnapshotError",
     "SystemClosedError",
+    "TraceRunningError",
     "UnsupportedError",
     "actor_stopped",
     "describe",
@@ -156,6 +158,10 @@ class JoinError(ActorchError):
 
 class SnapshotError(ActorchError, ValueError):
     """Raised when a snapshot file is corrupt, truncated or not an actorch snapshot."""
+
+
+class TraceRunningError(ActorchError, RuntimeError):
+    """Raised when a timeline is asked for (``system.trace``) on a node that records one already."""
 
 
 class GroupError(ExceptionGroup[Exception], ActorchError):

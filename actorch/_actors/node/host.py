@@ -31,6 +31,7 @@ from actorch._base.config import SystemConfig
 from actorch._base.errors import UnsupportedError
 from actorch._engine.node import Node
 from actorch._engine.system_ids import REGISTRY_ID, RELOCATOR_ID, SERVICE_ID, SYSTEM_IDS
+from actorch._engine.timeline import Timeline
 from actorch._engine.tracing import TraceSettings
 from actorch._transport.base import NodeInfo, Transport
 from actorch._transport.capabilities import is_elastic
@@ -82,6 +83,7 @@ class ActorHost:
         for rank in range(self.node.world_size):  # a static world's; an elastic one's come as they join
             self.services.meet(rank)
         self.exit_code: int | None = None  # a worker's, once rank 0 said the system ends
+        self.timeline: Timeline | None = None  # the timeline this node records for the system (its system.trace)
         self._ended = asyncio.Event()  # a worker's system ended (rank 0 said so, or was lost)
         self._born = self.node.loop.time()
         self._leave: asyncio.Task[None] | None = None
