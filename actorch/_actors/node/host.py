@@ -80,6 +80,9 @@ class ActorHost:
         self.process_groups = ProcessGroups(self.node)
         self.pool = NodePool(self)
         self.services = ServiceRefs(self.node.caller)
+        # Its own too: the registry evicts released names on every node it holds, and in an elastic world (every
+        # local launch's) this node is never one that joins. Without it rank 0 kept a stopped actor's name cached.
+        self.services.meet(self.rank)
         for rank in range(self.node.world_size):  # a static world's; an elastic one's come as they join
             self.services.meet(rank)
         self.exit_code: int | None = None  # a worker's, once rank 0 said the system ends
