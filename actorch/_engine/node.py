@@ -223,7 +223,7 @@ class Node:
         }
         if question == "stacks":
             actors, tasks = loop_stacks(self.cells(), self.loop, skip_ids=SYSTEM_IDS)
-            answer.update(actors=actors, tasks=tasks, threads=thread_stacks())
+            answer.update(actors=actors, tasks=tasks, threads=thread_stacks(getattr(self.loop, "_thread_id", None)))
         return answer
 
     # ------------------------------------------------------------------ messages in
