@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from actorch._engine.cell import Cell
 
-__all__ = ["MAX_TASKS", "describe_frame", "is_user_file", "loop_stacks", "thread_stacks"]
+__all__ = ["MAX_TASKS", "describe_frame", "is_user_file", "loop_stacks", "running_handler", "thread_stacks"]
 
 MAX_TASKS = 200
 """Tasks other than handlers shown at most per node."""
@@ -125,6 +125,29 @@ def _task_chain(task: asyncio.Task[Any], running: asyncio.Task[Any] | None, loop
     if waiting is not None:
         chain.append({"awaiting": repr(waiting)[:300]})
     return chain
+
+
+def running_handler(cells: Iterable[Cell], loop: asyncio.AbstractEventLoop) -> dict[str, Any] | None:
+    """The handler on the loop's thread now, if one is: its actor's ``label``, ``endpoint`` and ``seconds``.
+
+    What blocks a loop that does not answer. Safe from any thread: it only
+    reads. Of handlers that share the running task (a same-node call runs in
+    its caller's), the one that began last is the one running.
+    """
+    running = _current_tasks.get(loop)
+    if running is None:
+        return None
+    found = [
+        (serving.started, cell.label, serving.endpoint)
+        for cell in cells
+        for serving in list(cell.active.values())
+        if serving is not None and serving.task is running
+    ]
+    if not found:
+        return None
+    started, label, endpoint = max(found, key=lambda each: each[0])
+    seconds = (perf_counter_ns() - started) / 1e9 if started else None
+    return {"actor": label, "endpoint": endpoint, "seconds": seconds}
 
 
 def loop_stacks(

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Coroutine
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import structlog
 
@@ -208,12 +208,13 @@ class Watchdog:
             self._reason = reason
             self._armed.set()
 
+    def end_now(self, reason: str) -> NoReturn:
+        """End the process at once with ``code``, saying ``reason`` on stderr (from any thread, the loop's blocked)."""
+        sys.stderr.write(f"actorch: node process {os.getpid()} ends: {reason}; exiting with code {self.code}\n")
+        sys.stderr.flush()
+        os._exit(self.code)
+
     def _watch(self) -> None:
         self._armed.wait()
         time.sleep(self.limit)
-        sys.stderr.write(
-            f"actorch: node process {os.getpid()} did not exit within {self.limit:g} s after {self._reason}; "
-            f"exiting with code {self.code}\n"
-        )
-        sys.stderr.flush()
-        os._exit(self.code)
+        self.end_now(f"it did not exit within {self.limit:g} s after {self._reason}")

@@ -30,7 +30,7 @@ from actorch._engine.wire import handler_traceback
 from actorch._launch.interrupts import InterruptPolicy
 from actorch._launch.nodes import LocalLauncher, grow_refusal
 from actorch._launch.runtime import Announcement, status_address
-from actorch._launch.serving import _newcomer_arguments, _serve_newcomer
+from actorch._launch.serving import END_BLOCKED, _newcomer_arguments, _serve_newcomer, describe_running
 from actorch._launch.startup import SHUTDOWN_TIMEOUT, TORCHRUN_VARS, Plan, start_node
 from actorch._launch.status import StatusServer
 from actorch._launch.workers import kill_lost, kill_workers
@@ -265,11 +265,7 @@ async def _call_all(host: ActorHost, ranks: list[int], endpoint: Any, limit: flo
                 await _settled_within(call, grace)
                 if not call.done() and not await _answers_ping(host, rank):
                     call.cancel()
-                    host.node.log.warning(
-                        "node did not answer shutdown: its event loop is blocked (a handler in blocking code?)",
-                        peer=rank,
-                        stop_grace=grace,
-                    )
+                    await _end_blocked(host, rank)
                     return False
                 await call
         except (NodeLostError, ActorStoppedError):
@@ -281,6 +277,36 @@ async def _call_all(host: ActorHost, ranks: list[int], endpoint: Any, limit: flo
         return True
 
     return list(await asyncio.gather(*(one(rank) for rank in ranks)))
+
+
+async def _end_blocked(host: ActorHost, rank: int) -> None:
+    """Say which handler blocks node ``rank``'s event loop, and have the node end its process.
+
+    A thread of the node still answers (``Transport.ask_off_loop``): it names
+    the handler on its loop's thread, and ends the process when asked
+    (``END_BLOCKED``), wherever the node runs; under torchrun and on other
+    hosts no other process of the run could end it before its watchdog.
+    Either question may go unanswered (the transport cannot ask, or the node
+    ended first): the shutdown goes on all the same.
+    """
+    transport = host.node.transport
+    grace = host.config.stop_grace
+    try:
+        state = await asyncio.to_thread(transport.ask_off_loop, rank, "loop", PING_WAIT)
+    except Exception:  # noqa: BLE001 - the handler goes unnamed
+        state = {}
+    running = describe_running(state.get("running")) if "running" in state else "a handler (not named: no answer)"
+    host.node.log.warning(
+        "node did not answer shutdown: its event loop is blocked (a handler in blocking code?)",
+        peer=rank,
+        stop_grace=grace,
+        handler=running,
+    )
+    host.node.log.warning(
+        "node killed", peer=rank, why=f"{running} blocked its event loop past stop_grace ({grace:g} s)"
+    )
+    with contextlib.suppress(Exception):  # it ends before it can answer
+        await asyncio.to_thread(transport.ask_off_loop, rank, END_BLOCKED, PING_WAIT)
 
 
 async def _settled_within(call: asyncio.Future[Any], seconds: float) -> None:
