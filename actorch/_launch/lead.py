@@ -27,6 +27,7 @@ from actorch._actors.system import ActorSystem
 from actorch._base.errors import ActorStoppedError, NodeLostError, describe
 from actorch._engine.system_ids import SYSTEM_IDS
 from actorch._engine.wire import handler_traceback
+from actorch._launch.eventloop import interruption
 from actorch._launch.interrupts import InterruptPolicy
 from actorch._launch.nodes import LocalLauncher, grow_refusal
 from actorch._launch.runtime import Announcement, status_address
@@ -153,7 +154,7 @@ async def lead(main: Main[T], transport: Transport, plan: Plan, workers: list[An
     system, host = await start_node(
         transport, plan, launched, functools.partial(_give_pool, transport=transport, plan=plan, workers=workers)
     )
-    failed = True
+    outcome = "failed"  # what the run's record says of it: ok, failed, or interrupted (Ctrl-C, SIGTERM)
     status = None
     announced = Announcement(system.world_size, None)
     try:
@@ -171,19 +172,16 @@ async def lead(main: Main[T], transport: Transport, plan: Plan, workers: list[An
                 async with system.trace(plan.trace):
                     result = await call_main(main, system)
         except BaseException as exc:
-            if host.node.record is not None:
-                host.node.record.write("main failed", error=describe(exc), traceback=handler_traceback(exc).rstrip())
+            outcome = _record_end_of_main(host, exc)
             raise
-        failed = False
+        outcome = "ok"
         return result
     finally:
-        if host.node.record is not None:
-            host.node.record.write("run ended", outcome="failed" if failed else "ok")
         announced.withdraw()
         if status is not None:
             await status.close()
         try:
-            silent = await asyncio.shield(_shutdown_world(host, failed))
+            silent = await asyncio.shield(_shutdown_world(host, outcome))
         finally:
             _Led.host = None
         for rank in silent:
@@ -214,6 +212,19 @@ def _record_start(host: ActorHost, world_size: int) -> None:
         )
 
 
+def _record_end_of_main(host: ActorHost, exc: BaseException) -> str:
+    """Record how ``main`` ended when it raised ``exc``: interrupted (Ctrl-C, SIGTERM), or failed; the outcome."""
+    by = interruption() if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit) else None
+    record = host.node.record
+    if by is not None:
+        if record is not None:
+            record.write("main interrupted", by=by)
+        return "interrupted"
+    if record is not None:
+        record.write("main failed", error=describe(exc), traceback=handler_traceback(exc).rstrip())
+    return "failed"
+
+
 def _announce(announced: Announcement, host: ActorHost) -> None:
     """Write rank 0's runtime file, for ``actorch status`` and ``actorch stop``; a failure is only logged."""
     try:
@@ -224,11 +235,14 @@ def _announce(announced: Announcement, host: ActorHost) -> None:
         host.node.log.debug("runtime file written", path=str(path))
 
 
-async def _shutdown_world(host: ActorHost, failed: bool) -> list[int]:
-    """Stop every actor everywhere (``on_stop`` runs), then close this node; the workers follow.
+async def _shutdown_world(host: ActorHost, outcome: str) -> list[int]:
+    """Stop every actor everywhere (``on_stop`` runs), record the run's ``outcome``, then close this node.
+
+    The workers follow. The run's record ends here, after the shutdown, so
+    that the time it gives the run covers the shutdown too.
 
     Rank 0 leaves first: each worker sees it go and exits, with code 1 if
-    ``main`` failed. The other order makes torch log every dropped connection
+    ``main`` did not return (``outcome`` is not ``"ok"``). The other order makes torch log every dropped connection
     at rank 0, where torch may have been imported before its C++ log level
     could be set. Each node's share is bounded by ``2 * stop_grace`` (messages,
     then ``on_stop``) plus ``SHUTDOWN_TIMEOUT``.
@@ -241,8 +255,10 @@ async def _shutdown_world(host: ActorHost, failed: bool) -> list[int]:
         node.transport.stop_admitting()  # a node let in now would miss the shutdown
     peers = [rank for rank in node.ranks() if rank != 0 and rank not in node.lost]
     limit = 2 * host.config.stop_grace + SHUTDOWN_TIMEOUT
-    answered = await _call_all(host, peers, NodeService.shutdown, limit, failed)
+    answered = await _call_all(host, peers, NodeService.shutdown, limit, outcome != "ok")
     await host.stop_all()
+    if node.record is not None:
+        node.record.write("run ended", outcome=outcome)
     node.departing = True
     await node.close()
     return [rank for rank, ok in zip(peers, answered, strict=True) if not ok]

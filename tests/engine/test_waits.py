@@ -146,7 +146,7 @@ async def test_status_shows_running_handlers_queued_age_waits_and_loop_lag(world
     waiting = [asyncio.ensure_future(a.call(Peer.wait)) for _ in range(2)]  # queued behind ask, for ever
     await asyncio.sleep(0.6)  # the cycle forms, and every node's loop probe fires
     status = await gather_status(world._hosts[0])
-    assert status["schema"] == 4
+    assert status["schema"] == 5
     assert [set(cycle) for cycle in status["wait_cycles"]] == [{"status/a", "status/b"}]
     actors = {actor["name"]: actor for node in status["nodes"] for actor in node["actors"]}
     (ask,) = actors["status/a"]["handlers"]

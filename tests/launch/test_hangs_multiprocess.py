@@ -80,7 +80,7 @@ def _actors(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_status_names_the_wait_cycle_across_nodes(stuck: str) -> None:
     status = _status_when(stuck, lambda status: status.get("wait_cycles"))
-    assert status["schema"] == 4
+    assert status["schema"] == 5
     assert [set(cycle) for cycle in status["wait_cycles"]] == [CYCLE]
     actors = _actors(status)
     assert actors["hang/a"]["handlers"][0]["waits_on"] == ["hang/b"]

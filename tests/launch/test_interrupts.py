@@ -18,6 +18,7 @@ from typing import Protocol
 import pytest
 from _mp import SCRIPTS, Finished, Script, script_argv, torchrun_argv, wait_for_file
 
+from actorch._base.record import read_run, runs
 from actorch._launch.interrupts import INTERRUPT_EXIT_CODE, TERMINATE_EXIT_CODE
 from actorch._launch.lead import PING_WAIT
 
@@ -53,8 +54,9 @@ def start(tmp_path: Path) -> Iterator[Start]:
 
     def started(mode: str, stop_grace: float, *, torchrun: bool = False, cli: bool = False) -> Script:
         args = (mode, str(stop_grace), str(tmp_path))
-        if cli:
-            script = Script([*ACTORCH_RUN, str(SCRIPTS / "interrupt.py"), *args])
+        if cli:  # its run's record apart, for the test to read
+            runs = {"ACTORCH_RUNS_DIR": str(tmp_path / "runs")}
+            script = Script([*ACTORCH_RUN, str(SCRIPTS / "interrupt.py"), *args], env=runs)
         else:
             script = Script(torchrun_argv("interrupt.py", *args) if torchrun else script_argv("interrupt.py", *args))
         scripts.append(script)
@@ -160,6 +162,21 @@ def test_ctrl_c_under_actorch_run_ends_a_worker_blocked_in_a_handler_at_rank_0s_
     assert "did not exit within" not in finished.stderr, f"the watchdog, not rank 0, ended it{finished.report()}"
     assert (tmp_path / "on_stop_rank0").exists(), f"rank 0's own actors stopped in order{finished.report()}"
     assert not finished.leftovers, f"processes were left behind{finished.report()}"
+
+    # The run's record reads an interruption as one, keeps the kill, and ends after the shutdown.
+    (recorded,) = runs(tmp_path / "runs")
+    assert (recorded.outcome, recorded.errors) == ("interrupted", 0)
+    entries = read_run(recorded.path)
+    events = [(entry["node"], entry["event"]) for entry in entries]
+    assert (0, "main failed") not in events
+    [interrupted] = [entry for entry in entries if entry["event"] == "main interrupted"]
+    assert interrupted["by"] == "Ctrl-C"
+    [killed] = [entry for entry in entries if entry["event"] == "node killed"]
+    assert killed["peer"] == 1
+    assert "handler 'block' of actor 'sleeper' (Stuck) on node 1" in killed["why"]
+    assert events.index((0, "main interrupted")) < events.index((0, "node killed")) < events.index((0, "run ended"))
+    [stopped] = [entry for entry in entries if entry["event"] == "actor stopped" and entry["node"] == 0]
+    assert (stopped["statistics"]["handled"], stopped["statistics"]["hooks"]) == (0, {"on_start": 1, "on_stop": 1})
 
 
 @pytest.mark.timeout(120)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from actorch._actors.actor import class_path
 from actorch._actors.events import EventHub
-from actorch._actors.node.lifecycle import ActorLifecycle, Bind
+from actorch._actors.node.lifecycle import ActorLifecycle, Bind, handled_by_endpoints
 from actorch._actors.node.processes import NodePool
 from actorch._actors.node.service import NodeService
 from actorch._actors.node.spawn_request import SpawnRequest
@@ -171,9 +171,8 @@ class ActorHost:
                     "class": type(cell.instance).__qualname__,
                     "label": cell.label,
                     **cell.statistics(),
-                    # What its endpoints handled, as the endpoints count it: the cell's own count also
-                    # holds its lifecycle hooks (on_start...), and a batch run there is one message.
-                    "handled": sum(stats["calls"] for stats in endpoints.values()),
+                    "handled": handled_by_endpoints(cell),  # as a run's record counts it: its hooks apart
+                    "hooks": self.lifecycle.hooks_run(cell.actor_id),
                     "endpoints": endpoints,
                     **cell.waits(now),  # handlers (endpoint, seconds, key, caller), queued_seconds, queued_callers
                 }
