@@ -321,8 +321,10 @@ async def _end_blocked(host: ActorHost, rank: int) -> None:
     host.node.log.warning(
         "node killed", peer=rank, why=f"{running} blocked its event loop past stop_grace ({grace:g} s)"
     )
-    with contextlib.suppress(Exception):  # it ends before it can answer
-        await asyncio.to_thread(transport.ask_off_loop, rank, END_BLOCKED, PING_WAIT)
+    # It ends before it answers: this returns when it is gone. The bound is for a loaded host, where its thread
+    # may be slow to take the question; past it a local worker is killed all the same (kill_lost, in lead).
+    with contextlib.suppress(Exception):
+        await asyncio.to_thread(transport.ask_off_loop, rank, END_BLOCKED, SHUTDOWN_TIMEOUT)
 
 
 async def _settled_within(call: asyncio.Future[Any], seconds: float) -> None:

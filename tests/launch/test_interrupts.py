@@ -138,7 +138,10 @@ def test_first_ctrl_c_says_what_it_waits_for_and_a_blocked_worker_ends_within_st
     assert run.stderr.index(FIRST_LINE) < run.stderr.index(blocked), run.report()
     assert (tmp_path / "on_stop_rank0").exists(), f"rank 0's own actors stopped in order{run.report()}"
     assert not run.leftovers, f"processes were left behind{run.report()}"
-    assert BLOCKED_WORKER_ENDS in run.stderr, f"the worker names the handler that blocks it{run.report()}"
+    # rank 0 names the handler that blocks the worker as it kills it (the worker itself says so too, unless
+    # rank 0's own kill of its local worker came first on a loaded machine)
+    [killed] = run.logs("node killed")
+    assert "handler 'block' of actor 'sleeper' (Stuck) on node 1" in killed["why"], killed
     took = run.ended_at - sent
     assert took < grace + PING_WAIT + 3.0, f"the run ended {took:.1f} s after Ctrl-C{run.report()}"
 
