@@ -63,7 +63,9 @@ from actorch._base.errors import (
     SerializationError,
     SnapshotError,
     SystemClosedError,
+    TraceRunningError,
     UnsupportedError,
+    remote_error_of,
 )
 from actorch._base.homes import claim as _claim
 from actorch._base.names import MAX_NAME_LENGTH
@@ -123,6 +125,7 @@ __all__ = [
     "Stream",
     "SystemClosedError",
     "SystemOptions",
+    "TraceRunningError",
     "UnsupportedError",
     "Where",
     "add_call_context",
@@ -133,6 +136,7 @@ __all__ = [
     "in_autograd_context",
     "lease",
     "load_tensors",
+    "remote_error_of",
     "run",
     "save_tensors",
     "serializable",

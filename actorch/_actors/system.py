@@ -454,7 +454,8 @@ class ActorSystem(metaclass=NoPublicConstructorABC):
 
         Raises:
             ValueError: ``sample`` or ``max_events`` is out of range.
-            RuntimeError: This node already records a trace.
+            TraceRunningError: This node already records a trace (one that
+                ``run(trace=...)`` started for the whole run, or another block's).
             FileNotFoundError: ``path``'s directory does not exist.
         """
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from actorch._actors.node.service import NodeService
-from actorch._base.errors import ActorchError
+from actorch._base.errors import ActorchError, TraceRunningError
 from actorch._engine.timeline import ClockProbe, NodePart, Timeline, align, merge
 from actorch._engine.tracing import TraceSettings
 from actorch._transport.base import NodeInfo
@@ -50,15 +50,15 @@ async def record_timeline(
     """Record a timeline of every node while the block runs, then write it to ``path`` (see ``ActorSystem.trace``).
 
     Raises:
-        RuntimeError: A trace is already being recorded on this node.
+        TraceRunningError: A trace is already being recorded on this node.
         OSError: ``path``'s directory does not exist or cannot be written (checked before recording starts).
     """
     target = Path(path)
     if host.node.trace is not None:
-        raise RuntimeError(f"node {host.rank} already records a trace: one trace at a time")
+        raise TraceRunningError(_running(host))
     if not target.parent.is_dir():
         raise FileNotFoundError(f"cannot write a trace to {target}: {target.parent} is not a directory")
-    timeline = Timeline(target, settings)
+    timeline = host.timeline = Timeline(target, settings)
     # This node starts last and stops first, so that the trace's own calls stay out of it.
     nodes = sorted(_live(host), key=lambda info: info.rank == host.rank)
     started: list[NodeInfo] = []
@@ -71,7 +71,21 @@ async def record_timeline(
                 started.append(info)
         yield timeline
     finally:
-        await _write(host, started[::-1], timeline)
+        try:
+            await _write(host, started[::-1], timeline)
+        finally:
+            host.timeline = None
+
+
+def _running(host: ActorHost) -> str:
+    """Why a second trace is refused: which one runs (the file it goes to, if this node started it)."""
+    held = host.timeline
+    which = f"to {str(held.path)!r}" if held is not None else "that another node started"
+    return (
+        f"node {host.rank} already records a timeline {which}: one at a time. A run started with "
+        "run(trace=...) or actorch run --trace records the whole run, every system.trace block's calls included: "
+        "trace a part of a run only where the run itself is not traced"
+    )
 
 
 async def _ask(host: ActorHost, info: NodeInfo, timeline: Timeline, endpoint: Any, *args: Any) -> tuple[bool, Any]:

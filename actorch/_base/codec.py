@@ -52,6 +52,7 @@ __all__ = [
     "register_side_type",
     "serializable",
     "tensor_path",
+    "value_path",
 ]
 
 # Codes 0, 4, 5 and 8-15 are the data plane's channels' (channels.base.CHANNEL_CODES).
@@ -177,9 +178,16 @@ def serializable(code: int | None = None) -> Callable[[type[T]], type[T]]:
             which takes its code from ``OWN_CODES``).
 
     Raises:
-        TypeError: If the class is not a dataclass.
+        TypeError: If the class is not a dataclass, or the decorator was
+            written without its code (``@serializable`` on a class): at once,
+            not when the class is first used.
         ValueError: If the code is out of range or taken by another class.
     """
+    if isinstance(code, type):  # @serializable without parentheses: it would replace the class with register
+        raise TypeError(
+            f"@serializable needs an extension code: write @actorch.serializable(32) above class "
+            f"{code.__qualname__} (32 to 127, one per class)"
+        )
 
     def register(cls: type[T]) -> type[T]:
         if not dataclasses.is_dataclass(cls):
@@ -367,13 +375,19 @@ class _Encoding:
                     f"natively from {_INT_RANGE}; send it as a str (or with strict=False, which pickles it)"
                 )
             raise SerializationError(
-                f"strict serialization refuses {type(obj).__qualname__} values; send "
-                "tensors, numbers, str, bytes, lists, tuples, dicts or actor refs"
+                f"{self.prefix(obj)}strict serialization refuses {type(obj).__qualname__} values; send "
+                "tensors, numbers, str, bytes, lists, tuples, dicts, actor refs or @serializable dataclasses"
             )
         try:
             return msgpack.ExtType(_PICKLE, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
         except Exception as exc:
-            raise SerializationError(f"cannot serialize {type(obj).__qualname__} value: {exc}") from exc
+            what = f"{self.prefix(obj)}cannot serialize {type(obj).__qualname__} value"
+            raise SerializationError(f"{what}: {exc}") from exc
+
+    def prefix(self, obj: Any) -> str:
+        """Where ``obj`` sits in the value, as a refusal's prefix (``args[0]['env']: ``); empty if it is not found."""
+        found = value_path(self.value, obj, arguments=self.arguments)
+        return "" if found is None else f"{found}: "
 
     def tensor(self, obj: torch.Tensor) -> msgpack.ExtType:
         """A tensor: on the side list as it is (this process), as its parts, refused, or on a channel."""
@@ -497,16 +511,26 @@ def _describe(exc: Exception) -> str:
 
 def tensor_path(value: Any, target: torch.Tensor, *, arguments: bool = False) -> str:
     """Where ``target`` sits inside ``value``, as ``args[0]['obs']`` (``arguments``) or ``value[1].field``."""
+    return value_path(value, target, arguments=arguments) or "a tensor"
+
+
+def value_path(value: Any, target: object, *, arguments: bool = False) -> str | None:
+    """Where the object ``target`` (itself, not an equal one) sits inside ``value``; None if it is not there.
+
+    The path reads as Python would reach it: ``args[0]['obs']`` when ``value``
+    is a call's ``[args, kwargs]`` (``arguments``), else ``value[1].field``.
+    Lists, tuples, dicts, dataclasses and TensorDicts are looked into.
+    """
     found = _find(value, target, [])
     if found is None:
-        return "a tensor"
+        return None
     if arguments and found and found[0] in ("[0]", "[1]"):
         head = "args" if found[0] == "[0]" else "kwargs"
         return head + "".join(found[1:])
     return "value" + "".join(found)
 
 
-def _find(value: Any, target: torch.Tensor, path: list[str]) -> list[str] | None:
+def _find(value: Any, target: object, path: list[str]) -> list[str] | None:
     if value is target:
         return path
     if isinstance(value, (list, tuple)):

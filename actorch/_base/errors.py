@@ -18,6 +18,7 @@ The tree::
     ├── UnsupportedError        the transport in use cannot do what was asked
     ├── JoinError               a process could not join a running (elastic) system
     ├── SnapshotError           a snapshot file is corrupt, truncated or foreign (also ValueError)
+    ├── TraceRunningError       a timeline is recorded already: one at a time (also RuntimeError)
     └── GroupError              some calls of a group call failed (also ExceptionGroup)
 
 A remote exception whose class can be imported on the caller is raised as an
@@ -52,11 +53,13 @@ __all__ = [
     "SerializationError",
     "SnapshotError",
     "SystemClosedError",
+    "TraceRunningError",
     "UnsupportedError",
     "actor_stopped",
     "describe",
     "kind_of",
     "remote_error",
+    "remote_error_of",
 ]
 
 
@@ -157,6 +160,10 @@ class SnapshotError(ActorchError, ValueError):
     """Raised when a snapshot file is corrupt, truncated or not an actorch snapshot."""
 
 
+class TraceRunningError(ActorchError, RuntimeError):
+    """Raised when a timeline is asked for (``system.trace``) on a node that records one already."""
+
+
 class GroupError(ExceptionGroup[Exception], ActorchError):
     """Raised when some calls of a group call failed; the others' results are kept.
 
@@ -252,6 +259,24 @@ def _import_exception_class(type_name: str) -> type[BaseException] | None:
         except (ImportError, AttributeError, ValueError):
             return None
     return found if isinstance(found, type) and issubclass(found, Exception) else None
+
+
+def remote_error_of(exc: BaseException) -> RemoteError | None:
+    """``exc`` as the ``RemoteError`` it is, typed so; None if no handler raised it on a node.
+
+    A remote ``ValueError`` is caught by ``except ValueError as exc``, where a
+    type checker sees a ``ValueError`` only: ``exc.remote_traceback`` type-checks
+    as ``remote_error_of(exc).remote_traceback`` once None is ruled out (an
+    error raised by local code is not remote).
+
+    Args:
+        exc: Any exception, as an ``except`` clause caught it.
+
+    Returns:
+        ``exc`` itself, if it is a ``RemoteError`` (its remote ``type_name``,
+        ``message`` and ``remote_traceback`` then type-check); else None.
+    """
+    return exc if isinstance(exc, RemoteError) else None
 
 
 def _mixed_class(original: type[BaseException]) -> type[RemoteError] | None:

@@ -174,7 +174,7 @@ class RunSummary:
     path: Path
     started: float | None = None
     ended: float | None = None
-    outcome: str = "unknown"  # "ok", "failed", or "unknown" (no end written: killed, or still running)
+    outcome: str = "unknown"  # "ok", "failed", "interrupted" (Ctrl-C, SIGTERM), or "unknown" (no end: killed, running)
     script: str = ""
     nodes: set[int] = field(default_factory=set)
     errors: int = 0

@@ -18,7 +18,7 @@ from actorch._engine.message import Message, Origin, Reply
 from actorch._engine.replies import TellDone
 from actorch._engine.side import NodeSide, SideParts
 from actorch._engine.tracing import flow_id
-from actorch._engine.wire import CALL, REPLY, check_size, error_payload
+from actorch._engine.wire import CALL, REPLY, encode_message, error_payload
 from actorch._transport.base import Port
 
 if TYPE_CHECKING:
@@ -56,14 +56,20 @@ class CallReply(Reply):
             callee.send_reply(self, [REPLY, self.call_id, True, None], None)
             return
         try:
-            body, tensors = callee.codec.encode(value, route=callee.transport.route(self.src))
-            check_size(
-                body, tensors, callee.max_message_size, "the result of call {} from node {}", self.call_id, self.src
+            body, tensors = encode_message(
+                callee.codec,
+                value,
+                callee.max_message_size,
+                "the result of {!r} on node {} (call {} from node {})",
+                message.endpoint,
+                callee.rank,
+                self.call_id,
+                self.src,
+                route=callee.transport.route(self.src),
             )
         except SerializationError as error:
-            refused = type(error)(f"result of call {self.call_id} from node {self.src}: {error}")
             callee.log.warning("result refused", src=self.src, call=self.call_id, error=str(error))
-            callee.send_reply(self, [REPLY, self.call_id, False, error_payload(refused, Origin.RUNTIME)], None)
+            callee.send_reply(self, [REPLY, self.call_id, False, error_payload(error, Origin.RUNTIME)], None)
             return
         callee.send_reply(self, [REPLY, self.call_id, True, body], tensors)
 

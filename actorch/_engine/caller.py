@@ -20,7 +20,6 @@ from actorch._base.errors import (
     ActorStoppedError,
     EndpointError,
     MailboxFullError,
-    MessageTooLargeError,
     NodeLostError,
     SerializationError,
     SystemClosedError,
@@ -33,7 +32,7 @@ from actorch._engine.side import NodeSide, SideParts
 from actorch._engine.system_ids import SYSTEM_IDS
 from actorch._engine.tracing import CALL_SPAN, HANDLER_SPAN, TELL_MARK, NodeTrace, current_track, own_ident
 from actorch._engine.waits import WaitGraph, describe_cycle
-from actorch._engine.wire import CALL, CANCEL, TELL, check_size, handler_error, message_size, rebuild_error
+from actorch._engine.wire import CALL, CANCEL, TELL, encode_message, handler_error, message_size, rebuild_error
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
 
 if TYPE_CHECKING:
@@ -93,8 +92,16 @@ class Caller(NodeSide):
         try:
             self.check_reachable("call", rank, endpoint, label)
             if args or kwargs:
-                body, tensors = self.codec.encode([args, kwargs], route=self.transport.route(rank), arguments=True)
-                check_size(body, tensors, self.max_message_size, "call to {!r} of {}", endpoint, label)
+                body, tensors = encode_message(
+                    self.codec,
+                    [args, kwargs],
+                    self.max_message_size,
+                    "call to {!r} of {}",
+                    endpoint,
+                    label,
+                    route=self.transport.route(rank),
+                    arguments=True,
+                )
             else:
                 tensors = None
             if self.backlog(rank) <= self.send_budget and self.flow.try_take(target):
@@ -223,8 +230,13 @@ class Caller(NodeSide):
         A tell to another node is refused before anything is encoded when that
         node is gone (logged) or what is on its way there is over the send budget.
         """
+        what = "tell of {!r} to {}"
         if rank == self.rank:
-            body, tensors = self.codec.encode([args, kwargs], copy_tensors=True) if args or kwargs else (None, None)
+            body, tensors = (
+                encode_message(self.codec, [args, kwargs], None, what, endpoint, label, copy_tensors=True)
+                if args or kwargs
+                else (None, None)
+            )
             self._tell_here(actor_id, endpoint, label, body, tensors)
             return
         if rank in self.lost or self.closed:
@@ -240,15 +252,21 @@ class Caller(NodeSide):
         body, tensors = None, None
         if args or kwargs:
             route = self.transport.route(rank)
-            body, tensors = self.codec.encode([args, kwargs], copy_tensors=True, route=route, arguments=True)
+            body, tensors = encode_message(
+                self.codec,
+                [args, kwargs],
+                self.max_message_size,
+                what,
+                endpoint,
+                label,
+                copy_tensors=True,
+                route=route,
+                arguments=True,
+            )
         target = (rank, actor_id)
-        try:
-            check_size(body, tensors, self.max_message_size, "tell of {!r} to {}", endpoint, label)
-            if not self.flow.try_take(target):
-                raise self._mailbox_full(endpoint, label)
-        except (MessageTooLargeError, MailboxFullError):  # refused before it left
-            self.codec.drop(body)  # what its tensors lend goes back
-            raise
+        if not self.flow.try_take(target):
+            self.codec.drop(body)  # refused before it left: what its tensors lend goes back
+            raise self._mailbox_full(endpoint, label)
         self.tells_sent += 1
         envelope = [TELL, 0, actor_id, endpoint, None, (), body]
         if self.otel is not None and actor_id > SYSTEM_IDS:

@@ -36,7 +36,7 @@ from actorch._engine.endpoints import Endpoint
 from actorch._engine.flow import FlowControl
 from actorch._engine.looplag import LoopLag
 from actorch._engine.side import SideParts
-from actorch._engine.stacks import loop_stacks, thread_stacks
+from actorch._engine.stacks import loop_stacks, running_handler, thread_stacks
 from actorch._engine.streaming import Streams
 from actorch._engine.system_ids import SYSTEM_IDS
 from actorch._engine.tracing import NodeTrace, TraceSettings
@@ -215,6 +215,9 @@ class Node:
     def answer_off_loop(self, question: str) -> dict[str, Any]:
         """What a thread can say of this node without its loop: its loop's state, and with ``stacks`` where it is.
 
+        ``running`` is the handler on the loop's thread now, if any
+        (``running_handler``): what blocks a loop that does not answer.
+
         Answers ``Transport.ask_off_loop`` on a transport thread (``actorch
         stacks``); the loop may be blocked meanwhile. ``stacks`` adds each
         actor's running handlers as await chains, the loop's other tasks and
@@ -225,10 +228,11 @@ class Node:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "loop": self.loop_lag.snapshot(),
+            "running": running_handler(self.cells(), self.loop),
         }
         if question == "stacks":
             actors, tasks = loop_stacks(self.cells(), self.loop, skip_ids=SYSTEM_IDS)
-            answer.update(actors=actors, tasks=tasks, threads=thread_stacks())
+            answer.update(actors=actors, tasks=tasks, threads=thread_stacks(getattr(self.loop, "_thread_id", None)))
         return answer
 
     # ------------------------------------------------------------------ messages in

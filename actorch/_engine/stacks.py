@@ -8,13 +8,19 @@ task is the loop's current one, blocked or busy) has no await chain to follow:
 its frames are read from the loop thread's stack instead, from its coroutine's
 frame down to the line executing now. Everything is copied under the GIL, so a
 loop that keeps running meanwhile at worst makes a chain a step out of date.
+Each frame says whether it is the user's own (``user``): not actorch's, nor
+the standard library's, nor an installed package's (torch...), which is what
+``actorch stacks`` shows by default.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import linecache
+import os
 import sys
+import sysconfig
 import threading
 from collections.abc import Iterable
 from time import perf_counter_ns
@@ -24,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from actorch._engine.cell import Cell
 
-__all__ = ["MAX_TASKS", "describe_frame", "loop_stacks", "thread_stacks"]
+__all__ = ["MAX_TASKS", "describe_frame", "is_user_file", "loop_stacks", "running_handler", "thread_stacks"]
 
 MAX_TASKS = 200
 """Tasks other than handlers shown at most per node."""
@@ -32,8 +38,28 @@ _MAX_DEPTH = 64  # frames of one chain shown at most (innermost kept)
 _current_tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = asyncio.tasks._current_tasks  # type: ignore[attr-defined]
 
 
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    """Folders whose files are not the user's: actorch's package, the standard library, installed packages."""
+    paths = sysconfig.get_paths()
+    found = {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}  # actorch/
+    found.update(os.path.abspath(paths[key]) for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths)
+    return tuple(sorted(os.path.join(root, "") for root in found))
+
+
+@functools.cache
+def is_user_file(path: str) -> bool:
+    """Whether code in ``path`` is the user's own: not actorch's, the standard library's or an installed package's."""
+    if path.startswith("<"):  # <frozen runpy>, <string>: Python's own
+        return False
+    absolute = os.path.abspath(path)
+    if f"{os.sep}site-packages{os.sep}" in absolute or f"{os.sep}dist-packages{os.sep}" in absolute:
+        return False
+    return not absolute.startswith(_library_roots())
+
+
 def describe_frame(frame: FrameType) -> dict[str, Any]:
-    """One frame as plain data: file, line, function and the line's source text."""
+    """One frame as plain data: file, line, function, the line's source text, and whether it is the user's."""
     code = frame.f_code
     line = frame.f_lineno
     return {
@@ -41,6 +67,7 @@ def describe_frame(frame: FrameType) -> dict[str, Any]:
         "line": line,
         "function": code.co_name,
         "code": linecache.getline(code.co_filename, line).strip(),
+        "user": is_user_file(code.co_filename),
     }
 
 
@@ -54,8 +81,12 @@ def _frames_of(frame: FrameType | None) -> list[FrameType]:
     return frames
 
 
-def thread_stacks() -> list[dict[str, Any]]:
-    """Every thread of this process: its name, id and frames (outermost first)."""
+def thread_stacks(loop_thread: int | None = None) -> list[dict[str, Any]]:
+    """Every thread of this process: its name, id, frames (outermost first), and whether it runs the loop.
+
+    ``loop_thread`` is the id of the thread that runs the node's event loop,
+    whose frames its handlers' and tasks' chains show already.
+    """
     names = {thread.ident: thread for thread in threading.enumerate()}
     found = []
     for ident, frame in sys._current_frames().items():
@@ -65,6 +96,7 @@ def thread_stacks() -> list[dict[str, Any]]:
                 "name": thread.name if thread is not None else f"thread {ident}",
                 "id": ident,
                 "daemon": thread.daemon if thread is not None else None,
+                "loop": ident == loop_thread,
                 "frames": [describe_frame(each) for each in _frames_of(frame)[-_MAX_DEPTH:]],
             }
         )
@@ -93,6 +125,29 @@ def _task_chain(task: asyncio.Task[Any], running: asyncio.Task[Any] | None, loop
     if waiting is not None:
         chain.append({"awaiting": repr(waiting)[:300]})
     return chain
+
+
+def running_handler(cells: Iterable[Cell], loop: asyncio.AbstractEventLoop) -> dict[str, Any] | None:
+    """The handler on the loop's thread now, if one is: its actor's ``label``, ``endpoint`` and ``seconds``.
+
+    What blocks a loop that does not answer. Safe from any thread: it only
+    reads. Of handlers that share the running task (a same-node call runs in
+    its caller's), the one that began last is the one running.
+    """
+    running = _current_tasks.get(loop)
+    if running is None:
+        return None
+    found = [
+        (serving.started, cell.label, serving.endpoint)
+        for cell in cells
+        for serving in list(cell.active.values())
+        if serving is not None and serving.task is running
+    ]
+    if not found:
+        return None
+    started, label, endpoint = max(found, key=lambda each: each[0])
+    seconds = (perf_counter_ns() - started) / 1e9 if started else None
+    return {"actor": label, "endpoint": endpoint, "seconds": seconds}
 
 
 def loop_stacks(

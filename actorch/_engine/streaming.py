@@ -48,7 +48,7 @@ from actorch._engine.wire import (
     ITEM,
     MORE,
     STREAM,
-    check_size,
+    encode_message,
     error_payload,
     handler_error,
     message_size,
@@ -386,18 +386,19 @@ class _RemoteOutlet(Outlet, Reply):
     def put(self, item: Any) -> None:
         side = self.side
         try:
-            body, tensors = side.codec.encode(item, copy_tensors=True, route=side.transport.route(self.src))
-            check_size(
-                body,
-                tensors,
+            body, tensors = encode_message(
+                side.codec,
+                item,
                 side.max_message_size,
-                "item {} of stream {} from node {}",
+                "item {} of the stream of {!r} on node {}",
                 self.sent,
-                self.stream_id,
-                self.src,
+                self.message.endpoint if self.message is not None else "?",
+                side.rank,
+                copy_tensors=True,
+                route=side.transport.route(self.src),
             )
         except SerializationError as exc:  # MessageTooLargeError too
-            raise ItemRefused(type(exc)(f"item {self.sent} of the stream: {exc}")) from None
+            raise ItemRefused(exc) from None
         wire = side.pack([ITEM, self.stream_id, body])
         side.transport.send(self.src, wire, tensors)
         if side.trace is not None and self.message is not None and self.message.flow:
@@ -483,10 +484,16 @@ class Streams(NodeSide):
     ) -> _Link:
         rank = opening.rank
         if opening.args or opening.kwargs:
-            body, tensors = self.codec.encode(
-                [opening.args, opening.kwargs], route=self.transport.route(rank), arguments=True
+            body, tensors = encode_message(
+                self.codec,
+                [opening.args, opening.kwargs],
+                self.max_message_size,
+                "stream of {!r} of {}",
+                opening.endpoint,
+                opening.label,
+                route=self.transport.route(rank),
+                arguments=True,
             )
-            check_size(body, tensors, self.max_message_size, "stream of {!r} of {}", opening.endpoint, opening.label)
         else:
             body, tensors = None, None
         remaining = None

@@ -37,12 +37,15 @@ from __future__ import annotations
 import os
 import socket
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actorch._base import errors
-from actorch._base.errors import MessageTooLargeError, RemoteError, remote_error
+from actorch._base.errors import MessageTooLargeError, RemoteError, SerializationError, remote_error
 from actorch._engine.message import Origin
 from actorch._transport.autograd import explain_context_clash
+
+if TYPE_CHECKING:
+    from actorch._base.codec import Codec
 
 __all__ = [
     "CALL",
@@ -57,6 +60,7 @@ __all__ = [
     "STREAM",
     "TELL",
     "check_size",
+    "encode_message",
     "error_payload",
     "handler_error",
     "handler_traceback",
@@ -180,3 +184,31 @@ def check_size(body: bytes | None, tensors: list[Any] | None, limit: int, what: 
         raise MessageTooLargeError(
             f"{what.format(*parts)} takes {size:,} bytes, over the system's max_message_size of {limit:,}"
         )
+
+
+def encode_message(
+    codec: Codec, value: Any, limit: int | None, what: str, *parts: object, **options: Any
+) -> tuple[bytes, list[Any]]:
+    """``value`` encoded as a message's body, at most ``limit`` bytes (None: any size, for this node's actors).
+
+    ``what.format(*parts)`` names the message (``call to 'add' of actor 'c'
+    (Counter) on node 1``) and begins any refusal, so that a value the codec
+    cannot carry says which message it was in, after the codec has said where
+    in the value it sits; it is only formatted for the error. ``options`` are
+    ``Codec.encode``'s.
+
+    Raises:
+        SerializationError: A part of ``value`` cannot be encoded
+            (``MessageTooLargeError``: the message is over ``limit``).
+    """
+    try:
+        body, tensors = codec.encode(value, **options)
+    except SerializationError as exc:
+        raise SerializationError(f"{what.format(*parts)}: {exc}") from exc.__cause__
+    if limit is not None:
+        try:
+            check_size(body, tensors, limit, what, *parts)
+        except MessageTooLargeError:
+            codec.drop(body)  # it will never be sent: what its tensors lend goes back
+            raise
+    return body, tensors

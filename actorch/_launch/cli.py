@@ -243,7 +243,9 @@ def _add_stacks(commands: argparse._SubParsersAction[_Parser]) -> None:
         description=(
             "Print, for every node of a running system, whether its event loop keeps up, each actor's running "
             "handlers as await chains down to the line each is on (and what it waits for), the loop's other "
-            "tasks, and every thread's stack. Rank 0 gathers it on threads, so it answers also when a handler "
+            "tasks, and the threads' stacks: by default only your own frames (not actorch's, the standard "
+            "library's or installed packages'), and the tasks and threads that have some; --all shows every "
+            "frame, task and thread. Rank 0 gathers it on threads, so it answers also when a handler "
             "blocks an event loop and never yields; a node that does not answer within a few seconds is shown "
             "as such. The system is found as by actorch status."
         ),
@@ -254,6 +256,11 @@ def _add_stacks(commands: argparse._SubParsersAction[_Parser]) -> None:
     where.add_argument("--port", type=_port, help="rank 0's status port on 127.0.0.1")
     where.add_argument("--address", type=_address, metavar="HOST:PORT", help="rank 0's status address, on another host")
     where.add_argument("--pid", type=_count, help="the system of this host whose rank 0 has this pid")
+    stacks.add_argument(
+        "--all",
+        action="store_true",
+        help="every frame, task and thread: actorch's, the standard library's and installed packages' too",
+    )
     stacks.add_argument("--no-threads", action="store_true", help="leave out the threads' stacks")
     stacks.add_argument("--no-tasks", action="store_true", help="leave out the tasks that are not actors' handlers")
     stacks.add_argument(

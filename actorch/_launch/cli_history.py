@@ -128,6 +128,7 @@ def render_report(summary: RunSummary, entries: list[dict[str, Any]]) -> str:
     ending = {
         "ok": "ended: main returned",
         "failed": "ended: failed",
+        "interrupted": "ended: interrupted (Ctrl-C or SIGTERM), and shut down",
         "unknown": "no end recorded: rank 0 was killed, or the run goes on",
     }
     lines.append(f"  outcome  {ending.get(summary.outcome, summary.outcome)}")
@@ -161,7 +162,21 @@ def render_report(summary: RunSummary, entries: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-_DETAIL_KEYS = ("actor", "peer", "why", "reason", "error", "outcome", "cls", "host", "pid", "restarts", "attempt")
+_DETAIL_KEYS = (
+    "actor",
+    "peer",
+    "by",
+    "handler",
+    "why",
+    "reason",
+    "error",
+    "outcome",
+    "cls",
+    "host",
+    "pid",
+    "restarts",
+    "attempt",
+)
 
 
 def _details(entry: dict[str, Any]) -> str:
@@ -171,7 +186,10 @@ def _details(entry: dict[str, Any]) -> str:
 
 
 def _actor_table(entries: list[dict[str, Any]]) -> list[str]:
-    """One line per stopped actor: handled, restarts, and per endpoint calls, errors and mean handler time."""
+    """One line per stopped actor: handled (by its endpoints), restarts, hooks; then each endpoint's numbers.
+
+    An endpoint's numbers are its calls, errors and mean handler time.
+    """
     rows: list[str] = []
     for entry in entries:
         if entry.get("event") != "actor stopped":
@@ -183,9 +201,12 @@ def _actor_table(entries: list[dict[str, Any]]) -> list[str]:
             f"{1e3 * each.get('mean_s', 0.0):.3f} ms each"
             for name, each in sorted(endpoints.items())
         ]
+        hooks = stats.get("hooks") or {}
+        ran = ", ".join(name if count == 1 else f"{name} ({count} times)" for name, count in sorted(hooks.items()))
         rows.append(
             f"  {entry.get('actor', '?')}  {entry.get('reason', '?')}; handled {stats.get('handled', 0)}, "
             f"restarts {stats.get('restarts', 0)}, queued at most {stats.get('queued_peak', 0)}"
+            + (f"; hooks {ran}" if ran else "")
         )
         rows += [f"      {part}" for part in parts]
     return rows

@@ -4,7 +4,11 @@ Rank 0 gathers it on a thread (``GET /stacks``, see ``status``), so it answers
 also when an event loop is blocked. For each node: whether its loop keeps up,
 each actor's running handlers as await chains down to the line each is on
 (with what it waits for), the loop's other tasks, and every thread's stack.
-Frames read as in a Python traceback, outermost first.
+Frames read as in a Python traceback, outermost first. By default only the
+user's own frames are shown (not actorch's, the standard library's or an
+installed package's), and only the tasks and threads that have some, the
+loop's thread aside (its handler shows where it is): what a stuck program
+needs, in a few lines. ``--all`` shows every frame, task and thread.
 """
 
 from __future__ import annotations
@@ -28,12 +32,26 @@ def stacks_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     if args.json:
         print(json.dumps(found), flush=True)
     else:
-        print(format_stacks(found, threads=not args.no_threads, tasks=not args.no_tasks), end="", flush=True)
+        text = format_stacks(found, threads=not args.no_threads, tasks=not args.no_tasks, everything=args.all)
+        print(text, end="", flush=True)
     return 0
 
 
-def format_stacks(found: dict[str, Any], *, threads: bool = True, tasks: bool = True) -> str:
-    """The text ``actorch stacks`` prints for what ``GET /stacks`` answered."""
+LEFT_OUT = (
+    "(your own frames only: actorch's, the standard library's and installed packages' are left out, and the tasks "
+    "and threads that have none; actorch stacks --all shows them)"
+)
+"""The last line of ``actorch stacks`` without ``--all``."""
+
+
+def format_stacks(found: dict[str, Any], *, threads: bool = True, tasks: bool = True, everything: bool = False) -> str:
+    """The text ``actorch stacks`` prints for what ``GET /stacks`` answered.
+
+    Only the user's own frames, and the tasks and threads that have some
+    (not the loop's thread), unless ``everything``; ``threads`` and ``tasks``
+    False leave those out altogether.
+    """
+    view = _View(everything)
     lines: list[str] = []
     for node in found["nodes"]:
         rank = node["rank"]
@@ -53,20 +71,54 @@ def format_stacks(found: dict[str, Any], *, threads: bool = True, tasks: bool = 
             lines.append(f"  {who}{queued}")
             for handler in actor["handlers"]:
                 lines.append(f"    handler {handler['endpoint']!r}, {_running(handler)}")
-                lines.extend(_chain(handler["chain"], "      "))
-        if tasks and node["tasks"]:
-            lines.append(f"  other tasks ({len(node['tasks'])})")
-            for task in node["tasks"]:
-                now = " (running now)" if task["running_now"] else ""
-                lines.append(f"    task {task['name']}{now}")
-                lines.extend(_chain(task["chain"], "      "))
+                lines.extend(_chain(view.frames(handler["chain"]), "      "))
+        if tasks:
+            lines += view.section("other tasks", [(_task_line(task), task["chain"], False) for task in node["tasks"]])
         if threads:
-            lines.append(f"  threads ({len(node['threads'])})")
-            for thread in node["threads"]:
-                lines.append(f"    thread {thread['name']} (id {thread['id']})")
-                lines.extend(_chain(thread["frames"], "      "))
+            listed = [(_thread_line(thread), thread["frames"], thread.get("loop", False)) for thread in node["threads"]]
+            lines += view.section("threads", listed)
         lines.append("")
+    if not everything:
+        lines.append(LEFT_OUT)
     return "\n".join(lines) + "\n"
+
+
+class _View:
+    """What ``actorch stacks`` shows of chains: every frame, or the user's own only."""
+
+    def __init__(self, everything: bool) -> None:
+        self.everything = everything
+
+    def frames(self, chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The frames of ``chain`` shown, and what it awaits (a frame that does not say whose it is: shown)."""
+        return chain if self.everything else [frame for frame in chain if frame.get("user", True)]
+
+    def section(self, title: str, entries: list[tuple[str, list[dict[str, Any]], bool]]) -> list[str]:
+        """A titled list of tasks or threads, ``(heading, chain, runs the loop)`` each; only those with frames shown.
+
+        The loop's thread is left out unless ``everything``: its handler or task shows where it is.
+        """
+        shown = [(heading, self.frames(chain)) for heading, chain, loop in entries if self.everything or not loop]
+        shown = [(heading, frames) for heading, frames in shown if self.everything or _has_frames(frames)]
+        if not shown:
+            return []
+        lines = [f"  {title} ({len(shown)})"]
+        for heading, frames in shown:
+            lines.append(f"    {heading}")
+            lines.extend(_chain(frames, "      "))
+        return lines
+
+
+def _task_line(task: dict[str, Any]) -> str:
+    return f"task {task['name']}{' (running now)' if task['running_now'] else ''}"
+
+
+def _thread_line(thread: dict[str, Any]) -> str:
+    return f"thread {thread['name']} (id {thread['id']})"
+
+
+def _has_frames(chain: list[dict[str, Any]]) -> bool:
+    return any("file" in frame for frame in chain)
 
 
 def _loop_state(loop: dict[str, Any]) -> str:

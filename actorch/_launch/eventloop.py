@@ -23,14 +23,14 @@ import threading
 import time
 from collections.abc import Coroutine
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 import structlog
 
 from actorch._base.deadline import DeadlineLoop
 from actorch._launch.interrupts import TERMINATE_EXIT_CODE, InterruptPolicy, InterruptWatcher
 
-__all__ = ["LEFTOVER_WAIT", "Watchdog", "run_bounded"]
+__all__ = ["LEFTOVER_WAIT", "Watchdog", "interruption", "run_bounded"]
 
 T = TypeVar("T")
 
@@ -99,12 +99,29 @@ def run_bounded(coro: Coroutine[Any, Any, T], *, interrupts: InterruptPolicy | N
         signals.restore()
 
 
+def interruption() -> str | None:
+    """What interrupted the ``run_bounded`` of the main thread, if anything did: ``"Ctrl-C"`` or ``"SIGTERM"``.
+
+    Read where the main task's cancellation arrives (``lead`` records a run
+    so interrupted as such, not as failed).
+    """
+    signals = _MainSignals.current
+    if signals is None:
+        return None
+    if signals.interrupted:
+        return "Ctrl-C"
+    return "SIGTERM" if signals.terminated else None
+
+
 class _MainSignals:
     """Ctrl-C, and SIGTERM where the policy asks, for one ``run_bounded``: each cancels the main task, watched.
 
     Only in the main thread, and only for signals the program left at their
     defaults; ``restore`` puts the defaults back and closes the watcher.
     """
+
+    current: ClassVar[_MainSignals | None] = None
+    """The signals of the main thread's ``run_bounded`` now, if any."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, main: asyncio.Task[Any], policy: InterruptPolicy) -> None:
         self._loop = loop
@@ -122,6 +139,8 @@ class _MainSignals:
             signal.signal(signal.SIGINT, self._on_sigint)
         if self.sigterm:
             signal.signal(signal.SIGTERM, self._on_sigterm)
+        if self.sigint:
+            _MainSignals.current = self
 
     def __repr__(self) -> str:
         return f"<_MainSignals interrupted={self.interrupted} terminated={self.terminated}>"
@@ -156,6 +175,8 @@ class _MainSignals:
 
     def restore(self) -> None:
         """Give the signals back their default handlers and stop watching."""
+        if _MainSignals.current is self:
+            _MainSignals.current = None
         try:
             if self.sigint:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -208,12 +229,13 @@ class Watchdog:
             self._reason = reason
             self._armed.set()
 
+    def end_now(self, reason: str) -> NoReturn:
+        """End the process at once with ``code``, saying ``reason`` on stderr (from any thread, the loop's blocked)."""
+        sys.stderr.write(f"actorch: node process {os.getpid()} ends: {reason}; exiting with code {self.code}\n")
+        sys.stderr.flush()
+        os._exit(self.code)
+
     def _watch(self) -> None:
         self._armed.wait()
         time.sleep(self.limit)
-        sys.stderr.write(
-            f"actorch: node process {os.getpid()} did not exit within {self.limit:g} s after {self._reason}; "
-            f"exiting with code {self.code}\n"
-        )
-        sys.stderr.flush()
-        os._exit(self.code)
+        self.end_now(f"it did not exit within {self.limit:g} s after {self._reason}")

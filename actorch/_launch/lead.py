@@ -27,17 +27,18 @@ from actorch._actors.system import ActorSystem
 from actorch._base.errors import ActorStoppedError, NodeLostError, describe
 from actorch._engine.system_ids import SYSTEM_IDS
 from actorch._engine.wire import handler_traceback
+from actorch._launch.eventloop import interruption
 from actorch._launch.interrupts import InterruptPolicy
 from actorch._launch.nodes import LocalLauncher, grow_refusal
 from actorch._launch.runtime import Announcement, status_address
-from actorch._launch.serving import _newcomer_arguments, _serve_newcomer
+from actorch._launch.serving import END_BLOCKED, _newcomer_arguments, _serve_newcomer, describe_running
 from actorch._launch.startup import SHUTDOWN_TIMEOUT, TORCHRUN_VARS, Plan, start_node
 from actorch._launch.status import StatusServer
 from actorch._launch.workers import kill_lost, kill_workers
 from actorch._transport.base import Transport
 from actorch._transport.capabilities import Elastic, require_elastic
 
-__all__ = ["PING_WAIT", "Main", "check_main", "describe_waits", "interrupt_policy", "lead"]
+__all__ = ["PING_WAIT", "Main", "call_main", "check_main", "describe_waits", "interrupt_policy", "lead"]
 
 T = TypeVar("T")
 Main = Callable[[ActorSystem], Awaitable[T]]
@@ -46,6 +47,7 @@ PING_WAIT = 2.0
 """Seconds a worker that has not stopped ``stop_grace`` into the shutdown has to show that its event loop runs."""
 _SHOWN_WAITS = 3
 """Calls the first Ctrl-C's line names, the oldest first; the others are counted."""
+_MAIN_MUST_BE = "run(main): main must be an async function that takes the system (async def main(system): ...), not "
 
 
 class _Led:
@@ -55,36 +57,50 @@ class _Led:
 
 
 def check_main(main: object) -> None:
-    """Refuse a ``main`` that is not an async function, before anything starts.
+    """Refuse, before anything starts, a ``main`` that is sure not to give an awaitable.
 
-    ``run`` awaits what ``main(system)`` returns: a plain ``def`` would run to
-    its end and only then fail to be awaited. An ``async def`` function or
-    method passes, as does a ``functools.partial`` of one, an object whose
-    ``__call__`` is ``async def``, and a function wrapped by a decorator that
-    keeps ``__wrapped__`` (``functools.wraps``).
+    ``run`` awaits what ``main(system)`` returns. What passes: an ``async
+    def`` function or method, a ``functools.partial`` of one, an object whose
+    ``__call__`` is ``async def``, a function wrapped by a decorator that keeps
+    ``__wrapped__`` (``functools.wraps``), and any other callable that may
+    return an awaitable (a lambda, ``lambda system: train(system, split)``;
+    an object with a plain ``__call__``): ``call_main`` checks what those
+    return. What is refused here: a plain ``def`` function or method (it would
+    run to its end before failing to be awaited), a class, and what is not
+    callable.
 
     Raises:
-        TypeError: ``main`` is none of these; the message says what it is.
+        TypeError: ``main`` is one of those; the message says what it is.
     """
     inner = inspect.unwrap(main) if callable(main) else main
     while isinstance(inner, functools.partial):
         inner = inspect.unwrap(inner.func)
     if inspect.iscoroutinefunction(inner):
         return
-    if callable(inner) and not inspect.isroutine(inner) and not isinstance(inner, type):
-        if inspect.iscoroutinefunction(type(inner).__call__):
-            return
-        given = f"{main!r}, whose __call__ is a plain def"
-    elif inspect.isroutine(inner):
-        given = (
-            f"the plain function {getattr(inner, '__qualname__', inner)!r}: declare it async def (for a lambda "
-            "that returns a coroutine, pass functools.partial of the async function instead)"
-        )
+    if isinstance(inner, type):
+        given = f"the class {inner.__qualname__!r}: pass an async function that takes the system"
+    elif inspect.isfunction(inner) or inspect.ismethod(inner):
+        if inner.__name__ == "<lambda>":
+            return  # a lambda cannot be async: what it returns is checked when it is called
+        given = f"the plain function {inner.__qualname__!r}: declare it async def"
+    elif callable(inner):
+        return  # a builtin, or an object whose __call__ may return an awaitable: checked when called
     else:
         given = f"{main!r} ({type(main).__name__})"
-    raise TypeError(
-        f"run(main): main must be an async function that takes the system (async def main(system): ...), not {given}"
-    )
+    raise TypeError(f"{_MAIN_MUST_BE}{given}")
+
+
+def call_main(main: Main[T], system: ActorSystem) -> Awaitable[T]:
+    """``main(system)``, refused with ``check_main``'s message if what it returned cannot be awaited.
+
+    Raises:
+        TypeError: ``main`` returned something that is not awaitable (a lambda
+            around a plain function); the message names it and what it returned.
+    """
+    returned = main(system)
+    if not inspect.isawaitable(returned):
+        raise TypeError(f"{_MAIN_MUST_BE}{main!r}, which returned {type(returned).__name__}, not an awaitable")
+    return returned
 
 
 def interrupt_policy(plan: Plan, workers: list[Any] | None = None) -> InterruptPolicy:
@@ -138,7 +154,7 @@ async def lead(main: Main[T], transport: Transport, plan: Plan, workers: list[An
     system, host = await start_node(
         transport, plan, launched, functools.partial(_give_pool, transport=transport, plan=plan, workers=workers)
     )
-    failed = True
+    outcome = "failed"  # what the run's record says of it: ok, failed, or interrupted (Ctrl-C, SIGTERM)
     status = None
     announced = Announcement(system.world_size, None)
     try:
@@ -151,24 +167,21 @@ async def lead(main: Main[T], transport: Transport, plan: Plan, workers: list[An
         _Led.host = host
         try:
             if plan.trace is None:
-                result = await main(system)
+                result = await call_main(main, system)
             else:
                 async with system.trace(plan.trace):
-                    result = await main(system)
+                    result = await call_main(main, system)
         except BaseException as exc:
-            if host.node.record is not None:
-                host.node.record.write("main failed", error=describe(exc), traceback=handler_traceback(exc).rstrip())
+            outcome = _record_end_of_main(host, exc)
             raise
-        failed = False
+        outcome = "ok"
         return result
     finally:
-        if host.node.record is not None:
-            host.node.record.write("run ended", outcome="failed" if failed else "ok")
         announced.withdraw()
         if status is not None:
             await status.close()
         try:
-            silent = await asyncio.shield(_shutdown_world(host, failed))
+            silent = await asyncio.shield(_shutdown_world(host, outcome))
         finally:
             _Led.host = None
         for rank in silent:
@@ -199,6 +212,19 @@ def _record_start(host: ActorHost, world_size: int) -> None:
         )
 
 
+def _record_end_of_main(host: ActorHost, exc: BaseException) -> str:
+    """Record how ``main`` ended when it raised ``exc``: interrupted (Ctrl-C, SIGTERM), or failed; the outcome."""
+    by = interruption() if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit) else None
+    record = host.node.record
+    if by is not None:
+        if record is not None:
+            record.write("main interrupted", by=by)
+        return "interrupted"
+    if record is not None:
+        record.write("main failed", error=describe(exc), traceback=handler_traceback(exc).rstrip())
+    return "failed"
+
+
 def _announce(announced: Announcement, host: ActorHost) -> None:
     """Write rank 0's runtime file, for ``actorch status`` and ``actorch stop``; a failure is only logged."""
     try:
@@ -209,11 +235,14 @@ def _announce(announced: Announcement, host: ActorHost) -> None:
         host.node.log.debug("runtime file written", path=str(path))
 
 
-async def _shutdown_world(host: ActorHost, failed: bool) -> list[int]:
-    """Stop every actor everywhere (``on_stop`` runs), then close this node; the workers follow.
+async def _shutdown_world(host: ActorHost, outcome: str) -> list[int]:
+    """Stop every actor everywhere (``on_stop`` runs), record the run's ``outcome``, then close this node.
+
+    The workers follow. The run's record ends here, after the shutdown, so
+    that the time it gives the run covers the shutdown too.
 
     Rank 0 leaves first: each worker sees it go and exits, with code 1 if
-    ``main`` failed. The other order makes torch log every dropped connection
+    ``main`` did not return (``outcome`` is not ``"ok"``). The other order makes torch log every dropped connection
     at rank 0, where torch may have been imported before its C++ log level
     could be set. Each node's share is bounded by ``2 * stop_grace`` (messages,
     then ``on_stop``) plus ``SHUTDOWN_TIMEOUT``.
@@ -226,8 +255,10 @@ async def _shutdown_world(host: ActorHost, failed: bool) -> list[int]:
         node.transport.stop_admitting()  # a node let in now would miss the shutdown
     peers = [rank for rank in node.ranks() if rank != 0 and rank not in node.lost]
     limit = 2 * host.config.stop_grace + SHUTDOWN_TIMEOUT
-    answered = await _call_all(host, peers, NodeService.shutdown, limit, failed)
+    answered = await _call_all(host, peers, NodeService.shutdown, limit, outcome != "ok")
     await host.stop_all()
+    if node.record is not None:
+        node.record.write("run ended", outcome=outcome)
     node.departing = True
     await node.close()
     return [rank for rank, ok in zip(peers, answered, strict=True) if not ok]
@@ -250,11 +281,7 @@ async def _call_all(host: ActorHost, ranks: list[int], endpoint: Any, limit: flo
                 await _settled_within(call, grace)
                 if not call.done() and not await _answers_ping(host, rank):
                     call.cancel()
-                    host.node.log.warning(
-                        "node did not answer shutdown: its event loop is blocked (a handler in blocking code?)",
-                        peer=rank,
-                        stop_grace=grace,
-                    )
+                    await _end_blocked(host, rank)
                     return False
                 await call
         except (NodeLostError, ActorStoppedError):
@@ -266,6 +293,38 @@ async def _call_all(host: ActorHost, ranks: list[int], endpoint: Any, limit: flo
         return True
 
     return list(await asyncio.gather(*(one(rank) for rank in ranks)))
+
+
+async def _end_blocked(host: ActorHost, rank: int) -> None:
+    """Say which handler blocks node ``rank``'s event loop, and have the node end its process.
+
+    A thread of the node still answers (``Transport.ask_off_loop``): it names
+    the handler on its loop's thread, and ends the process when asked
+    (``END_BLOCKED``), wherever the node runs; under torchrun and on other
+    hosts no other process of the run could end it before its watchdog.
+    Either question may go unanswered (the transport cannot ask, or the node
+    ended first): the shutdown goes on all the same.
+    """
+    transport = host.node.transport
+    grace = host.config.stop_grace
+    try:
+        state = await asyncio.to_thread(transport.ask_off_loop, rank, "loop", PING_WAIT)
+    except Exception:  # noqa: BLE001 - the handler goes unnamed
+        state = {}
+    running = describe_running(state.get("running")) if "running" in state else "a handler (not named: no answer)"
+    host.node.log.warning(
+        "node did not answer shutdown: its event loop is blocked (a handler in blocking code?)",
+        peer=rank,
+        stop_grace=grace,
+        handler=running,
+    )
+    host.node.log.warning(
+        "node killed", peer=rank, why=f"{running} blocked its event loop past stop_grace ({grace:g} s)"
+    )
+    # It ends before it answers: this returns when it is gone. The bound is for a loaded host, where its thread
+    # may be slow to take the question; past it a local worker is killed all the same (kill_lost, in lead).
+    with contextlib.suppress(Exception):
+        await asyncio.to_thread(transport.ask_off_loop, rank, END_BLOCKED, SHUTDOWN_TIMEOUT)
 
 
 async def _settled_within(call: asyncio.Future[Any], seconds: float) -> None:

@@ -16,6 +16,7 @@ sets it for ``actorch run``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -490,14 +491,21 @@ def options_of(
     """
     unknown = [name for name in keywords if name not in takes]
     if unknown:
-        raise TypeError(
-            f"{taker}() got an unexpected keyword argument {unknown[0]!r} (its options: {', '.join(sorted(takes))})"
-        )
+        raise TypeError(f"{taker}() got an unexpected keyword argument {unknown[0]!r}{_hint(unknown[0], takes, taker)}")
     if options is None:
         return SystemOptions(**{**(defaults or {}), **keywords})  # type: ignore[arg-type]
     if not isinstance(options, SystemOptions):
         raise TypeError(f"{taker}(options=...) takes a SystemOptions, not {options!r}")
     return dataclasses.replace(options, **keywords)  # type: ignore[arg-type]
+
+
+def _hint(name: str, takes: frozenset[str] | tuple[str, ...], taker: str) -> str:
+    """What a refusal of the keyword ``name`` adds: the option meant, if one is close, then every option."""
+    every = f"its options: {', '.join(sorted(takes))}"
+    if name in _FIELDS:
+        return f": an option of run() that {taker}() does not take ({every})"
+    close = difflib.get_close_matches(name, sorted(takes), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}? ({every})" if close else f" ({every})"
 
 
 def launcher_environment(

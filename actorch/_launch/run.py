@@ -64,7 +64,8 @@ def run(
     """Start an actor system, run ``main(system)`` on rank 0, shut down, and return its result.
 
     Args:
-        main: The async function to run on rank 0.
+        main: The async function to run on rank 0, or a callable that returns
+            an awaitable (``lambda system: train(system, split)``).
         world_size: Number of processes; None or 1 runs everything in this one.
             Under a launcher (``torchrun``, ``actorch run -n N``) the world is
             the launcher's, whatever this says (a different number is ignored
@@ -87,9 +88,10 @@ def run(
         What ``main`` returned. If ``main`` raised, the exception propagates after shutdown.
 
     Raises:
-        TypeError: ``main`` is not an async function (nor a ``functools.partial``
-            of one, nor an object whose ``__call__`` is async), or an option
-            is unknown; nothing started.
+        TypeError: ``main`` is a plain ``def`` function, a class or not
+            callable, or an option is unknown; nothing started. Or ``main``
+            (a lambda, an object with a plain ``__call__``) returned something
+            that cannot be awaited; raised after the shutdown.
         ValueError: An option's value is not one it takes; nothing started.
         FileNotFoundError: ``trace`` names a file in a directory that does not exist; nothing started.
         OSError: The ``snapshots`` directory cannot be made; nothing started.

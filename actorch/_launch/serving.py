@@ -38,11 +38,14 @@ from actorch._transport.capabilities import is_elastic
 from actorch._transport.membership import ADDRESS_ENV, TOKEN_ENV, parse_address
 from actorch._transport.torch_rpc.elastic import prepare_join
 
-__all__ = ["SystemSetup", "join_target", "serve", "takes_system"]
+__all__ = ["END_BLOCKED", "SystemSetup", "describe_running", "join_target", "serve", "takes_system"]
 
 
 SystemSetup = Callable[[ActorSystem], object]
 """A ``serve`` setup that asks for the node's system: run once the node has joined (may return an awaitable)."""
+
+END_BLOCKED = "end blocked"
+"""What rank 0 asks a node off its loop (``Transport.ask_off_loop``) to end it: its loop stayed blocked at shutdown."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,31 @@ def takes_system(setup: Callable[..., object]) -> bool:
     annotation = first.annotation
     named = annotation.rpartition(".")[2] if isinstance(annotation, str) else getattr(annotation, "__name__", None)
     return first.name == "system" or annotation is ActorSystem or named == "ActorSystem"
+
+
+def describe_running(running: Mapping[str, Any] | None) -> str:
+    """The handler a node runs on its loop's thread now (``Node.answer_off_loop``'s ``running``), in words."""
+    if not running:
+        return "no handler (something else holds its event loop)"
+    seconds = running.get("seconds")
+    since = "" if seconds is None else f" (running for {seconds:.1f} s)"
+    return f"handler {running['endpoint']!r} of {running['actor']}{since}"
+
+
+def _answer_or_end(host: ActorHost, watchdog: Watchdog, question: str) -> Any:
+    """A node's answer to another node's question off its loop; ``END_BLOCKED`` ends its process instead.
+
+    Rank 0 asks it when this node's event loop stayed blocked by a handler
+    ``stop_grace`` into the shutdown (nothing can stop that handler), as it
+    kills a local worker of its own: on a thread of the transport, which
+    still runs.
+    """
+    if question == END_BLOCKED:
+        running = describe_running(host.node.answer_off_loop("loop").get("running"))
+        grace = host.config.stop_grace
+        host.node.log.warning("node ended: its event loop is blocked", handler=running, stop_grace=grace)
+        watchdog.end_now(f"{running} blocks its event loop {grace:g} s into the shutdown, which rank 0 ends without it")
+    return host.node.answer_off_loop(question)
 
 
 async def _leave_when(asked: asyncio.Event, host: ActorHost) -> None:
@@ -277,6 +305,7 @@ async def _serve_async(
         if leave_on_term:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
         raise
+    transport.off_loop = functools.partial(_answer_or_end, host, watchdog)
     leaving = asyncio.ensure_future(_leave_when(terminated, host))
     failed: Exception | None = None
     try:

@@ -61,7 +61,7 @@ STATUS_PORT_ENV = "ACTORCH_STATUS_PORT"
 """Environment variable naming rank 0's status port (as ``run(status_port=...)``), or ``off`` for none."""
 STATUS_OFF = "off"
 """``ACTORCH_STATUS_PORT``'s value that serves no status (``actorch run --no-status``), as ``run(status=False)``."""
-STATUS_SCHEMA = 4
+STATUS_SCHEMA = 5
 """Version of the status JSON's fields (its ``schema`` field); docs/operations.md lists them.
 
 2 added each node's ``resources``, ``free``, ``held``, ``owner``, ``parent`` and ``pool``.
@@ -69,8 +69,10 @@ STATUS_SCHEMA = 4
 ``queued_callers``, and the system's ``wait_cycles``.
 4 added each node's ``statistics.paths`` and ``loop.lags``, each endpoint's
 ``waits``, and a last histogram bucket whose bound is null.
+5 added each actor's ``hooks`` (its ``handled`` counts its endpoints' messages
+alone, as before), and, in the stacks, each frame's ``user`` and each thread's ``loop``.
 """
-READABLE_SCHEMAS = (1, 2, 3, 4)
+READABLE_SCHEMAS = (1, 2, 3, 4, 5)
 """The versions ``actorch status`` reads: a system of the version before shows without the fields added since."""
 NODE_TIMEOUT = 2.0
 """Seconds a node has to answer a status request; one that does not is shown as not answering."""

@@ -4,7 +4,8 @@
 with calls, caches each round's name on every node, stops the actor (plain or
 relocatable, from rank 0 or from another node) and looks the name up from
 every node at once; its last round stops an actor while a node that cached
-the name is kept busy by a handler for longer than the registry waits.
+the name is kept busy by a handler for longer than the registry waits. It
+first uses one actor's name every way a program does before stopping it.
 """
 
 from __future__ import annotations
@@ -45,3 +46,15 @@ def test_a_node_busy_past_the_eviction_wait_still_drops_the_name_before_it_looks
     assert r["cached"] == [1] * NODES
     assert r["after"] == GONE, f"node {r['busy']} still resolved the name once its handler was done: {r}"
     assert r["listed"] == [[]] * NODES
+
+
+@pytest.mark.timeout(240)
+def test_a_name_used_every_way_is_gone_from_every_node_once_stop_returns(names: Finished) -> None:
+    r = names.result("used every way")
+    assert r["cached"] == [1, 1]  # rank 0 and a node other than the actor's had it cached
+    assert r["globbed"] == ["held/out"]
+    assert r["refused"] == "NameTakenError"
+    assert r["errors"] == ["RemoteError(TypeError)"] * 3
+    assert r["counted"] == 1500  # the 500 tells, then the 1,000 calls
+    assert r["after"] == GONE, f"the name was still resolvable after stop() returned: {r}"
+    assert r["listed"] == [[]]

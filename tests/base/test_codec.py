@@ -315,6 +315,22 @@ def test_serializable_refuses_a_code_taken_by_another_class() -> None:
         serializable(100)(Other)
 
 
+def test_serializable_without_its_code_is_refused_at_decoration_naming_the_fix() -> None:
+    with pytest.raises(TypeError) as refused:
+
+        @serializable  # type: ignore[arg-type]  # the mistake a user makes
+        @dataclasses.dataclass
+        class Point:
+            x: int
+            y: int
+
+    assert str(refused.value) == (
+        "@serializable needs an extension code: write @actorch.serializable(32) above class "
+        "test_serializable_without_its_code_is_refused_at_decoration_naming_the_fix.<locals>.Point "
+        "(32 to 127, one per class)"
+    )
+
+
 def test_serializable_accepts_the_same_class_again() -> None:
     assert serializable(100)(Carried) is Carried
 

@@ -197,6 +197,16 @@ def test_remote_error_can_be_caught_as_the_original_class() -> None:
         raise remote_error(path_of(CustomError), "from afar")
 
 
+def test_remote_error_of_gives_a_remote_error_caught_as_its_original_class_and_none_for_a_local_one() -> None:
+    with pytest.raises(ValueError, match="bad") as caught:
+        raise remote_error("ValueError", "bad", "remote tb text")
+    remote = actorch.remote_error_of(caught.value)
+    assert remote is caught.value
+    assert (remote.type_name, remote.remote_traceback) == ("ValueError", "remote tb text")
+    assert actorch.remote_error_of(ValueError("raised here")) is None
+    assert actorch.remote_error_of(RemoteError("nowhere.Gone", "lost")) is not None
+
+
 def test_group_error_keeps_every_result_and_the_failed_indices() -> None:
     first, second = ValueError("a"), KeyError("b")
     error = actorch.GroupError("2 of 3 failed", [first, second], [10, first, second])

@@ -192,6 +192,29 @@ def test_history_report_orders_events_names_each_node_loss_once_and_shows_errors
     assert listed[1].split()[-4:] == ["2", "ok", "1", "train.py"]
 
 
+def test_history_reads_an_interrupted_run_as_interrupted_with_its_kill_and_hooks_apart(tmp_path: Path) -> None:
+    zero = RunRecord("r", 0, tmp_path).open()
+    zero.write("run started", script="train.py", pid=10, host="h", cwd="/w")
+    zero.write("main interrupted", by="Ctrl-C")
+    handler = "handler 'nap' of actor 'sleeper' (Sleeper) on node 1 (running for 12.0 s)"
+    zero.write("node killed", level="warning", peer=1, why=f"{handler} blocked its event loop past stop_grace (10 s)")
+    stats = {"handled": 0, "restarts": 0, "queued_peak": 0, "hooks": {"on_start": 2, "on_stop": 1}, "endpoints": {}}
+    zero.write("actor stopped", level="debug", actor="actor 'p' (P) on node 0", reason="shutdown", statistics=stats)
+    zero.write("run ended", outcome="interrupted")
+    summary = summarize(tmp_path / "r", read_run(tmp_path / "r"))
+    assert (summary.outcome, summary.errors) == ("interrupted", 0)
+    report = render_report(summary, read_run(tmp_path / "r"))
+    assert "  outcome  ended: interrupted (Ctrl-C or SIGTERM), and shut down" in report
+    assert "main interrupted  (by=Ctrl-C)" in report
+    assert f"node killed  (peer=1, why={handler} blocked its event loop past stop_grace (10 s))" in report
+    assert "errors\n" not in report
+    assert (
+        "actor 'p' (P) on node 0  shutdown; handled 0, restarts 0, queued at most 0; hooks on_start (2 times), on_stop"
+        in report
+    )
+    assert render_runs([summary]).splitlines()[1].split()[-4:] == ["1", "interrupted", "0", "train.py"]
+
+
 def test_history_command_lists_shows_and_refuses_as_a_user_would_read_it(tmp_path: Path) -> None:
     assert history(tmp_path).stdout.strip() == f"no runs recorded in {tmp_path}"
     for name, started in (("20261127-100000-a-1", 100.0), ("20261127-110000-b-2", 200.0)):

@@ -257,5 +257,6 @@ def test_tensors_with_no_faithful_form_are_refused_by_argument_over_torch_rpc(wo
     for kind, outcome in refusals["outcomes"].items():
         assert outcome != "sent", kind
         assert outcome["type"] == "SerializationError", (kind, outcome)
-        assert outcome["message"].startswith("args[0][1]: "), (kind, outcome)
+        assert outcome["message"].startswith("call to 'echo' of actor TensorEcho#"), (kind, outcome)
+        assert " on node 1: args[0][1]: " in outcome["message"], (kind, outcome)
     assert refusals["still_serving"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
+import re
 import time
 import traceback
 
@@ -359,23 +361,51 @@ async def test_lookup_all_with_an_invalid_pattern_raises_invalid_name(world: Loc
         await world[1].lookup_all("a b")
 
 
-async def test_strict_mode_refuses_a_set_argument_to_a_remote_actor() -> None:
+STRICT_REFUSES_SETS = (
+    "strict serialization refuses set values; send tensors, numbers, str, bytes, lists, tuples, dicts, "
+    "actor refs or @serializable dataclasses"
+)
+
+
+async def test_strict_mode_refuses_a_set_argument_to_a_remote_actor_naming_the_endpoint_and_the_argument() -> None:
     async with local_world(2, strict=True) as world:
-        faulty = await world[0].spawn(Faulty, on=1)
+        faulty = await world[0].spawn(Faulty, name="strict/faulty", on=1)
         async with asyncio.timeout(5):
-            with pytest.raises(actorch.SerializationError, match="set"):
-                await faulty.call(Faulty.echo, {1, 2})
+            with pytest.raises(actorch.SerializationError) as info:
+                await faulty.call(Faulty.echo, {"ids": [3, {1, 2}]})
             assert await faulty.call(Faulty.echo, (1, 2)) == (1, 2)
+            with pytest.raises(actorch.SerializationError) as told:
+                faulty.tell(Faulty.echo, 1, twice={1})
+    assert str(info.value) == (
+        f"call to 'echo' of actor 'strict/faulty' (Faulty) on node 1: args[0]['ids'][1]: {STRICT_REFUSES_SETS}"
+    )
+    assert str(told.value) == (
+        f"tell of 'echo' to actor 'strict/faulty' (Faulty) on node 1: kwargs['twice']: {STRICT_REFUSES_SETS}"
+    )
 
 
 async def test_strict_mode_refuses_a_set_result_from_a_remote_actor() -> None:
     async with local_world(2, strict=True) as world:
         faulty = await world[0].spawn(Faulty, name="strict/faulty", on=1)
         async with asyncio.timeout(5):
-            with pytest.raises(actorch.SerializationError, match="set") as info:
+            with pytest.raises(actorch.SerializationError) as info:
                 await faulty.call(Faulty.make_set)
             assert await faulty.call(Faulty.echo, 1) == 1
-    assert "result" in str(info.value)
+    assert re.fullmatch(
+        rf"the result of 'make_set' on node 1 \(call \d+ from node 0\): value: {re.escape(STRICT_REFUSES_SETS)}",
+        str(info.value),
+    ), str(info.value)
+
+
+async def test_an_argument_pickle_cannot_carry_names_the_endpoint_and_where_it_sits(world: LocalWorld) -> None:
+    faulty = await world[0].spawn(Faulty, name="pickled/faulty", on=1)
+    with pytest.raises(actorch.SerializationError) as info:
+        await faulty.call(Faulty.echo, {"env": [1, lambda: 2]})
+    assert str(info.value).startswith(
+        "call to 'echo' of actor 'pickled/faulty' (Faulty) on node 1: args[0]['env'][1]: cannot serialize function "
+        "value: Can't pickle local object"
+    ), str(info.value)
+    assert isinstance(info.value.__cause__, (pickle.PicklingError, AttributeError))  # pickle's own error, kept
 
 
 async def test_strict_mode_lets_a_same_node_call_pass_a_set() -> None:

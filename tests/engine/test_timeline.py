@@ -211,11 +211,34 @@ async def test_system_trace_refuses_a_second_trace_and_a_missing_directory(world
     with pytest.raises(ValueError, match="sample is a fraction"):
         system.trace(tmp_path / "t.json", sample=2)
     async with system.trace(tmp_path / "first.json"):
-        with pytest.raises(RuntimeError, match="already records a trace"):
+        with pytest.raises(actorch.TraceRunningError) as refused:
             async with system.trace(tmp_path / "second.json"):
                 pass
+        with pytest.raises(actorch.TraceRunningError, match="node 1 already records a timeline that another node"):
+            async with world[1].trace(tmp_path / "third.json"):
+                pass
+    assert isinstance(refused.value, RuntimeError)
+    assert str(refused.value).startswith(f"node 0 already records a timeline to {str(tmp_path / 'first.json')!r}: ")
     assert (tmp_path / "first.json").exists()
     assert not (tmp_path / "second.json").exists()
+    async with system.trace(tmp_path / "second.json"):  # the first one's block has ended: a trace may begin again
+        pass
+    assert (tmp_path / "second.json").exists()
+
+
+def test_a_trace_block_under_run_trace_is_refused_saying_the_run_records_it(tmp_path: Path) -> None:
+    async def main(system: actorch.ActorSystem) -> None:
+        async with system.trace(tmp_path / "part.json"):
+            pass
+
+    with pytest.raises(actorch.TraceRunningError) as refused:
+        actorch.run(main, trace=tmp_path / "run.json", configure_logs=False)
+    assert str(refused.value) == (
+        f"node 0 already records a timeline to {str(tmp_path / 'run.json')!r}: one at a time. A run started with "
+        "run(trace=...) or actorch run --trace records the whole run, every system.trace block's calls included: "
+        "trace a part of a run only where the run itself is not traced"
+    )
+    assert (tmp_path / "run.json").exists()  # the run's own trace was written all the same
 
 
 # ---------------------------------------------------------------- options

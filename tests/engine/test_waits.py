@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import actorch
 from actorch._engine.looplag import LoopLag
+from actorch._engine.stacks import is_user_file
 from actorch._engine.waits import WaitGraph, describe_cycle
-from actorch._launch.cli_stacks import format_stacks
+from actorch._launch.cli_stacks import LEFT_OUT, format_stacks
 from actorch._launch.cli_tables import status_tables
 from actorch._launch.prometheus import metrics_text
 from actorch._launch.status import StatusServer, gather_stacks, gather_status
@@ -144,7 +146,7 @@ async def test_status_shows_running_handlers_queued_age_waits_and_loop_lag(world
     waiting = [asyncio.ensure_future(a.call(Peer.wait)) for _ in range(2)]  # queued behind ask, for ever
     await asyncio.sleep(0.6)  # the cycle forms, and every node's loop probe fires
     status = await gather_status(world._hosts[0])
-    assert status["schema"] == 4
+    assert status["schema"] == 5
     assert [set(cycle) for cycle in status["wait_cycles"]] == [{"status/a", "status/b"}]
     actors = {actor["name"]: actor for node in status["nodes"] for actor in node["actors"]}
     (ask,) = actors["status/a"]["handlers"]
@@ -187,7 +189,16 @@ async def test_stacks_show_an_awaiting_handler_at_its_line_and_what_it_waits_for
         text = format_stacks(found)
         assert f'File "{THIS}", line {AWAITS}, in wait' in text
         assert "actor stacks/waiter (Peer), 1 queued" in text
-        assert "thread MainThread" not in format_stacks(found, threads=False)
+        assert "cell.py" not in text  # the user's frames only, by default: actorch's are left out
+        assert "thread MainThread" not in text  # the loop's thread: its handlers show where it is
+        assert text.rstrip().endswith(LEFT_OUT)
+        everything = format_stacks(found, everything=True)
+        assert f'File "{THIS}", line {AWAITS}, in wait' in everything
+        assert "cell.py" in everything
+        assert "thread MainThread" in everything
+        assert LEFT_OUT not in everything
+        assert "thread MainThread" not in format_stacks(found, threads=False, everything=True)
+        assert "other tasks" not in format_stacks(found, tasks=False, everything=True)
     finally:
         for call in waiting:
             call.cancel()
@@ -245,3 +256,13 @@ async def test_loop_lag_counts_a_blocked_loop_as_behind() -> None:
         assert lag.snapshot()["lag_max"] > 1.0  # the probe that fired late said so
     finally:
         lag.stop()
+
+
+def test_is_user_file_tells_the_users_code_from_actorchs_pythons_and_installed_packages() -> None:
+    assert is_user_file(__file__)
+    assert is_user_file("/home/me/train.py")
+    assert not is_user_file(actorch.__file__)
+    assert not is_user_file(asyncio.__file__)
+    assert not is_user_file(torch.__file__)
+    assert not is_user_file("/opt/env/lib/python3.11/site-packages/gymnasium/core.py")
+    assert not is_user_file("<frozen runpy>")

@@ -546,7 +546,7 @@ def test_status_finds_watches_and_scrapes_a_live_system_and_ctrl_c_ends_it(tmp_p
         assert watched.stdout.count("nodes (2)") == 3
 
         raw = json.loads(actorch_cli("status", "--json").stdout)
-        assert raw["schema"] == 4
+        assert raw["schema"] == 5
         assert [node["rank"] for node in raw["nodes"]] == [0, 1]
         counters = {actor["name"]: actor for node in raw["nodes"] for actor in node["actors"]}
         for counter in counters.values():

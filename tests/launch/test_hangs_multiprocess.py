@@ -8,7 +8,9 @@ two actors waiting on each other across nodes. ``actorch status`` and
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -78,7 +80,7 @@ def _actors(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_status_names_the_wait_cycle_across_nodes(stuck: str) -> None:
     status = _status_when(stuck, lambda status: status.get("wait_cycles"))
-    assert status["schema"] == 4
+    assert status["schema"] == 5
     assert [set(cycle) for cycle in status["wait_cycles"]] == [CYCLE]
     actors = _actors(status)
     assert actors["hang/a"]["handlers"][0]["waits_on"] == ["hang/b"]
@@ -125,13 +127,27 @@ def test_stacks_find_a_blocked_loop_and_an_awaiting_handler_at_their_lines(stuck
     assert "on the loop thread now" in sleeper
     assert sleeping in sleeper.split("  threads")[0]
     node2 = text[text.index("\nnode 2 (") :]
-    waiter = node2[node2.index("actor hang/waiter") : node2.index("other tasks")]
+    waiter = node2[node2.index("actor hang/waiter") : node2.index("actor hang/a (Peer)")]
     assert awaiting in waiter
     assert "1 queued" in waiter
     assert "awaiting <Future pending" in waiter
     peer_a = node2[node2.index("actor hang/a (Peer)") :]
     assert "awaiting <RemoteCall 'answer' of actor 'hang/b' (Peer) on node 0 sent>" in peer_a
-    assert "thread MainThread" in node1
+    # by default the user's frames only: none of actorch's, asyncio's or torch's, no thread or task without any
+    assert f'File "{REPO / "actorch"}' not in text
+    assert f'File "{os.path.dirname(asyncio.__file__)}' not in text
+    assert "thread MainThread" not in text  # every node's loop runs there: its handlers show where it is
+    assert "thread actorch-" not in text
+    assert "task " not in node1
+    assert text.rstrip().endswith("actorch stacks --all shows them)")
+
+    everything = _cli("stacks", "--all", "--address", stuck)
+    assert everything.returncode == 0, everything.stderr
+    full = everything.stdout
+    assert sleeping in full
+    assert "thread MainThread" in full[full.index("\nnode 1 (") : full.index("\nnode 2 (")]
+    assert f'File "{REPO / "actorch"}' in full
+    assert len(full.splitlines()) > 3 * len(text.splitlines())
 
     as_json = _cli("stacks", "--json", "--address", stuck)
     assert as_json.returncode == 0, as_json.stdout + as_json.stderr

@@ -9,14 +9,16 @@ process is left behind.
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 import pytest
-from _mp import Finished, Script, script_argv, torchrun_argv, wait_for_file
+from _mp import SCRIPTS, Finished, Script, script_argv, torchrun_argv, wait_for_file
 
+from actorch._base.record import read_run, runs
 from actorch._launch.interrupts import INTERRUPT_EXIT_CODE, TERMINATE_EXIT_CODE
 from actorch._launch.lead import PING_WAIT
 
@@ -33,18 +35,30 @@ FIRST_LINE = "actorch: Ctrl-C: stopping in order; "
 """How the line the first Ctrl-C writes at once begins."""
 
 
+BLOCKED_WORKER_ENDS = "ends: handler 'block' of actor 'sleeper' (Stuck) on node 1 (running for "
+"""What the worker whose loop the handler blocks says as it ends, at rank 0's word."""
+ACTORCH_RUN = [sys.executable, "-m", "_actorch_cli", "run", "-n", "2"]
+
+
 class Start(Protocol):
-    def __call__(self, mode: str, stop_grace: float, *, torchrun: bool = False) -> Script: ...
+    def __call__(self, mode: str, stop_grace: float, *, torchrun: bool = False, cli: bool = False) -> Script: ...
 
 
 @pytest.fixture
 def start(tmp_path: Path) -> Iterator[Start]:
-    """Start ``interrupt.py MODE STOP_GRACE`` and wait until its world is up; kill what is left afterwards."""
+    """Start ``interrupt.py MODE STOP_GRACE`` and wait until its world is up; kill what is left afterwards.
+
+    ``torchrun``: under ``torch.distributed.run``; ``cli``: under ``actorch run -n 2``.
+    """
     scripts: list[Script] = []
 
-    def started(mode: str, stop_grace: float, *, torchrun: bool = False) -> Script:
+    def started(mode: str, stop_grace: float, *, torchrun: bool = False, cli: bool = False) -> Script:
         args = (mode, str(stop_grace), str(tmp_path))
-        script = Script(torchrun_argv("interrupt.py", *args) if torchrun else script_argv("interrupt.py", *args))
+        if cli:  # its run's record apart, for the test to read
+            runs = {"ACTORCH_RUNS_DIR": str(tmp_path / "runs")}
+            script = Script([*ACTORCH_RUN, str(SCRIPTS / "interrupt.py"), *args], env=runs)
+        else:
+            script = Script(torchrun_argv("interrupt.py", *args) if torchrun else script_argv("interrupt.py", *args))
         scripts.append(script)
         wait_for_file(tmp_path / "ready", script, timeout=60)
         return script
@@ -124,8 +138,48 @@ def test_first_ctrl_c_says_what_it_waits_for_and_a_blocked_worker_ends_within_st
     assert run.stderr.index(FIRST_LINE) < run.stderr.index(blocked), run.report()
     assert (tmp_path / "on_stop_rank0").exists(), f"rank 0's own actors stopped in order{run.report()}"
     assert not run.leftovers, f"processes were left behind{run.report()}"
+    # rank 0 names the handler that blocks the worker as it kills it (the worker itself says so too, unless
+    # rank 0's own kill of its local worker came first on a loaded machine)
+    [killed] = run.logs("node killed")
+    assert "handler 'block' of actor 'sleeper' (Stuck) on node 1" in killed["why"], killed
     took = run.ended_at - sent
     assert took < grace + PING_WAIT + 3.0, f"the run ended {took:.1f} s after Ctrl-C{run.report()}"
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_under_actorch_run_ends_a_worker_blocked_in_a_handler_at_rank_0s_word_naming_the_handler(
+    start: Start, tmp_path: Path
+) -> None:
+    # The terminal's Ctrl-C reaches torchrun's agent (actorch run) and every rank; the agent would kill a
+    # rank still running 30 s later, the worker's watchdog 2 x stop_grace + 5 s after it loses rank 0.
+    run = start("worker_stuck", 3.0, cli=True)
+    ctrl_c(run, "group")
+    finished = run.finish(timeout=60)
+    assert not finished.timed_out, f"Ctrl-C did not end the run{finished.report()}"
+    assert finished.returncode == INTERRUPT_EXIT_CODE, finished.report()
+    assert finished.stderr.rstrip().splitlines()[-1] == "actorch run: interrupted", finished.report()
+    (said,) = [line for line in finished.stderr.splitlines() if line.startswith(FIRST_LINE)]
+    assert "waiting for handler 'block' of actor 'sleeper' (Stuck) on node 1" in said, said
+    # rank 0 gave up on the blocked node stop_grace into the shutdown and had it end, as it kills a local worker
+    assert BLOCKED_WORKER_ENDS in finished.stderr, finished.report()
+    assert "did not exit within" not in finished.stderr, f"the watchdog, not rank 0, ended it{finished.report()}"
+    assert (tmp_path / "on_stop_rank0").exists(), f"rank 0's own actors stopped in order{finished.report()}"
+    assert not finished.leftovers, f"processes were left behind{finished.report()}"
+
+    # The run's record reads an interruption as one, keeps the kill, and ends after the shutdown.
+    (recorded,) = runs(tmp_path / "runs")
+    assert (recorded.outcome, recorded.errors) == ("interrupted", 0)
+    entries = read_run(recorded.path)
+    events = [(entry["node"], entry["event"]) for entry in entries]
+    assert (0, "main failed") not in events
+    [interrupted] = [entry for entry in entries if entry["event"] == "main interrupted"]
+    assert interrupted["by"] == "Ctrl-C"
+    [killed] = [entry for entry in entries if entry["event"] == "node killed"]
+    assert killed["peer"] == 1
+    assert "handler 'block' of actor 'sleeper' (Stuck) on node 1" in killed["why"]
+    assert events.index((0, "main interrupted")) < events.index((0, "node killed")) < events.index((0, "run ended"))
+    [stopped] = [entry for entry in entries if entry["event"] == "actor stopped" and entry["node"] == 0]
+    assert (stopped["statistics"]["handled"], stopped["statistics"]["hooks"]) == (0, {"on_start": 1, "on_stop": 1})
 
 
 @pytest.mark.timeout(120)

@@ -8,6 +8,7 @@ process); the launch, failure and shutdown paths get runs of their own.
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -454,11 +455,17 @@ def test_a_tensor_off_the_cpu_is_refused_under_strict_devices_and_the_node_keeps
     run.assert_clean_exit(0)
     r = run.result("strict")
     argument = assert_raised(r["argument"], "SerializationError", "ActorchError")
-    assert argument["message"].startswith("args[0]['obs'][0]: a tensor on meta cannot go to node 1")
+    # each names the message first (the endpoint, the actor, the node), then where the tensor sits in it
+    assert re.match(
+        r"call to 'echo' of actor \S+ on node 1: args\[0\]\['obs'\]\[0\]: a tensor on meta cannot go to node 1",
+        argument["message"],
+    ), argument["message"]
     assert "devices='strict'" in argument["message"]
     result = assert_raised(r["result"], "SerializationError", "ActorchError")
-    assert "value: a tensor on meta cannot go to node 0" in result["message"]
-    assert assert_raised(r["tell"], "SerializationError")["message"].startswith("args[0]: a tensor on meta")
+    assert "on node 1 (call " in result["message"]
+    assert "): value: a tensor on meta cannot go to node 0" in result["message"]
+    told = assert_raised(r["tell"], "SerializationError")["message"]
+    assert re.match(r"tell of '\w+' to actor \S+ on node 1: args\[0\]: a tensor on meta", told), told
     missing = assert_raised(r["on_missing_gpu"], "PlacementError", "ActorchError")
     assert missing["type"] == "PlacementError", missing  # refused by the caller, not an actor's RemoteError
     assert missing["message"] == "cannot place Holder on cuda:0: node 1 has no GPU"

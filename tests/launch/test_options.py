@@ -83,8 +83,21 @@ def test_system_options_refuse_a_bad_value_naming_the_option(
 
 
 def test_run_refuses_an_unknown_option_naming_it_before_anything_starts() -> None:
-    with pytest.raises(TypeError, match=r"run\(\) got an unexpected keyword argument 'stirct' \(its options: "):
-        actorch.run(setup_marker, stirct=True)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"run\(\) got an unexpected keyword argument 'banana' \(its options: "):
+        actorch.run(setup_marker, banana=True)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"), [("log_leve", "log_level"), ("stirct", "strict"), ("fastlane", "fast_lane")]
+)
+def test_run_refuses_a_misspelt_option_suggesting_the_one_meant(given: str, meant: str) -> None:
+    with pytest.raises(TypeError) as refused:
+        actorch.run(setup_marker, **{given: "info"})
+    said = str(refused.value)
+    assert said.startswith(
+        f"run() got an unexpected keyword argument {given!r}; did you mean {meant!r}? (its options: "
+    )
+    assert "log_level, lookup_timeout" in said  # and every option still follows
 
 
 def test_start_refuses_options_that_are_not_system_options() -> None:
@@ -114,9 +127,13 @@ def test_the_driver_decides_tune_gc_unless_the_options_do() -> None:
 
 
 async def test_local_world_refuses_an_option_that_does_not_apply_in_one_process() -> None:
-    with pytest.raises(TypeError, match=r"local_world\(\) got an unexpected keyword argument 'rpc_threads'"):
+    with pytest.raises(TypeError) as refused:
         async with local_world(2, rpc_threads=8):  # type: ignore[call-arg]
             pass
+    assert str(refused.value).startswith(
+        "local_world() got an unexpected keyword argument 'rpc_threads': an option of run() that local_world() "
+        "does not take (its options: "
+    )
 
 
 async def test_local_world_checks_its_options_as_run_does() -> None:
@@ -171,3 +188,14 @@ async def test_local_world_waits_less_than_run_by_default() -> None:
         assert (world[0].config.lookup_timeout, world[0].config.stop_grace) == (5.0, 2.0)
         assert other[0].config.stop_grace == 0.5
     assert (SystemOptions().lookup_timeout, SystemOptions().stop_grace) == (30.0, 10.0)
+
+
+def test_the_launching_page_has_a_row_for_every_option() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "concepts" / "launching.md").read_text()
+    table = page.split("| Option | Default | Meaning |", 1)[1].split("\n\n", 1)[0]
+    named = [
+        name.strip("` ")
+        for row in table.splitlines()[2:]  # past the heading's rule
+        for name in row.split("|")[1].split(",")
+    ]
+    assert sorted(named) == sorted(field.name for field in dataclasses.fields(SystemOptions))

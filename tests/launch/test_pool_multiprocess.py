@@ -74,7 +74,7 @@ def test_a_static_system_adds_nodes_places_on_them_and_gives_actors_processes_of
     assert len(set(own["pids"])) == 2
     first, second = own["ranks"]  # own/0 and own/1, in the order the processes joined
     assert own["owners"] == {"0": None, "1": None, "2": None, "3": None, str(first): "own/0", str(second): "own/1"}
-    assert own["schema"] == 4
+    assert own["schema"] == 5
     env_node = own["env_node"]
     assert env_node["parent"] == 0
     assert env_node["free"]["env_slots"] == 0.0

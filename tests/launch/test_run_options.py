@@ -88,29 +88,47 @@ async def tagged(system: actorch.ActorSystem, tag: str) -> str:
 MAIN_MUST_BE = "run(main): main must be an async function that takes the system (async def main(system): ...), not "
 
 
+class Untouchable:
+    def __init__(self, system: actorch.ActorSystem) -> None:
+        ran.append("Untouchable")
+
+
 @pytest.mark.parametrize(
     ("main", "given"),
     [
-        (
-            plain_main,
-            "the plain function 'plain_main': declare it async def (for a lambda that returns a coroutine, pass "
-            "functools.partial of the async function instead)",
-        ),
-        (
-            lambda system: tagged(system, "x"),
-            "the plain function '<lambda>': declare it async def (for a lambda that returns a coroutine, pass "
-            "functools.partial of the async function instead)",
-        ),
-        (PlainCall(), "{main!r}, whose __call__ is a plain def"),
+        (plain_main, "the plain function 'plain_main': declare it async def"),
+        (Untouchable, "the class 'Untouchable': pass an async function that takes the system"),
         ("main", "'main' (str)"),
     ],
-    ids=["plain def", "lambda", "plain __call__", "not callable"],
+    ids=["plain def", "class", "not callable"],
 )
-def test_run_refuses_a_main_that_is_not_async_before_anything_starts(main: Any, given: str) -> None:
+def test_run_refuses_a_main_that_cannot_give_an_awaitable_before_anything_starts(main: Any, given: str) -> None:
     with pytest.raises(TypeError) as refused:
         actorch.run(main, world_size=2, configure_logs=False)
-    assert str(refused.value) == MAIN_MUST_BE + given.format(main=main)
+    assert str(refused.value) == MAIN_MUST_BE + given
     assert ran == []
+
+
+@pytest.mark.parametrize(
+    ("main", "returned"),
+    [
+        (lambda system: tagged(system, "lambda"), "lambda on node 0"),
+        (functools.partial(lambda system, tag: tagged(system, tag.upper()), tag="partial"), "PARTIAL on node 0"),
+    ],
+    ids=["lambda", "partial of a lambda"],
+)
+def test_run_takes_a_lambda_that_returns_a_coroutine_as_main(main: Any, returned: str) -> None:
+    assert actorch.run(main, configure_logs=False) == returned
+
+
+def test_run_refuses_what_a_lambda_or_a_plain_call_returned_when_it_is_not_awaitable() -> None:
+    lam = lambda system: ran.append("lambda")  # noqa: E731 - a lambda is what is tested
+    for main, name in ((lam, "lambda"), (PlainCall(), "PlainCall")):
+        with pytest.raises(TypeError) as refused:
+            actorch.run(main, configure_logs=False)
+        assert str(refused.value) == f"{MAIN_MUST_BE}{main!r}, which returned NoneType, not an awaitable", name
+    assert ran == ["lambda", "PlainCall"]  # called, once the system was up, and refused for what they returned
+    ran.clear()
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,7 @@ async def test_every_handled_message_is_counted_under_its_endpoint(world: LocalW
     assert actor["endpoints"]["explode"]["errors"] == 1
     assert actor["endpoints"]["get"]["calls"] == 1
     assert actor["handled"] == 8  # as its endpoints count, not its on_start (nor any hook)
+    assert actor["hooks"] == {"on_start": 1}  # the hooks apart
     assert actor["queued"] == 0
     assert status["schema"] == STATUS_SCHEMA
     _, actors = status_tables(status, None)
@@ -49,6 +50,22 @@ async def test_every_handled_message_is_counted_under_its_endpoint(world: LocalW
     assert node["uptime"] > 0
     if on != 0:
         assert node["statistics"]["bytes_received"] > 0
+
+
+async def test_a_stopped_actors_record_counts_handled_as_the_status_does_and_lists_its_hooks_apart(
+    world: LocalWorld, on: int
+) -> None:
+    counter = await world[0].spawn(Counter, name="status/recorded", on=on)
+    for _ in range(3):
+        await counter.call(Counter.add)
+    status = await gather_status(world._hosts[0])
+    (shown,) = [a for node in status["nodes"] for a in node["actors"] if a["name"] == "status/recorded"]
+    with structlog.testing.capture_logs() as logs:
+        await counter.stop()
+    (stopped,) = [log for log in logs if log["event"] == "actor stopped" and "status/recorded" in log["actor"]]
+    recorded = stopped["statistics"]  # what a run's record keeps, and actorch history shows
+    assert recorded["handled"] == shown["handled"] == 3
+    assert (shown["hooks"], recorded["hooks"]) == ({"on_start": 1}, {"on_start": 1, "on_stop": 1})
 
 
 async def test_status_shows_a_lost_node_as_lost(world: LocalWorld) -> None:

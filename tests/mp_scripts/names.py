@@ -9,13 +9,17 @@ returns, looks the name up from every node at once with a short deadline and
 lists its pattern there. Every lookup must fail and every list be empty. A
 last round does the same while one node's event loop is kept busy by a handler
 for longer than the registry waits for evictions: that node must still drop
-the name before it looks it up again. Prints one ``RESULT`` per round, and
+the name before it looks it up again. Before all that, while nothing runs on
+rank 0 yet, one actor's name is used every way a program uses one (lookups
+from two nodes, a glob, a refused spawn, remote errors, a cancelled call,
+tells and calls at once), stopped, and must be gone from every node too. Prints one ``RESULT`` per round, and
 ``RETURNED`` with the number of rounds and whether the load ran.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -101,8 +105,43 @@ async def busy_round(system: actorch.ActorSystem, finders: list[actorch.ActorRef
     emit("busy", busy=busy.rank, cached=cached, after=after, listed=listed)
 
 
+async def used_every_way(system: actorch.ActorSystem, finders: list[actorch.ActorRef[Finder]]) -> None:
+    """One actor's name used every way a program uses one, in this order, then stopped: the name must be gone.
+
+    Found from rank 0 and from an actor on another node, listed by a glob,
+    refused to a second spawn, through remote errors, a call its deadline
+    cancels, 500 tells and 1,000 calls at once. It runs before anything has
+    been spawned on rank 0.
+    """
+    name = "held/out"
+    target = await system.spawn(Tally, name=name, on=1)
+    cached = [(await system.lookup(name)).rank, (await finders[1].call(Finder.find, name))[1]]
+    globbed = [ref.name for ref in await system.lookup_all("held/*")]
+    refused = await attempt(system.spawn(Tally, name=name, on=2))
+    errors = [await attempt(target.call(Tally.add, "x")) for _ in range(3)]  # type: ignore[arg-type]
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await target.call(Tally.hang, 5.0)
+    for _ in range(500):
+        target.tell(Tally.add, 1)
+    added = await asyncio.gather(*(target.call(Tally.add, 1) for _ in range(1000)))
+    await target.stop()
+    after = await look_everywhere(system, finders, name)
+    emit(
+        "used every way",
+        cached=cached,
+        globbed=globbed,
+        refused=refused["error"]["type"],
+        errors=[error["error"]["type"] for error in errors],
+        counted=max(added),
+        after=after,
+        listed=[[ref.name for ref in await system.lookup_all("held/*")]],
+    )
+
+
 async def main(system: actorch.ActorSystem) -> dict[str, Any]:
     finders = [await system.spawn(Finder, on=rank) for rank in range(1, WORLD_SIZE)]
+    await used_every_way(system, finders)
     counters = [await system.spawn(Counter, on=rank) for rank in range(WORLD_SIZE)]
     made = [0]
     loading = asyncio.ensure_future(load(counters, made))

@@ -35,6 +35,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import inspect
 import itertools
@@ -462,3 +463,12 @@ def test_change_table_check_finds_a_path_or_module_that_does_not_exist() -> None
         "actorch.no_such_name: actorch has no no_such_name",
         "docs/guides/nowhere.md",
     ]
+
+
+def test_the_rl_guide_names_every_field_a_batch_carries() -> None:
+    from actorch.rl import Batch  # noqa: PLC0415 - the stock actors' module, here only
+
+    guide = (ROOT / "docs" / "guides" / "reinforcement-learning.md").read_text()
+    fields = [each.name for each in dataclasses.fields(Batch) if each.name != "slot"]  # a reader never sees it set
+    assert len(fields) == 11
+    assert [name for name in fields if f"`{name}`" not in guide] == []

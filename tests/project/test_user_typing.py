@@ -8,7 +8,8 @@ stubs, setuptools) through a ``.pth`` line, as ``--system-site-packages``
 would reach the system's, and pip builds without isolation. A small typed
 script with one wrong argument to ``call``, one to ``tell``, one option of
 the wrong type and one misspelt must get exactly those four errors from mypy,
-and none inside actorch. A wheel built for
+and none inside actorch (nor in its typed reading of a remote error). The
+README must say how to install mypy beside actorch. A wheel built for
 ``pip install .`` must ship ``py.typed``, and neither kind of install may make
 the repository's other folders importable.
 """
@@ -54,6 +55,15 @@ if __name__ == "__main__":
     actorch.run(main, 2, options=shared, log_level="info", status_port=None)
     actorch.run(main, strict="yes")
     actorch.run(main, stirct=True)
+
+
+async def remote_traceback_of(counter: actorch.ActorRef[Counter]) -> str:
+    try:
+        await counter.call(Counter.add, -1)
+    except ValueError as exc:
+        remote = actorch.remote_error_of(exc)
+        return "" if remote is None else f"{remote.type_name}: {remote.remote_traceback}"
+    return ""
 """
 WRONG_CALL_LINE = 13
 WRONG_TELL_LINE = 14
@@ -131,6 +141,12 @@ def test_mypy_strict_on_a_users_script_checks_call_and_tell_and_reports_nothing_
     said = checked.stdout.replace("actorch.Actor", "").replace('note: "run" defined in "actorch._launch.run"', "")
     assert "actorch" not in said, "no error or note points inside actorch"
     assert checked.stdout.rstrip().endswith("Found 4 errors in 1 file (checked 1 source file)"), checked.stdout
+
+
+def test_the_readme_says_how_to_install_the_mypy_it_says_checks_a_users_script() -> None:
+    readme = (REPO / "README.md").read_text()
+    paragraph = next(part for part in readme.split("\n\n") if "mypy --strict" in part)
+    assert ".venv/bin/pip install mypy" in " ".join(paragraph.split()), paragraph
 
 
 def test_a_wheel_for_pip_install_ships_py_typed_and_actorch_alone_with_its_console_script(

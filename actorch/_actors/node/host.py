@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from actorch._actors.actor import class_path
 from actorch._actors.events import EventHub
-from actorch._actors.node.lifecycle import ActorLifecycle, Bind
+from actorch._actors.node.lifecycle import ActorLifecycle, Bind, handled_by_endpoints
 from actorch._actors.node.processes import NodePool
 from actorch._actors.node.service import NodeService
 from actorch._actors.node.spawn_request import SpawnRequest
@@ -32,6 +32,7 @@ from actorch._base.config import SystemConfig
 from actorch._base.errors import UnsupportedError
 from actorch._engine.node import Node
 from actorch._engine.system_ids import REGISTRY_ID, RELOCATOR_ID, SERVICE_ID, SYSTEM_IDS
+from actorch._engine.timeline import Timeline
 from actorch._engine.tracing import TraceSettings
 from actorch._transport.base import NodeInfo, Transport
 from actorch._transport.capabilities import is_elastic
@@ -80,9 +81,13 @@ class ActorHost:
         self.process_groups = ProcessGroups(self.node)
         self.pool = NodePool(self)
         self.services = ServiceRefs(self.node.caller)
+        # Its own too: the registry evicts released names on every node it holds, and in an elastic world (every
+        # local launch's) this node is never one that joins. Without it rank 0 kept a stopped actor's name cached.
+        self.services.meet(self.rank)
         for rank in range(self.node.world_size):  # a static world's; an elastic one's come as they join
             self.services.meet(rank)
         self.exit_code: int | None = None  # a worker's, once rank 0 said the system ends
+        self.timeline: Timeline | None = None  # the timeline this node records for the system (its system.trace)
         self._ended = asyncio.Event()  # a worker's system ended (rank 0 said so, or was lost)
         self._born = self.node.loop.time()
         self._leave: asyncio.Task[None] | None = None
@@ -167,9 +172,8 @@ class ActorHost:
                     "class": type(cell.instance).__qualname__,
                     "label": cell.label,
                     **cell.statistics(),
-                    # What its endpoints handled, as the endpoints count it: the cell's own count also
-                    # holds its lifecycle hooks (on_start...), and a batch run there is one message.
-                    "handled": sum(stats["calls"] for stats in endpoints.values()),
+                    "handled": handled_by_endpoints(cell),  # as a run's record counts it: its hooks apart
+                    "hooks": self.lifecycle.hooks_run(cell.actor_id),
                     "endpoints": endpoints,
                     **cell.waits(now),  # handlers (endpoint, seconds, key, caller), queued_seconds, queued_callers
                 }

@@ -64,6 +64,7 @@ class ActorLifecycle:
         self._bind = bind
         self._stopping: dict[int, asyncio.Future[None]] = {}
         self._on_stop_ran: set[int] = set()  # actors whose current instance ran on_stop already
+        self._hooks_run: dict[int, dict[str, int]] = {}  # by actor: its hooks run (on_start...), each how often
         node.on_actor_failed(self._on_failure)
 
     # ------------------------------------------------------------------ building
@@ -242,8 +243,14 @@ class ActorLifecycle:
             current_call.reset(token)
             if hook == "on_stop":
                 self._on_stop_ran.add(cell.actor_id)
+            counts = self._hooks_run.setdefault(cell.actor_id, {})
+            counts[hook] = counts.get(hook, 0) + 1
             cell.leave(key)
             cell.wake()
+
+    def hooks_run(self, actor_id: int) -> dict[str, int]:
+        """The hooks local actor ``actor_id`` has run (``on_start``, ``on_stop``...), each how many times."""
+        return dict(self._hooks_run.get(actor_id, {}))
 
     # ------------------------------------------------------------------ stopping
 
@@ -266,11 +273,12 @@ class ActorLifecycle:
             if release_name and cell.name is not None:
                 await self.release_name(cell.name, exit_.reason)
             self.supervisor.ended(cell.actor_id, replace(exit_, restarts=cell.restarts))
-            stats = final_statistics(cell)
+            stats = final_statistics(cell, self.hooks_run(cell.actor_id))
             self.node.log.debug("actor stopped", actor=cell.label, reason=exit_.reason, statistics=stats)
         finally:
             del self._stopping[cell.actor_id]
             self._on_stop_ran.discard(cell.actor_id)
+            self._hooks_run.pop(cell.actor_id, None)
             done.set_result(None)
 
     @staticmethod
@@ -366,11 +374,24 @@ class ActorLifecycle:
         await self.stop(cell, ActorExit("failed", cause))
 
 
-def final_statistics(cell: Cell) -> dict[str, Any]:
-    """What a run record keeps of a stopped actor: its counts, and per endpoint its calls, errors and mean time."""
+def handled_by_endpoints(cell: Cell) -> int:
+    """Messages an actor's endpoints handled (calls, tells, streams; each call of a batch once), its hooks apart.
+
+    What ``handled`` means wherever it is shown (``actorch status``, a run's
+    record): the cell's own count also holds its lifecycle hooks, and counts
+    a batch run as one message.
+    """
+    return sum(stats.calls for stats in cell.metrics.values())
+
+
+def final_statistics(cell: Cell, hooks: dict[str, int]) -> dict[str, Any]:
+    """What a run record keeps of a stopped actor: its counts, the ``hooks`` it ran, per endpoint its calls and errors.
+
+    And each endpoint's mean handler time.
+    """
     endpoints = {
         endpoint: {"calls": stats.calls, "errors": stats.errors, "mean_s": stats.total_ns / stats.calls / 1e9}
         for endpoint, stats in cell.metrics.items()
         if stats.calls
     }
-    return {**cell.statistics(), "endpoints": endpoints}
+    return {**cell.statistics(), "handled": handled_by_endpoints(cell), "hooks": hooks, "endpoints": endpoints}
