@@ -66,7 +66,7 @@ def test_a_worker_whose_loop_blocks_as_its_transport_comes_up_keeps_its_heartbea
 
 
 @pytest.mark.timeout(90)
-def test_a_worker_whose_event_loop_is_blocked_exits_through_its_watchdog(tmp_path: Path) -> None:
+def test_a_worker_whose_event_loop_is_blocked_exits_at_rank_0s_word_or_through_its_watchdog(tmp_path: Path) -> None:
     ranks = start_world("member.py", 2, "blocked", str(tmp_path))
     try:
         leader, blocked = finish_all(ranks, timeout=60)
@@ -75,7 +75,10 @@ def test_a_worker_whose_event_loop_is_blocked_exits_through_its_watchdog(tmp_pat
             rank.kill()
     leader.assert_clean_exit(0)
     blocked.assert_clean_exit(1)
-    assert "did not exit within 7 s after rank 0 was lost" in blocked.stderr, blocked.report()
+    # Rank 0's shutdown asks a thread of the node to end it, naming the handler that blocks its loop; where that
+    # word does not arrive before rank 0 is gone, the watchdog ends it.
+    asked = "blocks its event loop" in blocked.stderr and "which rank 0 ends without it" in blocked.stderr
+    assert asked or "did not exit within 7 s after rank 0 was lost" in blocked.stderr, blocked.report()
     # the watchdog is armed when rank 0 leaves, and fires 2 * stop_grace + 5 s later
     assert blocked.ended_at - leader.ended_at < 2 * GRACE + 5.0 + 2.0, blocked.report()
 
