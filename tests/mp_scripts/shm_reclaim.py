@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import signal
-from typing import Any
 
 import torch
 from actors import emit
