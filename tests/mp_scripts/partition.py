@@ -150,7 +150,7 @@ async def main(system: actorch.ActorSystem) -> str:
 
 if __name__ == "__main__":
     try:
-        result = actorch.run(main)
+        result = actorch.run(main, channels=["staged"])  # namespaces of one machine share its /dev/shm
     finally:
         if RANK != 0:
             emit("rank1_run_ended", at=time.monotonic())
