@@ -217,7 +217,7 @@ class ActorHost:
         return self.lifecycle.gpus.share()
 
     def resource_share(self) -> NodeShare:
-        """What this node has free and who holds what (``holdings.node_share``)."""
+        """What this node has free and who holds what (``placement.holdings.node_share``)."""
         return node_share(self.lifecycle.holdings, self.lifecycle.gpus.share())
 
     # ------------------------------------------------------------------ what the node does now
