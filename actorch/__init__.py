@@ -40,10 +40,10 @@ from actorch import rl as rl
 from actorch._actors.actor import Actor
 from actorch._actors.broadcast import broadcast, broadcast_tell
 from actorch._actors.events import NameRegistered, NameRemoved, NodeJoined, NodeLeft, NodeLost
-from actorch._actors.placement.where import Where
 from actorch._actors.ref import ActorRef
 from actorch._actors.restart import ActorExit, Restart
 from actorch._actors.system import ActorSystem, MembershipEvent, NodeInfo
+from actorch._actors.where import Where
 from actorch._base.channels.leases import Lease, lease
 from actorch._base.codec import serializable
 from actorch._base.errors import (

@@ -63,15 +63,15 @@ class LocalWorld:
 
     def kill(self, rank: int) -> None:
         """Cut node ``rank`` off as if its process died: its peers see it lost."""
-        self._hosts[rank].node.cut_off()
+        self._hosts[rank].cut_off()
         self._hub.disconnect(rank, "killed by the test")
 
     async def shutdown(self) -> None:
         """Stop every actor on every live node (running ``on_stop``), then close the nodes."""
-        live = [host for host in self._hosts if not host.node.closed]
+        live = [host for host in self._hosts if not host.closed]
         await asyncio.gather(*(host.stop_all() for host in live))
         for host in live:
-            await host.node.close()
+            await host.close()
 
 
 _IN_PROCESS_DEFAULTS = {"lookup_timeout": 5.0, "stop_grace": 2.0}

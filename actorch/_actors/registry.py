@@ -21,8 +21,8 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from actorch._actors.actor import Actor
-from actorch._actors.node.service import NodeService
 from actorch._actors.ref import ActorRef
+from actorch._actors.system_endpoints import ServiceEndpoints
 from actorch._base.errors import NameTakenError
 from actorch._base.names import compile_pattern
 
@@ -37,7 +37,8 @@ class Registry(Actor):
 
     max_concurrency = 1 << 30  # waiting lookups must not block registrations
 
-    def __init__(self, services: Mapping[int, ActorRef[NodeService]]) -> None:
+    def __init__(self, services: Mapping[int, ActorRef[Any]]) -> None:
+        """Tell names that change to ``services``: refs to every node's service, by rank."""
         self._services = services
         self._refs: dict[str, ActorRef[Any] | None] = {}
         self._reserved: dict[str, int] = {}  # names being spawned, and the rank spawning them
@@ -145,7 +146,7 @@ class Registry(Actor):
     def _publish(self, kind: str, name: str, ref: ActorRef[Any] | None, reason: str | None) -> None:
         self._seq += 1
         for rank in sorted(self._subscribers):  # services are not bounded: a tell to one always goes
-            self._services[rank].tell(NodeService.name_event, self._seq, kind, name, ref, reason)
+            self._services[rank].tell(ServiceEndpoints.name_event, self._seq, kind, name, ref, reason)
 
     async def _evict_everywhere(self, names: list[str]) -> None:
         """Evict ``names`` from every live node's cache; wait ``EVICT_TIMEOUT`` at most, never giving one up.
@@ -155,7 +156,7 @@ class Registry(Actor):
         before any message that reaches it later.
         """
         calls = [
-            service.call(NodeService.evict, names)
+            service.call(ServiceEndpoints.evict, names)
             for service in list(self._services.values())
             if service.rank not in self._lost
         ]

@@ -1,15 +1,26 @@
-"""Supervision as data: how a failed actor is restarted (``Restart``) and how an actor ended (``ActorExit``)."""
+"""Supervision as data: how a failed actor is restarted (``Restart``) and how an actor ended (``ActorExit``).
+
+Also what every place that restarts or moves actors counts by: the failures
+that count against a policy (:func:`count_failure`), and how many endings a
+node remembers (:data:`EXITS_KEPT`). A node's supervisor and rank 0's
+relocator both use them.
+"""
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from dataclasses import dataclass
 
 from actorch._base.codec import serializable
 from actorch._base.config import is_count, is_number
 
-__all__ = ["EXIT_REASONS", "ActorExit", "Restart"]
+__all__ = ["EXITS_KEPT", "EXIT_REASONS", "ActorExit", "Restart", "count_failure"]
 
 EXIT_REASONS = ("stopped", "failed", "node_lost", "node_left", "shutdown")
+
+EXITS_KEPT = 4096
+"""How many ended actors a node remembers, for ``wait_stopped`` calls that come late."""
 
 
 @serializable()
@@ -64,6 +75,16 @@ class Restart:
     def delay(self, failures: int) -> float:
         """Seconds to wait before restarting after the ``failures``-th failure counted (1 for the first)."""
         return min(self.max_backoff, self.backoff * self.factor ** max(0, failures - 1))
+
+
+def count_failure(history: deque[float], restart: Restart) -> int:
+    """Add a failure now to ``history``; how many of it count against ``restart`` (this one included)."""
+    now = time.monotonic()
+    history.append(now)
+    if restart.within is not None:
+        while history and history[0] < now - restart.within:
+            history.popleft()
+    return len(history)
 
 
 @serializable()

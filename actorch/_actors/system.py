@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     import torch
     import torch.distributed as dist
 
-    from actorch._actors.placement.where import Where
     from actorch._actors.ref import ActorRef
     from actorch._actors.restart import Restart
+    from actorch._actors.where import Where
     from actorch._engine.timeline import Timeline
 
 __all__ = ["ActorSystem", "MembershipEvent", "NodeInfo", "SpawnOptions", "hand_over"]

@@ -17,23 +17,21 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
-from actorch._actors.node.service import NodeService
+from actorch._actors.ref import ActorRef
+from actorch._actors.system_endpoints import ServiceEndpoints
 from actorch._base.errors import ActorchError, TraceRunningError
 from actorch._engine.timeline import ClockProbe, NodePart, Timeline, align, merge
 from actorch._engine.tracing import TraceSettings
 from actorch._transport.base import NodeInfo
 
-if TYPE_CHECKING:
-    from actorch._actors.node.host import ActorHost
-
-__all__ = ["ANSWER_TIMEOUT", "PROBES", "record_timeline"]
+__all__ = ["ANSWER_TIMEOUT", "PROBES", "TracingHost", "record_timeline"]
 
 log = structlog.get_logger("actorch")
 
@@ -43,9 +41,31 @@ ANSWER_TIMEOUT = 10.0
 """Seconds a node has to start recording, to hand over what it recorded, or to read its clock."""
 
 
+class TracingHost(Protocol):
+    """What a trace needs of the tracing node's actor host: the nodes, refs to their services, its own timeline."""
+
+    rank: int
+    timeline: Timeline | None  # the timeline this node records for the system, while one runs
+
+    @property
+    def services(self) -> Mapping[int, ActorRef[Any]]:
+        """Refs to every node's service, by rank."""
+
+    @property
+    def lost(self) -> Mapping[int, str]:
+        """The nodes gone for good, with why."""
+
+    @property
+    def tracing(self) -> bool:
+        """Whether this node records its part of a timeline now."""
+
+    def peers(self) -> list[NodeInfo]:
+        """Every node of the world, by rank."""
+
+
 @asynccontextmanager
 async def record_timeline(
-    host: ActorHost, path: str | os.PathLike[str], settings: TraceSettings
+    host: TracingHost, path: str | os.PathLike[str], settings: TraceSettings
 ) -> AsyncIterator[Timeline]:
     """Record a timeline of every node while the block runs, then write it to ``path`` (see ``ActorSystem.trace``).
 
@@ -54,7 +74,7 @@ async def record_timeline(
         OSError: ``path``'s directory does not exist or cannot be written (checked before recording starts).
     """
     target = Path(path)
-    if host.node.trace is not None:
+    if host.tracing:
         raise TraceRunningError(_running(host))
     if not target.parent.is_dir():
         raise FileNotFoundError(f"cannot write a trace to {target}: {target.parent} is not a directory")
@@ -65,7 +85,7 @@ async def record_timeline(
     try:
         for info in nodes:
             answered, _ = await _ask(
-                host, info, timeline, NodeService.trace_start, settings.sample, settings.max_events
+                host, info, timeline, ServiceEndpoints.trace_start, settings.sample, settings.max_events
             )
             if answered:
                 started.append(info)
@@ -77,7 +97,7 @@ async def record_timeline(
             host.timeline = None
 
 
-def _running(host: ActorHost) -> str:
+def _running(host: TracingHost) -> str:
     """Why a second trace is refused: which one runs (the file it goes to, if this node started it)."""
     held = host.timeline
     which = f"to {str(held.path)!r}" if held is not None else "that another node started"
@@ -88,7 +108,7 @@ def _running(host: ActorHost) -> str:
     )
 
 
-async def _ask(host: ActorHost, info: NodeInfo, timeline: Timeline, endpoint: Any, *args: Any) -> tuple[bool, Any]:
+async def _ask(host: TracingHost, info: NodeInfo, timeline: Timeline, endpoint: Any, *args: Any) -> tuple[bool, Any]:
     """Call ``endpoint`` of node ``info``'s service within ``ANSWER_TIMEOUT``: ``(True, answer)`` or ``(False, None)``.
 
     A node that is lost or does not answer (its event loop is blocked) is
@@ -104,24 +124,23 @@ async def _ask(host: ActorHost, info: NodeInfo, timeline: Timeline, endpoint: An
         return False, None
 
 
-def _live(host: ActorHost) -> list[NodeInfo]:
-    node = host.node
-    return [info for info in node.transport.peers() if info.rank not in node.lost]
+def _live(host: TracingHost) -> list[NodeInfo]:
+    return [info for info in host.peers() if info.rank not in host.lost]
 
 
-async def _write(host: ActorHost, nodes: list[NodeInfo], timeline: Timeline) -> None:
+async def _write(host: TracingHost, nodes: list[NodeInfo], timeline: Timeline) -> None:
     """Stop every traced node, read the clocks of those on other machines, merge and write the file (atomically)."""
     me = next((info for info in nodes if info.rank == host.rank), None)
     parts: list[NodePart] = []
     for info in nodes:
-        answered, found = await _ask(host, info, timeline, NodeService.trace_stop)
+        answered, found = await _ask(host, info, timeline, ServiceEndpoints.trace_stop)
         if not answered or found is None:
             continue
         same = _same_clock(me, info)
         probes: list[ClockProbe] = []
         for _ in range(0 if same else PROBES):
             sent = time.perf_counter_ns()
-            answered, remote = await _ask(host, info, timeline, NodeService.trace_clock)
+            answered, remote = await _ask(host, info, timeline, ServiceEndpoints.trace_clock)
             if not answered:
                 break
             probes.append(ClockProbe(sent, remote, time.perf_counter_ns()))

@@ -78,9 +78,9 @@ OWN_CODES: Mapping[str, int] = MappingProxyType(
         "actorch._actors.restart.Restart": 21,
         "actorch._actors.restart.ActorExit": 22,
         "actorch._stock.batch.Batch": 23,
-        "actorch._actors.node.spawn_request.SpawnRequest": 24,
-        "actorch._actors.placement.where.Where": 25,
-        "actorch._actors.node.node_request.NodeRequest": 26,
+        "actorch._actors.spawn_request.SpawnRequest": 24,
+        "actorch._actors.where.Where": 25,
+        "actorch._actors.node_request.NodeRequest": 26,
         "actorch._actors.relocation.spec.RelocationSpec": 30,
         "actorch._actors.relocation.movable.MovableRef": 31,
     }

@@ -142,25 +142,25 @@ async def _follow(host: ActorHost) -> None:
     waking = wake_for_interrupts()
     try:
         await host.wait_ended()
-        host.node.departing = True
+        host.depart()
         await host.stop_all()
     finally:
         if waking is not None:
             waking.cancel()
-        await host.node.close()
+        await host.close()
     if host.exit_code is None:
-        host.node.log.warning("rank 0 was lost; this node closed", why=host.node.lost.get(0))
+        host.log.warning("rank 0 was lost; this node closed", why=host.lost.get(0))
 
 
 async def _leave(host: ActorHost, follower: asyncio.Task[None]) -> None:
     """Leave the system gracefully, unless it has ended already, and wait (bounded) until the node has closed."""
-    if not follower.done() and host.exit_code is None and not host.node.closed:
+    if not follower.done() and host.exit_code is None and not host.closed:
         host.begin_leave()
     limit = 2 * host.config.stop_grace + 2 * SHUTDOWN_TIMEOUT
     try:
         async with asyncio.timeout(limit):
             await asyncio.shield(follower)
     except TimeoutError:
-        host.node.log.error("the node did not leave in time; closing it", seconds=limit)
+        host.log.error("the node did not leave in time; closing it", seconds=limit)
         follower.cancel()
         await asyncio.wait([follower])

@@ -25,7 +25,6 @@ from actorch._actors.node.host import ActorHost
 from actorch._actors.node.service import NodeService
 from actorch._actors.system import ActorSystem
 from actorch._base.errors import ActorStoppedError, NodeLostError, describe
-from actorch._engine.system_ids import SYSTEM_IDS
 from actorch._engine.wire import handler_traceback
 from actorch._launch.eventloop import interruption
 from actorch._launch.interrupts import InterruptPolicy
@@ -136,14 +135,14 @@ def describe_waits(grace: float) -> str:
     if host is None:
         return f"the system is not up yet; {bound}"
     now = monotonic()
-    sent = sorted((call for call in list(host.node.caller.pending.values()) if call.sent_at), key=lambda c: c.sent_at)
+    sent = host.calls_waiting()
     waits = [
         f"handler {call.endpoint!r} of {call.label} (running for {now - call.sent_at:.1f} s)"
         for call in sent[:_SHOWN_WAITS]
     ]
     if len(sent) > _SHOWN_WAITS:
         waits.append(f"{len(sent) - _SHOWN_WAITS} more calls")
-    busy = [cell for cell in host.node.cells() if cell.actor_id > SYSTEM_IDS and cell.running]
+    busy = host.busy_actors()
     waits += [f"{cell.label} ({cell.running} handler{'s' if cell.running > 1 else ''} running)" for cell in busy]
     return f"waiting for {', '.join(waits)}; {bound}" if waits else bound
 
@@ -181,7 +180,7 @@ async def lead(main: Main[T], transport: Transport, plan: Plan, workers: list[An
         if status is not None:
             await status.close()
         try:
-            silent = await asyncio.shield(_shutdown_world(host, outcome))
+            silent = await asyncio.shield(_shutdown_world(host, transport, outcome))
         finally:
             _Led.host = None
         for rank in silent:
@@ -200,28 +199,24 @@ def _give_pool(host: ActorHost, transport: Transport, plan: Plan, workers: list[
 
 def _record_start(host: ActorHost, world_size: int) -> None:
     """Open rank 0's record of the run with what was run, where and by whom (``actorch history`` lists it so)."""
-    if host.node.record is not None:
-        host.node.record.write(
-            "run started",
-            script=sys.argv[0],
-            argv=sys.argv[1:],
-            world_size=world_size,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            cwd=os.getcwd(),
-        )
+    host.write_record(
+        "run started",
+        script=sys.argv[0],
+        argv=sys.argv[1:],
+        world_size=world_size,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        cwd=os.getcwd(),
+    )
 
 
 def _record_end_of_main(host: ActorHost, exc: BaseException) -> str:
     """Record how ``main`` ended when it raised ``exc``: interrupted (Ctrl-C, SIGTERM), or failed; the outcome."""
     by = interruption() if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit) else None
-    record = host.node.record
     if by is not None:
-        if record is not None:
-            record.write("main interrupted", by=by)
+        host.write_record("main interrupted", by=by)
         return "interrupted"
-    if record is not None:
-        record.write("main failed", error=describe(exc), traceback=handler_traceback(exc).rstrip())
+    host.write_record("main failed", error=describe(exc), traceback=handler_traceback(exc).rstrip())
     return "failed"
 
 
@@ -230,12 +225,12 @@ def _announce(announced: Announcement, host: ActorHost) -> None:
     try:
         path = announced.publish()
     except OSError as exc:
-        host.node.log.warning("runtime file not written: actorch status will not find this system", error=str(exc))
+        host.log.warning("runtime file not written: actorch status will not find this system", error=str(exc))
     else:
-        host.node.log.debug("runtime file written", path=str(path))
+        host.log.debug("runtime file written", path=str(path))
 
 
-async def _shutdown_world(host: ActorHost, outcome: str) -> list[int]:
+async def _shutdown_world(host: ActorHost, transport: Transport, outcome: str) -> list[int]:
     """Stop every actor everywhere (``on_stop`` runs), record the run's ``outcome``, then close this node.
 
     The workers follow. The run's record ends here, after the shutdown, so
@@ -250,17 +245,15 @@ async def _shutdown_world(host: ActorHost, outcome: str) -> list[int]:
     Returns:
         The ranks that did not answer in time (their event loop may be stuck).
     """
-    node = host.node
-    if isinstance(node.transport, Elastic):
-        node.transport.stop_admitting()  # a node let in now would miss the shutdown
-    peers = [rank for rank in node.ranks() if rank != 0 and rank not in node.lost]
+    if isinstance(transport, Elastic):
+        transport.stop_admitting()  # a node let in now would miss the shutdown
+    peers = [rank for rank in host.ranks() if rank != 0 and rank not in host.lost]
     limit = 2 * host.config.stop_grace + SHUTDOWN_TIMEOUT
     answered = await _call_all(host, peers, NodeService.shutdown, limit, outcome != "ok")
     await host.stop_all()
-    if node.record is not None:
-        node.record.write("run ended", outcome=outcome)
-    node.departing = True
-    await node.close()
+    host.write_record("run ended", outcome=outcome)
+    host.depart()
+    await host.close()
     return [rank for rank, ok in zip(peers, answered, strict=True) if not ok]
 
 
@@ -288,7 +281,7 @@ async def _call_all(host: ActorHost, ranks: list[int], endpoint: Any, limit: flo
             return True  # it is gone already, or it left the system meanwhile
         except Exception as exc:  # noqa: BLE001 - a node that fails here is reported, not fatal
             call.cancel()
-            host.node.log.warning("node did not answer shutdown", peer=rank, error=repr(exc))
+            host.log.warning("node did not answer shutdown", peer=rank, error=repr(exc))
             return False
         return True
 
@@ -305,26 +298,23 @@ async def _end_blocked(host: ActorHost, rank: int) -> None:
     Either question may go unanswered (the transport cannot ask, or the node
     ended first): the shutdown goes on all the same.
     """
-    transport = host.node.transport
     grace = host.config.stop_grace
     try:
-        state = await asyncio.to_thread(transport.ask_off_loop, rank, "loop", PING_WAIT)
+        state = await asyncio.to_thread(host.ask_off_loop, rank, "loop", PING_WAIT)
     except Exception:  # noqa: BLE001 - the handler goes unnamed
         state = {}
     running = describe_running(state.get("running")) if "running" in state else "a handler (not named: no answer)"
-    host.node.log.warning(
+    host.log.warning(
         "node did not answer shutdown: its event loop is blocked (a handler in blocking code?)",
         peer=rank,
         stop_grace=grace,
         handler=running,
     )
-    host.node.log.warning(
-        "node killed", peer=rank, why=f"{running} blocked its event loop past stop_grace ({grace:g} s)"
-    )
+    host.log.warning("node killed", peer=rank, why=f"{running} blocked its event loop past stop_grace ({grace:g} s)")
     # It ends before it answers: this returns when it is gone. The bound is for a loaded host, where its thread
     # may be slow to take the question; past it a local worker is killed all the same (kill_lost, in lead).
     with contextlib.suppress(Exception):
-        await asyncio.to_thread(transport.ask_off_loop, rank, END_BLOCKED, SHUTDOWN_TIMEOUT)
+        await asyncio.to_thread(host.ask_off_loop, rank, END_BLOCKED, SHUTDOWN_TIMEOUT)
 
 
 async def _settled_within(call: asyncio.Future[Any], seconds: float) -> None:

@@ -194,7 +194,7 @@ class ParentWatch:
                 os._exit(PARENT_GONE_EXIT)
         Watchdog(self._limit).arm("the process that started this node exited")
         with contextlib.suppress(RuntimeError):  # the loop has closed: the node is gone already
-            host.node.loop.call_soon_threadsafe(_leave, host)
+            host.loop.call_soon_threadsafe(_leave, host)
 
 
 def _leave(host: ActorHost) -> None:

@@ -91,17 +91,17 @@ def _answer_or_end(host: ActorHost, watchdog: Watchdog, question: str) -> Any:
     still runs.
     """
     if question == END_BLOCKED:
-        running = describe_running(host.node.answer_off_loop("loop").get("running"))
+        running = describe_running(host.answer_off_loop("loop").get("running"))
         grace = host.config.stop_grace
-        host.node.log.warning("node ended: its event loop is blocked", handler=running, stop_grace=grace)
+        host.log.warning("node ended: its event loop is blocked", handler=running, stop_grace=grace)
         watchdog.end_now(f"{running} blocks its event loop {grace:g} s into the shutdown, which rank 0 ends without it")
-    return host.node.answer_off_loop(question)
+    return host.answer_off_loop(question)
 
 
 async def _leave_when(asked: asyncio.Event, host: ActorHost) -> None:
     """Begin ``host``'s node's leave once ``asked`` is set (SIGTERM came)."""
     await asked.wait()
-    host.node.log.info("SIGTERM: leaving the system")
+    host.log.info("SIGTERM: leaving the system")
     host.begin_leave()
 
 
@@ -312,17 +312,17 @@ async def _serve_async(
         if joined is not None:
             failed = await _set_up(joined, system, host)
         await host.wait_ended()
-        host.node.departing = True
+        host.depart()
         await host.stop_all()
     finally:
         leaving.cancel()
         if leave_on_term:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
-        await host.node.close()
+        await host.close()
     if failed is not None:
         raise failed
     if host.exit_code is None:
-        host.node.log.error("rank 0 was lost; this node shut down", why=host.node.lost.get(0))
+        host.log.error("rank 0 was lost; this node shut down", why=host.lost.get(0))
         return 1
     if host.exit_code and "TORCHELASTIC_RUN_ID" in os.environ:
         # main failed on rank 0, which reports it. torchrun names the first process to fail as the root
@@ -338,7 +338,7 @@ async def _set_up(setup: SystemSetup, system: ActorSystem, host: ActorHost) -> E
         if inspect.isawaitable(done):
             await done
     except Exception as exc:  # noqa: BLE001 - handed back once the node has left
-        host.node.log.error("setup failed; this node leaves the system", error=repr(exc))
+        host.log.error("setup failed; this node leaves the system", error=repr(exc))
         host.begin_leave()
         return exc
     return None

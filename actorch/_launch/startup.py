@@ -158,10 +158,9 @@ async def start_node(
     if plan.tune_gc:
         tune_gc()
     if workers:
-        node = host.node
-        host.node.on_peer_lost(lambda rank, why: None if rank in node.left else kill_lost(workers, rank))
+        host.on_peer_lost(lambda rank, why: None if rank in host.left else kill_lost(workers, rank))
         for worker in workers:  # one that leaves an elastic system, or is killed, exits while the others serve on
-            watch_exit(worker, node.loop)
+            watch_exit(worker, host.loop)
     return system, host
 
 
@@ -172,8 +171,8 @@ async def _abandon_start(host: ActorHost) -> None:
     up, before its start returns: they may have spawned actors here already,
     whose ``on_stop`` runs now.
     """
-    host.node.departing = True
+    host.depart()
     with contextlib.suppress(Exception):
         await host.stop_all()
     with contextlib.suppress(Exception):
-        await host.node.close()
+        await host.close()

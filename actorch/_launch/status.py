@@ -96,11 +96,9 @@ async def gather_status(host: ActorHost) -> dict[str, Any]:
     from actorch._actors.node.service import NodeService  # noqa: PLC0415
     from actorch._engine.waits import WaitGraph  # noqa: PLC0415
 
-    node = host.node
-
     async def one(rank: int) -> dict[str, Any]:
-        if rank in node.lost:
-            return {"rank": rank, "lost": node.lost[rank]}
+        if rank in host.lost:
+            return {"rank": rank, "lost": host.lost[rank]}
         if rank == host.rank:
             return host.status()
         try:
@@ -111,13 +109,13 @@ async def gather_status(host: ActorHost) -> dict[str, Any]:
             unanswered: dict[str, Any] = {"rank": rank, "unanswered": repr(exc)}
         try:
             async with asyncio.timeout(LOOP_TIMEOUT + 1.0):
-                answer = await asyncio.to_thread(node.transport.ask_off_loop, rank, "loop", LOOP_TIMEOUT)
+                answer = await asyncio.to_thread(host.ask_off_loop, rank, "loop", LOOP_TIMEOUT)
             unanswered["loop"] = answer["loop"]
         except Exception:  # noqa: BLE001, S110 - its threads do not answer either: unanswered says it all
             pass
         return unanswered
 
-    nodes = await asyncio.gather(*(one(rank) for rank in node.ranks()))
+    nodes = await asyncio.gather(*(one(rank) for rank in host.ranks()))
     actors = [actor for each in nodes for actor in each.get("actors", ())]
     graph = WaitGraph.of(actors)
     for actor in actors:
@@ -126,7 +124,7 @@ async def gather_status(host: ActorHost) -> dict[str, Any]:
     return {
         "schema": STATUS_SCHEMA,
         "time": time.time(),
-        "world_size": node.world_size,
+        "world_size": host.world_size,
         "nodes": list(nodes),
         "wait_cycles": graph.cycles(),
     }
@@ -139,13 +137,12 @@ def gather_stacks(host: ActorHost) -> dict[str, Any]:
     through the transport's threads, all at once, each within
     ``STACKS_TIMEOUT``. Lost nodes say so; one that did not answer says why.
     """
-    node = host.node
-    ranks, lost = node.ranks(), dict(node.lost)
+    ranks, lost = host.ranks(), dict(host.lost)
     asked = [rank for rank in ranks if rank not in lost and rank != host.rank]
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(asked))))
     try:
-        futures = {rank: pool.submit(node.transport.ask_off_loop, rank, "stacks", STACKS_TIMEOUT) for rank in asked}
-        found = {host.rank: node.answer_off_loop("stacks")}
+        futures = {rank: pool.submit(host.ask_off_loop, rank, "stacks", STACKS_TIMEOUT) for rank in asked}
+        found = {host.rank: host.answer_off_loop("stacks")}
         concurrent.futures.wait(futures.values(), timeout=STACKS_TIMEOUT + 1.0)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -163,7 +160,7 @@ def gather_stacks(host: ActorHost) -> dict[str, Any]:
                 answers.append({"rank": rank, "unanswered": repr(future.exception())})
             else:
                 answers.append(future.result())
-    return {"schema": STATUS_SCHEMA, "time": time.time(), "world_size": node.world_size, "nodes": answers}
+    return {"schema": STATUS_SCHEMA, "time": time.time(), "world_size": host.world_size, "nodes": answers}
 
 
 def check_status_port(host: str, port: int) -> None:
@@ -212,7 +209,7 @@ class StatusServer:
         self._socket = socket.create_server((self._address, self._port), family=family(self._address))
         self._thread = threading.Thread(target=self._accept, name="actorch-status", daemon=True)
         self._thread.start()
-        self._host.node.log.info("status served", address=self._address, port=self.port)
+        self._host.log.info("status served", address=self._address, port=self.port)
 
     async def close(self) -> None:
         """Stop listening; requests being answered end on their own threads."""
@@ -274,7 +271,7 @@ class StatusServer:
         """The reply to ``GET /status`` or ``GET /metrics``: gathered on rank 0's loop, if it takes it up."""
         status = self._status()
         if status is None:
-            behind = self._host.node.loop_lag.behind()
+            behind = self._host.loop_behind()
             return (
                 "503 Service Unavailable",
                 "text/plain",

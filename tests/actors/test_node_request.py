@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 import actorch
-from actorch._actors.node.node_request import NodeRequest
-from actorch._actors.placement.where import Where
+from actorch._actors.node_request import NodeRequest
+from actorch._actors.where import Where
 from actorch._base.codec import Codec
 from actorch.testing import LocalWorld
 

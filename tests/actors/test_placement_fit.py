@@ -6,12 +6,12 @@ from typing import Any, cast
 
 import pytest
 
-from actorch._actors.node.spawn_request import SpawnRequest
 from actorch._actors.placement.fit import EPSILON, LEAVING, LOST, by_node, capacity, lacks_capacity, lacks_free, refusal
 from actorch._actors.placement.gpus import GpuShare
-from actorch._actors.placement.where import Where
 from actorch._actors.ref import ActorRef, make_ref
 from actorch._actors.restart import Restart
+from actorch._actors.spawn_request import SpawnRequest
+from actorch._actors.where import Where
 from actorch._base.codec import Codec
 from actorch._transport.base import NodeInfo
 

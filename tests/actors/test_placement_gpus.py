@@ -21,8 +21,8 @@ from fake_gpus import FakeAccelerator, installed
 
 import actorch
 from actorch._actors.node.service import NodeService
-from actorch._actors.placement.where import Where
 from actorch._actors.placement.where_placer import Placer
+from actorch._actors.where import Where
 from actorch._transport.base import NodeTraits
 from actorch._transport.inprocess import InProcessHub
 from actorch.testing import LocalWorld, local_world

@@ -17,10 +17,10 @@ from actors import Counter, Holder, Store, Tally
 from fake_gpus import FakeAccelerator, installed
 
 import actorch
-from actorch._actors.node.spawn_request import SpawnRequest
 from actorch._actors.relocation.movable import MovableRef
 from actorch._actors.relocation.relocator import Relocator
 from actorch._actors.relocation.spec import RelocationSpec, eligible_nodes
+from actorch._actors.spawn_request import SpawnRequest
 from actorch._engine.system_ids import RELOCATOR_ID
 from actorch._transport.base import NodeInfo
 from actorch.testing import LocalWorld, local_world

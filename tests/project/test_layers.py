@@ -8,11 +8,18 @@ any depth (in functions too), and relative ones are resolved. Annotation-only
 imports (under ``if TYPE_CHECKING:``) count like the others: a layer never
 names what sits above it, and a cycle made of annotations is still a cycle,
 with one named exception (``ANNOTATION_ONLY_TIE``).
+
+Inside ``_actors``, the rooms (a folder, or a module of the layer's own)
+stand on floors (``ACTORS_FLOORS``), and a module imports nothing from a room
+on a higher floor, by the same reading of imports. No module above the engine
+but the host reads the engine's ``Node`` off another object (``host.node``):
+the host offers public methods instead.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections import deque
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -62,6 +69,28 @@ these three modules: ``system`` holds the system's public surface only (its
 implementation, ``node.node_system``, and the modules it builds on, names ``Actor``
 without being named by it), so the circle cannot take in the rest of ``_actors``.
 """
+
+ACTORS = "actorch._actors"
+
+ACTORS_FLOORS: tuple[frozenset[str], ...] = (
+    frozenset({"restart", "where", "spawn_request", "node_request", "node_share"}),
+    frozenset(
+        {"actor", "ref", "system", "system_endpoints", "registry", "events", "broadcast", "process_groups", "tracing"}
+    ),
+    frozenset({"placement"}),
+    frozenset({"relocation"}),
+    frozenset({"node"}),
+)
+"""The rooms of ``_actors``, lowest floor first, as its ``__init__.py`` lists them: a folder, or a module of its own.
+
+The vocabulary (the records every room speaks), the core (actors, refs, the
+system's surface, names, events), then placement, relocation and one node's
+part of the system. Rooms on one floor may import each other (the cycle check
+still holds them); a room never imports from a floor above its own.
+"""
+
+NODE_OWNER = "actorch._actors.node.host"
+"""The one module above the engine that reads its ``Node``: the host, which owns it."""
 
 
 # ---------------------------------------------------------------------- reading imports
@@ -328,6 +357,77 @@ def non_public_imports(module: str, source: str, public: Collection[str], layout
     return found
 
 
+def room_of(module: str) -> str | None:
+    """The room of an ``_actors`` module: its folder or its own name (``placement``, ``ref``); None outside."""
+    parts = module.split(".")
+    if module.startswith(ACTORS + ".") and len(parts) >= 3:
+        return parts[2]
+    return None
+
+
+def floor_of(module: str) -> int | None:
+    """The floor of an ``_actors`` module's room in ``ACTORS_FLOORS`` (0 lowest); None outside or on none."""
+    room = room_of(module)
+    return next((index for index, rooms in enumerate(ACTORS_FLOORS) if room in rooms), None)
+
+
+def upward_in_actors(module: str, source: str, layout: Layout = LAYOUT) -> list[str]:
+    """The imports of an ``_actors`` module that reach a room on a higher floor (or a module on none)."""
+    floor = floor_of(module)
+    if room_of(module) is None:
+        return []
+    if floor is None:
+        return [f"{module} is in no room of ACTORS_FLOORS"]
+    found = []
+    for imported in imports_in(module, source, layout):
+        if room_of(imported.target) is None:
+            continue
+        target_floor = floor_of(imported.target)
+        if target_floor is None:
+            found.append(f"{imported}, which is in no room of ACTORS_FLOORS")
+        elif target_floor > floor:
+            found.append(
+                f"{imported}: {room_of(imported.target)} (floor {target_floor + 1}) is above "
+                f"{room_of(module)} (floor {floor + 1})"
+            )
+    return found
+
+
+def node_reaches(module: str, source: str) -> list[str]:
+    """Where ``module`` reads or sets another object's ``node``: ``host.node.log``, ``node = host.node``.
+
+    The engine's ``Node`` belongs to the host: the rest reach what they need
+    through the host's public methods, or are given it (``self.node``).
+    """
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in ("node", "_node"):
+            if isinstance(node.value, ast.Name) and node.value.id in OWN:
+                continue
+            found.append(f"{module}:{node.lineno} reaches through {ast.unparse(node)}")
+    return found
+
+
+def floors_said(docstring: str) -> dict[int, frozenset[str]]:
+    """The rooms each item of a numbered list in ``docstring`` puts on its floor (``3. ``placement/``: ...``).
+
+    A name counts as a room when ``_actors`` has a folder or a module by that name.
+    """
+    rooms = {room_of(module) for module in MODULES} - {None}
+    said: dict[int, set[str]] = {}
+    current: int | None = None
+    for line in docstring.splitlines():
+        numbered = re.match(r"(\d+)\. ", line)
+        if numbered:
+            current = int(numbered[1])
+            said[current] = set()
+        elif not line.strip():
+            current = None
+        if current is not None:
+            said[current] |= {name for name in re.findall(r"``([\w]+)/?``", line) if name in rooms}
+    return {floor: frozenset(names) for floor, names in said.items()}
+
+
 OWN = frozenset({"self", "cls"})
 
 
@@ -448,6 +548,37 @@ def test_the_private_attributes_below_the_launcher_include_those_of_the_system()
     assert {"_host", "_shutdown", "_caller", "_actor_id"} <= PRIVATE_BELOW_LAUNCH
 
 
+ACTORS_MODULES = [module for module in MODULES if room_of(module) is not None]
+ABOVE_THE_ENGINE = [
+    module for module in MODULES if (layer_of(module) or 0) >= LAYERS.index("_actors") and module != NODE_OWNER
+]
+
+
+def test_every_module_of_the_actors_layer_stands_in_a_room_on_a_floor() -> None:
+    assert [module for module in ACTORS_MODULES if floor_of(module) is None] == []
+    assert {room_of(module) for module in ACTORS_MODULES} == frozenset().union(*ACTORS_FLOORS)
+
+
+@pytest.mark.parametrize("module", ACTORS_MODULES)
+def test_actors_module_imports_nothing_from_a_room_on_a_higher_floor(module: str) -> None:
+    assert upward_in_actors(module, SOURCES[module]) == []
+
+
+@pytest.mark.parametrize("module", ABOVE_THE_ENGINE)
+def test_no_module_but_the_host_reaches_through_to_the_node(module: str) -> None:
+    assert node_reaches(module, SOURCES[module]) == []
+
+
+def test_the_host_is_the_module_that_holds_the_node() -> None:
+    assert node_reaches(NODE_OWNER, SOURCES[NODE_OWNER]) == []  # its own: self.node
+    assert "self.node = Node(" in SOURCES[NODE_OWNER]
+
+
+def test_the_actors_package_lists_its_floors_as_the_check_holds_them() -> None:
+    docstring = ast.get_docstring(ast.parse(SOURCES[ACTORS])) or ""
+    assert floors_said(docstring) == {floor + 1: rooms for floor, rooms in enumerate(ACTORS_FLOORS)}
+
+
 # ---------------------------------------------------------------------- the checker, on sources that break the rules
 
 SAMPLE = Layout(
@@ -472,6 +603,41 @@ SAMPLE = Layout(
     packages=frozenset({"actorch", "actorch._base", "actorch._engine", "actorch._actors", "actorch._stock"}),
 )
 """A package laid out like actorch, for the checker's own tests."""
+
+ACTORS_SAMPLE = Layout(
+    modules=frozenset(
+        {
+            "actorch",
+            "actorch._base",
+            "actorch._base.codec",
+            "actorch._actors",
+            "actorch._actors.where",
+            "actorch._actors.ref",
+            "actorch._actors.system",
+            "actorch._actors.registry",
+            "actorch._actors.newroom",
+            "actorch._actors.placement",
+            "actorch._actors.placement.fit",
+            "actorch._actors.placement.where_placer",
+            "actorch._actors.relocation",
+            "actorch._actors.relocation.spec",
+            "actorch._actors.node",
+            "actorch._actors.node.host",
+            "actorch._actors.node.service",
+        }
+    ),
+    packages=frozenset(
+        {
+            "actorch",
+            "actorch._base",
+            "actorch._actors",
+            "actorch._actors.placement",
+            "actorch._actors.relocation",
+            "actorch._actors.node",
+        }
+    ),
+)
+"""The ``_actors`` layer laid out in rooms, for the floor check's own tests."""
 
 
 @pytest.mark.parametrize(
@@ -781,3 +947,114 @@ def test_private_attributes_are_those_set_on_self_or_cls_or_in_a_class_body() ->
 
 def test_exported_names_are_read_from_the_facade() -> None:
     assert {"Actor", "ActorRef", "ActorSystem", "run"} <= exported_names()
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [
+        ("actorch._actors.where", "where"),
+        ("actorch._actors.placement.fit", "placement"),
+        ("actorch._actors.node", "node"),
+        ("actorch._actors", None),
+        ("actorch._engine.node", None),
+    ],
+)
+def test_room_of_an_actors_module_is_its_folder_or_itself(module: str, expected: str | None) -> None:
+    assert room_of(module) == expected
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("actorch._actors.placement.fit", "from actorch._actors.node.host import ActorHost"),
+        ("actorch._actors.placement.fit", "from ..node import host"),
+        ("actorch._actors.placement.fit", "def f():\n    from actorch._actors.relocation.spec import RelocationSpec"),
+        (
+            "actorch._actors.placement.fit",
+            "if TYPE_CHECKING:\n    from actorch._actors.node.service import NodeService",
+        ),
+        ("actorch._actors.registry", "import actorch._actors.node.service"),
+        ("actorch._actors.where", "from actorch._actors.ref import ActorRef"),
+        ("actorch._actors.system", "if TYPE_CHECKING:\n    from actorch._actors.placement.fit import refusal"),
+        ("actorch._actors.relocation.spec", "from actorch._actors.newroom import thing"),
+    ],
+)
+def test_floor_check_flags_an_import_from_a_higher_room(module: str, source: str) -> None:
+    assert upward_in_actors(module, source, ACTORS_SAMPLE)
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("actorch._actors.placement.fit", "from actorch._actors.where import Where"),
+        ("actorch._actors.placement.fit", "from .where_placer import Placer"),
+        ("actorch._actors.relocation.spec", "from actorch._actors.placement.fit import refusal"),
+        ("actorch._actors.node.host", "def f():\n    from actorch._actors.relocation.spec import RelocationSpec"),
+        ("actorch._actors.registry", "from actorch._actors.ref import ActorRef\nfrom .system import ActorSystem"),
+        ("actorch._actors.where", "from actorch._base.codec import serializable\nimport torch"),
+    ],
+)
+def test_floor_check_allows_an_import_from_the_same_floor_or_below(module: str, source: str) -> None:
+    assert upward_in_actors(module, source, ACTORS_SAMPLE) == []
+
+
+def test_floor_check_names_the_line_and_both_floors() -> None:
+    source = "import os\n\ndef f():\n    from actorch._actors.node.host import ActorHost\n"
+    assert upward_in_actors("actorch._actors.placement.fit", source, ACTORS_SAMPLE) == [
+        "actorch._actors.placement.fit:4 imports actorch._actors.node.host: node (floor 5) is above placement (floor 3)"
+    ]
+
+
+def test_floor_check_flags_an_actors_module_in_no_room() -> None:
+    assert upward_in_actors("actorch._actors.newroom", "import os", ACTORS_SAMPLE) == [
+        "actorch._actors.newroom is in no room of ACTORS_FLOORS"
+    ]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f(host):\n    return host.node.log",
+        "def f(host):\n    node = host.node\n    return node.lost",
+        "class C:\n    def f(self):\n        self._host.node.departing = True",
+        "def f(system):\n    return system.host.node.caller.pending",
+        "def f(world):\n    world._hosts[0].node.cut_off()",
+        "def f(host):\n    return host._node",
+    ],
+)
+def test_node_check_flags_a_reach_through_another_object(source: str) -> None:
+    assert node_reaches("actorch._launch.lead", source)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "class C:\n    def f(self):\n        return self.node.log",
+        "from actorch._engine.node import Node, describe_ranks",
+        "import actorch._engine.node",
+        "def f(host):\n    return host.lost.get(0), host.log",
+        "def f(cell):\n    return cell.label",
+    ],
+)
+def test_node_check_allows_a_module_its_own_node_and_the_host_s_methods(source: str) -> None:
+    assert node_reaches("actorch._launch.lead", source) == []
+
+
+FLOORS_DOCSTRING = """Layer 4.
+
+Prose that names ``ref`` is no floor.
+
+2. ``placement/``: which node; ``Where`` is no room.
+1. the vocabulary: ``where``,
+   ``restart`` and ``spawn_request``.
+
+5. ``node/``
+"""
+
+
+def test_floors_are_read_from_a_numbered_list_of_rooms_in_backticks() -> None:
+    assert floors_said(FLOORS_DOCSTRING) == {
+        2: frozenset({"placement"}),
+        1: frozenset({"where", "restart", "spawn_request"}),
+        5: frozenset({"node"}),
+    }

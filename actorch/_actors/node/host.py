@@ -4,13 +4,21 @@ The host holds the node and an ``ActorLifecycle`` (see ``lifecycle``), which
 builds, starts, restarts and stops the node's actors. It also holds what the
 node keeps of the system: its name cache, its membership events, refs to
 every node's service and to the registry, which nodes leave, and how the node
-is told the system ends. ``ActorSystem`` (the user's handle), the node service
-and the launcher all go through its public methods.
+is told the system ends. ``ActorSystem`` (the user's handle), the node service,
+the placer, the relocator, the node's pool and the launcher all go through its
+public methods: the nodes as this node knows them (``peers``, ``lost``...),
+its logger and loop, its end (``depart``, ``close``) and what it is doing now
+(``calls_waiting``, ``answer_off_loop``...). None of them reaches through to
+the engine's ``Node`` it holds (``tests/project/test_layers.py`` holds that);
+the parts it builds with that node (its lifecycle, its process groups) are
+given it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from time import perf_counter_ns
 from typing import Any, TypeVar
 
@@ -19,17 +27,21 @@ from actorch._actors.events import EventHub
 from actorch._actors.node.lifecycle import ActorLifecycle, Bind, handled_by_endpoints
 from actorch._actors.node.processes import NodePool
 from actorch._actors.node.service import NodeService
-from actorch._actors.node.spawn_request import SpawnRequest
+from actorch._actors.node_share import NodeShare
 from actorch._actors.placement.gpus import GpuShare
 from actorch._actors.placement.holdings import node_share
-from actorch._actors.placement.share import NodeShare
 from actorch._actors.process_groups import ProcessGroups
 from actorch._actors.ref import ActorRef, make_ref
 from actorch._actors.registry import NameCache, Registry
 from actorch._actors.relocation.relocator import Relocator
+from actorch._actors.relocation.snapshots import SnapshotStore
 from actorch._actors.restart import ActorExit
+from actorch._actors.spawn_request import SpawnRequest
 from actorch._base.config import SystemConfig
 from actorch._base.errors import UnsupportedError
+from actorch._engine.caller import Caller
+from actorch._engine.calls import RemoteCall
+from actorch._engine.cell import Cell
 from actorch._engine.node import Node
 from actorch._engine.system_ids import REGISTRY_ID, RELOCATOR_ID, SERVICE_ID, SYSTEM_IDS
 from actorch._engine.timeline import Timeline
@@ -104,8 +116,17 @@ class ActorHost:
         await build(SpawnRequest(class_path(NodeService), (self,)), system_id=SERVICE_ID)
         if self.rank == 0:
             await build(SpawnRequest(class_path(Registry), (self.services,)), system_id=REGISTRY_ID)
-            await build(SpawnRequest(class_path(Relocator), (self,)), system_id=RELOCATOR_ID)
+            await build(SpawnRequest(class_path(Relocator), (self, self._snapshots())), system_id=RELOCATOR_ID)
             self._rank0 = (self._built(REGISTRY_ID, Registry), self._built(RELOCATOR_ID, Relocator))
+
+    def _snapshots(self) -> SnapshotStore | None:
+        """Rank 0's snapshot directory, for its relocator, if the system has one (``OSError`` if unusable)."""
+        directory, node = self.config.snapshots, self.node
+        return (
+            None
+            if directory is None
+            else SnapshotStore(directory, self.config.snapshots_kept, node.caller.codec, node.log)
+        )
 
     def _built(self, actor_id: int, cls: type[S]) -> S:
         """The instance of system actor ``actor_id`` this host just built (system actors are never restarted)."""
@@ -114,6 +135,64 @@ class ActorHost:
         if not isinstance(instance, cls):
             raise RuntimeError(f"system actor {actor_id} on node {self.rank} is not a {cls.__name__}: {instance!r}")
         return instance
+
+    # ------------------------------------------------------------------ the nodes, as this node knows them
+
+    @property
+    def world_size(self) -> int:
+        """How many nodes the world has now (it changes as nodes join and leave an elastic world)."""
+        return self.node.world_size
+
+    def peers(self) -> list[NodeInfo]:
+        """Every node of the world, by rank (those that left are forgotten; lost ones stay)."""
+        return self.node.peers()
+
+    def ranks(self) -> list[int]:
+        """The ranks of every node of the world, by rank (lost ones too, not those that left)."""
+        return self.node.ranks()
+
+    def peer(self, rank: int) -> NodeInfo:
+        """What node ``rank`` says of itself (host, devices, resources...); ``KeyError`` if this node never met it."""
+        return self.node.transport.peer(rank)
+
+    def knows(self, rank: int) -> bool:
+        """Whether this node has met node ``rank`` (one that joins is met once rank 0 has told this node)."""
+        return self.node.transport.knows(rank)
+
+    @property
+    def lost(self) -> Mapping[int, str]:
+        """The nodes gone for good (lost, or left after saying so), with why; it grows as they go."""
+        return self.node.lost
+
+    @property
+    def left(self) -> AbstractSet[int]:
+        """The nodes that said they have left the system."""
+        return self.node.left
+
+    def on_peer_joined(self, listener: Callable[[NodeInfo], None]) -> None:
+        """Call ``listener(info)`` when a node joins the world."""
+        self.node.on_peer_joined(listener)
+
+    def on_peer_lost(self, listener: Callable[[int, str], None]) -> None:
+        """Call ``listener(rank, why)`` when a peer node is lost."""
+        self.node.on_peer_lost(listener)
+
+    # ------------------------------------------------------------------ the node's logger, loop and caller
+
+    @property
+    def log(self) -> Any:
+        """This node's logger, bound to its rank (what it logs at info and above goes to the run's record too)."""
+        return self.node.log
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this node runs on."""
+        return self.node.loop
+
+    @property
+    def caller(self) -> Caller:
+        """What this node's refs send through, and the context refs in what it decodes are rebuilt in."""
+        return self.node.caller
 
     # ------------------------------------------------------------------ actors, as the node service asks
 
@@ -138,8 +217,46 @@ class ActorHost:
         return self.lifecycle.gpus.share()
 
     def resource_share(self) -> NodeShare:
-        """What this node has free and who holds what (``holdings.node_share``)."""
+        """What this node has free and who holds what (``placement.holdings.node_share``)."""
         return node_share(self.lifecycle.holdings, self.lifecycle.gpus.share())
+
+    # ------------------------------------------------------------------ what the node does now
+
+    def statistics(self) -> dict[str, Any]:
+        """This node's counters: calls and tells sent and received, messages refused, bytes (``Node.statistics``)."""
+        return self.node.statistics()
+
+    @property
+    def tracing(self) -> bool:
+        """Whether this node records its part of a timeline now."""
+        return self.node.trace is not None
+
+    def calls_waiting(self) -> list[RemoteCall[Any]]:
+        """The calls this node sent and has not heard back from, the oldest first (any thread may ask: a copy)."""
+        return sorted(
+            (call for call in list(self.node.caller.pending.values()) if call.sent_at), key=lambda c: c.sent_at
+        )
+
+    def busy_actors(self) -> list[Cell]:
+        """The cells of this node's user actors that run a handler now."""
+        return [cell for cell in self.node.cells() if cell.actor_id > SYSTEM_IDS and cell.running]
+
+    def loop_behind(self) -> float:
+        """Seconds this node's event loop is late for its last probe (0 while it keeps up); any thread may ask."""
+        return self.node.loop_lag.behind()
+
+    def answer_off_loop(self, question: str) -> dict[str, Any]:
+        """Answer ``question`` of this node from any thread, its loop blocked or not (``Node.answer_off_loop``)."""
+        return self.node.answer_off_loop(question)
+
+    def ask_off_loop(self, rank: int, question: str, timeout: float) -> Any:
+        """Ask node ``rank``'s threads ``question`` within ``timeout`` seconds; blocking, so call it off the loop."""
+        return self.node.transport.ask_off_loop(rank, question, timeout)
+
+    def write_record(self, event: str, **fields: Any) -> None:
+        """Write ``event`` with ``fields`` to this node's run record, if it keeps one."""
+        if self.node.record is not None:
+            self.node.record.write(event, **fields)
 
     # ------------------------------------------------------------------ status
 
@@ -219,6 +336,28 @@ class ActorHost:
     async def wait_ended(self) -> None:
         """Wait until this worker's system has ended: rank 0 said so, or was lost."""
         await self._ended.wait()
+
+    @property
+    def departing(self) -> bool:
+        """Whether this node is ending or has left: peers it loses from now on are expected."""
+        return self.node.departing
+
+    def depart(self) -> None:
+        """Say that this node is ending: peers it loses from now on are expected (logged at debug level)."""
+        self.node.departing = True
+
+    @property
+    def closed(self) -> bool:
+        """Whether this node is closed (or cut off): it sends nothing more."""
+        return self.node.closed
+
+    async def close(self) -> None:
+        """Close this node: fail every pending call, cancel running handlers and leave the transport."""
+        await self.node.close()
+
+    def cut_off(self) -> None:
+        """Stop sending, as if this node's process had died (for in-process test worlds)."""
+        self.node.cut_off()
 
     def _on_peer_lost(self, rank: int, why: str) -> None:
         self.cache.evict_rank(rank)

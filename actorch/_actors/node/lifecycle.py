@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 import torch
 
 from actorch._actors.actor import Actor, class_path, endpoints_of, has_state_hooks, place
-from actorch._actors.node.spawn_request import SpawnRequest
 from actorch._actors.node.supervisor import Supervisor
 from actorch._actors.placement.gpus import GpuPool, check_device
 from actorch._actors.placement.holdings import Holdings
@@ -28,6 +27,7 @@ from actorch._actors.registry import Registry
 from actorch._actors.relocation.relocatables import Relocatables
 from actorch._actors.relocation.spec import RelocationSpec, check_home
 from actorch._actors.restart import ActorExit
+from actorch._actors.spawn_request import SpawnRequest
 from actorch._base.config import SystemConfig
 from actorch._base.devices import accelerator, on_device, parse_device
 from actorch._base.errors import ActorStoppedError, PlacementError, describe
@@ -214,7 +214,7 @@ class ActorLifecycle:
         key = self.node.new_key()
         context = current_call.get()
         chain = context.child_chain() if context is not None else ()
-        running = CallContext(cell.label, key, chain, hook, cell.device, cell.node)
+        running = CallContext(cell.label, key, chain, hook, cell.device, self.rank)
         running.started, running.task = perf_counter_ns(), asyncio.current_task()
         cell.enter(key, running)
         token = current_call.set(running)

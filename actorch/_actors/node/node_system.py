@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from actorch._actors.actor import Actor, attach
 from actorch._actors.events import NameRegistered, NodeJoined, Subscription
 from actorch._actors.node.host import ActorHost
-from actorch._actors.node.node_request import NodeRequest
 from actorch._actors.node.service import NodeService
 from actorch._actors.node.spawner import Spawner, check_count
+from actorch._actors.node_request import NodeRequest
 from actorch._actors.placement.where_placer import Placer
 from actorch._actors.ref import ActorRef
 from actorch._actors.registry import Registry
@@ -68,6 +68,7 @@ class NodeSystem(ActorSystem):
 
     def __init__(self, transport: Transport, config: SystemConfig) -> None:
         self.config = config
+        self._transport = transport  # what it can do beyond moving messages: elastic membership, RRefs
         self._host = ActorHost(transport, config, self._attach)
         self._placer = Placer(self._host)
         self._spawner = Spawner(self._host, self._placer)
@@ -87,38 +88,37 @@ class NodeSystem(ActorSystem):
 
     @property
     def world_size(self) -> int:
-        return self._host.node.world_size
+        return self._host.world_size
 
     @property
     def nodes(self) -> list[NodeInfo]:
-        node = self._host.node
-        return [info for info in node.peers() if info.rank not in node.lost]
+        host = self._host
+        return [info for info in host.peers() if info.rank not in host.lost]
 
     @property
     def lost_nodes(self) -> dict[int, str]:
-        node = self._host.node
-        return {rank: why for rank, why in node.lost.items() if rank not in node.left}
+        host = self._host
+        return {rank: why for rank, why in host.lost.items() if rank not in host.left}
 
     @property
     def elastic(self) -> bool:
-        return is_elastic(self._host.node.transport)
+        return is_elastic(self._transport)
 
     def join_env(self) -> dict[str, str]:
         if self.rank != 0:
             raise UnsupportedError(f"join_env() is rank 0's (this is node {self.rank})")
-        return require_elastic(self._host.node.transport, NOT_ELASTIC).join_env()
+        return require_elastic(self._transport, NOT_ELASTIC).join_env()
 
     async def leave(self, rank: int | None = None) -> None:
         host = self._host
-        node = host.node
         target = self.rank if rank is None else rank
         host.check_leave(target)
-        if target in node.left:
+        if target in host.left:
             return  # it has left already
-        if target not in node.ranks():
-            raise ValueError(f"leave(rank={rank!r}): not a node of this system ({describe_ranks(node.ranks())})")
-        if target in node.lost:
-            raise NodeLostError(f"node {target} cannot leave: it was lost ({node.lost[target]})")
+        if target not in host.ranks():
+            raise ValueError(f"leave(rank={rank!r}): not a node of this system ({describe_ranks(host.ranks())})")
+        if target in host.lost:
+            raise NodeLostError(f"node {target} cannot leave: it was lost ({host.lost[target]})")
         if target == self.rank:
             host.begin_leave()
             return
@@ -167,12 +167,12 @@ class NodeSystem(ActorSystem):
         try:
             generation = self._host.cache.generation()
             ref = await self._host.registry.call(Registry.resolve, name, False)  # a name that exists: no timer
-            if ref is None or ref.rank in self._host.node.lost:
+            if ref is None or ref.rank in self._host.lost:
                 async with asyncio.timeout_at(own_limit):
                     while True:
                         generation = self._host.cache.generation()
                         ref = await self._host.registry.call(Registry.resolve, name, True)
-                        if ref is None or ref.rank not in self._host.node.lost:
+                        if ref is None or ref.rank not in self._host.lost:
                             break
                         await asyncio.sleep(STALE_NAME_RETRY)  # the registry has yet to hear of that loss
         except TimeoutError:
@@ -199,7 +199,7 @@ class NodeSystem(ActorSystem):
             seq, names = await self._host.registry.call(Registry.subscribe, self.rank)
             self._host.events.snapshot_came(subscription, seq)
             for info in self.nodes:
-                if info.rank not in self._host.node.lost:
+                if info.rank not in self._host.lost:
                     yield NodeJoined(info.rank, info)
             for name, ref in names:
                 if regex is None or regex.fullmatch(name):
@@ -214,7 +214,7 @@ class NodeSystem(ActorSystem):
         return await self._host.registry.call(Registry.match, pattern)
 
     def rref(self, value: Any) -> Any:
-        return require_torch_interop(self._host.node.transport, NO_RREFS).make_rref(value)
+        return require_torch_interop(self._transport, NO_RREFS).make_rref(value)
 
     async def process_group(self, ranks: Iterable[int] | None = None, *, backend: str = "gloo") -> dist.ProcessGroup:
         return await self._host.process_groups.make(ranks, backend, self.config.lookup_timeout)
@@ -225,5 +225,4 @@ class NodeSystem(ActorSystem):
         return record_timeline(self._host, path, TraceSettings(sample, max_events))
 
     def statistics(self) -> dict[str, Any]:
-        node = self._host.node
-        return {**node.statistics(), "transport_batches": node.transport.bundles_sent}
+        return {**self._host.statistics(), "transport_batches": self._transport.bundles_sent}

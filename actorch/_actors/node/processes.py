@@ -20,10 +20,11 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, Protocol
 
-from actorch._actors.node.node_request import NodeRequest
 from actorch._actors.node.service import NodeService
+from actorch._actors.node_request import NodeRequest
 from actorch._actors.restart import ActorExit
 from actorch._base.errors import JoinError, UnsupportedError
 from actorch._base.reaping import watch_exit
@@ -31,7 +32,6 @@ from actorch._transport.base import NodeInfo, NodeTraits
 
 if TYPE_CHECKING:
     from actorch._actors.ref import ActorRef
-    from actorch._engine.node import Node
 
 __all__ = ["ADD_TIMEOUT", "OWNER_WAIT", "Launcher", "NodePool", "NodeProcess"]
 
@@ -73,11 +73,38 @@ class Launcher(Protocol):
 
 
 class PoolHost(Protocol):
-    """What a pool needs of its node's actor host."""
+    """What a pool needs of its node's actor host: the nodes as it knows them, refs to their services, its leave."""
 
     rank: int
-    node: Node
     services: Mapping[int, ActorRef[NodeService]]
+
+    @property
+    def lost(self) -> Mapping[int, str]:
+        """The nodes gone for good, with why."""
+
+    @property
+    def left(self) -> AbstractSet[int]:
+        """The nodes that said they have left."""
+
+    @property
+    def departing(self) -> bool:
+        """Whether this node is ending or leaving already."""
+
+    @property
+    def log(self) -> Any:
+        """The node's logger."""
+
+    def peers(self) -> list[NodeInfo]:
+        """Every node of the world, by rank."""
+
+    def peer(self, rank: int) -> NodeInfo:
+        """What node ``rank`` says of itself."""
+
+    def on_peer_joined(self, listener: Callable[[NodeInfo], None]) -> None:
+        """Call ``listener(info)`` when a node joins."""
+
+    def on_peer_lost(self, listener: Callable[[int, str], None]) -> None:
+        """Call ``listener(rank, why)`` when a node is lost."""
 
     async def wait_stopped(self, actor_id: int) -> ActorExit:
         """How a local actor ended, once it has."""
@@ -103,8 +130,8 @@ class NodePool:
         self._owner_task: asyncio.Task[None] | None = None
         self._owner_id: int | None = None  # the actor whose own process this is, once built
         self._emptied = asyncio.Event()
-        host.node.on_peer_joined(self._on_joined)
-        host.node.on_peer_lost(self._on_lost)
+        host.on_peer_joined(self._on_joined)
+        host.on_peer_lost(self._on_lost)
 
     def __repr__(self) -> str:
         return f"<NodePool node {self._host.rank} processes={len(self._children)}>"
@@ -160,8 +187,8 @@ class NodePool:
 
     def _catch_up(self, pid: int) -> None:
         """Resolve the wait for ``pid`` if its node has joined already (before the wait was set)."""
-        here = self._host.node.transport.peer(self._host.rank).host
-        for info in self._host.node.peers():
+        here = self._host.peer(self._host.rank).host
+        for info in self._host.peers():
             if info.pid == pid and info.host == here and info.parent == self._host.rank:
                 self._on_joined(info)
 
@@ -190,7 +217,7 @@ class NodePool:
 
     def _on_lost(self, rank: int, why: str) -> None:
         """Kill a process of this node whose node was lost while it still runs (stopped, cut off)."""
-        if rank in self._host.node.left:
+        if rank in self._host.left:
             return
         for pid, known in list(self._ranks.items()):
             process = self._children.get(pid)
@@ -202,7 +229,7 @@ class NodePool:
         leaving = []
         for process in started:
             rank = self._ranks.get(process.pid or -1)
-            if rank is not None and rank not in self._host.node.lost:
+            if rank is not None and rank not in self._host.lost:
                 leaving.append(self._ask_to_leave(rank))
             elif process.is_alive():
                 process.kill()
@@ -213,7 +240,7 @@ class NodePool:
             async with asyncio.timeout(LEAVE_WAIT):
                 await self._host.services[rank].call(NodeService.leave)
         except Exception as exc:  # noqa: BLE001 - it is killed instead
-            self._host.node.log.warning("node process did not leave; killing it", peer=rank, error=repr(exc))
+            self._host.log.warning("node process did not leave; killing it", peer=rank, error=repr(exc))
             for pid, known in self._ranks.items():
                 if known == rank and pid in self._children:
                     self._children[pid].kill()
@@ -222,7 +249,7 @@ class NodePool:
 
     async def close(self) -> None:
         """Have every process of this node leave the system (this node leaves), and kill those that do not."""
-        ranks = [rank for rank in self._ranks.values() if rank not in self._host.node.lost]
+        ranks = [rank for rank in self._ranks.values() if rank not in self._host.lost]
         await asyncio.gather(*(self._ask_to_leave(rank) for rank in ranks))
         if self._children:
             self._emptied.clear()
@@ -242,7 +269,7 @@ class NodePool:
 
     async def _leave_unless_owned(self) -> None:
         await asyncio.sleep(OWNER_WAIT)
-        self._host.node.log.warning("no actor came to this process of its own; leaving the system")
+        self._host.log.warning("no actor came to this process of its own; leaving the system")
         self._leave()
 
     async def build_owner(self, build: Callable[[], Awaitable[ActorRef[Any]]]) -> ActorRef[Any]:
@@ -274,11 +301,11 @@ class NodePool:
 
     async def _leave_after(self, ref: ActorRef[Any]) -> None:
         exit_ = await self._host.wait_stopped(ref._actor_id)
-        self._host.node.log.info("the owner of this process stopped; leaving the system", reason=exit_.reason)
+        self._host.log.info("the owner of this process stopped; leaving the system", reason=exit_.reason)
         self._leave()
 
     def _leave(self) -> None:
-        if self._host.node.departing:
+        if self._host.departing:
             return  # the system is ending, or this node leaves already
         with contextlib.suppress(Exception):  # the system ended for this node meanwhile
             self._host.begin_leave()

@@ -12,12 +12,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from actorch._actors.actor import Actor
-from actorch._actors.node.node_request import NodeRequest
-from actorch._actors.node.spawn_request import SpawnRequest
+from actorch._actors.node_request import NodeRequest
+from actorch._actors.node_share import NodeShare
 from actorch._actors.placement.gpus import GpuShare
-from actorch._actors.placement.share import NodeShare
 from actorch._actors.ref import ActorRef
 from actorch._actors.restart import ActorExit
+from actorch._actors.spawn_request import SpawnRequest
 from actorch._actors.system_endpoints import ServiceEndpoints
 from actorch._engine.tracing import TraceSettings
 

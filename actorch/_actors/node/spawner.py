@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._actors.actor import Actor, check_plain_methods, class_path
 from actorch._actors.node.service import NodeService
-from actorch._actors.node.spawn_request import SpawnRequest
 from actorch._actors.placement.gpus import check_device
-from actorch._actors.placement.where import Where, where_of
 from actorch._actors.placement.where_placer import Placer
 from actorch._actors.ref import ActorRef, resolve_class
 from actorch._actors.registry import Registry
 from actorch._actors.relocation.relocator import Relocator
 from actorch._actors.relocation.spec import check_home
 from actorch._actors.restart import Restart
+from actorch._actors.spawn_request import SpawnRequest
 from actorch._actors.system import SpawnOptions
+from actorch._actors.where import Where, where_of
 from actorch._base.config import is_count
 from actorch._base.devices import parse_device
 from actorch._base.errors import NameTakenError, NodeLostError, PlacementError
@@ -192,13 +192,13 @@ class Spawner:
         rank = on.rank if isinstance(on, Where) else on
         if rank is None:
             return
-        node = self._host.node
+        host = self._host
         # Leaving first: a node that has left is no longer among the ranks, and is said to be leaving.
-        if isinstance(rank, int) and (rank in self._host.leaving or rank in node.left):
+        if isinstance(rank, int) and (rank in host.leaving or rank in host.left):
             raise PlacementError(f"cannot spawn {cls.__qualname__} on node {rank}: it is leaving the system")
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank not in node.ranks():
-            raise ValueError(f"on={on!r} is not a rank of this system ({describe_ranks(node.ranks())})")
-        if rank in node.lost:
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank not in host.ranks():
+            raise ValueError(f"on={on!r} is not a rank of this system ({describe_ranks(host.ranks())})")
+        if rank in host.lost:
             raise NodeLostError(f"cannot spawn {cls.__qualname__} on node {rank}: it was lost")
 
     async def spawn_on(self, cls: type[A], rank: int, request: SpawnRequest) -> ActorRef[A]:
@@ -211,7 +211,7 @@ class Spawner:
             )
         if not request.lent():  # refused here, before the name is held: the node checks again as it builds
             chosen = cls.device if request.device is None else parse_device(request.device)
-            check_device(cls.__qualname__, str(chosen), rank, self._host.node.transport.peer(rank).devices)
+            check_device(cls.__qualname__, str(chosen), rank, self._host.peer(rank).devices)
         name = request.name
         if name is not None:
             await self._registry_call(Registry.reserve, name, rank)

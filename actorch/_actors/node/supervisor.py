@@ -11,18 +11,14 @@ the actor stops for good, and how it ended is kept here for ``wait_stopped``.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any
 
 from actorch._actors.actor import Actor
-from actorch._actors.restart import ActorExit, Restart
+from actorch._actors.restart import EXITS_KEPT, ActorExit, Restart, count_failure
 
-__all__ = ["EXITS_KEPT", "RestartSpec", "Supervisor", "count_failure"]
-
-EXITS_KEPT = 4096
-"""How many ended actors a node remembers, for ``wait_stopped`` calls that come late."""
+__all__ = ["RestartSpec", "Supervisor"]
 
 
 @dataclass(frozen=True)
@@ -33,16 +29,6 @@ class RestartSpec:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     restart: Restart
-
-
-def count_failure(history: deque[float], restart: Restart) -> int:
-    """Add a failure now to ``history``; how many of it count against ``restart`` (this one included)."""
-    now = time.monotonic()
-    history.append(now)
-    if restart.within is not None:
-        while history and history[0] < now - restart.within:
-            history.popleft()
-    return len(history)
 
 
 class Supervisor:

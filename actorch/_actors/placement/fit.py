@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from actorch._actors.node.spawn_request import SpawnRequest
-from actorch._actors.placement.share import NodeShare
-from actorch._actors.placement.where import Placed, Where
+from actorch._actors.node_share import NodeShare
+from actorch._actors.spawn_request import SpawnRequest
+from actorch._actors.where import Placed, Where
 from actorch._base.resources import GPUS, describe_amount
 from actorch._transport.base import NodeInfo
 

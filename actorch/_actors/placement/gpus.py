@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from actorch._actors.node_share import NodeShare
 from actorch._actors.placement.fit import lacks_capacity, lacks_free
-from actorch._actors.placement.share import NodeShare
 from actorch._base.errors import PlacementError
 from actorch._base.resources import GPUS
 

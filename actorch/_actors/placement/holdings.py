@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from actorch._actors.node_share import NodeShare
 from actorch._actors.placement.fit import lacks_free
 from actorch._actors.placement.gpus import GpuShare
-from actorch._actors.placement.share import NodeShare
 from actorch._base.errors import PlacementError
 from actorch._base.resources import GPUS
 

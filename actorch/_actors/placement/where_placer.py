@@ -23,22 +23,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Set as AbstractSet
+from typing import Any, Protocol, TypeVar
 
-from actorch._actors.node.node_request import NodeRequest
-from actorch._actors.node.service import NodeService
-from actorch._actors.node.spawn_request import SpawnRequest
+from actorch._actors.node_request import NodeRequest
+from actorch._actors.node_share import NodeShare
 from actorch._actors.placement.fit import EPSILON, LEAVING, LOST, RANK_0, by_node, lacks_free, refusal
-from actorch._actors.placement.share import NodeShare
-from actorch._actors.placement.where import Where
+from actorch._actors.ref import ActorRef
+from actorch._actors.spawn_request import SpawnRequest
+from actorch._actors.system_endpoints import ServiceEndpoints
+from actorch._actors.where import Where
+from actorch._base.config import SystemConfig
 from actorch._base.deadline import current_deadline
 from actorch._base.errors import NodeLostError, PlacementError, UnsupportedError
 from actorch._transport.base import NodeInfo
 
-if TYPE_CHECKING:
-    from actorch._actors.node.host import ActorHost
-
-__all__ = ["Placer", "SpawnThere", "all_or_none"]
+__all__ = ["Placer", "PlacerHost", "SpawnThere", "all_or_none"]
 
 T = TypeVar("T")
 
@@ -52,13 +52,50 @@ SpawnThere = Callable[[int, SpawnRequest], Awaitable[T]]
 """Spawns the request's actor on node ``rank`` (the node raises ``PlacementError`` if what it holds is taken)."""
 
 
+class PlacerHost(Protocol):
+    """What the placer needs of its node's actor host: the nodes as it knows them, refs to their services."""
+
+    rank: int
+    config: SystemConfig
+    leaving: set[int]  # nodes leaving the system (this one too, once it leaves)
+
+    @property
+    def services(self) -> Mapping[int, ActorRef[Any]]:
+        """Refs to every node's service, by rank."""
+
+    @property
+    def lost(self) -> Mapping[int, str]:
+        """The nodes gone for good, with why."""
+
+    @property
+    def left(self) -> AbstractSet[int]:
+        """The nodes that said they have left."""
+
+    @property
+    def log(self) -> Any:
+        """The node's logger."""
+
+    def peers(self) -> list[NodeInfo]:
+        """Every node of the world, by rank."""
+
+    def peer(self, rank: int) -> NodeInfo:
+        """What node ``rank`` says of itself."""
+
+    def knows(self, rank: int) -> bool:
+        """Whether this node has met node ``rank``."""
+
+    def on_peer_joined(self, listener: Callable[[NodeInfo], None]) -> None:
+        """Call ``listener(info)`` when a node joins."""
+
+
 class Placer:
     """Finds the node of every spawn and group of one node's system, and adds node processes for it."""
 
-    def __init__(self, host: ActorHost) -> None:
+    def __init__(self, host: PlacerHost) -> None:
+        """Place the spawns of ``host``'s node (its ``ActorHost``)."""
         self._host = host
         self._changed = asyncio.Event()
-        host.node.on_peer_joined(lambda info: self._changed.set())
+        host.on_peer_joined(lambda info: self._changed.set())
 
     def __repr__(self) -> str:
         return f"<Placer node {self._host.rank}>"
@@ -142,7 +179,7 @@ class Placer:
         refusals: dict[int, str] = {}
         asked: list[NodeInfo] = []
         unavailable = self._unavailable(request)
-        for info in host.node.peers():
+        for info in host.peers():
             if named is not None and info.rank != named:
                 continue  # the exact form: the node named is the one candidate, and the others are no reason
             why = refusal(info, request, unavailable)
@@ -173,9 +210,9 @@ class Placer:
 
     def _unavailable(self, request: SpawnRequest) -> dict[int, str]:
         """The nodes that take no actor of ``request`` now, and why: lost, leaving, or rank 0 for a relocatable one."""
-        node = self._host.node
-        unavailable = dict.fromkeys(node.left | self._host.leaving, LEAVING)
-        unavailable.update(dict.fromkeys(node.lost, LOST))
+        host = self._host
+        unavailable = dict.fromkeys(host.left | host.leaving, LEAVING)
+        unavailable.update(dict.fromkeys(host.lost, LOST))
         if request.relocatable:
             unavailable.setdefault(0, RANK_0)
         return unavailable
@@ -183,7 +220,7 @@ class Placer:
     async def _share(self, rank: int) -> NodeShare | None:
         """What node ``rank`` has free and who holds what; None if it is lost."""
         try:
-            found: NodeShare = await self._host.services[rank].call(NodeService.resources)
+            found: NodeShare = await self._host.services[rank].call(ServiceEndpoints.resources)
         except NodeLostError:
             return None
         return found
@@ -226,26 +263,26 @@ class Placer:
         """Have node ``rank`` (a process started for an actor that did not come) leave the system."""
         try:
             async with asyncio.timeout(self._host.config.stop_grace + 5.0):
-                await self._host.services[rank].call(NodeService.leave)
+                await self._host.services[rank].call(ServiceEndpoints.leave)
         except Exception as exc:  # noqa: BLE001 - its pool ends it when its owner does not come
-            self._host.node.log.warning("an actor's own process did not leave", peer=rank, error=repr(exc))
+            self._host.log.warning("an actor's own process did not leave", peer=rank, error=repr(exc))
 
     # ------------------------------------------------------------------ node processes
 
     async def add_nodes(self, request: NodeRequest) -> list[NodeInfo]:
         """Have rank 0, or the host agent of ``request.host``, start the node processes asked; them, once they serve."""
         rank = 0 if request.host is None else self.pool_of(request.host)
-        ranks: list[int] = await self._host.services[rank].call(NodeService.add_nodes, request)
+        ranks: list[int] = await self._host.services[rank].call(ServiceEndpoints.add_nodes, request)
         return await self._met(ranks)
 
     async def _met(self, ranks: list[int]) -> list[NodeInfo]:
         """Nodes ``ranks`` as this node knows them, once it does (rank 0 tells the others as it admits them)."""
-        transport = self._host.node.transport
+        host = self._host
         async with asyncio.timeout(MEET_WITHIN):
             while True:
                 self._changed.clear()  # cleared first: a node met after the look below still wakes the wait
-                if all(transport.knows(rank) for rank in ranks):
-                    return [transport.peer(rank) for rank in ranks]
+                if all(host.knows(rank) for rank in ranks):
+                    return [host.peer(rank) for rank in ranks]
                 await self._changed.wait()
 
     def pool_of(self, host: str) -> int:
@@ -254,8 +291,8 @@ class Placer:
         Raises:
             UnsupportedError: No node on that host starts processes; the message lists the agents there are.
         """
-        node = self._host.node
-        pools = [info for info in node.peers() if info.pool and info.rank not in node.lost]
+        lost = self._host.lost
+        pools = [info for info in self._host.peers() if info.pool and info.rank not in lost]
         found = [info.rank for info in pools if info.label == host] or [
             info.rank for info in pools if info.host == host
         ]
@@ -298,9 +335,9 @@ class Placer:
 
     def live_nodes(self, label: str | None = None) -> list[NodeInfo]:
         """The nodes neither lost nor leaving (with ``label``), by rank."""
-        node = self._host.node
-        gone = set(node.lost) | node.left | self._host.leaving
-        return [info for info in node.peers() if info.rank not in gone and (label is None or info.label == label)]
+        host = self._host
+        gone = set(host.lost) | host.left | host.leaving
+        return [info for info in host.peers() if info.rank not in gone and (label is None or info.label == label)]
 
 
 class _Attempts:

@@ -22,7 +22,7 @@ from actorch._base.errors import describe
 from actorch._engine.system_ids import RELOCATOR_ID
 
 if TYPE_CHECKING:
-    from actorch._actors.node.spawn_request import SpawnRequest
+    from actorch._actors.spawn_request import SpawnRequest
     from actorch._engine.caller import Caller
 
 __all__ = ["Relocatables"]

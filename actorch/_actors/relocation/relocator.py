@@ -34,34 +34,54 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from actorch._actors.actor import Actor
-from actorch._actors.node.service import NodeService
-from actorch._actors.node.supervisor import EXITS_KEPT, count_failure
 from actorch._actors.placement.fit import LEAVING, LOST, by_node
-from actorch._actors.placement.where import Placed, Where
 from actorch._actors.ref import ActorRef
 from actorch._actors.registry import Registry
 from actorch._actors.relocation.movable import MovableRef, Origin
 from actorch._actors.relocation.snapshots import SnapshotStore
 from actorch._actors.relocation.spec import RANK_0, RelocationSpec, eligible_nodes, restores_explicitly
-from actorch._actors.restart import ActorExit
-from actorch._actors.system_endpoints import RelocatorEndpoints
+from actorch._actors.restart import EXITS_KEPT, ActorExit, count_failure
+from actorch._actors.system_endpoints import RelocatorEndpoints, ServiceEndpoints
+from actorch._actors.where import Placed, Where
 from actorch._base.config import SystemConfig
 from actorch._base.errors import ActorStoppedError, NodeLostError, PlacementError, describe
+from actorch._transport.base import NodeInfo
 
 if TYPE_CHECKING:
-    from actorch._engine.node import Node
+    from actorch._engine.caller import Caller
 
 __all__ = ["RelocationHost", "Relocator"]
 
 
 class RelocationHost(Protocol):
-    """What the relocator needs of rank 0's actor host: its node, its refs to the services and registry."""
+    """What the relocator needs of rank 0's actor host: the nodes as it knows them, its refs, its loop and logger."""
 
-    node: Node
     config: SystemConfig
     leaving: set[int]  # nodes leaving the system
-    services: Mapping[int, ActorRef[NodeService]]
     registry: ActorRef[Registry]
+
+    @property
+    def services(self) -> Mapping[int, ActorRef[Any]]:
+        """Refs to every node's service, by rank."""
+
+    @property
+    def lost(self) -> Mapping[int, str]:
+        """The nodes gone for good, with why."""
+
+    @property
+    def log(self) -> Any:
+        """The node's logger."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The node's event loop."""
+
+    @property
+    def caller(self) -> Caller:
+        """The node's caller: the context refs in a snapshot read from a file are rebuilt in."""
+
+    def peers(self) -> list[NodeInfo]:
+        """Every node of the world, by rank."""
 
 
 @dataclass(eq=False)
@@ -101,25 +121,21 @@ class Relocator(Actor, RelocatorEndpoints):
 
     max_concurrency = 1 << 30  # refs wait here while their actor moves
 
-    def __init__(self, host: RelocationHost) -> None:
+    def __init__(self, host: RelocationHost, store: SnapshotStore | None) -> None:
+        """Move actors through ``host``; keep named actors' snapshots in ``store`` too, if the system has one."""
         self._host = host
         self._actors: dict[Origin, _Relocatable] = {}
         self._unadopted: dict[Origin, tuple[Any]] = {}  # snapshots saved by on_start, before the adoption
         self._ended: OrderedDict[Origin, ActorExit] = OrderedDict()  # how actors no longer here ended
         self._moves: set[asyncio.Task[None]] = set()
         self._counts = {"relocated": 0, "not_relocated": 0, "snapshots": 0}
-        directory = host.config.snapshots
-        self._store = (
-            None
-            if directory is None
-            else SnapshotStore(directory, host.config.snapshots_kept, host.node.caller.codec, host.node.log)
-        )
+        self._store = store
 
     async def adopt(self, spec: RelocationSpec) -> None:
         """Relocate the actor ``spec`` says when its node is lost (its host calls this once it started)."""
         origin = spec.origin
         state = self._unadopted.pop(origin, None)
-        if origin[0] in self._host.node.lost:
+        if origin[0] in self._host.lost:
             raise NodeLostError(f"{spec.label(origin)} cannot be relocated: its node was lost as it started")
         self._actors[origin] = _Relocatable(spec, origin, state)
 
@@ -158,7 +174,7 @@ class Relocator(Actor, RelocatorEndpoints):
         """
         if self._store is None:
             return None
-        return await self._store.load(name, self._host.node.caller)
+        return await self._store.load(name, self._host.caller)
 
     async def latest(self, name: str) -> tuple[int, float, str] | None:
         """The newest snapshot file of the actor named ``name``, unread: ``(serial, saved, path)``; None if none.
@@ -222,14 +238,14 @@ class Relocator(Actor, RelocatorEndpoints):
     # ------------------------------------------------------------------ moving
 
     def _start_move(self, origin: Origin, entry: _Relocatable, lost: int) -> None:
-        entry.moving = task = self._host.node.loop.create_task(self._move(origin, entry, lost))
+        entry.moving = task = self._host.loop.create_task(self._move(origin, entry, lost))
         self._moves.add(task)
         task.add_done_callback(self._moves.discard)
         entry.notify()
 
     async def _move(self, origin: Origin, entry: _Relocatable, lost: int) -> None:
         """Build the actor again elsewhere, bind its name there; or give it up, releasing the name."""
-        spec, log = entry.spec, self._host.node.log
+        spec, log = entry.spec, self._host.log
         loop = asyncio.get_running_loop()
         began = loop.time()
         try:
@@ -255,7 +271,7 @@ class Relocator(Actor, RelocatorEndpoints):
         entry.home, entry.moving = (ref.rank, ref._actor_id), None
         entry.moves += 1
         self._counts["relocated"] += 1
-        if ref.rank in self._host.node.lost:  # lost again while it started there: move on at once
+        if ref.rank in self._host.lost:  # lost again while it started there: move on at once
             self._start_move(origin, entry, ref.rank)
             return
         if spec.request.name is not None:
@@ -283,20 +299,20 @@ class Relocator(Actor, RelocatorEndpoints):
         await self._settled(spec.request.where)
         store, name = self._store, spec.request.name
         if entry.state is None and store is not None and name is not None and not restores_explicitly(spec.request):
-            entry.state = await store.load(name, self._host.node.caller)  # it started from there, saved nothing since
+            entry.state = await store.load(name, self._host.caller)  # it started from there, saved nothing since
         refused: dict[int, str] = {}
         while True:
             load: dict[int, int] = {}
             for other in self._actors.values():
                 load[other.home[0]] = load.get(other.home[0], 0) + 1
-            chosen, unfit = eligible_nodes(spec, self._host.node.peers(), self._unavailable(), load, self._home_of)
+            chosen, unfit = eligible_nodes(spec, self._host.peers(), self._unavailable(), load, self._home_of)
             candidates = [rank for rank in chosen if rank not in refused]
             if not candidates:
                 raise _NotMoved(f"no node can host it ({by_node({**unfit, **refused})})")
             rank = entry.target = candidates[0]
             try:
                 ref: ActorRef[Any] = await self._host.services[rank].call(
-                    NodeService.spawn, spec.request, origin=spec.origin, kept=entry.state
+                    ServiceEndpoints.spawn, spec.request, origin=spec.origin, kept=entry.state
                 )
             except (PlacementError, NodeLostError) as exc:
                 refused[rank] = describe(exc)
@@ -322,7 +338,7 @@ class Relocator(Actor, RelocatorEndpoints):
     def _unavailable(self) -> dict[int, str]:
         host = self._host
         unavailable = dict.fromkeys(host.leaving, LEAVING)
-        unavailable.update(dict.fromkeys(host.node.lost, LOST))
+        unavailable.update(dict.fromkeys(host.lost, LOST))
         unavailable[0] = RANK_0
         return unavailable
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from actorch._actors.node.spawn_request import SpawnRequest
 from actorch._actors.placement.fit import RANK_0, HomeOf, rank_of, refusal
 from actorch._actors.relocation.movable import Origin
+from actorch._actors.spawn_request import SpawnRequest
 from actorch._base.codec import serializable
 from actorch._base.names import actor_label
 from actorch._transport.base import NodeInfo

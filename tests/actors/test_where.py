@@ -18,8 +18,8 @@ from fake_gpus import FakeAccelerator, installed
 
 import actorch
 from actorch._actors.node.spawner import Spawner
-from actorch._actors.placement.where import Where, where_of
 from actorch._actors.ref import make_ref
+from actorch._actors.where import Where, where_of
 from actorch._base.resources import check_resources, describe_amount, detect_resources
 from actorch._launch.cli_serve import parse_resource
 from actorch._launch.cli_tables import status_tables

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from actorch._actors.placement.where import check_env, check_text
+from actorch._actors.where import check_env, check_text
 from actorch._base.codec import serializable
 from actorch._base.config import is_count
 from actorch._base.resources import check_resources

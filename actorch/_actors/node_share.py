@@ -1,11 +1,13 @@
 """``NodeShare``: what one node says it has free for actors now, and who holds the rest.
 
-Each node's service answers it (``NodeService.resources``), counting its GPUs
-in with its other resources (``holdings.node_share``); the placer compares it
-with what a spawn holds (``fit.lacks_free``), and ``actorch status`` shows it
-as the node's ``free`` and ``held``. It is a typed dict rather than a class:
-it travels as the plain mapping it is, and a node's status takes its two
-entries in as they are.
+Each node's service answers it (``NodeService.resources``), counting its
+GPUs in with its other resources (``placement.holdings.node_share``); the
+placer compares it with what a spawn holds (``placement.fit.lacks_free``),
+and ``actorch status`` shows it as the node's ``free`` and ``held``. It is a
+typed dict rather than a class: it travels as the plain mapping it is, and a
+node's status takes its two entries in as they are. Part of the vocabulary
+at the bottom of ``_actors``, so that the service's declared endpoints
+(``system_endpoints``) can name it.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import InitVar, dataclass, field, replace
 from typing import Any
 
-from actorch._actors.placement.where import Where
 from actorch._actors.restart import Restart
+from actorch._actors.where import Where
 from actorch._base.codec import serializable
 from actorch._base.resources import GPUS
 
