@@ -45,7 +45,7 @@ from actorch._actors.restart import ActorExit, Restart
 from actorch._actors.system import ActorSystem, MembershipEvent, NodeInfo
 from actorch._actors.where import Where
 from actorch._base.channels.leases import Lease, lease
-from actorch._base.codec import serializable
+from actorch._base.codec import Shared, serializable, shared
 from actorch._base.errors import (
     ActorchError,
     ActorNotFoundError,
@@ -121,6 +121,7 @@ __all__ = [
     "ReplayBuffer",
     "Restart",
     "SerializationError",
+    "Shared",
     "SnapshotError",
     "Stream",
     "SystemClosedError",
@@ -141,6 +142,7 @@ __all__ = [
     "save_tensors",
     "serializable",
     "serve",
+    "shared",
     "start",
 ]
 

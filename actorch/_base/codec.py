@@ -47,10 +47,12 @@ __all__ = [
     "MAX_NESTING",
     "OWN_CODES",
     "Codec",
+    "Shared",
     "current_context",
     "register_extension",
     "register_side_type",
     "serializable",
+    "shared",
     "tensor_path",
     "value_path",
 ]
@@ -62,6 +64,7 @@ _SIDE = 3  # an item of the side list as it is: a transport object (RRef), or a 
 _INLINE = 5  # the inline channel's: a small CPU tensor carried in the bytes (decoded here, without a call)
 _PARTS = 6  # a sparse or quantized tensor as the parts that rebuild it (index, value, integer tensors...)
 _TENSORDICT = 7  # a tensordict.TensorDict: batch size, device, names, lock, then its entries
+_SHARED = 12  # a value sent with shared(): its tensors placed once for every receiver of a host or GPU
 _FIRST_OWN_CODE = 16
 _FIRST_USER_CODE = 32
 
@@ -219,6 +222,40 @@ def serializable(code: int | None = None) -> Callable[[type[T]], type[T]]:
 _STANDARD = DataPlane.standard()
 
 
+class Shared:
+    """A value sent to many receivers whose tensors are placed once per host or GPU; made by :func:`shared`.
+
+    Send the same ``Shared`` object in several messages (a stream item each
+    watcher gets, a result many callers pull, a tell to many actors), and a
+    tensor in it that a channel places apart from the message (a segment of
+    shared memory, a GPU block) is placed once for all of them and lent to
+    each receiver that reaches it: the receivers of one host (or one GPU)
+    share one copy, and must treat it as read-only. Elsewhere, and between
+    actors of one process, it travels as its value does. Receivers get the
+    value itself, never the wrapper.
+
+    Attributes:
+        value: The value sent.
+    """
+
+    __slots__ = ("_placements", "value")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._placements: dict[Any, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<actorch.Shared {type(self.value).__qualname__}, {len(self._placements)} tensors placed>"
+
+
+def shared(value: Any) -> Shared:
+    """``value``, to be sent to many receivers with its tensors placed once per host or GPU (see :class:`Shared`).
+
+    Keep the object and send it again: what it placed is reused while it lives.
+    """
+    return Shared(value)
+
+
 class Codec:
     """Encodes and decodes message bodies; one per node, strict or not, with the node's data plane."""
 
@@ -358,8 +395,8 @@ class _Encoding:
         """What msgpack cannot pack itself: tensors, tuples, side objects, extensions, pickles."""
         if isinstance(obj, torch.Tensor):
             return self.tensor(obj)
-        if type(obj) is tuple:
-            return msgpack.ExtType(_TUPLE, self.nested(list(obj)))
+        if type(obj) is tuple or type(obj) is Shared:
+            return self.wrapped(obj)
         if _side_types and isinstance(obj, _side_types):
             return msgpack.ExtType(_SIDE, self.add(obj).to_bytes(4, "little"))
         registered = _encoders.get(type(obj))
@@ -383,6 +420,19 @@ class _Encoding:
         except Exception as exc:
             what = f"{self.prefix(obj)}cannot serialize {type(obj).__qualname__} value"
             raise SerializationError(f"{what}: {exc}") from exc
+
+    def wrapped(self, obj: tuple[Any, ...] | Shared) -> msgpack.ExtType:
+        """A tuple (its items, to come back a tuple), or a :class:`Shared` value (its tensors placed once)."""
+        if type(obj) is tuple:
+            return msgpack.ExtType(_TUPLE, self.nested(list(obj)))
+        assert isinstance(obj, Shared)
+        if self.route is None:  # this very process: the value as it is
+            return msgpack.ExtType(_SHARED, self.nested(obj.value))
+        outer, self.shared = self.shared, obj._placements
+        try:
+            return msgpack.ExtType(_SHARED, self.nested(obj.value))
+        finally:
+            self.shared = outer
 
     def prefix(self, obj: Any) -> str:
         """Where ``obj`` sits in the value, as a refusal's prefix (``args[0]['env']: ``); empty if it is not found."""
@@ -472,6 +522,8 @@ class _Decoding:
         """The value of a sparse tensor, TensorDict, pickle or registered extension."""
         if code == _PARTS:
             return from_parts(self.unpack(payload))
+        if code == _SHARED:
+            return self.unpack(payload)
         if code == _TENSORDICT:
             return rebuild(self.unpack(payload))
         if code == _PICKLE:

@@ -15,6 +15,7 @@ from collections.abc import Coroutine
 from time import monotonic, perf_counter_ns
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from actorch._base.codec import Shared
 from actorch._base.deadline import inherited_deadline
 from actorch._base.errors import (
     ActorStoppedError,
@@ -455,7 +456,7 @@ class Caller(NodeSide):
                     error = outcome = handler_error(exc, label, endpoint)  # keeps exc as its (unprinted) context
                 else:
                     failed = False
-                    return result
+                    return result.value if type(result) is Shared else result  # a caller here gets the value
         finally:
             inherited_deadline.reset(deadline_token)
             current_call.reset(token)

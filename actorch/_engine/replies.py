@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from actorch._base.codec import Shared
 from actorch._base.errors import describe
 from actorch._engine.flow import FlowControl
 from actorch._engine.message import Message, Origin, Reply
@@ -28,9 +29,9 @@ class LocalReply(Reply):
         self.label = label  # the actor called, as the caller's ref names it
 
     def result(self, message: Message, value: Any) -> None:
-        """Hand the caller the handler's result."""
+        """Hand the caller the handler's result (the value of a :class:`~actorch.Shared` one)."""
         if not self.future.done():
-            self.future.set_result(value)
+            self.future.set_result(value.value if type(value) is Shared else value)
 
     def error(self, message: Message, exc: BaseException, origin: Origin) -> None:
         """Raise ``exc`` at the caller, as a ``RemoteError`` if the handler raised it."""

@@ -30,6 +30,7 @@ import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
+from actorch._base.codec import Shared
 from actorch._base.errors import (
     ActorStoppedError,
     NodeLostError,
@@ -311,7 +312,7 @@ class _LocalLink(Outlet, _Link, Reply):
     def put(self, item: Any) -> None:
         stream = self.stream()
         if stream is not None and self.live:
-            stream._arrived(item)
+            stream._arrived(item.value if type(item) is Shared else item)  # a consumer here gets the value
 
     def close(self) -> None:
         if not self.live:

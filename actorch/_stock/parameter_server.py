@@ -29,13 +29,13 @@ import copy
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
 import torch
 from torch import nn
 
 from actorch._actors.actor import Actor
-from actorch._base.codec import serializable
+from actorch._base.codec import Shared, serializable, shared
 from actorch._base.errors import SnapshotError
 from actorch._stock.import_paths import resolve
 from actorch._stock.transfer import DeviceLike, as_device, to_device
@@ -212,6 +212,7 @@ class ParameterServer(Actor):
         )
         self._version = 0
         self._published: dict[torch.device, Parameters] = {}  # the current version, by device
+        self._sharing: dict[torch.device, Shared] = {}  # what watch streams send of it: one copy per host or GPU
         self._round: _Round | None = None
         self._rrefs: list[Any] | None = None
         self._counts = {"pulls": 0, "pulls_unchanged": 0, "pushes": 0, "steps": 0, "watched": 0, "saved": 0}
@@ -413,7 +414,8 @@ class ParameterServer(Actor):
                     continue
                 sent = self._version
                 self._counts["watched"] += 1
-                yield self._snapshot(target) if parameters else sent
+                # A watcher receives Parameters: the Shared wrapper only says to place them once per host or GPU.
+                yield cast(Parameters, self._watched(target)) if parameters else sent
         finally:
             self._watchers -= 1
 
@@ -512,6 +514,14 @@ class ParameterServer(Actor):
         self._published = {}
         self._moved.set()  # wakes the watchers
         self._moved = asyncio.Event()
+
+    def _watched(self, device: torch.device) -> Shared | Parameters:
+        """The current snapshot as every watcher gets it: placed once per host or GPU and shared, read-only."""
+        snapshot = self._snapshot(device)
+        sent = self._sharing.get(device)
+        if sent is None or sent.value is not snapshot:
+            sent = self._sharing[device] = shared(snapshot)
+        return sent
 
     def _snapshot(self, device: torch.device | None = None) -> Parameters:
         # One copy per version and device, shared by every pull of it: the live

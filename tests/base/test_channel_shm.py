@@ -255,6 +255,9 @@ def test_a_multicast_places_a_tensor_once_and_lends_it_to_every_node_of_the_host
         assert a.pool.statistics()["lent"] == 1, "c still holds it"
         del at_c
         gc.collect()
+        assert a.pool.statistics()["lent"] == 1, "the placement is kept while the multicast's dict lives"
+        del shared, to_b, to_c
+        gc.collect()
         assert a.pool.statistics()["lent"] == 0
         a.codec.encode([sent], route=TensorRoute(1, reach=b.reach()))
         a.codec.encode([sent], route=TensorRoute(2, reach=c.reach()))
@@ -262,3 +265,35 @@ def test_a_multicast_places_a_tensor_once_and_lends_it_to_every_node_of_the_host
     finally:
         for side in (a, b, c):
             side.pool.close()
+
+
+def test_a_shared_value_sent_in_many_messages_is_placed_once_while_it_lives() -> None:
+    a, b, c = Side(0, "6"), Side(1, "7"), Side(2, "8")
+    try:
+        weights = actorch.shared({"w": torch.randn(MIB // 4), "step": 3})
+        assert repr(weights).startswith("<actorch.Shared dict")
+        first = a.send(b, weights)
+        a.pool.place(MIB, rank=9)  # other sends meanwhile must not take its segment
+        second = a.send(c, weights)
+        third = a.send(b, weights)
+        assert a.pool.statistics()["segments"] == 2, "the weights' segment once, and the other send's"
+        got = [side.receive(message) for side, message in ((b, first), (c, second), (b, third))]
+        assert all(torch.equal(value["w"], weights.value["w"]) and value["step"] == 3 for value in got)
+        assert type(got[0]) is dict, "receivers get the value, not the wrapper"
+        del got, first, second, third
+        gc.collect()
+        assert a.pool.statistics()["lent"] == 2, "the shared value keeps its placement; the other send is out"
+        del weights
+        gc.collect()
+        assert a.pool.statistics()["lent"] == 1
+    finally:
+        for side in (a, b, c):
+            side.pool.close()
+
+
+def test_a_shared_value_for_this_very_process_is_its_value() -> None:
+    codec = Codec()
+    value = {"w": torch.ones(3)}
+    body, side = codec.encode([actorch.shared(value)])
+    [received] = codec.decode(body, side)
+    assert received["w"] is value["w"]

@@ -483,3 +483,28 @@ async def test_a_call_made_in_another_thread_runs_on_the_nodes_loop(world: Local
 
     assert await asyncio.to_thread(from_a_thread) == (False, "slept")
     assert world._hosts[0].node.caller.pending == {}
+
+
+class Publisher(actorch.Actor):
+    """Sends the same weights, wrapped in actorch.shared, to whoever asks."""
+
+    def __init__(self) -> None:
+        self.weights = actorch.shared({"w": torch.arange(4.0)})
+
+    async def weights_now(self) -> Any:
+        return self.weights
+
+    async def stream_weights(self, count: int) -> Any:
+        for _ in range(count):
+            yield self.weights
+
+
+async def test_a_shared_result_reaches_its_caller_as_its_value_here_and_on_another_node(
+    world: LocalWorld, on: int
+) -> None:
+    publisher = await world[0].spawn(Publisher, on=on)
+    got = await publisher.call(Publisher.weights_now)
+    assert type(got) is dict
+    assert got["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    items = [item async for item in publisher.stream(Publisher.stream_weights, 2)]
+    assert [type(item) for item in items] == [dict, dict]

@@ -28,7 +28,7 @@ from actorch._base.channels.route import TensorRoute
 
 __all__ = ["CHANNEL_CODES", "Arrival", "Channel", "Outgoing"]
 
-CHANNEL_CODES: Mapping[str, int] = {
+CHANNEL_CODES: Mapping[str, int] = {  # 12 is the codec's own (a value sent with shared())
     "transport": 0,
     "staged": 4,
     "inline": 5,

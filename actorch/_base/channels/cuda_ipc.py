@@ -103,6 +103,18 @@ class _Ledger:
         self.counters[slot] = 0
 
 
+class _Hold:
+    """A ledger slot a block's maker holds itself, given back when the placement that keeps it is let go."""
+
+    __slots__ = ("ledger", "slot")
+
+    def __init__(self, ledger: _Ledger, slot: int) -> None:
+        self.ledger, self.slot = ledger, slot
+
+    def __del__(self) -> None:
+        self.ledger.give_back(self.slot)
+
+
 class _Block:
     """A block of one GPU's memory a sender copies tensors into, with its IPC handle and interprocess event."""
 
@@ -163,8 +175,9 @@ class CudaIpcChannel(Channel):
     def send(self, tensor: torch.Tensor, route: TensorRoute, out: Outgoing) -> list[Any] | None:
         """The block's handle, the tensor's place, the event and the ledger slot; None: the next channel takes it.
 
-        In a multicast (``out.shared``), a tensor placed for one node is lent as
-        it is to the others that see its GPU: one copy per GPU, shared read-only.
+        In a multicast or a :class:`~actorch.Shared` value (``out.shared``), a
+        tensor placed for one node is lent as it is to the others that see its
+        GPU: one copy per GPU, shared read-only.
         """
         try:
             return self._send(tensor, route, out.shared)
@@ -179,7 +192,7 @@ class CudaIpcChannel(Channel):
         ledger = self._ledger
         earlier = None if shared is None else shared.get((self.name, id(tensor)))
         if earlier is not None and earlier[0] is tensor:  # placed for another node of this multicast already
-            _, block, extent, strides = earlier
+            _, block, extent, strides, _ = earlier
         else:
             original = tensor
             if tensor.is_conj() or tensor.is_neg():
@@ -194,7 +207,11 @@ class CudaIpcChannel(Channel):
             target.copy_(tensor)  # on the current stream, after whatever the sender queued before sending
             block.event.record(torch.cuda.current_stream(tensor.device))
             if shared is not None:
-                shared[(self.name, id(original))] = (original, block, extent, strides)
+                kept = ledger.take()  # the block stays this node's while the placement is kept
+                if kept is not None:
+                    block.lends[kept] = -1
+                hold = None if kept is None else _Hold(ledger, kept)
+                shared[(self.name, id(original))] = (original, block, extent, strides, hold)
         slot = ledger.take()
         if slot is None:
             self.stepped_aside += 1

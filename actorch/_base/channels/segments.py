@@ -388,6 +388,12 @@ class SegmentPool:
             totals[rank] = totals.get(rank, 0) + nbytes
         return segment, slot, generation
 
+    def hold(self, segment: Segment) -> tuple[int, int] | None:
+        """Lend ``segment`` to this process itself (its slot and generation), uncounted: kept until released."""
+        generation = next(self._generations)
+        slot = segment.lend(-1, generation)
+        return None if slot is None else (slot, generation)
+
     def lent_to(self, rank: int) -> int:
         """Bytes lent to node ``rank`` that it has not let go of (counted from the oldest lend: at least this many)."""
         out = self._out.get(rank)

@@ -33,6 +33,7 @@ from actorch._base.channels.route import TensorRoute
 from actorch._base.channels.segments import (
     HEADER,
     SLOTS,
+    Segment,
     SegmentMaps,
     SegmentPool,
     host_identity,
@@ -47,9 +48,6 @@ REACH_KEY = "shm"
 
 SEGMENTS_KEY = "shm_segments"
 """The key of a node's ``reach`` giving the prefix of its segments' names (removed when it is lost)."""
-
-SELF = -1
-"""The rank a node's pool lends its own segments to, when a tensor it lent comes back by reference."""
 
 Warn = Callable[[str], None]
 
@@ -190,7 +188,9 @@ class SharedMemoryChannel(Channel):
             self.by_value += 1
             return None
         if shared is not None:
-            shared[(self.name, id(original))] = (original, segment, extent, strides)
+            hold = self.pool.hold(segment)  # the segment stays this node's while the placement is kept
+            kept = None if hold is None else _Hold(segment, *hold)
+            shared[(self.name, id(original))] = (original, segment, extent, strides, kept)
         return self._reference(segment.name, segment.size, 0, extent, tensor, strides, slot, generation)
 
     def _lent_again(self, tensor: torch.Tensor, dest: int, shared: dict[Any, Any]) -> list[Any] | None:
@@ -198,7 +198,7 @@ class SharedMemoryChannel(Channel):
         earlier = shared.get((self.name, id(tensor)))
         if earlier is None or earlier[0] is not tensor:
             return None
-        _, segment, extent, strides = earlier
+        _, segment, extent, strides, _ = earlier
         again = self.pool.lend(segment, dest, extent)
         if again is None:
             return None
@@ -273,11 +273,11 @@ class SharedMemoryChannel(Channel):
             raise SerializationError(
                 f"a tensor came back in segment {name} at a malformed place ({offset!r}, {extent!r})"
             )
-        placed = self.pool.lend(segment, SELF, extent)
+        placed = self.pool.hold(segment)
         segment.taken_back(slot, generation)
         if placed is None:  # every slot is out: a copy of its own, and the segment is free for the sender again
             return memoryview(bytearray(segment.view[HEADER + offset : HEADER + offset + extent]))
-        _, own_slot, own_generation = placed
+        own_slot, own_generation = placed
         mine = segment.view[HEADER + offset : HEADER + offset + extent]
         segment.receive(own_slot, own_generation)
         weakref.finalize(mine, segment.release, own_slot, own_generation)
@@ -336,6 +336,18 @@ class SharedMemoryChannel(Channel):
                 f"tensors for this host go by value: {self.pool.refusal}; give /dev/shm more room "
                 "(docker run --shm-size=1g), or run(channels=...) without 'shm'"
             )
+
+
+class _Hold:
+    """A segment's lend to its own maker, given back when the placement that keeps it is let go."""
+
+    __slots__ = ("generation", "segment", "slot")
+
+    def __init__(self, segment: Segment, slot: int, generation: int) -> None:
+        self.segment, self.slot, self.generation = segment, slot, generation
+
+    def __del__(self) -> None:
+        self.segment.release(self.slot, self.generation)
 
 
 def _copy_into(data: torch.Tensor, tensor: torch.Tensor, strides: list[int], extent: int) -> bool:
