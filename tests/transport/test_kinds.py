@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import pickle
 import socket
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -185,3 +187,14 @@ def test_prepare_join_goes_through_the_kind_a_wrapping_kind_wraps_and_refuses_on
 def test_running_and_at_exit_ask_every_kind() -> None:
     assert not kinds.running()
     kinds.at_exit()  # nothing runs: nothing to take down, and it returns
+
+
+def test_each_kind_is_the_kind_record_of_one_module_and_one_line_of_the_table() -> None:
+    source = Path(kinds.__file__).read_text()
+    table = source[source.index("KINDS: tuple") : source.index('"""Every kind of transport')]
+    lines = [line.strip() for line in table.splitlines()[1:-1]]
+    assert len(lines) == len(KINDS)
+    for kind, line in zip(KINDS, lines, strict=True):
+        home = sys.modules[kind.open.__module__]
+        assert home.KIND is kind  # type: ignore[attr-defined]
+        assert line.endswith(".KIND,")

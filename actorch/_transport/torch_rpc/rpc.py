@@ -594,7 +594,7 @@ class RpcTransport(Transport):
     def _rpc_bundle(self, dest: int, bundle: Bundle) -> str | None:
         next_seq = self.links.next_seq
         seq = next_seq.get(dest)
-        if seq is None or dest in self._lost_ranks:
+        if seq is None or dest in self._lost_ranks or dest in self._gone:
             return None  # lost or gone: the node above fails what waits for it
         next_seq[dest] = seq + 1
         messages, tensors = bundle
