@@ -31,7 +31,7 @@ from actorch._launch.options import IN_PROCESS, ConfigKeywords, options_of, syst
 from actorch._transport.base import NodeTraits
 from actorch._transport.faulty import Delay, Drop, FaultyTransport, Partition
 from actorch._transport.inprocess import InProcess, InProcessHub
-from actorch._transport.kinds import open_transport
+from actorch._transport.kinds import innermost, open_transport
 from actorch._transport.world import DEFAULT_LIVENESS_TIMEOUT, WorldSpec
 
 __all__ = [
@@ -140,6 +140,11 @@ async def local_world(
     if not is_number(liveness_timeout, inclusive=False):
         raise ValueError(f"liveness_timeout must be a positive number of seconds, not {liveness_timeout!r}")
     kind = InProcess() if transport is None else transport
+    if not isinstance(innermost(kind), InProcess):
+        raise ValueError(
+            "local_world runs every node in this process: its transport is InProcess() or a kind that wraps it, "
+            f"not {kind!r}"
+        )
     config = system_config(options_of("local_world", None, options, takes=IN_PROCESS, defaults=_IN_PROCESS_DEFAULTS))
     ranks = set(labels or {}) | set(resources or {})
     traits = {
@@ -150,10 +155,13 @@ async def local_world(
     specs = [
         WorldSpec(rank, world_size, hub.address, 0, liveness_timeout=liveness_timeout) for rank in range(world_size)
     ]
-    opened = [open_system(open_transport(spec, kind), config) for spec in specs]
+    transports = [open_transport(spec, kind) for spec in specs]
+    opened = [open_system(transport, config) for transport in transports]
     hosts = [host for _, host in opened]
     for host in hosts:
         await host.start_services()
+    for opened_transport in transports:
+        await opened_transport.start()  # in process, nothing to join; a kind that wraps it starts its own work
     world = LocalWorld(hub, [system for system, _ in opened], hosts)
     try:
         yield world

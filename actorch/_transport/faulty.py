@@ -306,8 +306,14 @@ class FaultInjection(Wrapper):
         loop = asyncio.get_running_loop()
         self._clock0 = loop.time() if self._epoch is None else loop.time() + self._epoch - time.time()
         await super().start()
+        now = self._now()
         for partition in self._partitions:
-            self._handles.append(loop.call_at(self._clock0 + partition.start, self._begin, partition))
+            if partition.stop is not None and partition.stop <= now:
+                continue  # over before this node joined
+            if partition.start <= now:
+                self._begin(partition)  # in force already: from the first bundle on
+            else:
+                self._handles.append(loop.call_at(self._clock0 + partition.start, self._begin, partition))
             if partition.stop is not None:
                 self._handles.append(loop.call_at(self._clock0 + partition.stop, self._end, partition))
 

@@ -27,6 +27,7 @@ __all__ = [
     "KINDS",
     "at_exit",
     "default_options",
+    "innermost",
     "kind_named",
     "kind_of",
     "open_transport",
@@ -75,6 +76,19 @@ def kind_of(options: object) -> Kind[Any]:
             return kind
     records = ", ".join(f"{kind.options.__name__}(...)" for kind in KINDS)
     raise TypeError(f"transport= takes a transport kind's options record ({records}), not {options!r}")
+
+
+def innermost(options: object) -> object:
+    """The options of the kind at the core of ``options``: those of the kind it wraps, and so on, or its own.
+
+    Raises:
+        TypeError: A record on the way is no kind's options record.
+    """
+    kind = kind_of(options)
+    while kind.wraps is not None:
+        options = kind.wraps(options)
+        kind = kind_of(options)
+    return options
 
 
 def open_transport(spec: WorldSpec, options: object) -> Transport:
