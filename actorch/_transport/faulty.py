@@ -319,6 +319,7 @@ class FaultInjection(Wrapper):
 
     async def close(self) -> None:
         """Stop the schedule; what waits on the links is dropped (a closing transport may drop pending sends)."""
+        self._flush()  # what is queued goes through the faults first, as any send
         for handle in [*self._handles, *self._timers.values()]:
             handle.cancel()
         self._handles.clear()

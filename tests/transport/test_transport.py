@@ -10,6 +10,7 @@ from actorch._transport.base import PORT_HOLD, NodeInfo, Port
 from actorch._transport.bridge import Inbox
 from actorch._transport.inprocess import InProcessHub
 from actorch._transport.network import address_towards, interface_chosen, interface_towards
+from actorch._transport.torch_rpc import inbox
 from actorch._transport.torch_rpc import rpc as _rpc_transport
 from actorch._transport.torch_rpc.options import TorchRpc
 from actorch._transport.torch_rpc.rpc import RpcTransport
@@ -370,10 +371,10 @@ async def test_rpc_hands_the_loop_typed_items_a_bundle_arrived_refused_or_answer
         transport._lost_from_thread(1, "gone")
         await asyncio.sleep(0)
         assert [type(item) for item in posted] == [
-            _rpc_transport.Arrived,
-            _rpc_transport.Refused,
-            _rpc_transport.Answered,
-            _rpc_transport.Lost,
+            inbox.Arrived,
+            inbox.Refused,
+            inbox.Answered,
+            inbox.Lost,
         ]
         arrived = posted[0]
         assert (arrived.src, arrived.seq, arrived.bundle[0], arrived.context) == (1, 0, [b"x"], -1)

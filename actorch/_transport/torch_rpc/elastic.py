@@ -49,8 +49,9 @@ from actorch._transport.membership import (
     own_info,
 )
 from actorch._transport.torch_rpc import rpc as rpc_transport
+from actorch._transport.torch_rpc.inbox import Joined
 from actorch._transport.torch_rpc.options import TorchRpc
-from actorch._transport.torch_rpc.rpc import Joined, RpcTransport, tensorpipe_options, worker_name
+from actorch._transport.torch_rpc.rpc import RpcTransport, tensorpipe_options, worker_name
 from actorch._transport.torch_rpc.rpc_setup import cpp_errors_quiet, quiet_cpp_logs, rendezvous_store
 from actorch._transport.world import DEFAULT_LIVENESS_TIMEOUT
 

@@ -28,8 +28,8 @@ Peers can be cut off on purpose (``Severable``, for fault injection): neither
 pinged nor heard, and judged by their silence alone.
 
 Everything torch's threads hand the loop goes through one ``Inbox`` as a typed
-item: a bundle ``Arrived`` (with its response, if it came by torch RPC),
-replies ``Answered`` on a bundle's response, a bundle ``Refused``, a peer
+item (``inbox``): a bundle ``Arrived`` (with its response, if it came by torch
+RPC), replies ``Answered`` on a bundle's response, a bundle ``Refused``, a peer
 ``Lost``, a node ``Joined``.
 
 The module is one piece past 600 lines because the send path, the watch on
@@ -48,7 +48,6 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -66,6 +65,7 @@ from actorch._transport.membership import own_info
 from actorch._transport.network import address_towards, interface_chosen, interface_towards, is_loopback
 from actorch._transport.sequencing import LinkOrder
 from actorch._transport.suspicion import Suspicion
+from actorch._transport.torch_rpc.inbox import Answered, Arrived, InboxItem, Joined, Lost, Refused
 from actorch._transport.torch_rpc.options import TorchRpc
 from actorch._transport.torch_rpc.rpc_setup import (
     exchange_node_facts,
@@ -76,7 +76,7 @@ from actorch._transport.torch_rpc.rpc_setup import (
 )
 from actorch._transport.world import DEFAULT_LIVENESS_TIMEOUT
 
-__all__ = ["Answered", "Arrived", "Joined", "Lost", "Refused", "RpcTransport", "tensorpipe_options"]
+__all__ = ["RpcTransport", "tensorpipe_options"]
 
 # torch's RPC pickler carries RRefs (with their reference counting) in the side list.
 register_side_type(rpc.PyRRef)  # type: ignore[attr-defined]
@@ -87,57 +87,6 @@ HEARTBEATS_PER_TIMEOUT = 5
 """Heartbeats go every this fraction of the liveness timeout."""
 EXPELLED = "actorch:expelled"
 """A bundle's or ping's answer from a node that counts the sender lost (or does not know it)."""
-
-
-@dataclass(slots=True)
-class Arrived:
-    """A bundle from ``src``, numbered ``seq`` on its link, to take in link order.
-
-    ``response`` is torch's future its replies ride back on (None for a bundle
-    that came on a path beside torch RPC, which has none); ``context`` the
-    distributed autograd context it was sent in.
-    """
-
-    src: int
-    seq: int
-    bundle: Bundle
-    response: torch.futures.Future[Any] | None
-    context: int
-
-
-@dataclass(slots=True)
-class Answered:
-    """Replies that came back on the response of a bundle this node sent to ``src`` (in no link order)."""
-
-    src: int
-    replies: Bundle
-
-
-@dataclass(slots=True)
-class Refused:
-    """A bundle from ``src``, a node lost or unknown here: handed to the node to refuse (it counts and logs it)."""
-
-    src: int
-    bundle: Bundle
-
-
-@dataclass(slots=True)
-class Lost:
-    """A torch or heartbeat thread saw ``src`` lost, for ``why``."""
-
-    src: int
-    why: str
-
-
-@dataclass(slots=True)
-class Joined:
-    """A node joined the world (elastic worlds)."""
-
-    info: NodeInfo
-
-
-InboxItem = Arrived | Answered | Refused | Lost | Joined
-"""What torch's threads hand the loop."""
 
 
 def _forget_world() -> None:
@@ -409,7 +358,8 @@ class RpcTransport(Transport):
         one that wakes an interval late was held up itself (its process starved
         or stopped), and what it missed meanwhile says nothing of the peers. A
         silent peer whose process still runs on this machine is suspected, not
-        lost (see ``suspicion``).
+        lost (see ``suspicion``), unless it was cut off on purpose (``sever``):
+        neither pinged nor spared, it is judged by its silence alone.
         """
         timeout = self._liveness_timeout
         interval = timeout / HEARTBEATS_PER_TIMEOUT
