@@ -41,6 +41,7 @@ from actorch._launch.nodes import ResourceSpec
 from actorch._launch.serving import takes_system
 from actorch._launch.startup import Setup
 from actorch._launch.status import STATUS_OFF, STATUS_PORT_ENV
+from actorch._transport.kind import KindOptions
 from actorch._transport.kinds import DEFAULT_KIND, default_options, kind_of
 
 __all__ = [
@@ -269,7 +270,7 @@ class SystemOptions:
     """
 
     strict: bool = False
-    transport: Any = field(default_factory=default_options)
+    transport: KindOptions | str = field(default_factory=default_options)
     fast_lane: bool = _UNSET
     host: str = "127.0.0.1"
     lookup_timeout: float = 30.0
@@ -327,9 +328,15 @@ class SystemOptions:
         if not is_port(self.port):
             raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {self.port!r}")
 
+    @property
+    def transport_record(self) -> KindOptions:
+        """The transport's options record: ``transport`` once checked (a deprecated string is one by then)."""
+        assert not isinstance(self.transport, str), "made a record in __post_init__"
+        return self.transport
+
     def _resolve_transport(self) -> None:
         """Check ``transport``, and fold the deprecated options into torch RPC's record (one warning each)."""
-        record = self.transport
+        record: Any = self.transport
         if isinstance(record, str):
             if record not in TENSORPIPE_NAMES:
                 raise ValueError(
@@ -390,7 +397,7 @@ class ConfigKeywords(TypedDict, total=False):
 class OptionKeywords(ConfigKeywords, total=False):
     """Every field of ``SystemOptions``, as keywords a type checker sees (``run(main, **options)``)."""
 
-    transport: Any
+    transport: KindOptions | str
     fast_lane: bool
     host: str
     liveness_timeout: float

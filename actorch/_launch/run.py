@@ -141,7 +141,7 @@ def _plan(options: SystemOptions, *, tune_gc: bool) -> Plan:
         system_config(options, run_record=_run_id() if recording(options) else None),
         options.setup,
         tune_gc=tune_gc if options.tune_gc is None else options.tune_gc,
-        transport=options.transport,
+        transport=options.transport_record,
         liveness_timeout=options.liveness_timeout,
         status=status_address(options),
         log_level=level,

@@ -25,6 +25,7 @@ from actorch._base.reaping import watch_exit
 from actorch._launch.workers import exit_of, kill_lost
 from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.capabilities import elastic_of
+from actorch._transport.kind import KindOptions
 from actorch._transport.kinds import default_options, open_transport, options_from_json, options_to_json
 from actorch._transport.world import DEFAULT_LIVENESS_TIMEOUT, WorldSpec
 
@@ -66,7 +67,7 @@ class Plan:
     config: SystemConfig
     setup: Setup | None
     tune_gc: bool
-    transport: Any = field(default_factory=default_options)  # the kind's options record (TorchRpc(), ...)
+    transport: KindOptions = field(default_factory=default_options)  # the kind's options record (TorchRpc(), ...)
     liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT
     status: tuple[str, int] | None = None  # where rank 0 serves the status (actorch status), if anywhere
     log_level: str | None = None  # the level every node logs at; None: each process's ACTORCH_LOG_LEVEL

@@ -18,7 +18,7 @@ from typing import Any
 from actorch._base.errors import UnsupportedError
 from actorch._transport import faulty, inprocess
 from actorch._transport.base import Transport
-from actorch._transport.kind import Joining, Kind
+from actorch._transport.kind import Joining, Kind, KindOptions
 from actorch._transport.torch_rpc import plugin as torch_rpc
 from actorch._transport.world import WorldSpec
 
@@ -48,9 +48,10 @@ DEFAULT_KIND: Kind[Any] = torch_rpc.KIND
 """The kind a launch opens unless told otherwise, and whose rendezvous a process that joins meets first."""
 
 
-def default_options() -> object:
+def default_options() -> KindOptions:
     """The options of the default kind, as it makes them: ``TorchRpc()``."""
-    return DEFAULT_KIND.options()
+    options: KindOptions = DEFAULT_KIND.options()
+    return options
 
 
 def kind_named(name: str) -> Kind[Any]:
