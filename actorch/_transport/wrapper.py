@@ -5,7 +5,8 @@ their own that sit on another one: the node talks to the wrapper, and the
 wrapper decides what reaches the transport it wraps (``inner``), and when.
 This base forwards the rest: joining and leaving the world, its peers and
 routes, the hooks the node and the launch set, the questions asked off the
-loop. Byte counters by path are shared with the wrapped transport, so the
+loop (the hooks are the wrapped transport's, since its threads call them).
+Byte counters by path are shared with the wrapped transport, so the
 node reads one set whichever layer carried a bundle. What a capability needs
 (``capabilities``) is looked for through the layers, so a wrapper need not
 repeat the wrapped transport's.
@@ -14,6 +15,7 @@ repeat the wrapped transport's.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -62,14 +64,40 @@ class Wrapper(Transport):
         """The wrapped transport lost ``rank``: report it (a wrapper that keeps state of its peers adds to this)."""
         self._report_lost(rank, why)
 
+    # The hooks the node and the launch set are the wrapped transport's, whenever they are set:
+    # its threads call them (a launch sets ``off_loop`` once the node has started).
+
+    @property
+    def on_joined(self) -> Callable[[NodeInfo], None] | None:
+        """The wrapped transport's ``on_joined``."""
+        return self.inner.on_joined
+
+    @on_joined.setter
+    def on_joined(self, hook: Callable[[NodeInfo], None] | None) -> None:
+        self.inner.on_joined = hook
+
+    @property
+    def off_loop(self) -> Callable[[str], Any] | None:
+        """The wrapped transport's ``off_loop``."""
+        return self.inner.off_loop
+
+    @off_loop.setter
+    def off_loop(self, hook: Callable[[str], Any] | None) -> None:
+        self.inner.off_loop = hook
+
+    @property
+    def lost_in_thread(self) -> LostFn | None:
+        """The wrapped transport's ``lost_in_thread``."""
+        return self.inner.lost_in_thread
+
+    @lost_in_thread.setter
+    def lost_in_thread(self, hook: LostFn | None) -> None:
+        self.inner.lost_in_thread = hook
+
     async def start(self) -> None:
-        """Hand the hooks set on this transport to the wrapped one, and join the world through it."""
-        inner = self.inner
-        inner.traits = self.traits
-        inner.on_joined = self.on_joined
-        inner.off_loop = self.off_loop
-        inner.lost_in_thread = self.lost_in_thread
-        await inner.start()
+        """Join the world through the wrapped transport, which says what this node says of itself."""
+        self.inner.traits = self.traits
+        await self.inner.start()
 
     async def close(self) -> None:
         """Leave the world through the wrapped transport (what is queued here leaves first)."""

@@ -127,3 +127,19 @@ async def test_capabilities_of_a_lone_node_before_its_world_opens_are_refused() 
         alone.make_rref(1)
     with pytest.raises(actorch.UnsupportedError, match=r"store shared by the nodes .* runs on LoneTransport"):
         alone.shared_store()
+
+
+def test_hooks_set_on_a_wrapper_at_any_time_are_the_wrapped_transports() -> None:
+    inner = RpcTransport(0, 2, "127.0.0.1", 1, TorchRpc())
+    faulty = FaultInjection(
+        LaneTransport(inner, liveness_timeout=2.5), FaultyTransport(TorchRpc()), liveness_timeout=2.5
+    )
+
+    def answer(question: str) -> str:
+        return question
+
+    faulty.off_loop = answer  # as a launch does once its node has started
+    faulty.lost_in_thread = print
+    assert inner.off_loop is answer
+    assert inner.lost_in_thread is print
+    assert faulty.off_loop is answer

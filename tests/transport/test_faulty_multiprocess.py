@@ -29,8 +29,9 @@ def test_a_partition_cuts_the_node_off_from_every_other_and_leaves_the_rest_talk
     result = partitioned.result("partition")
     assert result["near_lost"] == [2]
     assert result["near_still_answers"] is True
-    cut = sorted((record["node"], tuple(record["peers"])) for record in partitioned.logs("partition: links cut"))
-    assert cut == [(0, (2,)), (1, (2,)), (2, (0, 1))]  # every node ran the schedule it was given
+    for node, peers in ((0, [2]), (1, [2]), (2, [0, 1])):  # every node ran the schedule it was given
+        # in the text, not line by line: nodes log the cut at the same moment, and their lines may run together
+        assert f'"node": {node}, "peers": {peers}, "event": "partition: links cut"' in partitioned.stderr
 
 
 def test_a_cut_off_node_of_this_machine_is_judged_by_its_silence_not_spared_for_running(partitioned: Finished) -> None:
