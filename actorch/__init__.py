@@ -11,9 +11,9 @@ spawn actors on any rank by name, and ``await ref.call(...)`` them.
 # walks one call through them):
 #
 #   _base/       errors, names, deadlines, the codec (msgpack's one home), tensor files, options
-#   _transport/  moving message bundles between ranks: the interface, in-process,
-#                torch RPC (torch.distributed.rpc's one home), distributed autograd contexts,
-#                the thread bridge, interfaces
+#   _transport/  moving message bundles between ranks: the interface, the table of kinds
+#                (torch RPC, torch.distributed.rpc's one home; in-process; faulty), the fast
+#                lane, distributed autograd contexts, the thread bridge, interfaces
 #   _engine/     one node's message engine: wire format, flow control, cells (mailboxes),
 #                batched endpoints, the caller and callee sides, and the Node composing them
 #   _actors/     Actor, ActorRef, the ActorHost of a node's actors, supervision, the
@@ -80,6 +80,7 @@ from actorch._launch.run import run
 from actorch._launch.serving import serve
 from actorch._launch.start import start
 from actorch._transport.autograd import in_autograd_context
+from actorch._transport.torch_rpc.options import TorchRpc
 from actorch.params import ParameterServer
 from actorch.replay import ReplayBuffer
 from actorch.rl import Agent, Observer
@@ -126,6 +127,7 @@ __all__ = [
     "Stream",
     "SystemClosedError",
     "SystemOptions",
+    "TorchRpc",
     "TraceRunningError",
     "UnsupportedError",
     "Where",

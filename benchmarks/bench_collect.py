@@ -483,7 +483,13 @@ def run_agent(args: argparse.Namespace, envs: int) -> dict[str, float]:
                 assert meter.result is not None
                 return meter.result
 
-    return actorch.run(main, world_size=args.workers + 1, configure_logs=False, **RUN_OPTIONS, transport=args.transport)
+    return actorch.run(
+        main,
+        world_size=args.workers + 1,
+        configure_logs=False,
+        **RUN_OPTIONS,
+        transport=actorch.TorchRpc(tensorpipe=args.transport),
+    )
 
 
 def run_collector(args: argparse.Namespace, envs: int, *, shared_memory: bool = True) -> dict[str, float]:
@@ -508,7 +514,13 @@ def run_collector(args: argparse.Namespace, envs: int, *, shared_memory: bool = 
         assert meter.result is not None
         return meter.result
 
-    return actorch.run(main, world_size=args.workers + 1, configure_logs=False, **RUN_OPTIONS, transport=args.transport)
+    return actorch.run(
+        main,
+        world_size=args.workers + 1,
+        configure_logs=False,
+        **RUN_OPTIONS,
+        transport=actorch.TorchRpc(tensorpipe=args.transport),
+    )
 
 
 # --------------------------------------------------------------------------- TorchRL sides

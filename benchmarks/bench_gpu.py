@@ -204,12 +204,18 @@ def cli() -> None:
         return await weight_sync(system, args.rounds, args.weights_mb, args.actors)
 
     results = {
-        "ipc": actorch.run(run_ipc, world_size=2, device_maps="auto"),
-        "mapped": actorch.run(run_mapped, world_size=2, device_maps="auto", channels=["device_map"]),
-        "staged": actorch.run(
-            run_staged, world_size=2, device_maps=None, channels=["shm", "staged"], max_message_size=limit
+        "ipc": actorch.run(run_ipc, world_size=2, transport=actorch.TorchRpc(device_maps="auto")),
+        "mapped": actorch.run(
+            run_mapped, world_size=2, transport=actorch.TorchRpc(device_maps="auto"), channels=["device_map"]
         ),
-        "weights": actorch.run(run_weights, world_size=args.actors + 1, device_maps="auto"),
+        "staged": actorch.run(
+            run_staged,
+            world_size=2,
+            transport=actorch.TorchRpc(device_maps=None),
+            channels=["shm", "staged"],
+            max_message_size=limit,
+        ),
+        "weights": actorch.run(run_weights, world_size=args.actors + 1, transport=actorch.TorchRpc(device_maps="auto")),
     }
     report("CUDA IPC, one host (raw: torch RPC with the device map cuda:0 -> cuda:0)", results["ipc"])
     report("device map cuda:0 -> cuda:0 (round trip, CUDA channels)", results["mapped"])

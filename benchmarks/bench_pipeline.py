@@ -269,7 +269,9 @@ def cli() -> None:
     async def main(system: actorch.ActorSystem) -> dict[int, dict[str, list[float]]]:
         return await bench(system, args)
 
-    report(args, actorch.run(main, world_size=3, rpc_threads=args.rpc_threads, setup=one_thread))
+    report(
+        args, actorch.run(main, world_size=3, transport=actorch.TorchRpc(threads=args.rpc_threads), setup=one_thread)
+    )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ rounds and reports the median of the rounds.
     python benchmarks/bench_rpc.py --transport uv --lane on --otel sdk   # everything with OpenTelemetry spans
 
 actorch sends messages without tensors of their own on its fast lane (direct
-TCP connections) unless ``run(fast_lane=False)``; ``--lane off`` measures
+TCP connections) unless ``run(transport=TorchRpc(lane=False))``; ``--lane off`` measures
 actorch on torch RPC alone, the path it had before the lane.
 
 ``--otel api`` runs the whole system with ``otel=True`` and no SDK set up (the
@@ -349,7 +349,8 @@ def run_one(
         return await bench(system, rounds, calls, in_flight, bursts, mb, trace)
 
     setup = sdk_tracing if otel == "sdk" else None
-    return actorch.run(main, world_size=2, transport=transport, fast_lane=lane, otel=otel is not None, setup=setup)
+    record = actorch.TorchRpc(tensorpipe=transport, lane=lane)
+    return actorch.run(main, world_size=2, transport=record, otel=otel is not None, setup=setup)
 
 
 def cli() -> None:

@@ -90,7 +90,9 @@ def cli() -> None:
     async def main(system: actorch.ActorSystem) -> dict[str, list[float]]:
         return await measure(system, args.rounds, args.calls)
 
-    results = actorch.run(main, world_size=2, transport=args.transport, fast_lane=args.lane == "on")
+    results = actorch.run(
+        main, world_size=2, transport=actorch.TorchRpc(tensorpipe=args.transport, lane=args.lane == "on")
+    )
     print(f"medians of {args.rounds} rounds of {args.calls} sequential no-op calls, microseconds per call")
     print(f"actorch's fast lane: {args.lane}")
     print(f"{'':8}" + "".join(f"{column:>16}" for column in COLUMNS))

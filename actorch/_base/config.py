@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE",
     "DEFAULT_SEND_BUDGET",
     "DEFAULT_SNAPSHOTS_KEPT",
+    "DEVICES_POLICIES",
     "SystemConfig",
     "is_count",
     "is_number",
@@ -34,6 +35,9 @@ DEFAULT_MAX_MESSAGE = 1 << 30
 
 DEFAULT_SEND_BUDGET = 256 << 20
 """Bytes one node may have on their way to another (not yet taken there), unless the system says otherwise."""
+
+DEVICES_POLICIES = ("stage", "strict")
+"""What ``devices`` takes: stage a GPU tensor no direct path carries through host memory, or refuse it."""
 
 DEFAULT_SNAPSHOTS_KEPT = 2
 """Snapshot files kept per actor in a snapshot directory: the newest, and one to fall back on if it is unreadable."""
@@ -70,6 +74,9 @@ class SystemConfig:
         otel: Make every call, tell and stream through a ref, and every
             handler run, an OpenTelemetry span, the context carried across
             nodes (needs ``actorch[otel]``).
+        devices: What happens to a GPU tensor no direct path carries to its
+            destination: ``"stage"`` copies it through host memory,
+            ``"strict"`` refuses it (``SerializationError``).
         channels: The tensor channels a node may use beyond those always
             there (``channels.plane.OPTIONAL``); None: every one.
         shm_pool: Bytes of shared memory each node keeps at most for the
@@ -91,6 +98,7 @@ class SystemConfig:
     send_budget: int = DEFAULT_SEND_BUDGET
     run_record: str | None = None
     otel: bool = False
+    devices: str = "stage"
     channels: tuple[str, ...] | None = None
     shm_pool: int = DEFAULT_SHM_POOL
     snapshots: str | None = None
@@ -106,6 +114,8 @@ class SystemConfig:
                 raise ValueError(f"{field} must be an int >= 1, not {getattr(self, field)!r}")
         if not isinstance(self.otel, bool):
             raise ValueError(f"otel must be True or False, not {self.otel!r}")
+        if self.devices not in DEVICES_POLICIES:
+            raise ValueError(f"devices must be 'stage' or 'strict', not {self.devices!r}")
         if self.snapshots is not None and not (isinstance(self.snapshots, str) and os.path.isabs(self.snapshots)):
             raise ValueError(f"snapshots must be an absolute directory path or None, not {self.snapshots!r}")
         if self.run_record is not None and not is_run_id(self.run_record):

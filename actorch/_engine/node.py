@@ -42,7 +42,7 @@ from actorch._engine.system_ids import SYSTEM_IDS
 from actorch._engine.tracing import NodeTrace, TraceSettings
 from actorch._engine.wire import CALL, CANCEL, CAST, CLOSE, CREDIT, END, ITEM, MORE, REPLY, STREAM, TELL
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
-from actorch._transport.capabilities import FastLane
+from actorch._transport.capabilities import fast_lane_of
 
 if TYPE_CHECKING:
     from actorch._engine.otel import NodeTelemetry
@@ -414,7 +414,7 @@ class Node:
             },
             "bytes_sent": sum(transport.bytes_sent.values()),
             "tensor_bytes_sent": sum(self.plane.sent_to.values()),
-            "lane_bundles_sent": transport.lane_bundles_sent if isinstance(transport, FastLane) else 0,
+            "lane_bundles_sent": lane.lane_bundles_sent if (lane := fast_lane_of(transport)) is not None else 0,
             "bytes_received": self.bytes_received,
             "calls_sent": self.caller.calls_sent,
             "tells_sent": self.caller.tells_sent,
@@ -436,7 +436,7 @@ def _data_plane(config: SystemConfig, log: Any) -> DataPlane:
 
     shm = SharedMemoryChannel(use_pool_limit(config.shm_pool), per_peer=config.send_budget, warn=warn)
     gpus = CudaIpcChannel() if torch.cuda.is_available() else None
-    return DataPlane.standard(config.channels, shm=shm, cuda_ipc=gpus)
+    return DataPlane.standard(config.channels, shm=shm, cuda_ipc=gpus, strict=config.devices == "strict")
 
 
 def _telemetry(rank: int) -> NodeTelemetry:

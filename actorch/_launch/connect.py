@@ -27,11 +27,10 @@ from actorch._base.resources import check_resources
 from actorch._launch.logs import configure_logging, effective_log_level
 from actorch._launch.serving import join_target
 from actorch._launch.start import Opening, wake_for_interrupts
-from actorch._launch.startup import SHUTDOWN_TIMEOUT, World, plan_from, rpc_transport, start_node
+from actorch._launch.startup import SHUTDOWN_TIMEOUT, World, node_transport, plan_from, start_node
 from actorch._transport.base import NodeTraits
+from actorch._transport.kinds import prepare_join, running
 from actorch._transport.membership import TOKEN_ENV
-from actorch._transport.torch_rpc.elastic import prepare_join
-from actorch._transport.torch_rpc.rpc import active_transport
 
 __all__ = ["connect"]
 
@@ -96,7 +95,7 @@ def connect(
 
 
 async def _join(address: str, port: int, token: str, traits: NodeTraits, join_timeout: float) -> ActorSystem:
-    if active_transport() is not None:  # before a rank is taken in the system
+    if running():  # before a rank is taken in the system
         raise RuntimeError("this process already runs a node on torch RPC (one per process): shut it down first")
     joining: dict[str, Any] = {}
 
@@ -107,7 +106,7 @@ async def _join(address: str, port: int, token: str, traits: NodeTraits, join_ti
     await asyncio.to_thread(ask)
     plan = dataclasses.replace(plan_from(joining["shared"], None, join_timeout), tune_gc=False)
     world = World(joining["rank"], 0, address, port, token, traits.label, traits)
-    transport = rpc_transport(world, plan.options)
+    transport = node_transport(world, plan)
     system, host = await start_node(transport, plan)
     follower = asyncio.get_running_loop().create_task(_follow(host), name=f"actorch-node{host.rank}")
     hand_over(system, lambda: _leave(host, follower))

@@ -35,7 +35,7 @@ from actorch._launch.startup import SHUTDOWN_TIMEOUT, TORCHRUN_VARS, Plan, start
 from actorch._launch.status import StatusServer
 from actorch._launch.workers import kill_lost, kill_workers
 from actorch._transport.base import Transport
-from actorch._transport.capabilities import Elastic, require_elastic
+from actorch._transport.capabilities import elastic_of, require_elastic
 
 __all__ = ["PING_WAIT", "Main", "call_main", "check_main", "describe_waits", "interrupt_policy", "lead"]
 
@@ -189,7 +189,8 @@ async def lead(main: Main[T], transport: Transport, plan: Plan, workers: list[An
 
 def _give_pool(host: ActorHost, transport: Transport, plan: Plan, workers: list[Any] | None) -> None:
     """Let rank 0's node start node processes on this host (``add_nodes``), or say why it cannot."""
-    refusal = grow_refusal(transport, under_torchrun=all(var in os.environ for var in TORCHRUN_VARS))
+    under_torchrun = all(var in os.environ for var in TORCHRUN_VARS)
+    refusal = grow_refusal(transport, plan.transport, under_torchrun=under_torchrun)
     if refusal is not None or workers is None:
         host.pool.refusal = refusal or host.pool.refusal
         return
@@ -245,8 +246,9 @@ async def _shutdown_world(host: ActorHost, transport: Transport, outcome: str) -
     Returns:
         The ranks that did not answer in time (their event loop may be stuck).
     """
-    if isinstance(transport, Elastic):
-        transport.stop_admitting()  # a node let in now would miss the shutdown
+    elastic = elastic_of(transport)
+    if elastic is not None:
+        elastic.stop_admitting()  # a node let in now would miss the shutdown
     peers = [rank for rank in host.ranks() if rank != 0 and rank not in host.lost]
     limit = 2 * host.config.stop_grace + SHUTDOWN_TIMEOUT
     answered = await _call_all(host, peers, NodeService.shutdown, limit, outcome != "ok")

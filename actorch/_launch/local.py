@@ -3,8 +3,9 @@
 Rank 0 listens on ``host:port`` (a free port for 0) and spawns ranks 1 to
 N-1 as local processes that serve actors (``serving._serve``). A launch that
 is not elastic still runs on an elastic world, private to the node processes
-it starts itself, unless device maps need a static one; one node alone opens
-no network until it starts a node process.
+it starts itself, unless its transport's options fix the world at its start
+(torch RPC's device maps); one node alone opens no network until it starts a
+node process.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ import socket
 from typing import Any
 
 from actorch._launch.guard import WORKER_OF_ENV
-from actorch._launch.nodes import QUIET_ENV, ResourceSpec, can_grow, declared_resources, environment
+from actorch._launch.nodes import QUIET_ENV, ResourceSpec, declared_resources, environment
 from actorch._launch.serving import _serve
 from actorch._launch.startup import Plan, World, shared_settings
 from actorch._launch.workers import kill_workers
-from actorch._transport.base import NodeTraits, Transport, TransportSpec
+from actorch._transport.base import NodeTraits, Transport
+from actorch._transport.kinds import open_transport
 from actorch._transport.membership import TOKEN_ENV, new_token
 from actorch._transport.network import listen_socket
-from actorch._transport.opening import open_transport
+from actorch._transport.world import WorldSpec
 
 __all__ = ["elastic_token", "launch_traits", "local_world"]
 
@@ -37,8 +39,9 @@ def elastic_token(world_size: int | None, plan: Plan, *, under_torchrun: bool) -
     """Check an elastic launch's options; the join token (``ACTORCH_JOIN_TOKEN``, else a new one)."""
     if under_torchrun:
         raise ValueError("elastic=True starts from a plain script, not under torchrun (torchrun fixes the world)")
-    if plan.options.device_maps is not None and plan.options.device_maps != "auto":
-        raise ValueError("an elastic system has no device maps (GPU tensors are staged): leave device_maps alone")
+    refusal = plan.transport.refuses_elastic()
+    if refusal is not None:
+        raise ValueError(refusal)
     if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
         raise ValueError(f"world_size must be a positive int, not {world_size!r}")
     return os.environ.get(TOKEN_ENV) or new_token()
@@ -51,14 +54,24 @@ def local_world(
 
     An elastic launch has a join ``token``. Any other runs on an elastic world
     too, private to the node processes it starts itself (``add_nodes``), so
-    that it can start them; except with device maps, which only a static world
-    has. One node alone needs no network until it starts one.
+    that it can start them; unless its transport's options fix the world at
+    its start (torch RPC's device maps). One node alone needs no network until
+    it starts one.
     """
     if world_size == 1 and token is None:
-        spec = TransportSpec(0, 1, host, port, plan.options, traits=traits[0], shared=shared_settings(plan), alone=True)
-        return open_transport(spec), []
+        spec = WorldSpec(
+            0,
+            1,
+            host,
+            port,
+            traits=traits[0],
+            shared=shared_settings(plan),
+            alone=True,
+            liveness_timeout=plan.liveness_timeout,
+        )
+        return open_transport(spec, plan.transport), []
     public = token is not None
-    if token is None and can_grow(plan.options):
+    if token is None and plan.transport.fixes_world() is None:
         token = new_token()
     listener = listen_socket(host, port)
     port = listener.getsockname()[1]
@@ -121,17 +134,17 @@ def _rank0_transport(
     public: bool = True,
 ) -> Transport:
     """Rank 0's transport for a local launch; elastic when there is a join ``token`` (``public`` or not)."""
-    spec = TransportSpec(
+    spec = WorldSpec(
         0,
         world_size,
         host,
         port,
-        plan.options,
         traits=traits,
         token=token,
         public=public,
         initial=world_size,
+        liveness_timeout=plan.liveness_timeout,
         listener=listener,
         shared=None if token is None else shared_settings(plan),
     )
-    return open_transport(spec)
+    return open_transport(spec, plan.transport)

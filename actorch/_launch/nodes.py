@@ -26,18 +26,16 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from actorch._actors.node.host import ActorHost
-from actorch._base.devices import accelerator
 from actorch._base.resources import check_resources
 from actorch._launch.eventloop import Watchdog
 from actorch._transport.base import NodeTraits, Transport
-from actorch._transport.capabilities import Elastic
-from actorch._transport.torch_rpc.rpc_setup import RpcOptions
+from actorch._transport.capabilities import elastic_of
+from actorch._transport.kind import KindOptions
 
 __all__ = [
     "LocalLauncher",
     "ParentWatch",
     "ResourceSpec",
-    "can_grow",
     "declared_resources",
     "environment",
     "grow_refusal",
@@ -75,25 +73,16 @@ def declared_resources(spec: ResourceSpec, world_size: int) -> dict[int, dict[st
     return dict.fromkeys(range(world_size), every)
 
 
-def can_grow(options: RpcOptions) -> bool:
-    """Whether a local launch with ``options`` may run on an elastic world (none of its nodes has device maps)."""
-    maps = options.device_maps
-    return maps is None or (maps == "auto" and not accelerator().inventory())
-
-
-def grow_refusal(transport: Transport, *, under_torchrun: bool) -> str | None:
-    """Why the system whose rank 0 runs on ``transport`` cannot start node processes, or None if it can."""
-    if isinstance(transport, Elastic):
+def grow_refusal(transport: Transport, options: KindOptions, *, under_torchrun: bool) -> str | None:
+    """Why the system whose rank 0 runs on ``transport`` (of ``options``) cannot start node processes, or None."""
+    if elastic_of(transport) is not None:
         return None
     if under_torchrun:
         return (
             "a system under torchrun is torchrun's fixed world: it cannot start node processes (start the script "
             "with python, or actorch run without torchrun's flags, to let it grow)"
         )
-    return (
-        "this system's nodes carry GPU tensors with device maps, which TensorPipe fixes when it starts: "
-        "run it with device_maps=None to let it start node processes"
-    )
+    return options.fixes_world() or f"a world on {type(transport).__name__} takes no new nodes"
 
 
 @contextlib.contextmanager

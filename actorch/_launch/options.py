@@ -18,9 +18,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import sys
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TypedDict
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 from actorch._base.channels.leases import DEFAULT_SHM_POOL
 from actorch._base.channels.plane import check_channels
@@ -39,7 +41,8 @@ from actorch._launch.nodes import ResourceSpec
 from actorch._launch.serving import takes_system
 from actorch._launch.startup import Setup
 from actorch._launch.status import STATUS_OFF, STATUS_PORT_ENV
-from actorch._transport.torch_rpc.rpc_setup import DeviceMapSpec, RpcOptions
+from actorch._transport.kind import KindOptions
+from actorch._transport.kinds import DEFAULT_KIND, default_options, kind_of
 
 __all__ = [
     "IN_PROCESS",
@@ -51,7 +54,6 @@ __all__ = [
     "options_of",
     "otel_on",
     "recording",
-    "rpc_options",
     "snapshot_directory",
     "status_address",
     "system_config",
@@ -72,6 +74,23 @@ IN_PROCESS = (
     "snapshots_kept",
 )
 """The options that apply to an in-process world (``local_world``): those of ``SystemConfig``."""
+
+DeviceMapSpec = str | Mapping[Any, Any] | None
+"""What the deprecated ``device_maps`` option takes (``TorchRpc(device_maps=...)`` now)."""
+
+TENSORPIPE_NAMES = ("uv", "shm")
+"""The deprecated strings ``transport=`` took: TensorPipe's channels (``TorchRpc(tensorpipe=...)`` now)."""
+
+_UNSET: Any = type("Unset", (), {"__repr__": lambda self: "<unset>"})()
+"""A deprecated option not given (None means something for ``device_maps``)."""
+
+TORCH_RPC_ALIASES = {
+    "fast_lane": "lane",
+    "rpc_threads": "threads",
+    "rpc_timeout": "timeout",
+    "device_maps": "device_maps",
+}
+"""The deprecated options that are torch RPC's, and the field of ``TorchRpc`` each sets."""
 
 TRACE_ENV = "ACTORCH_TRACE"
 """Where ``run`` writes a timeline of the run if its ``trace`` option is None (``actorch run --trace``)."""
@@ -100,18 +119,22 @@ class SystemOptions:
     Build one to launch several systems alike: ``run(main, options=opts)``, or
     ``start(options=opts, log_level="debug")`` (keywords override the
     options'). Every value is checked as the options are made; a bad one
-    raises ``ValueError`` (``TypeError`` for ``setup``, ``record`` and
-    ``otel``) naming the option and what it takes; ``otel`` on without the
-    OpenTelemetry API installed raises ``ImportError``.
+    raises ``ValueError`` (``TypeError`` for ``setup``, ``record``, ``otel``
+    and a ``transport`` that is no kind's record) naming the option and what it
+    takes; ``otel`` on without the OpenTelemetry API installed raises
+    ``ImportError``. A deprecated option warns (``DeprecationWarning``) and
+    sets the field of ``TorchRpc`` it stands for.
 
     Attributes:
         strict: Refuse to send values that would need pickle.
-        transport: TensorPipe transport, ``"uv"`` (default; idles at ~0 % CPU)
-            or ``"shm"`` (lower latency, busy-spins a core per idle process).
-        fast_lane: Send the bundles of messages that carry no tensors of their
-            own (small tensors ride inside messages) on direct TCP connections
-            between nodes rather than torch RPC: about a tenth of the CPU and
-            the latency. False sends everything through torch RPC.
+        transport: The kind of transport the nodes talk through, as that kind's
+            options record: ``actorch.TorchRpc(...)`` (the default: torch RPC,
+            with the fast lane beside it; its options are TensorPipe's channel,
+            the lane, torch's threads and timeout, device maps), or
+            ``actorch.testing.FaultyTransport(...)`` around it. The record
+            travels to every node. Deprecated: ``"uv"`` or ``"shm"``, which
+            stand for ``TorchRpc(tensorpipe=...)``.
+        fast_lane: Deprecated: ``TorchRpc(lane=...)``.
         host: Address of rank 0 for local launches; loopback unless you mean otherwise.
         lookup_timeout: Seconds ``lookup`` waits for a name without a deadline.
         stop_grace: Seconds a stopping actor's messages may run before cancellation.
@@ -135,21 +158,9 @@ class SystemOptions:
             past it a tell raises ``MailboxFullError`` and a call waits for
             them to drain. A single larger message still leaves when nothing
             else is on its way.
-        rpc_timeout: Seconds torch waits for raw torch RPC made by your code or
-            torch's own tools (``rref.to_here()``, ``DistributedOptimizer``,
-            distributed autograd's backward) before failing it; 0 waits
-            forever. actorch's own calls never time out this way: a handler may
-            run as long as it takes, and only heartbeats decide that a node is lost.
-        rpc_threads: Threads in torch's RPC pool on every node. actorch's own
-            messages need few; raw torch RPC that blocks inside a remote
-            function needs one per such call in flight.
-        device_maps: Which CUDA devices travel directly between nodes, on
-            TensorPipe's CUDA channels (torch's ``set_device_map`` semantics).
-            ``"auto"``: on a local launch where every process sees a GPU,
-            ``cuda:i`` maps to ``cuda:i`` between every pair of nodes;
-            otherwise nothing. None: no maps. One map for every pair
-            (``{"cuda:0": "cuda:1"}``), or maps per source and destination
-            rank (``{0: {1: {"cuda:0": "cuda:1"}}}``). See docs/guides/gpus.md.
+        rpc_timeout: Deprecated: ``TorchRpc(timeout=...)``.
+        rpc_threads: Deprecated: ``TorchRpc(threads=...)``.
+        device_maps: Deprecated: ``TorchRpc(device_maps=...)``.
         devices: What happens to a tensor on a GPU that no map carries to its
             destination: ``"stage"`` copies it through pinned host memory, and
             it arrives on the receiving actor's device (else the CPU);
@@ -259,8 +270,8 @@ class SystemOptions:
     """
 
     strict: bool = False
-    transport: str = "uv"
-    fast_lane: bool = True
+    transport: KindOptions | str = field(default_factory=default_options)
+    fast_lane: bool = _UNSET
     host: str = "127.0.0.1"
     lookup_timeout: float = 30.0
     stop_grace: float = 10.0
@@ -268,9 +279,9 @@ class SystemOptions:
     mailbox_size: int = DEFAULT_MAILBOX_SIZE
     max_message_size: int = DEFAULT_MAX_MESSAGE
     send_budget: int = DEFAULT_SEND_BUDGET
-    rpc_timeout: float = 60.0
-    rpc_threads: int = 4
-    device_maps: DeviceMapSpec = "auto"
+    rpc_timeout: float = _UNSET
+    rpc_threads: int = _UNSET
+    device_maps: DeviceMapSpec = _UNSET
     devices: str = "stage"
     channels: Sequence[str] | None = None
     shm_pool: int = DEFAULT_SHM_POOL
@@ -291,6 +302,7 @@ class SystemOptions:
     snapshots_kept: int = DEFAULT_SNAPSHOTS_KEPT
 
     def __post_init__(self) -> None:
+        self._resolve_transport()
         if not is_number(self.liveness_timeout, inclusive=False):
             raise ValueError(f"liveness_timeout must be a positive number of seconds, not {self.liveness_timeout!r}")
         check_log_level(self.log_level)
@@ -301,9 +313,6 @@ class SystemOptions:
         ):
             raise TypeError(f"snapshots must be a directory path (str or os.PathLike), or None, not {self.snapshots!r}")
         system_config(self)
-        if self.devices not in ("stage", "strict"):
-            raise ValueError(f"devices must be 'stage' or 'strict', not {self.devices!r}")
-        rpc_options(self)
         if self.setup is not None and not callable(self.setup):
             raise TypeError(f"setup must be a function of the node's rank, not {self.setup!r}")
         if self.setup is not None and takes_system(self.setup):
@@ -318,6 +327,39 @@ class SystemOptions:
         self._check_status()
         if not is_port(self.port):
             raise ValueError(f"port must be an int in 0..65535 (0: a free one), not {self.port!r}")
+
+    @property
+    def transport_record(self) -> KindOptions:
+        """The transport's options record: ``transport`` once checked (a deprecated string is one by then)."""
+        assert not isinstance(self.transport, str), "made a record in __post_init__"
+        return self.transport
+
+    def _resolve_transport(self) -> None:
+        """Check ``transport``, and fold the deprecated options into torch RPC's record (one warning each)."""
+        record: Any = self.transport
+        if isinstance(record, str):
+            if record not in TENSORPIPE_NAMES:
+                raise ValueError(
+                    "transport must be a transport kind's options record (actorch.TorchRpc(...), "
+                    f"actorch.testing.FaultyTransport(...)), or the deprecated 'uv' or 'shm'; not {record!r}"
+                )
+            _deprecated(f"transport={record!r}", f"transport=actorch.TorchRpc(tensorpipe={record!r})")
+            record = DEFAULT_KIND.options(tensorpipe=record)
+        else:
+            kind_of(record)  # a record of no kind raises, naming those it takes
+        given = {name: getattr(self, name) for name in TORCH_RPC_ALIASES if getattr(self, name) is not _UNSET}
+        if given:
+            if type(record) is not DEFAULT_KIND.options:
+                names = ", ".join(given)
+                raise ValueError(
+                    f"{names} set torch RPC's options, but transport= is {record!r}: set them in its record instead"
+                )
+            for name, value in given.items():
+                field_name = TORCH_RPC_ALIASES[name]
+                _deprecated(f"{name}={value!r}", f"transport=actorch.TorchRpc({field_name}={value!r})")
+                object.__setattr__(self, name, _UNSET)  # folded in: a later replace() does not fold it again
+            record = dataclasses.replace(record, **{TORCH_RPC_ALIASES[name]: value for name, value in given.items()})
+        object.__setattr__(self, "transport", record)
 
     def _check_status(self) -> None:
         if not isinstance(self.status, bool):
@@ -355,7 +397,7 @@ class ConfigKeywords(TypedDict, total=False):
 class OptionKeywords(ConfigKeywords, total=False):
     """Every field of ``SystemOptions``, as keywords a type checker sees (``run(main, **options)``)."""
 
-    transport: str
+    transport: KindOptions | str
     fast_lane: bool
     host: str
     liveness_timeout: float
@@ -391,6 +433,7 @@ def system_config(options: SystemOptions, run_record: str | None = None) -> Syst
         send_budget=options.send_budget,
         run_record=run_record,
         otel=otel_on(options),
+        devices=options.devices,
         channels=check_channels(options.channels),
         shm_pool=options.shm_pool,
         snapshots=snapshot_directory(options),
@@ -398,18 +441,17 @@ def system_config(options: SystemOptions, run_record: str | None = None) -> Syst
     )
 
 
-def rpc_options(options: SystemOptions) -> RpcOptions:
-    """How every node sets up torch RPC (heartbeats every fifth of ``liveness_timeout``)."""
-    return RpcOptions(
-        device_maps=options.device_maps,
-        strict_devices=options.devices == "strict",
-        transport=options.transport,
-        lane=options.fast_lane,
-        num_worker_threads=options.rpc_threads,
-        rpc_timeout=options.rpc_timeout,
-        heartbeat_interval=options.liveness_timeout / 5,
-        liveness_timeout=options.liveness_timeout,
-    )
+def _is_ours(module: str) -> bool:
+    """Whether a frame of ``module`` is actorch's own, or the dataclass machinery that built the options."""
+    return module.startswith("actorch.") or module == "dataclasses"
+
+
+def _deprecated(given: str, instead: str) -> None:
+    """Warn that ``given`` is deprecated, and say what to pass ``instead``, at the user's line that gave it."""
+    level, frame = 2, sys._getframe(1)  # stack level 2: the caller of this function
+    while frame is not None and _is_ours(frame.f_globals.get("__name__", "")):
+        level, frame = level + 1, frame.f_back  # type: ignore[assignment]
+    warnings.warn(f"{given} is deprecated: pass {instead}", DeprecationWarning, stacklevel=level)
 
 
 def recording(options: SystemOptions) -> bool:

@@ -8,7 +8,7 @@ MASTER_PORT). With ``elastic=True`` the world takes new nodes while it runs:
 ``actorch.serve`` (``serving``) joins one from any process that has the
 system's address and join token. Without it, a local launch still runs on an
 elastic world, private to the node processes it starts itself (``add_nodes``),
-unless device maps need a static one. The world is made in ``local``, rank 0
+unless its transport's options need a static one (torch RPC's device maps). The world is made in ``local``, rank 0
 leads it in ``lead``, and what the other nodes run is in ``serving``.
 """
 
@@ -33,13 +33,12 @@ from actorch._launch.options import (
     SystemOptions,
     options_of,
     recording,
-    rpc_options,
     status_address,
     system_config,
     trace_path,
 )
 from actorch._launch.serving import _serve
-from actorch._launch.startup import TORCHRUN_VARS, Plan, World, rpc_transport
+from actorch._launch.startup import TORCHRUN_VARS, Plan, World, node_transport
 from actorch._launch.status import check_status_port
 from actorch._launch.workers import reap_workers
 from actorch._transport.base import NodeTraits
@@ -121,7 +120,7 @@ def run(
         world = dataclasses.replace(world, traits=said)
         if world.rank != 0:
             _serve(world, plan)
-        return run_bounded(lead(main, rpc_transport(world, plan.options), plan), interrupts=interrupt_policy(plan))
+        return run_bounded(lead(main, node_transport(world, plan), plan), interrupts=interrupt_policy(plan))
     traits = launch_traits(chosen.resources, world_size or 1)
     if chosen.elastic:
         return _launch_elastic(main, world_size, chosen.host, plan, chosen.port, traits, under_torchrun=under_torchrun)
@@ -140,9 +139,10 @@ def _plan(options: SystemOptions, *, tune_gc: bool) -> Plan:
         configure_logging(level)
     return Plan(
         system_config(options, run_record=_run_id() if recording(options) else None),
-        rpc_options(options),
         options.setup,
         tune_gc=tune_gc if options.tune_gc is None else options.tune_gc,
+        transport=options.transport_record,
+        liveness_timeout=options.liveness_timeout,
         status=status_address(options),
         log_level=level,
         trace=trace_path(options),  # run's only: start has no main, and ignores it

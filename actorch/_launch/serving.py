@@ -31,18 +31,29 @@ from actorch._base.resources import check_resources
 from actorch._launch.eventloop import Watchdog, run_bounded
 from actorch._launch.logs import configure_logging, effective_log_level
 from actorch._launch.nodes import LocalLauncher, ParentWatch
-from actorch._launch.startup import SHUTDOWN_TIMEOUT, Plan, Setup, World, plan_from, rpc_transport, start_node
+from actorch._launch.startup import SHUTDOWN_TIMEOUT, Plan, Setup, World, node_transport, plan_from, start_node
 from actorch._launch.workers import reap_workers
 from actorch._transport.base import NodeTraits
 from actorch._transport.capabilities import is_elastic
+from actorch._transport.kinds import prepare_join
 from actorch._transport.membership import ADDRESS_ENV, TOKEN_ENV, parse_address
-from actorch._transport.torch_rpc.elastic import prepare_join
 
-__all__ = ["END_BLOCKED", "SystemSetup", "describe_running", "join_target", "serve", "takes_system"]
+__all__ = [
+    "END_BLOCKED",
+    "NEWCOMER_JOIN_TIMEOUT",
+    "SystemSetup",
+    "describe_running",
+    "join_target",
+    "serve",
+    "takes_system",
+]
 
 
 SystemSetup = Callable[[ActorSystem], object]
 """A ``serve`` setup that asks for the node's system: run once the node has joined (may return an awaitable)."""
+
+NEWCOMER_JOIN_TIMEOUT = 60.0
+"""Seconds a node process started on demand waits for its system's rendezvous to answer."""
 
 END_BLOCKED = "end blocked"
 """What rank 0 asks a node off its loop (``Transport.ask_off_loop``) to end it: its loop stayed blocked at shutdown."""
@@ -136,8 +147,8 @@ def _on_signal(signum: int, handler: Callable[[], None]) -> bool:
 
 def _newcomer_arguments(plan: Plan, address: str, token: str, traits: NodeTraits) -> tuple[_Newcomer]:
     host, port = parse_address(address)
-    options = dataclasses.replace(plan.options, device_maps=None)
-    return (_Newcomer(host, port, token, traits, dataclasses.replace(plan, options=options, status=None)),)
+    joining = dataclasses.replace(plan, transport=plan.transport.joining(), status=None)
+    return (_Newcomer(host, port, token, traits, joining),)
 
 
 def _serve_newcomer(newcomer: _Newcomer) -> NoReturn:
@@ -152,8 +163,7 @@ def _serve_newcomer(newcomer: _Newcomer) -> NoReturn:
     plan = newcomer.plan
     watch = ParentWatch(2 * plan.config.stop_grace + SHUTDOWN_TIMEOUT)
     configure_logging(plan.log_level)
-    timeout = plan.options.init_timeout
-    rank, _ = prepare_join(newcomer.host, newcomer.port, timeout, invited=True)
+    rank, _ = prepare_join(newcomer.host, newcomer.port, NEWCOMER_JOIN_TIMEOUT, invited=True, options=plan.transport)
     world = World(rank, 0, newcomer.host, newcomer.port, newcomer.token, traits=newcomer.traits, invited=True)
 
     def serving(system: ActorSystem) -> None:
@@ -284,7 +294,7 @@ async def _serve_async(
     the node has joined; if it raises, the node leaves and the error propagates.
     With a ``launcher``, the node starts node processes on its host when asked.
     """
-    transport = rpc_transport(world, plan.options)
+    transport = node_transport(world, plan)
     watchdog = Watchdog(2 * plan.config.stop_grace + SHUTDOWN_TIMEOUT)
 
     def on_lost(rank: int, why: str) -> None:  # on a torch thread: works while the loop is stuck too

@@ -34,7 +34,7 @@ from actorch._launch.startup import TORCHRUN_VARS, Plan
 from actorch._launch.status import check_status_port
 from actorch._launch.workers import JOIN_TIMEOUT, kill_workers
 from actorch._transport.base import NodeTraits, Transport
-from actorch._transport.torch_rpc.rpc import active_transport, drop_at_exit
+from actorch._transport.kinds import at_exit, running
 
 __all__ = ["Opening", "start", "wake_for_interrupts"]
 
@@ -250,7 +250,7 @@ class _Driven:
 async def _open(
     plan: Plan, world_size: int, host: str, port: int, token: str | None, traits: list[NodeTraits]
 ) -> ActorSystem:
-    if _Driven.current is not None or active_transport() is not None:
+    if _Driven.current is not None or running():
         raise RuntimeError(
             "this process already runs an actor system: shut it down (await system.shutdown()) before starting another"
         )
@@ -282,7 +282,7 @@ def _kill_at_exit() -> None:
     driven = _Driven.current
     if driven is not None:
         driven.kill_workers()
-        drop_at_exit()
+        at_exit()
 
 
 atexit.register(_kill_at_exit)  # runs before multiprocessing's own hook, which would wait for them

@@ -14,7 +14,7 @@ import dataclasses
 import gc
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from actorch._actors.node.host import ActorHost
@@ -23,10 +23,11 @@ from actorch._actors.system import ActorSystem
 from actorch._base.config import SystemConfig
 from actorch._base.reaping import watch_exit
 from actorch._launch.workers import exit_of, kill_lost
-from actorch._transport.base import NodeTraits, Transport, TransportSpec
-from actorch._transport.capabilities import Elastic
-from actorch._transport.opening import open_transport
-from actorch._transport.torch_rpc.rpc_setup import RpcOptions
+from actorch._transport.base import NodeTraits, Transport
+from actorch._transport.capabilities import elastic_of
+from actorch._transport.kind import KindOptions
+from actorch._transport.kinds import default_options, open_transport, options_from_json, options_to_json
+from actorch._transport.world import DEFAULT_LIVENESS_TIMEOUT, WorldSpec
 
 __all__ = [
     "OLD_GC_THRESHOLD",
@@ -36,8 +37,8 @@ __all__ = [
     "Plan",
     "Setup",
     "World",
+    "node_transport",
     "plan_from",
-    "rpc_transport",
     "shared_settings",
     "start_node",
     "tune_gc",
@@ -61,12 +62,13 @@ Setup = Callable[[int], object]
 
 @dataclass(frozen=True)
 class Plan:
-    """What every node of a launch is started with."""
+    """What every node of a launch is started with (it travels to the processes the launch spawns)."""
 
     config: SystemConfig
-    options: RpcOptions
     setup: Setup | None
     tune_gc: bool
+    transport: KindOptions = field(default_factory=default_options)  # the kind's options record (TorchRpc(), ...)
+    liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT
     status: tuple[str, int] | None = None  # where rank 0 serves the status (actorch status), if anywhere
     log_level: str | None = None  # the level every node logs at; None: each process's ACTORCH_LOG_LEVEL
     trace: str | None = None  # under run: where rank 0 writes a timeline of main's run
@@ -87,16 +89,24 @@ class World:
 
 
 def shared_settings(plan: Plan) -> dict[str, Any]:
-    """The settings an elastic system's newcomers must run with (json-ready)."""
-    local = ("device_maps", "init_timeout")  # elastic worlds have no maps; each newcomer waits as it chooses
-    options = {key: value for key, value in dataclasses.asdict(plan.options).items() if key not in local}
-    return {"config": dataclasses.asdict(plan.config), "options": options}
+    """The settings an elastic system's newcomers must run with (json-ready): its kind's record among them."""
+    return {
+        "config": dataclasses.asdict(plan.config),
+        "transport": options_to_json(plan.transport),
+        "liveness_timeout": plan.liveness_timeout,
+    }
 
 
 def plan_from(shared: dict[str, Any], setup: Setup | None, join_timeout: float, log_level: str | None = None) -> Plan:
-    """The plan of a newcomer to an elastic system, from the settings its rank 0 published (the log level its own)."""
-    options = RpcOptions(device_maps=None, init_timeout=join_timeout, **shared["options"])
-    return Plan(SystemConfig(**shared["config"]), options, setup, tune_gc=True, log_level=log_level)
+    """The plan of a newcomer to an elastic system, from the settings its rank 0 published (the log level its own).
+
+    The newcomer rebuilds the system's transport record, as a newcomer runs it
+    (let in within ``join_timeout``).
+    """
+    transport = options_from_json(shared["transport"]).joining(join_timeout)
+    liveness = shared.get("liveness_timeout", DEFAULT_LIVENESS_TIMEOUT)
+    config = SystemConfig(**shared["config"])
+    return Plan(config, setup, tune_gc=True, transport=transport, liveness_timeout=liveness, log_level=log_level)
 
 
 def tune_gc() -> None:
@@ -106,20 +116,20 @@ def tune_gc() -> None:
     gc.set_threshold(max(young, YOUNG_GC_THRESHOLD), middle, max(old, OLD_GC_THRESHOLD))
 
 
-def rpc_transport(world: World, options: RpcOptions) -> Transport:
-    """A node's torch RPC transport, from its world (every node but a local launch's rank 0); elastic with a token."""
-    spec = TransportSpec(
+def node_transport(world: World, plan: Plan) -> Transport:
+    """A node's transport of the plan's kind, from its world (every node but a local launch's rank 0)."""
+    spec = WorldSpec(
         world.rank,
         world.world_size,
         world.host,
         world.port,
-        options,
         traits=world.traits,
         label=world.label,
         token=world.token,
         invited=world.invited,
+        liveness_timeout=plan.liveness_timeout,
     )
-    return open_transport(spec)
+    return open_transport(spec, plan.transport)
 
 
 async def start_node(
@@ -146,8 +156,9 @@ async def start_node(
             dead = [worker for worker in workers or () if worker.exitcode is not None]
             if dead and not starting.done():
                 starting.cancel()
-                if isinstance(transport, Elastic):
-                    transport.stop_admitting()  # rank 0 of an elastic world stops waiting for the launch's workers
+                elastic = elastic_of(transport)
+                if elastic is not None:
+                    elastic.stop_admitting()  # rank 0 of an elastic world stops waiting for the launch's workers
                 await asyncio.wait([starting])
                 codes = ", ".join(exit_of(worker) for worker in dead)
                 raise RuntimeError(f"actor system failed to start: {codes}")

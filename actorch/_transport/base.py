@@ -5,10 +5,18 @@ ranks. Messages sent to one destination during one loop iteration leave as one
 bundle, in order; the receiver gets them in that order. Each received bundle comes
 with a ``Port``: replies put there within a short hold travel back on the
 bundle's own response, which is much cheaper than a message of their own. Nothing
-above this layer knows which transport runs (``inprocess``, ``lone`` or torch
-RPC's); only the ``torch_rpc`` package touches torch RPC. What only some
-transports can do (elastic membership, torch's RRefs and store, a fast lane) is
-not here but in ``capabilities``, one protocol each.
+above this layer knows which kind of transport runs (``kinds`` lists them); only
+the ``torch_rpc`` package touches torch RPC. What only some transports can do
+(elastic membership, torch's RRefs and store, a fast lane) is not here but in
+``capabilities``, one protocol each.
+
+Every kind keeps the same promises, which ``tests/transport/test_conformance.py``
+checks of each: the bundles of one link arrive in the order they were sent;
+replies put on a received bundle's port come back; a peer's loss is reported
+once, and a peer that left on purpose (``forget``) never; what a node sends
+that the transport does not know (a stranger, a forgotten or lost node) is not
+taken as a peer's; ``backlog`` counts what a peer has not taken until it does;
+tensors arrive bitwise as they were sent.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -26,10 +34,7 @@ from actorch._base.errors import UnsupportedError
 from actorch._base.resources import node_resources
 from actorch._transport.autograd import NO_CONTEXT
 
-if TYPE_CHECKING:
-    import socket
-
-__all__ = ["PORT_HOLD", "Bundle", "NodeInfo", "NodeTraits", "Port", "Transport", "TransportSpec"]
+__all__ = ["PORT_HOLD", "Bundle", "NodeInfo", "NodeTraits", "Port", "Transport"]
 
 Bundle = tuple[list[bytes], dict[int, list[torch.Tensor]]]
 """Messages in send order, and the tensors of those that have any, by index."""
@@ -184,45 +189,6 @@ class NodeTraits:
         return NodeInfo(rank, name, host, pid, devices, self.label, resources, self.owner, self.parent, self.pool, lane)
 
 
-@dataclass(frozen=True)
-class TransportSpec:
-    """What a node's transport is opened with (``opening.open_transport``), whichever launch path opens it.
-
-    Attributes:
-        rank: The node's rank (a newcomer's, taken before it opens).
-        world_size: Ranks the world starts with (0 for a newcomer: it learns them).
-        host: Where rank 0 serves the world's rendezvous.
-        port: Its port (0: any free one, for a rank 0 that binds it itself).
-        options: The kind's own options (``RpcOptions`` for torch RPC).
-        traits: What the node says of itself, if more than ``label``.
-        label: The node's name, for a newcomer that gives one.
-        token: The join token of a world that grows while it runs; None: a static world.
-        public: Of such a world, whether any process with the token may join (else only
-            those the system starts itself).
-        invited: A newcomer that the system started itself (``add_nodes``).
-        initial: On rank 0 of a growing world, how many ranks the launch starts itself.
-        listener: On rank 0, its listening socket for the rendezvous, already bound.
-        shared: On rank 0 of a growing world, the settings newcomers must run with (json-ready).
-        alone: Rank 0 of a world of one, which opens a private growing world only
-            when it first starts a node process (until then: no port, no thread).
-    """
-
-    rank: int
-    world_size: int
-    host: str
-    port: int
-    options: object
-    traits: NodeTraits | None = None
-    label: str | None = None
-    token: str | None = None
-    public: bool = True
-    invited: bool = False
-    initial: int = 1
-    listener: socket.socket | None = field(default=None, compare=False)
-    shared: Mapping[str, Any] | None = None
-    alone: bool = False
-
-
 class Transport(ABC):
     """Moves message bundles between ranks; implementations differ in how.
 
@@ -333,6 +299,14 @@ class Transport(ABC):
         """
         raise UnsupportedError(f"{type(self).__name__} cannot ask node {rank} off its event loop")
 
+    def carry(self, dest: int, bundle: Bundle, in_context: bool = False) -> str | None:
+        """Send one bundle to ``dest`` now, as it is (never blocks): for a transport that wraps this one.
+
+        The wrapper batched it and counts it; this one only carries it. Returns
+        the path it took (one of ``paths``), None if it went nowhere.
+        """
+        return self._send_bundle(dest, bundle, in_context)
+
     @abstractmethod
     def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> str | None:
         """Send one bundle to ``dest`` (never blocks); report failure through ``lost``.
@@ -394,9 +368,15 @@ class Transport(ABC):
             by_path[path] = by_path.get(path, 0) + size
 
     def reply(self, dest: int, port: Port | None, message: bytes, tensors: list[torch.Tensor] | None) -> None:
-        """Send a reply to ``dest``: on the bundle's response if its port is open, else on its own."""
+        """Send a reply to ``dest``: on the bundle's response if its port is open and takes it, else on its own."""
+        if port is not None:
+            port = self.port_for(port, tensors)
         if port is None or not port.put(message, tensors):
             self.send(dest, message, tensors)
+
+    def port_for(self, port: Port | None, tensors: list[torch.Tensor] | None) -> Port | None:
+        """The port a reply with ``tensors`` may ride: ``port``, or None (released) where it cannot carry them."""
+        return port
 
     def _report_lost(self, rank: int, why: str) -> None:
         if self._lost is not None:

@@ -1,21 +1,58 @@
-"""The in-process transport: every rank in one process and one event loop (tests, ``world_size=1``).
+"""The in-process kind of transport: every rank in one process and one event loop (``actorch.testing``).
 
 Bundles are delivered on the same loop after the current iteration, in order,
 still through the codec and the node's dispatch, so that in-process worlds run
-the whole message path but the network.
+the whole message path but the network. The ranks meet at an ``InProcessHub``,
+whose ``address`` is the world's rendezvous (``WorldSpec.host``); its options
+record, ``InProcess``, has nothing to set. A node of it is lost only when the
+hub cuts it off (``disconnect``): nothing here goes silent.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
+import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Self
 
 from actorch._base.devices import accelerator, parse_device
 from actorch._transport.base import Bundle, NodeInfo, NodeTraits, Transport
+from actorch._transport.kind import Dump, Kind, Load
+from actorch._transport.world import WorldSpec
 
-__all__ = ["InProcessHub", "InProcessTransport"]
+__all__ = ["KIND", "InProcess", "InProcessHub", "InProcessTransport"]
+
+_HUBS: weakref.WeakValueDictionary[str, InProcessHub] = weakref.WeakValueDictionary()
+"""The hubs of this process, by address."""
+_NUMBERS = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class InProcess:
+    """The in-process transport as a kind: every node of the world in this process (``actorch.testing.local_world``).
+
+    It has no options. Pass it, or a kind that wraps it
+    (``FaultyTransport(InProcess(), ...)``), as ``local_world(transport=...)``.
+    """
+
+    def refuses_elastic(self) -> str | None:
+        """Always: no process joins an in-process world."""
+        return "an in-process world takes no node from another process"
+
+    def fixes_world(self) -> str | None:
+        """Always: an in-process world's nodes are made when it starts."""
+        return "an in-process world's nodes are all made when it starts"
+
+    def joining(self, timeout: float | None = None) -> Self:
+        """The same options (no node joins)."""
+        return self
+
+    def to_json(self, dump: Dump) -> dict[str, Any]:
+        """Nothing to say."""
+        return {}
 
 
 class InProcessHub:
@@ -42,6 +79,9 @@ class InProcessHub:
                 hub, or a value of ``devices`` holds something other than CUDA devices.
         """
         self.world_size = world_size
+        self.address = f"in-process:{next(_NUMBERS)}"
+        """Where the hub's ranks meet: a ``WorldSpec``'s ``host`` that opens an ``InProcess`` transport here."""
+        _HUBS[self.address] = self
         self.transports: dict[int, InProcessTransport] = {}
         self.devices: dict[int, tuple[str, ...]] = {}
         self.traits: dict[int, NodeTraits] = {}
@@ -56,7 +96,7 @@ class InProcessHub:
             self.devices[rank] = tuple(str(device) for device in parsed)
 
     def __repr__(self) -> str:
-        return f"<InProcessHub ranks={sorted(self.transports)}>"
+        return f"<InProcessHub {self.address} ranks={sorted(self.transports)}>"
 
     def transport(self, rank: int) -> InProcessTransport:
         """Create the transport of ``rank`` on this hub."""
@@ -80,6 +120,8 @@ class InProcessTransport(Transport):
     def __init__(self, hub: InProcessHub, rank: int) -> None:
         super().__init__(rank, hub.world_size)
         self._hub = hub
+        self._gone: set[int] = set()  # ranks that left on purpose
+        self._reported: set[int] = set()  # ranks reported lost (once each)
 
     async def start(self) -> None:
         """Nothing to join: the hub is the world."""
@@ -90,14 +132,31 @@ class InProcessTransport(Transport):
             del self._hub.transports[self.rank]
 
     def peers(self) -> list[NodeInfo]:
-        """Every rank of the hub, all in this process, with the devices the hub gives it."""
+        """Every rank of the hub but those that left, all in this process, with the devices the hub gives it."""
         hub = self._hub
         own = accelerator().inventory()
         host, pid, plain = socket.gethostname(), os.getpid(), NodeTraits()
         return [
             hub.traits.get(rank, plain).info(rank, host, pid, hub.devices.get(rank, own))
             for rank in range(self.world_size)
+            if rank not in self._gone
         ]
+
+    def knows(self, rank: int) -> bool:
+        """Whether ``rank`` is another rank of the hub that has not left."""
+        return rank != self.rank and 0 <= rank < self.world_size and rank not in self._gone
+
+    def forget(self, rank: int) -> None:
+        """Rank ``rank`` left on purpose: nothing more goes to it, and its loss is never reported."""
+        if rank != self.rank:
+            self._gone.add(rank)
+
+    def _report_lost(self, rank: int, why: str) -> None:
+        """Report ``rank`` lost once, unless it left on purpose."""
+        if rank in self._reported or rank in self._gone:
+            return
+        self._reported.add(rank)
+        super()._report_lost(rank, why)
 
     def ask_off_loop(self, rank: int, question: str, timeout: float) -> Any:
         """Node ``rank``'s answer to ``question``: in this process, asked directly."""
@@ -107,6 +166,8 @@ class InProcessTransport(Transport):
         return target.off_loop(question)
 
     def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> str | None:
+        if dest in self._gone:
+            return None
         if self._hub.transports.get(self.rank) is not self:
             self._report_lost(dest, f"rank {dest} counts this node lost (it was cut off)")
             return None
@@ -123,3 +184,33 @@ class InProcessTransport(Transport):
 def _check_rank(rank: object, world_size: int, what: str) -> None:
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise ValueError(f"{what}: {rank!r} is not a rank of this world (0..{world_size - 1})")
+
+
+def _open(spec: WorldSpec, options: InProcess, inner: Transport | None = None) -> Transport:
+    """Rank ``spec.rank``'s transport on the hub at ``spec.host``.
+
+    Raises:
+        TypeError: ``options`` are not ``InProcess``.
+        ValueError: No hub of this process is at ``spec.host``: an in-process
+            world opens only in ``actorch.testing.local_world``.
+    """
+    if not isinstance(options, InProcess):
+        raise TypeError(f"an in-process transport takes InProcess options, not {options!r}")
+    hub = _HUBS.get(spec.host)
+    if hub is None:
+        raise ValueError(
+            f"an in-process world has every node in one process: open it with actorch.testing.local_world "
+            f"(no hub at {spec.host!r})"
+        )
+    transport = hub.transport(spec.rank)
+    if spec.traits is not None:
+        transport.traits = spec.traits
+    return transport
+
+
+def _load(data: Mapping[str, Any], load: Load) -> InProcess:
+    return InProcess(**data)
+
+
+KIND: Kind[InProcess] = Kind(name="in_process", options=InProcess, open=_open, load=_load)
+"""Every node in one process and one event loop."""

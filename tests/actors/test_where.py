@@ -23,12 +23,11 @@ from actorch._actors.where import Where, where_of
 from actorch._base.resources import check_resources, describe_amount, detect_resources
 from actorch._launch.cli_serve import parse_resource
 from actorch._launch.cli_tables import status_tables
-from actorch._launch.nodes import can_grow, declared_resources, grow_refusal
+from actorch._launch.nodes import declared_resources, grow_refusal
 from actorch._launch.status import gather_status
 from actorch._transport.base import NodeTraits
 from actorch._transport.torch_rpc.lone import LoneTransport
 from actorch._transport.torch_rpc.rpc import RpcTransport
-from actorch._transport.torch_rpc.rpc_setup import RpcOptions
 from actorch.testing import LocalWorld, local_world
 
 
@@ -352,12 +351,14 @@ def test_connect_and_start_refuse_bad_resources_before_anything_starts() -> None
 
 
 def test_only_systems_on_an_elastic_world_may_grow() -> None:
-    static = RpcTransport(0, 2, "127.0.0.1", 1, RpcOptions())
-    assert "device_maps=None" in str(grow_refusal(static, under_torchrun=False))
-    assert "torchrun" in str(grow_refusal(static, under_torchrun=True))
-    assert grow_refusal(LoneTransport(lambda: pytest.fail("not opened")), under_torchrun=False) is None  # type: ignore[arg-type,return-value]
-    assert can_grow(RpcOptions(device_maps=None))
-    assert not can_grow(RpcOptions(device_maps={"cuda:0": "cuda:0"}))
+    mapped = actorch.TorchRpc(device_maps={"cuda:0": "cuda:0"})
+    static = RpcTransport(0, 2, "127.0.0.1", 1, mapped)
+    assert "TorchRpc(device_maps=None)" in str(grow_refusal(static, mapped, under_torchrun=False))
+    assert "torchrun" in str(grow_refusal(static, mapped, under_torchrun=True))
+    alone = LoneTransport(lambda: pytest.fail("not opened"))  # type: ignore[arg-type,return-value]
+    assert grow_refusal(alone, actorch.TorchRpc(), under_torchrun=False) is None
+    assert actorch.TorchRpc(device_maps=None).fixes_world() is None
+    assert mapped.fixes_world() is not None
 
 
 async def test_a_where_spawn_with_gpus_is_lent_devices_and_gives_them_back() -> None:

@@ -18,13 +18,15 @@ from actors import Counter
 from fake_gpus import FakeAccelerator, installed
 
 import actorch
+from actorch._base.channels.plane import DataPlane
 from actorch._base.channels.route import TensorRoute
 from actorch._base.codec import INLINE_TENSOR_BYTES, Codec, serializable, tensor_path
 from actorch._base.devices import on_device, parse_device
 from actorch._transport.autograd import NO_CONTEXT
 from actorch._transport.base import Port
+from actorch._transport.torch_rpc.options import TorchRpc, normalize_device_maps
 from actorch._transport.torch_rpc.rpc import RpcTransport, tensorpipe_options
-from actorch._transport.torch_rpc.rpc_setup import RpcOptions, normalize_device_maps, resolve_device_maps
+from actorch._transport.torch_rpc.rpc_setup import resolve_device_maps
 from actorch.testing import LocalWorld, local_world
 
 
@@ -79,7 +81,7 @@ def test_device_maps_take_one_map_for_every_pair_or_maps_per_source_and_destinat
 )
 def test_malformed_device_maps_are_refused_when_run_is_called(spec: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        RpcOptions(device_maps=spec)
+        TorchRpc(device_maps=spec)
 
 
 def test_auto_maps_every_gpu_index_all_ranks_have_when_they_share_a_host() -> None:
@@ -110,12 +112,12 @@ def test_explicit_maps_are_this_ranks_own_and_checked_against_both_ends_inventor
 
 
 def test_the_maps_reach_torchs_tensorpipe_options_by_worker_name() -> None:
-    backend = tensorpipe_options(RpcOptions(), {1: {"cuda:1": "cuda:0"}, 2: {"cuda:0": "cuda:0"}})
+    backend = tensorpipe_options(TorchRpc(), {1: {"cuda:1": "cuda:0"}, 2: {"cuda:0": "cuda:0"}})
     assert backend.device_maps == {
         "node1": {torch.device("cuda", 1): torch.device("cuda", 0)},
         "node2": {torch.device("cuda", 0): torch.device("cuda", 0)},
     }
-    assert tensorpipe_options(RpcOptions(), {}).device_maps == {}
+    assert tensorpipe_options(TorchRpc(), {}).device_maps == {}
 
 
 def test_run_refuses_an_unknown_devices_policy_and_a_bad_map_before_starting() -> None:
@@ -125,7 +127,7 @@ def test_run_refuses_an_unknown_devices_policy_and_a_bad_map_before_starting() -
     with pytest.raises(ValueError, match="'stage' or 'strict'"):
         actorch.run(main, devices="lenient", configure_logs=False)
     with pytest.raises(ValueError, match="one-to-one"):
-        actorch.run(main, device_maps={0: 1, 1: 1}, configure_logs=False)
+        actorch.run(main, transport=actorch.TorchRpc(device_maps={0: 1, 1: 1}), configure_logs=False)
 
 
 # ---------------------------------------------------------------- staging in the codec
@@ -176,8 +178,8 @@ def test_a_told_tensor_staged_is_a_copy_and_a_mapped_one_is_cloned(fake: FakeAcc
 
 
 def test_strict_refuses_with_the_tensors_path_its_device_and_the_missing_map(fake: FakeAccelerator) -> None:
-    route = TensorRoute(3, {"cuda:1": "cuda:1"}, strict=True)
-    codec = Codec()
+    route = TensorRoute(3, {"cuda:1": "cuda:1"})
+    codec = Codec(plane=DataPlane.standard(strict=True))  # devices="strict"
     with pytest.raises(actorch.SerializationError) as refused:
         codec.encode([(1, {"obs": [torch.ones(1), meta(2)]}), {}], route=route, arguments=True)
     message = str(refused.value)
@@ -207,7 +209,7 @@ def test_tensor_path_names_a_tensor_the_walk_cannot_reach_plainly() -> None:
 
 def test_a_reply_carrying_device_tensors_leaves_on_its_own_not_on_the_bundles_response() -> None:
     async def scenario() -> None:
-        transport = RpcTransport(1, 2, "127.0.0.1", 1, RpcOptions())  # never started: replies are only queued
+        transport = RpcTransport(1, 2, "127.0.0.1", 1, TorchRpc())  # never started: replies are only queued
         transport._routes_direct = True  # a device map is set: replies may hold CUDA tensors
         loop = asyncio.get_running_loop()
         transport.attach(loop, lambda *a: None, lambda *a: None)

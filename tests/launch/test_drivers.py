@@ -120,7 +120,11 @@ async def test_shutdown_belongs_to_systems_this_process_drives(world: LocalWorld
         ({"world_size": 2, "port": -1}, ValueError, "port must be an int"),
         ({"liveness_timeout": 0}, ValueError, "liveness_timeout must be a positive number"),
         ({"devices": "nowhere"}, ValueError, "devices must be 'stage' or 'strict'"),
-        ({"elastic": True, "device_maps": {"cuda:0": "cuda:0"}}, ValueError, "no device maps"),
+        (
+            {"elastic": True, "transport": actorch.TorchRpc(device_maps={"cuda:0": "cuda:0"})},
+            ValueError,
+            "no device maps",
+        ),
         ({"setup": 3}, TypeError, "setup must be a function"),
         ({"setup": lambda system: None}, TypeError, "asks for the system"),
     ],
@@ -191,6 +195,6 @@ async def test_connect_to_an_address_that_does_not_answer_ends_in_a_join_error_a
 
 
 async def test_connect_refuses_a_process_that_already_runs_a_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(connect_module, "active_transport", object)  # as while run() or start() runs
+    monkeypatch.setattr(connect_module, "running", lambda: True)  # as while run() or start() runs
     with pytest.raises(RuntimeError, match="already runs a node"):
         await actorch.connect("127.0.0.1:1", configure_logs=False)

@@ -19,7 +19,6 @@ import actorch
 from actorch._launch import run as run_module
 from actorch._launch.eventloop import LEFTOVER_WAIT, run_bounded
 from actorch._launch.interrupts import INTERRUPT_EXIT_CODE, TERMINATE_EXIT_CODE, InterruptWatcher
-from actorch._transport.torch_rpc.rpc_setup import RpcOptions
 
 
 async def answer(system: actorch.ActorSystem) -> int:
@@ -38,7 +37,7 @@ def test_run_under_torchrun_takes_torchruns_world_over_world_size_and_rank_0_say
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("ACTORCH_WORLD_SIZE", raising=False)
     joined: list[Any] = []
-    monkeypatch.setattr(run_module, "rpc_transport", lambda world, options: joined.append(world))
+    monkeypatch.setattr(run_module, "node_transport", lambda world, plan: joined.append(world))
     monkeypatch.setattr(run_module, "_serve", lambda world, plan: joined.append(world))
     monkeypatch.setattr(run_module, "lead", lambda main, transport, plan: None)
     monkeypatch.setattr(run_module, "run_bounded", lambda lead, interrupts: "led")
@@ -53,14 +52,6 @@ def test_run_under_torchrun_takes_torchruns_world_over_world_size_and_rank_0_say
 def test_run_refuses_a_liveness_timeout_that_is_not_a_positive_number(timeout: Any) -> None:
     with pytest.raises(ValueError, match="liveness_timeout must be a positive number"):
         actorch.run(answer, liveness_timeout=timeout, configure_logs=False)
-
-
-def test_rpc_options_heartbeat_must_fit_twice_in_the_liveness_timeout() -> None:
-    assert RpcOptions(heartbeat_interval=1.0, liveness_timeout=2.0).liveness_timeout == 2.0
-    with pytest.raises(ValueError, match="heartbeat_interval must be > 0 and at most half"):
-        RpcOptions(heartbeat_interval=1.5, liveness_timeout=2.0)
-    with pytest.raises(ValueError, match="heartbeat_interval must be > 0"):
-        RpcOptions(heartbeat_interval=0.0)
 
 
 async def test_run_refuses_to_start_inside_a_running_event_loop() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 import actorch
+import actorch.testing
 from actorch._base.config import SystemConfig
 from actorch._launch.options import (
     IN_PROCESS,
@@ -49,7 +51,8 @@ def test_option_keywords_name_every_option_with_its_type() -> None:
 
 def test_in_process_options_are_the_settings_every_node_shares() -> None:
     config = system_config(SystemOptions())
-    assert {field.name for field in dataclasses.fields(config)} == {*IN_PROCESS, "run_record"}
+    # devices: the one shared setting local_world leaves alone (its own devices= names GPU inventories)
+    assert {field.name for field in dataclasses.fields(config)} == {*IN_PROCESS, "run_record", "devices"}
 
 
 @pytest.mark.parametrize(
@@ -59,8 +62,12 @@ def test_in_process_options_are_the_settings_every_node_shares() -> None:
         ({"lookup_timeout": -1}, ValueError, "lookup_timeout must be a finite number of seconds >= 0, not -1"),
         ({"mailbox_size": 0}, ValueError, "mailbox_size must be an int >= 1, not 0"),
         ({"devices": "copy"}, ValueError, "devices must be 'stage' or 'strict', not 'copy'"),
-        ({"transport": "ib"}, ValueError, "transport must be 'uv' or 'shm', not 'ib'"),
-        ({"device_maps": 3}, ValueError, "device_maps must be 'auto', None or a mapping, not 3"),
+        ({"transport": "ib"}, ValueError, "transport must be a transport kind's options record (actorch.TorchRpc"),
+        (
+            {"transport": {"tensorpipe": "uv"}},
+            TypeError,
+            "transport= takes a transport kind's options record (TorchRpc",
+        ),
         ({"log_level": "loud"}, ValueError, "log_level must be one of 'debug', 'info', 'warning'"),
         ({"record": 1}, TypeError, "record must be True or False, not 1"),
         ({"status": "no"}, ValueError, "status must be True (serve it, the default) or False (serve none), not 'no'"),
@@ -88,7 +95,7 @@ def test_run_refuses_an_unknown_option_naming_it_before_anything_starts() -> Non
 
 
 @pytest.mark.parametrize(
-    ("given", "meant"), [("log_leve", "log_level"), ("stirct", "strict"), ("fastlane", "fast_lane")]
+    ("given", "meant"), [("log_leve", "log_level"), ("stirct", "strict"), ("transprot", "transport")]
 )
 def test_run_refuses_a_misspelt_option_suggesting_the_one_meant(given: str, meant: str) -> None:
     with pytest.raises(TypeError) as refused:
@@ -199,3 +206,50 @@ def test_the_launching_page_has_a_row_for_every_option() -> None:
         for name in row.split("|")[1].split(",")
     ]
     assert sorted(named) == sorted(field.name for field in dataclasses.fields(SystemOptions))
+
+
+# ---------------------------------------------------------------- the transport: a kind's options record
+
+
+def test_options_take_a_transport_record_and_default_to_torch_rpc() -> None:
+    assert SystemOptions().transport == actorch.TorchRpc()
+    record = actorch.testing.FaultyTransport(actorch.TorchRpc(lane=False))
+    assert SystemOptions(transport=record).transport is record
+    assert (
+        _plan(SystemOptions(transport=record, liveness_timeout=4.0, configure_logs=False), tune_gc=False).transport
+        is record
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "record", "instead"),
+    [
+        ({"transport": "uv"}, actorch.TorchRpc(tensorpipe="uv"), "transport=actorch.TorchRpc(tensorpipe='uv')"),
+        ({"transport": "shm"}, actorch.TorchRpc(tensorpipe="shm"), "transport=actorch.TorchRpc(tensorpipe='shm')"),
+        ({"fast_lane": False}, actorch.TorchRpc(lane=False), "transport=actorch.TorchRpc(lane=False)"),
+        ({"rpc_threads": 8}, actorch.TorchRpc(threads=8), "transport=actorch.TorchRpc(threads=8)"),
+        ({"rpc_timeout": 5.0}, actorch.TorchRpc(timeout=5.0), "transport=actorch.TorchRpc(timeout=5.0)"),
+        ({"device_maps": None}, actorch.TorchRpc(device_maps=None), "transport=actorch.TorchRpc(device_maps=None)"),
+    ],
+    ids=lambda value: next(iter(value)) if isinstance(value, dict) else "",
+)
+def test_a_deprecated_option_warns_and_builds_torch_rpcs_record(
+    given: dict[str, Any], record: actorch.TorchRpc, instead: str
+) -> None:
+    with pytest.warns(DeprecationWarning, match=re.escape(f"is deprecated: pass {instead}")) as warned:
+        options = SystemOptions(**given)
+    assert options.transport == record
+    assert warned[0].filename == __file__  # it points at the line that gave the option
+    assert dataclasses.replace(options, strict=True).transport == record  # folded in once: no second warning
+
+
+def test_deprecated_options_fold_into_a_torch_rpc_record_given_with_them() -> None:
+    with pytest.warns(DeprecationWarning, match="rpc_threads=2 is deprecated"):
+        options = SystemOptions(transport=actorch.TorchRpc(tensorpipe="shm"), rpc_threads=2)
+    assert options.transport == actorch.TorchRpc(tensorpipe="shm", threads=2)
+
+
+def test_deprecated_torch_rpc_options_are_refused_beside_another_kinds_record() -> None:
+    faulty = actorch.testing.FaultyTransport(actorch.TorchRpc())
+    with pytest.raises(ValueError, match="rpc_threads set torch RPC's options, but transport= is FaultyTransport"):
+        SystemOptions(transport=faulty, rpc_threads=2)

@@ -1,4 +1,4 @@
-"""run()'s options for torch RPC and node set-up: checked before anything starts, and run in one process too."""
+"""run()'s options for node set-up and flow: checked before anything starts, and run in one process too."""
 
 from __future__ import annotations
 
@@ -18,24 +18,6 @@ async def rank_and_marker(system: actorch.ActorSystem) -> tuple[int, str | None]
 
 def mark(rank: int) -> None:
     os.environ["ACTORCH_RUN_OPTIONS_TEST"] = f"node {rank}"
-
-
-@pytest.mark.parametrize("value", [-1.0, float("inf"), True, "60"])
-def test_run_refuses_an_rpc_timeout_that_is_not_a_number_of_seconds(value: Any) -> None:
-    with pytest.raises(ValueError, match="rpc_timeout must be a finite number of seconds >= 0"):
-        actorch.run(rank_and_marker, world_size=2, rpc_timeout=value, configure_logs=False)
-
-
-@pytest.mark.parametrize("value", [0, -2, 1.5, False])
-def test_run_refuses_rpc_threads_that_are_not_a_positive_int(value: Any) -> None:
-    with pytest.raises(ValueError, match="rpc_threads must be an int >= 1"):
-        actorch.run(rank_and_marker, world_size=2, rpc_threads=value, configure_logs=False)
-
-
-@pytest.mark.parametrize("value", [1, "yes", None])
-def test_run_refuses_a_fast_lane_that_is_not_a_bool(value: Any) -> None:
-    with pytest.raises(ValueError, match="fast_lane must be True or False"):
-        actorch.run(rank_and_marker, world_size=2, fast_lane=value, configure_logs=False)
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, True, "1 GiB"])

@@ -186,4 +186,7 @@ async def main(system: actorch.ActorSystem) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print("RETURNED " + json.dumps(actorch.run(main, world_size=3, rpc_timeout=RPC_TIMEOUT)), flush=True)
+    print(
+        "RETURNED " + json.dumps(actorch.run(main, world_size=3, transport=actorch.TorchRpc(timeout=RPC_TIMEOUT))),
+        flush=True,
+    )

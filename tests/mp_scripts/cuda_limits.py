@@ -25,9 +25,9 @@ import actorch
 
 CASE = sys.argv[1]
 SETTINGS: dict[str, dict[str, Any]] = {
-    "empty-map": {"device_maps": "auto", "channels": ("device_map",)},
-    "empty-ipc": {"device_maps": None, "channels": ("cuda_ipc",)},
-    "empty-staged": {"device_maps": None, "channels": ("staged",)},
+    "empty-map": {"transport": actorch.TorchRpc(device_maps="auto"), "channels": ("device_map",)},
+    "empty-ipc": {"transport": actorch.TorchRpc(device_maps=None), "channels": ("cuda_ipc",)},
+    "empty-staged": {"transport": actorch.TorchRpc(device_maps=None), "channels": ("staged",)},
     "large-1g": {},
     "large-4g": {},
 }

@@ -2,7 +2,7 @@
 
 Usage: ``python cuda_tensors.py MODE``:
 
-- ``mapped``: ``device_maps="auto"`` (``cuda:0`` to ``cuda:0``: both processes
+- ``mapped``: ``TorchRpc(device_maps="auto")`` (``cuda:0`` to ``cuda:0``: both processes
   see the GPU), channels ``device_map`` and ``staged`` (no CUDA IPC);
 - ``staged``: no maps, and the ``staged`` channel alone (by the transport);
 - ``staged-shm``: no maps, channels ``shm`` and ``staged``: the host copy
@@ -74,11 +74,11 @@ async def main(system: actorch.ActorSystem) -> None:
 
 
 SETTINGS: dict[str, dict[str, Any]] = {
-    "mapped": {"device_maps": "auto", "channels": ("device_map", "staged")},
-    "staged": {"device_maps": None, "channels": ("staged",)},
-    "staged-shm": {"device_maps": None, "channels": ("shm", "staged")},
-    "ipc": {"device_maps": "auto"},
-    "ipc-unmapped": {"device_maps": None},
+    "mapped": {"transport": actorch.TorchRpc(device_maps="auto"), "channels": ("device_map", "staged")},
+    "staged": {"transport": actorch.TorchRpc(device_maps=None), "channels": ("staged",)},
+    "staged-shm": {"transport": actorch.TorchRpc(device_maps=None), "channels": ("shm", "staged")},
+    "ipc": {"transport": actorch.TorchRpc(device_maps="auto")},
+    "ipc-unmapped": {"transport": actorch.TorchRpc(device_maps=None)},
 }
 
 

@@ -96,4 +96,4 @@ if __name__ == "__main__":
     if MODE in ("strict", "both"):
         actorch.run(strict, world_size=2, devices="strict")
     if MODE in ("staged", "both"):
-        actorch.run(staged, world_size=2, setup=pretend_gpus, device_maps=None)
+        actorch.run(staged, world_size=2, setup=pretend_gpus, transport=actorch.TorchRpc(device_maps=None))

@@ -129,17 +129,20 @@ def setup_fails() -> dict[str, Any]:
 
 
 def replies_both_ways() -> dict[str, Any]:
-    return {"lane": actorch.run(replies, world_size=2), "rpc": actorch.run(replies, world_size=2, fast_lane=False)}
+    return {
+        "lane": actorch.run(replies, world_size=2),
+        "rpc": actorch.run(replies, world_size=2, transport=actorch.TorchRpc(lane=False)),
+    }
 
 
 def main() -> None:
     mode = sys.argv[1]
     if mode == "long":
         timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
-        value = actorch.run(long, world_size=2, rpc_timeout=timeout)
+        value = actorch.run(long, world_size=2, transport=actorch.TorchRpc(timeout=timeout))
     elif mode == "shared":
         value = {
-            "long": actorch.run(long, world_size=2, rpc_timeout=SHARED_RPC_TIMEOUT),
+            "long": actorch.run(long, world_size=2, transport=actorch.TorchRpc(timeout=SHARED_RPC_TIMEOUT)),
             "replies": replies_both_ways(),
             "setup-fails": setup_fails(),  # last: nothing runs after a system that failed to start
         }

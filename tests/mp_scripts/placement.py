@@ -49,4 +49,4 @@ async def main(system: actorch.ActorSystem) -> None:
 
 
 if __name__ == "__main__":
-    actorch.run(main, world_size=2, setup=one_gpu_on_node_one, device_maps=None)
+    actorch.run(main, world_size=2, setup=one_gpu_on_node_one, transport=actorch.TorchRpc(device_maps=None))

@@ -38,11 +38,11 @@ LANE = MODE != "no-lane"
 EXAMPLES = int(sys.argv[2])
 CALL_SECONDS = 30.0
 SETTINGS: dict[str, dict[str, Any]] = {
-    "lane": {},
-    "no-lane": {"channels": ("staged",)},
-    "cuda-ipc": {"device_maps": None},
-    "cuda-map": {"device_maps": "auto", "channels": ("device_map",)},
-    "cuda-staged": {"device_maps": None, "channels": ("staged",)},
+    "lane": {"transport": actorch.TorchRpc()},
+    "no-lane": {"transport": actorch.TorchRpc(lane=False), "channels": ("staged",)},
+    "cuda-ipc": {"transport": actorch.TorchRpc(device_maps=None)},
+    "cuda-map": {"transport": actorch.TorchRpc(device_maps="auto"), "channels": ("device_map",)},
+    "cuda-staged": {"transport": actorch.TorchRpc(device_maps=None), "channels": ("staged",)},
 }
 
 
@@ -139,5 +139,5 @@ async def main(system: actorch.ActorSystem) -> str:
 
 
 if __name__ == "__main__":
-    returned = actorch.run(main, world_size=2, fast_lane=LANE, stop_grace=1.0, **SETTINGS[MODE])
+    returned = actorch.run(main, world_size=2, stop_grace=1.0, **SETTINGS[MODE])
     print("RETURNED " + json.dumps(returned), flush=True)

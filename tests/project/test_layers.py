@@ -544,6 +544,61 @@ def test_launch_module_reaches_nothing_private_of_a_lower_layer(module: str) -> 
     assert private_reaches(module, SOURCES[module], PRIVATE_BELOW_LAUNCH) == []
 
 
+TRANSPORT_FOR_LAUNCH = frozenset(
+    {
+        "actorch._transport.kinds",
+        "actorch._transport.kind",
+        "actorch._transport.world",
+        "actorch._transport.base",
+        "actorch._transport.capabilities",
+        "actorch._transport.membership",
+        "actorch._transport.network",
+    }
+)
+"""What the launch layer may import of ``_transport``: the table of kinds and what every kind is written against.
+
+Never a kind's own modules (torch RPC's, in-process, faulty, the lane): the
+launch opens, joins and ends every kind through the table (``kinds``).
+"""
+
+LAUNCH_LAYER_MODULES = [module for module in MODULES if layer_of(module) == LAUNCH_LAYER]
+
+
+def transport_imports(module: str, source: str) -> set[str]:
+    """The modules of ``_transport`` that ``module`` imports."""
+    return {
+        imported.target
+        for imported in imports_in(module, source)
+        if imported.target.startswith("actorch._transport.") or imported.target == "actorch._transport"
+    }
+
+
+@pytest.mark.parametrize("module", LAUNCH_LAYER_MODULES)
+def test_launch_module_reaches_transports_only_through_the_table_of_kinds(module: str) -> None:
+    assert transport_imports(module, SOURCES[module]) - TRANSPORT_FOR_LAUNCH == set()
+
+
+def test_the_launch_layer_opens_its_transports_through_the_table() -> None:
+    used = set().union(*(transport_imports(module, SOURCES[module]) for module in LAUNCH_LAYER_MODULES))
+    assert "actorch._transport.kinds" in used
+
+
+def test_no_kind_of_transport_is_among_what_the_launch_may_import() -> None:
+    from actorch._transport.kinds import KINDS  # noqa: PLC0415 - the table, read where it is checked
+
+    homes = {kind.open.__module__ for kind in KINDS}
+    assert homes
+    assert homes.isdisjoint(TRANSPORT_FOR_LAUNCH)
+    assert "actorch._transport.lane.transport" not in TRANSPORT_FOR_LAUNCH
+
+
+def test_the_launch_check_flags_an_import_of_a_kinds_own_module() -> None:
+    source = "from actorch._transport.torch_rpc.rpc import active_transport\nfrom actorch._transport import kinds"
+    assert transport_imports("actorch._launch.start", source) - TRANSPORT_FOR_LAUNCH == {
+        "actorch._transport.torch_rpc.rpc"
+    }
+
+
 def test_the_private_attributes_below_the_launcher_include_those_of_the_system() -> None:
     assert {"_host", "_shutdown", "_caller", "_actor_id"} <= PRIVATE_BELOW_LAUNCH
 

@@ -27,7 +27,7 @@ from actorch._launch import run as run_module
 from actorch._transport.base import NodeInfo
 from actorch._transport.membership import Membership, facts_of, info_of, new_token, parse_address
 from actorch._transport.torch_rpc.elastic import ElasticRpcTransport, prepare_join
-from actorch._transport.torch_rpc.rpc_setup import RpcOptions
+from actorch._transport.torch_rpc.options import TorchRpc
 from actorch.testing import LocalWorld, local_world
 
 ME = NodeInfo(5, "node5", "host-a", 4242, ("cuda:0",), "observers")
@@ -177,7 +177,7 @@ def test_serve_gives_up_on_an_address_nothing_serves_within_its_join_timeout() -
 
 def test_an_elastic_transport_refuses_device_maps() -> None:
     with pytest.raises(ValueError, match="no device maps"):
-        ElasticRpcTransport(0, "127.0.0.1", 1, RpcOptions(device_maps={"cuda:0": "cuda:0"}), token="t")
+        ElasticRpcTransport(0, "127.0.0.1", 1, TorchRpc(device_maps={"cuda:0": "cuda:0"}), token="t")
 
 
 def test_ranks_are_described_as_a_range_or_a_list() -> None:
@@ -196,7 +196,7 @@ async def _never(system: actorch.ActorSystem) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"device_maps": {"cuda:0": "cuda:0"}}, "no device maps"),
+        ({"transport": actorch.TorchRpc(device_maps={"cuda:0": "cuda:0"})}, "no device maps"),
         ({"world_size": 0}, "world_size must be a positive int"),
         ({"world_size": True}, "world_size must be a positive int"),
         ({"port": -1}, "port must be an int"),
@@ -335,6 +335,6 @@ def test_actor_exit_knows_a_node_that_left() -> None:
 
 def test_a_newcomer_whose_system_went_away_gets_a_join_error_not_torchs() -> None:
     with refused_port() as port:
-        transport = ElasticRpcTransport(5, "127.0.0.1", port, RpcOptions(init_timeout=0.5), token="t")
+        transport = ElasticRpcTransport(5, "127.0.0.1", port, TorchRpc(init_timeout=0.5), token="t")
         with pytest.raises(actorch.JoinError, match=r"could not join the system at 127\.0\.0\.1:\d+"):
             transport._init_rpc()

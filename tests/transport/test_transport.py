@@ -10,9 +10,10 @@ from actorch._transport.base import PORT_HOLD, NodeInfo, Port
 from actorch._transport.bridge import Inbox
 from actorch._transport.inprocess import InProcessHub
 from actorch._transport.network import address_towards, interface_chosen, interface_towards
+from actorch._transport.torch_rpc import inbox
 from actorch._transport.torch_rpc import rpc as _rpc_transport
+from actorch._transport.torch_rpc.options import TorchRpc
 from actorch._transport.torch_rpc.rpc import RpcTransport
-from actorch._transport.torch_rpc.rpc_setup import RpcOptions
 
 
 async def test_port_sends_replies_back_once_every_expected_one_is_in():
@@ -150,9 +151,25 @@ async def test_hub_disconnect_tells_every_other_rank():
 # ---------------------------------------------------------------------- the torch RPC side, without RPC running
 
 
+class _Beside:
+    """A path beside torch RPC that opens nowhere and meets nobody (bundles come through ``arrived_beside``)."""
+
+    name = "lane"
+
+    def __init__(self) -> None:
+        self.ranks_met: list[int] = []
+
+    async def open_beside(self, secret: bytes, host: str) -> str | None:
+        return None
+
+    def met(self, info: NodeInfo) -> None:
+        self.ranks_met.append(info.rank)
+
+
 def _rpc_transport_for_test(lost: set[int]):
     """An RpcTransport of rank 0 in a world of 3 that counts ``lost`` lost, wired as start() would."""
-    transport = RpcTransport(0, 3, "127.0.0.1", 0, RpcOptions())
+    transport = RpcTransport(0, 3, "127.0.0.1", 0, TorchRpc())
+    transport.put_beside(_Beside())
     for rank in range(3):  # as the rendezvous would: every peer met before torch RPC starts
         transport._add_peer(NodeInfo(rank, f"node{rank}", "here", rank))
     received = []
@@ -288,18 +305,18 @@ async def test_rpc_transport_holds_early_bundles_in_order_and_loses_a_peer_whose
     transport._lost = lambda rank, why: lost.append((rank, why))
     monkeypatch.setattr(sequencing, "HELD_BUDGET", 250)
     try:
-        transport._from_lane(1, 1, [b"b" * 100])  # bundle 0 has not come: these wait for it
-        transport._from_lane(1, 2, [b"c" * 100])
+        transport.arrived_beside(1, 1, [b"b" * 100])  # bundle 0 has not come: these wait for it
+        transport.arrived_beside(1, 2, [b"c" * 100])
         assert received == []
-        transport._from_lane(1, 0, [b"a"])
+        transport.arrived_beside(1, 0, [b"a"])
         assert [batch[0] for _, batch in received] == [[b"a"], [b"b" * 100], [b"c" * 100]]
-        assert transport._links.held_bytes.get(1, 0) == 0
-        transport._from_lane(1, 4, [b"e" * 100])  # bundle 3 never comes
-        transport._from_lane(1, 5, [b"f" * 100])
+        assert transport.links.held_bytes.get(1, 0) == 0
+        transport.arrived_beside(1, 4, [b"e" * 100])  # bundle 3 never comes
+        transport.arrived_beside(1, 5, [b"f" * 100])
         assert lost == []
-        transport._from_lane(1, 6, [b"g" * 100])  # 300 bytes would wait: over the budget
+        transport.arrived_beside(1, 6, [b"g" * 100])  # 300 bytes would wait: over the budget
         assert lost == [(1, "300 bytes of bundles waited for bundle 3, which never came")]
-        assert transport._links.held[1] == {}
+        assert transport.links.held[1] == {}
         assert [batch[0] for _, batch in received[3:]] == [[b"g" * 100]]  # refused as from a lost node
     finally:
         _rpc_transport._active = None
@@ -340,3 +357,57 @@ def test_node_info_repr_shows_what_users_read_and_leaves_out_the_runtimes_fields
     assert {"label='env'", "parent=0", "pool=True"} <= set(shown.removeprefix("NodeInfo(").rstrip(")").split(", "))
     assert not {"lane", "process"} & {field.partition("=")[0] for field in shown.split(", ")}
     assert info.lane == "127.0.0.1:5000"
+
+
+async def test_rpc_hands_the_loop_typed_items_a_bundle_arrived_refused_or_answered():
+    transport, received = _rpc_transport_for_test({2})
+    posted = []
+    transport._inbox = Inbox(asyncio.get_running_loop(), posted.append)
+    try:
+        _rpc_transport._inbound(1, 0, [b"x"], {})
+        _rpc_transport._inbound(2, 0, [b"y"], {})
+        transport._in_flight[1] = 10  # a bundle sent by torch RPC, its response still to come
+        transport._sent_callback(1, 10)(_answered(([b"reply"], {})))
+        transport._lost_from_thread(1, "gone")
+        await asyncio.sleep(0)
+        assert [type(item) for item in posted] == [
+            inbox.Arrived,
+            inbox.Refused,
+            inbox.Answered,
+            inbox.Lost,
+        ]
+        arrived = posted[0]
+        assert (arrived.src, arrived.seq, arrived.bundle[0], arrived.context) == (1, 0, [b"x"], -1)
+        assert posted[3].why == "gone"
+        for item in posted[:3]:
+            transport._on_inbox(item)
+        assert [(src, bundle[0]) for src, bundle in received] == [(1, [b"x"]), (2, [b"y"]), (1, [b"reply"])]
+        assert transport.bytes_received_by_path["torch_rpc"] == len(b"x") + len(b"reply")
+    finally:
+        _rpc_transport._active = None
+
+
+async def test_rpc_severed_peers_are_neither_heard_nor_pinged_until_healed():
+    transport, _ = _rpc_transport_for_test(set())
+    try:
+        transport._heard[1] = 0.0
+        transport.sever([1])
+        assert _rpc_transport._ping(1) is False
+        _rpc_transport._inbound(1, 0, [b"x"], {})
+        transport._ping_callback(1)(_answered(False))
+        assert transport._heard[1] == 0.0  # nothing from a cut-off peer is a sign of life
+        transport.heal([1])
+        assert _rpc_transport._ping(1) is False
+        assert transport._heard[1] > 0.0
+    finally:
+        _rpc_transport._active = None
+
+
+def test_rpc_meets_the_path_beside_it_with_every_peer_and_counts_its_bytes_apart():
+    transport = RpcTransport(0, 3, "127.0.0.1", 0, TorchRpc())
+    beside = _Beside()
+    transport.put_beside(beside)
+    for rank in range(3):
+        transport._add_peer(NodeInfo(rank, f"node{rank}", "here", rank))
+    assert beside.ranks_met == [1, 2]
+    assert transport.bytes_received_by_path == {"torch_rpc": 0, "lane": 0}

@@ -106,12 +106,14 @@ class DataPlane:
         *,
         shm: SharedMemoryChannel | None = None,
         cuda_ipc: CudaIpcChannel | None = None,
+        strict: bool = False,
     ) -> DataPlane:
         """The channels of ``allowed`` (None: every one) that this process can use, with the ones always there.
 
         ``shm`` is the shared-memory channel, with its pool, and ``cuda_ipc``
         the CUDA IPC one, for a node whose peers may share its host; without
-        them there are none.
+        them there are none. ``strict`` (``devices="strict"``): a GPU tensor no
+        direct path carries is refused rather than staged.
         """
         chosen = OPTIONAL if allowed is None else tuple(allowed)
         channels: list[Channel] = [EmptyChannel(), InlineChannel()]
@@ -122,7 +124,7 @@ class DataPlane:
         if "device_map" in chosen:
             channels.append(DeviceMapChannel())
         if "staged" in chosen:
-            channels.append(StagedChannel(shm if shm is not None and "shm" in chosen else None))
+            channels.append(StagedChannel(shm if shm is not None and "shm" in chosen else None, strict=strict))
         channels.append(ByValueChannel())
         return cls(channels)
 

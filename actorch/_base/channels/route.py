@@ -1,4 +1,4 @@
-"""How tensors leave for one destination node: its device maps, what its channels reach, and the devices policy."""
+"""How tensors leave for one destination node: its device maps, and what its channels reach."""
 
 from __future__ import annotations
 
@@ -19,30 +19,20 @@ class TensorRoute:
         dest: The destination's rank.
         direct: The device maps toward ``dest``: each CUDA device (``"cuda:0"``)
             a map carries directly, with the device it lands on there.
-        strict: Refuse a GPU tensor no direct path carries (``SerializationError``)
-            rather than stage it (``devices="strict"``).
         reach: What the destination's channels said of where they reach (its
             host's shared memory, its GPUs), to compare with this node's own
             (see ``channels.reach``).
     """
 
-    __slots__ = ("dest", "direct", "reach", "strict")
+    __slots__ = ("dest", "direct", "reach")
 
-    def __init__(
-        self,
-        dest: int,
-        direct: Mapping[str, str] = _NOTHING,
-        *,
-        strict: bool = False,
-        reach: Mapping[str, str] = _NOTHING,
-    ) -> None:
+    def __init__(self, dest: int, direct: Mapping[str, str] = _NOTHING, *, reach: Mapping[str, str] = _NOTHING) -> None:
         self.dest = dest
         self.direct = direct
-        self.strict = strict
         self.reach = reach
 
     def __repr__(self) -> str:
-        return f"<TensorRoute to node {self.dest} direct={dict(self.direct)} strict={self.strict}>"
+        return f"<TensorRoute to node {self.dest} direct={dict(self.direct)}>"
 
     def refusal(self, tensor: torch.Tensor) -> str:
         """Why ``tensor`` cannot go to ``dest`` under ``devices="strict"``."""
@@ -51,5 +41,5 @@ class TensorRoute:
         return (
             f"a tensor on {device} cannot go to node {self.dest}: no device map covers {device} for that node "
             f"(devices mapped there: {mapped}), no CUDA IPC reaches it, and devices='strict' refuses to stage it "
-            "through host memory; add it to device_maps, or move it to the CPU first"
+            "through host memory; add it to TorchRpc(device_maps=...), or move it to the CPU first"
         )

@@ -30,8 +30,9 @@ class StagedChannel(Channel):
 
     name = "staged"
 
-    def __init__(self, shm: SharedMemoryChannel | None = None) -> None:
+    def __init__(self, shm: SharedMemoryChannel | None = None, *, strict: bool = False) -> None:
         self._shm = shm
+        self._strict = strict  # devices="strict": refuse rather than stage
         self.through_shared_memory = 0
 
     def carries(self, tensor: torch.Tensor, route: TensorRoute) -> bool:
@@ -44,7 +45,7 @@ class StagedChannel(Channel):
         Raises:
             SerializationError: ``devices="strict"``, or the tensor cannot be copied to the host.
         """
-        if route.strict:
+        if self._strict:
             raise SerializationError(f"{out.where(tensor)}: {route.refusal(tensor)}")
         shm = self._shm
         if shm is not None and tensor.is_cuda and shm.reaches(route):

@@ -49,8 +49,11 @@ from actorch._transport.membership import (
     own_info,
 )
 from actorch._transport.torch_rpc import rpc as rpc_transport
-from actorch._transport.torch_rpc.rpc import RpcOptions, RpcTransport, tensorpipe_options, worker_name
+from actorch._transport.torch_rpc.inbox import Joined
+from actorch._transport.torch_rpc.options import TorchRpc
+from actorch._transport.torch_rpc.rpc import RpcTransport, tensorpipe_options, worker_name
 from actorch._transport.torch_rpc.rpc_setup import cpp_errors_quiet, quiet_cpp_logs, rendezvous_store
+from actorch._transport.world import DEFAULT_LIVENESS_TIMEOUT
 
 __all__ = ["ElasticRpcTransport"]
 
@@ -113,7 +116,7 @@ def _reach_store(host: str, port: int, timeout: float) -> tuple[Any, Any]:
     def connect() -> None:
         try:
             with cpp_errors_quiet():
-                reached["store"] = rendezvous_store((host, port), 1, 1, RpcOptions(init_timeout=timeout), None)
+                reached["store"] = rendezvous_store((host, port), 1, 1, timeout, None)
         except Exception as exc:  # noqa: BLE001 - torch's store says why in its own words
             reached["error"] = exc
 
@@ -150,7 +153,7 @@ class ElasticRpcTransport(RpcTransport):
         rank: This node's rank (a newcomer's from ``prepare_join``).
         master_addr: Host of rank 0's store.
         master_port: Its port.
-        options: TensorPipe's options; elastic worlds have no device maps.
+        options: torch RPC's options; elastic worlds have no device maps.
         token: The join token (rank 0 checks newcomers against it; newcomers prove it).
         initial: On rank 0, how many ranks the launch starts itself (they join first).
         label: A name for this node, shown with it (``NodeInfo.label``).
@@ -160,6 +163,7 @@ class ElasticRpcTransport(RpcTransport):
             or only those the system starts itself (``add_nodes``: a system that is not elastic
             but grows on demand). Newcomers to a private system must be ``invited``.
         invited: On a newcomer, whether the system itself started this process.
+        liveness_timeout: Seconds of silence after which a peer is lost.
     """
 
     def __init__(
@@ -167,7 +171,7 @@ class ElasticRpcTransport(RpcTransport):
         rank: int,
         master_addr: str,
         master_port: int,
-        options: RpcOptions,
+        options: TorchRpc,
         *,
         token: str | None,
         initial: int = 1,
@@ -176,10 +180,11 @@ class ElasticRpcTransport(RpcTransport):
         shared: dict[str, Any] | None = None,
         public: bool = True,
         invited: bool = False,
+        liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
     ) -> None:
         if options.device_maps not in (None, "auto"):
             raise ValueError("an elastic system has no device maps: GPU tensors are staged through host memory")
-        super().__init__(rank, 0, master_addr, master_port, options, listener)
+        super().__init__(rank, 0, master_addr, master_port, options, listener, liveness_timeout=liveness_timeout)
         self._token = token
         self._initial = initial
         self.public = public
@@ -223,7 +228,7 @@ class ElasticRpcTransport(RpcTransport):
         if self.rank == 0:
             store = self._rendezvous_store()
             members = self._members = Membership(store)
-            self._add_peer(own_info(0, accelerator().inventory(), self.traits, self._open_lane(store)))
+            self._add_peer(own_info(0, accelerator().inventory(), self.traits, self._open_beside(store)))
             self._bring_up(lambda: self._start_agent(store, options))
             # The heartbeat runs from now on, each newcomer watched and pinged from its welcome: a worker
             # of the launch that is ready early must hear from rank 0 before the last one has joined.
@@ -252,7 +257,7 @@ class ElasticRpcTransport(RpcTransport):
     def _join(self, store: Any, members: Membership, options: Any) -> None:
         """Ask rank 0 to join, meet the members it names, bring the agent up, and wait to be welcomed."""
         timeout = self._options.init_timeout
-        me = own_info(self.rank, accelerator().inventory(), self.traits, self._open_lane(store))
+        me = own_info(self.rank, accelerator().inventory(), self.traits, self._open_beside(store))
         members.ask(me, self._token)
         for info in members.wait_answer(self.rank, timeout):
             self._add_peer(info)
@@ -290,7 +295,7 @@ class ElasticRpcTransport(RpcTransport):
         store, such as closing it to newcomers when the system ends.
         """
         try:
-            own, prefixed = rendezvous_store(self._master, 1, 1, self._options, None)
+            own, prefixed = rendezvous_store(self._master, 1, 1, self._options.init_timeout, None)
         except Exception:  # noqa: BLE001 - the shared connection serves, only slower to close
             own, prefixed = None, None
         members = Membership(prefixed) if prefixed is not None else self._members
@@ -393,7 +398,7 @@ class ElasticRpcTransport(RpcTransport):
 
     def _announce(self, info: NodeInfo) -> None:
         """Tell this node's loop that ``info`` joined (its listeners: events, the node pool's waits)."""
-        self._inbox.post((info.rank, rpc_transport._JOINED, info))
+        self._inbox.post(Joined(info))
 
     def stop_admitting(self) -> None:
         """On rank 0, take no more newcomers: those still waiting are told the system is shutting down."""

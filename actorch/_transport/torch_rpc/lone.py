@@ -17,12 +17,20 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from actorch._base.channels.route import TensorRoute
 from actorch._base.devices import accelerator
 from actorch._base.errors import UnsupportedError
-from actorch._transport.base import Bundle, NodeInfo, Transport
-from actorch._transport.capabilities import NO_RREFS, NO_SHARED_STORE, NOT_ELASTIC, refusal
-from actorch._transport.torch_rpc.elastic import ElasticRpcTransport
+from actorch._transport.base import Bundle, NodeInfo, Port, Transport
+from actorch._transport.capabilities import (
+    NO_RREFS,
+    NO_SHARED_STORE,
+    NOT_ELASTIC,
+    refusal,
+    require_elastic,
+    require_torch_interop,
+)
 
 __all__ = ["LoneTransport"]
 
@@ -31,23 +39,29 @@ class LoneTransport(Transport):
     """Rank 0 alone, until it opens an elastic world (``opener`` makes its transport) for the nodes it starts.
 
     It is ``Elastic`` (private: only the processes it starts join) and
-    ``TorchInterop`` once its world is open.
+    ``TorchInterop`` once its world is open; ``opener`` makes that world's
+    transport (an ``ElasticRpcTransport``, the fast lane beside it or not).
     """
 
     public = False
 
-    def __init__(self, opener: Callable[[], ElasticRpcTransport]) -> None:
+    def __init__(self, opener: Callable[[], Transport]) -> None:
         super().__init__(0, 1)
         self._opener = opener
-        self._world: ElasticRpcTransport | None = None
+        self._world: Transport | None = None
         self._opening: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"<LoneTransport {'alone' if self._world is None else repr(self._world)}>"
 
     @property
-    def world(self) -> ElasticRpcTransport | None:
+    def world(self) -> Transport | None:
         """The torch RPC transport, once opened."""
+        return self._world
+
+    @property
+    def inner(self) -> Transport | None:
+        """The transport this one passes everything to, once its world is open (capabilities look there)."""
         return self._world
 
     async def start(self) -> None:
@@ -63,7 +77,7 @@ class LoneTransport(Transport):
             self._opening = asyncio.ensure_future(self._open())
         await asyncio.shield(self._opening)
         assert self._world is not None
-        return await self._world.invitation()
+        return await require_elastic(self._world).invitation()
 
     async def _open(self) -> None:
         world = self._opener()
@@ -123,6 +137,19 @@ class LoneTransport(Transport):
             self._world.forget(rank)
             self.world_size = self._world.world_size
 
+    def backlog(self, dest: int) -> int:
+        """What waits for this iteration's bundle, and what the opened world has not seen taken."""
+        waiting = self._queued.get(dest, 0)
+        return waiting if self._world is None else waiting + self._world.backlog(dest)
+
+    def path(self, dest: int, tensors: bool) -> str:
+        """The opened world's path to ``dest`` (alone: none)."""
+        return self._world.path(dest, tensors) if self._world is not None else "none"
+
+    def port_for(self, port: Port | None, tensors: list[torch.Tensor] | None) -> Port | None:
+        """As the opened world says."""
+        return self._world.port_for(port, tensors) if self._world is not None else port
+
     def route(self, dest: int) -> TensorRoute | None:
         """How tensors reach ``dest`` (staged: an elastic world has no device maps)."""
         return self._world.route(dest) if self._world is not None else None
@@ -131,21 +158,21 @@ class LoneTransport(Transport):
         """A torch RRef, once the world is on torch RPC."""
         if self._world is None:
             raise refusal(self, NO_RREFS)
-        return self._world.make_rref(value)
+        return require_torch_interop(self._world).make_rref(value)
 
     def shared_store(self) -> Any:
         """The opened world's store."""
         if self._world is None:
             raise refusal(self, NO_SHARED_STORE)
-        return self._world.shared_store()
+        return require_torch_interop(self._world).shared_store()
 
     def stop_admitting(self) -> None:
         """Take no more nodes (the system is ending)."""
         if self._world is not None:
-            self._world.stop_admitting()
+            require_elastic(self._world).stop_admitting()
 
     def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> str | None:
         if self._world is None:
             self._report_lost(dest, f"rank {dest} is not a node of this world")
             return None
-        return self._world._send_bundle(dest, bundle, in_context)
+        return self._world.carry(dest, bundle, in_context)

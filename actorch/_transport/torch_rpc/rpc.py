@@ -19,15 +19,23 @@ stale: its bundles and pings are answered with ``EXPELLED``, which tells it that
 this node counts it lost, so it sees this node lost in turn instead of talking
 to a world that moved on.
 
-Which lane a bundle takes is decided here (``_send_bundle``, and ``path`` says
-it beforehand for a trace; the bytes each path carried are counted there); the link's
-sequence numbers and putting the two lanes' bundles back in order are
-``sequencing``'s, and the heartbeat's judgement of a silent peer is ``suspicion``'s.
+A path beside torch RPC (the fast lane, ``lane``) is a wrapper of its own: it
+shares this transport's links (``SharedLinks``: every bundle of a link, on
+either path, carries the link's next number, and ``sequencing`` puts them back
+in order here), opens with the world's secret and meets every peer as this
+transport does. The heartbeat's judgement of a silent peer is ``suspicion``'s.
+Peers can be cut off on purpose (``Severable``, for fault injection): neither
+pinged nor heard, and judged by their silence alone.
+
+Everything torch's threads hand the loop goes through one ``Inbox`` as a typed
+item (``inbox``): a bundle ``Arrived`` (with its response, if it came by torch
+RPC), replies ``Answered`` on a bundle's response, a bundle ``Refused``, a peer
+``Lost``, a node ``Joined``.
 
 The module is one piece past 600 lines because the send path, the watch on
 each peer, the heartbeat thread and the off-loop answers all read and change
-the same per-peer state (its link, its lane, when it was last heard, whether
-it is lost); the heartbeat thread is the next part to move into a module of
+the same per-peer state (its link, when it was last heard, whether it is lost
+or cut off); the heartbeat thread is the next part to move into a module of
 its own, with that state as a record it shares.
 """
 
@@ -39,7 +47,7 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import torch
@@ -52,32 +60,31 @@ from actorch._base.errors import UnsupportedError
 from actorch._transport.autograd import NO_CONTEXT, current_context_id, force_context_id
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 from actorch._transport.bridge import Inbox, in_daemon_thread
-from actorch._transport.lane import Lane
+from actorch._transport.capabilities import SidePath
 from actorch._transport.membership import own_info
 from actorch._transport.network import address_towards, interface_chosen, interface_towards, is_loopback
 from actorch._transport.sequencing import LinkOrder
 from actorch._transport.suspicion import Suspicion
+from actorch._transport.torch_rpc.inbox import Answered, Arrived, InboxItem, Joined, Lost, Refused
+from actorch._transport.torch_rpc.options import TorchRpc
 from actorch._transport.torch_rpc.rpc_setup import (
-    RpcOptions,
     exchange_node_facts,
-    lane_secret,
     quiet_cpp_logs,
     rendezvous_store,
     resolve_device_maps,
+    world_secret,
 )
+from actorch._transport.world import DEFAULT_LIVENESS_TIMEOUT
 
-__all__ = ["RpcOptions", "RpcTransport", "tensorpipe_options"]
+__all__ = ["RpcTransport", "tensorpipe_options"]
 
 # torch's RPC pickler carries RRefs (with their reference counting) in the side list.
 register_side_type(rpc.PyRRef)  # type: ignore[attr-defined]
 
 _active: RpcTransport | None = None
-_LOST = -1  # inbox item: the peer is gone
-_UNORDERED = -2  # inbox item: replies that came back on a bundle's response
-_REFUSED = -3  # inbox item: a bundle from a lost or unknown node was refused
-_JOINED = -4  # inbox item: a node joined the world (elastic systems)
-_TORCH_RPC = "torch_rpc"  # the paths a bundle takes, as the byte counters name them
-_LANE = "lane"
+_TORCH_RPC = "torch_rpc"  # the path its bundles take, as the byte counters name it
+HEARTBEATS_PER_TIMEOUT = 5
+"""Heartbeats go every this fraction of the liveness timeout."""
 EXPELLED = "actorch:expelled"
 """A bundle's or ping's answer from a node that counts the sender lost (or does not know it)."""
 
@@ -128,13 +135,14 @@ def _inbound(src: int, seq: int, messages: list[bytes], tensors: dict[int, Any])
         response.set_result(None)
     elif src not in transport._heard or src in transport._lost_ranks:
         response.set_result(EXPELLED)
-        transport._inbox.post((src, _REFUSED, (messages, tensors)))
+        transport._inbox.post(Refused(src, (messages, tensors)))
     else:
-        transport._heard[src] = time.monotonic()
+        if src not in transport._severed:
+            transport._heard[src] = time.monotonic()
         if transport._routes_direct:
             accelerator().wait_landed(tensor for group in tensors.values() for tensor in group)
         # torch makes a bundle's distributed autograd context current while this runs
-        transport._inbox.post((src, seq, ((messages, tensors), response, current_context_id())))
+        transport._inbox.post(Arrived(src, seq, (messages, tensors), response, current_context_id()))
     return response
 
 
@@ -147,9 +155,9 @@ def _size_of(bundle: Bundle) -> int:
     return size
 
 
-def _held_size(payload: tuple[Bundle, Any, int]) -> int:
-    """Bytes a bundle held for its turn counts against ``HELD_BUDGET`` (its payload: bundle, response, context)."""
-    return _size_of(payload[0])
+def _held_size(arrived: Arrived) -> int:
+    """Bytes a bundle held for its turn counts against ``HELD_BUDGET``."""
+    return _size_of(arrived.bundle)
 
 
 def _on_device(item: object) -> bool:
@@ -160,8 +168,8 @@ def _on_device(item: object) -> bool:
 def _ping(src: int) -> bool:
     """Note that ``src`` is alive; answer whether this node counts it lost (it is stale then)."""
     transport = _active
-    if transport is None or src not in transport._heard:
-        return False  # not (or no longer) a peer: it learns the world from rank 0, not from pings
+    if transport is None or src not in transport._heard or src in transport._severed:
+        return False  # not (or no longer) a peer: it learns the world from rank 0, not from pings; or cut off
     if src in transport._lost_ranks:
         return True
     transport._heard[src] = time.monotonic()
@@ -188,12 +196,12 @@ def _watch(src: int) -> torch.futures.Future[Any]:
     return future
 
 
-def tensorpipe_options(options: RpcOptions, device_maps: dict[int, dict[str, str]]) -> Any:
+def tensorpipe_options(options: TorchRpc, device_maps: dict[int, dict[str, str]]) -> Any:
     """The TensorPipe options for ``options``, with this rank's device map to each destination rank."""
     backend = rpc.TensorPipeRpcBackendOptions(
-        num_worker_threads=options.num_worker_threads,
-        rpc_timeout=options.rpc_timeout,
-        _transports=[options.transport],
+        num_worker_threads=options.threads,
+        rpc_timeout=options.timeout,
+        _transports=[options.tensorpipe],
     )
     for dest, pairs in device_maps.items():
         backend.set_device_map(worker_name(dest), dict(pairs.items()))
@@ -201,14 +209,18 @@ def tensorpipe_options(options: RpcOptions, device_maps: dict[int, dict[str, str
 
 
 class RpcTransport(Transport):
-    """Talks torch RPC to the other ranks of a world (static here; see ``elastic`` for one that grows)."""
+    """Talks torch RPC to the other ranks of a world (static here; see ``elastic`` for one that grows).
 
-    paths = (_TORCH_RPC, _LANE)
+    It is ``TorchInterop``, ``SharedLinks`` (a path beside it may share its
+    links) and ``Severable``.
+    """
+
+    paths = (_TORCH_RPC,)
 
     def route(self, dest: int) -> TensorRoute:
         """How tensors reach ``dest``: the CUDA devices this rank's device map carries there directly."""
         route = self._routes.get(dest)
-        return route if route is not None else TensorRoute(dest, strict=self._options.strict_devices)
+        return route if route is not None else TensorRoute(dest)
 
     def make_rref(self, value: Any) -> Any:
         """A torch RRef owned by this rank holding ``value``."""
@@ -226,17 +238,20 @@ class RpcTransport(Transport):
         world_size: int,
         master_addr: str,
         master_port: int,
-        options: RpcOptions,
+        options: TorchRpc,
         listener: socket.socket | None = None,
+        *,
+        liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
     ) -> None:
         super().__init__(rank, world_size)
         self._master = (master_addr, master_port)
         self._listener = listener
         self._store: Any = None
         self._options = options
+        self._liveness_timeout = liveness_timeout
         # Per peer, by rank: peers are added as they are met (all at start in a static world).
-        self._links: LinkOrder[tuple[Bundle, torch.futures.Future[Any] | None, int]]
-        self._links = LinkOrder(self._deliver, _held_size)  # both lanes' bundles, in each link's order
+        self.links: LinkOrder[Arrived] = LinkOrder(self._deliver, _held_size)
+        """Every link's numbers, and the bundles held for their turn (both paths', with a path beside)."""
         self._workers: dict[int, Any] = {}  # rank -> torch WorkerInfo, for sends
         self._heard: dict[int, float] = {}  # when each peer was last heard from (monotonic; RPC threads write)
         self._routes: dict[int, TensorRoute] = {}
@@ -244,15 +259,14 @@ class RpcTransport(Transport):
         self._peers: dict[int, NodeInfo] = {}  # every node met, this one included
         self._lost_ranks: set[int] = set()
         self._gone: set[int] = set()  # peers that left the world on purpose, forgotten
+        self._severed: frozenset[int] = frozenset()  # peers cut off on purpose: neither pinged nor heard
         self._stop_heartbeat = threading.Event()
         self._closing = False
-        self._inbox: Inbox[tuple[int, int, Any]]
+        self._inbox: Inbox[InboxItem]
         self._routes_direct = False  # whether any device map is set (received CUDA tensors are waited for)
-        self._lane: Lane | None = None  # the fast lane, for bundles without tensors of their own
+        self._beside: SidePath | None = None  # a path beside torch RPC (the fast lane), sharing the links
         self._in_flight: dict[int, int] = {}  # per peer: bytes of bundles sent by torch RPC, not yet answered
         self._in_flight_lock = threading.Lock()  # torch's threads take answered bundles off
-        self.lane_bundles_sent = 0
-        """Bundles sent on the fast lane (they count among ``bundles_sent`` too): the transport is a ``FastLane``."""
 
     def __repr__(self) -> str:
         host, port = self._master
@@ -268,14 +282,23 @@ class RpcTransport(Transport):
         self._inbox_loop = loop
         _active = self
         try:
-            if self._options.lane:
-                self._lane = Lane(loop, self.rank, self._from_lane, self._peer_lost)
             await in_daemon_thread(self._init_rpc)
         except BaseException:
             _active = None
-            if self._lane is not None:
-                await self._lane.close()
             raise
+
+    def put_beside(self, path: SidePath) -> None:
+        """Run ``path`` beside torch RPC: it opens once the world's secret is known, and meets every peer."""
+        self._beside = path
+        self.bytes_received_by_path.setdefault(path.name, 0)
+
+    def sever(self, ranks: Collection[int]) -> None:
+        """Stop pinging and hearing ``ranks`` (any thread): past the liveness timeout of silence, they are lost."""
+        self._severed = self._severed | frozenset(ranks)
+
+    def heal(self, ranks: Collection[int]) -> None:
+        """Ping and hear ``ranks`` again (any thread)."""
+        self._severed = self._severed - frozenset(ranks)
 
     def _watch_peers(self) -> None:
         """Watch every peer and start the heartbeat, from the thread that brought torch RPC up.
@@ -302,12 +325,10 @@ class RpcTransport(Transport):
         """
         rank = info.rank
         if rank != self.rank:
-            self._links.meet(rank)
-            self._routes[rank] = TensorRoute(
-                rank, dict(direct or {}), strict=self._options.strict_devices, reach=info.reach
-            )
-            if self._lane is not None and info.lane is not None:
-                self._lane.connect(rank, info.lane)
+            self.links.meet(rank)
+            self._routes[rank] = TensorRoute(rank, dict(direct or {}), reach=info.reach)
+            if self._beside is not None:
+                self._beside.met(info)
             self._heard[rank] = time.monotonic()  # last: from here on, its bundles are taken
         self._peers[rank] = info
         self.world_size = len(self._peers)
@@ -320,11 +341,9 @@ class RpcTransport(Transport):
         self._heard.pop(rank, None)
         self._peers.pop(rank, None)
         self.world_size = len(self._peers)
-        if self._lane is not None:
-            self._lane.forget(rank)
-        for _, response, _ in self._links.forget(rank):
-            if response is not None:
-                response.set_result(None)
+        for held in self.links.forget(rank):
+            if held.response is not None:
+                held.response.set_result(None)
         watcher = self._watchers.pop(rank, None)
         if watcher is not None:
             watcher.set_result(None)
@@ -339,9 +358,11 @@ class RpcTransport(Transport):
         one that wakes an interval late was held up itself (its process starved
         or stopped), and what it missed meanwhile says nothing of the peers. A
         silent peer whose process still runs on this machine is suspected, not
-        lost (see ``suspicion``).
+        lost (see ``suspicion``), unless it was cut off on purpose (``sever``):
+        neither pinged nor spared, it is judged by its silence alone.
         """
-        interval, timeout = self._options.heartbeat_interval, self._options.liveness_timeout
+        timeout = self._liveness_timeout
+        interval = timeout / HEARTBEATS_PER_TIMEOUT
         suspicion = Suspicion(self.rank, timeout)
         reported: set[int] = set()
         next_ping = wake = judged_from = time.monotonic()
@@ -349,21 +370,22 @@ class RpcTransport(Transport):
             now = time.monotonic()
             if now - wake > interval:
                 judged_from = now
-            live, suspected = [], []
+            live, suspected, watched = [], [], []
+            severed = self._severed
             for peer, heard in list(self._heard.items()):
                 if peer in self._lost_ranks or peer in reported:
                     continue
                 silent = now - max(heard, judged_from)
                 if silent < timeout:
                     suspicion.heard(peer)
-                    live.append(peer)
-                elif suspicion.spares(self._peers.get(peer), now - heard):
+                    watched.append(peer)
+                    if peer not in severed:
+                        live.append(peer)  # pinged; a severed peer is only waited for
+                elif peer not in severed and suspicion.spares(self._peers.get(peer), now - heard):
                     suspected.append(peer)
                 else:
                     reported.add(peer)
                     self._lost_from_thread(peer, f"not heard from for {silent:.1f} s (liveness timeout {timeout:g} s)")
-            if self._lane is not None:
-                self._judge_lanes(now, judged_from, live, reported)
             if now >= next_ping:
                 next_ping = now + interval
                 for peer in live + suspected:
@@ -372,27 +394,9 @@ class RpcTransport(Transport):
                     except Exception:  # noqa: BLE001, S112 - a dead link shows as silence, then loss
                         continue
                     ping.add_done_callback(self._ping_callback(peer))
-            wake = min([next_ping, *(max(self._heard.get(peer, now), judged_from) + timeout for peer in live)])
+            wake = min([next_ping, *(max(self._heard.get(peer, now), judged_from) + timeout for peer in watched)])
             if self._stop_heartbeat.wait(max(wake - time.monotonic(), 0.0) + 0.001):
                 return
-
-    def _judge_lanes(self, now: float, judged_from: float, live: list[int], reported: set[int]) -> None:
-        """Report a peer whose fast lane has acknowledged nothing for the liveness timeout (heartbeat thread).
-
-        Its pings may still come back on torch RPC's connection while every
-        bundle on the lane, and every later one held behind it, waits. As for
-        silence, a stall is counted only while this thread runs (from ``judged_from``).
-        """
-        assert self._lane is not None
-        timeout = self._options.liveness_timeout
-        for peer, since in self._lane.stalled(now).items():
-            stalled = min(since, now - judged_from)
-            if stalled >= timeout and peer in live:
-                live.remove(peer)
-                reported.add(peer)
-                self._lost_from_thread(
-                    peer, f"its fast lane acknowledged nothing for {stalled:.1f} s (liveness timeout {timeout:g} s)"
-                )
 
     def _ping_callback(self, peer: int) -> Any:
         def on_pong(future: torch.futures.Future[bool]) -> None:
@@ -400,6 +404,8 @@ class RpcTransport(Transport):
                 expelled = future.value()
             except Exception:  # noqa: BLE001 - a failed ping is silence; the timeout decides
                 return
+            if peer in self._severed:
+                return  # cut off: its answer is not heard
             if expelled:
                 self._lost_from_thread(peer, f"node {peer} counts this node lost (it was silent too long)")
             elif peer in self._heard:
@@ -415,7 +421,7 @@ class RpcTransport(Transport):
         """A torch or heartbeat thread saw ``peer`` lost: tell the loop, and the thread hook at once."""
         if peer in self._gone:
             return  # it left on purpose: its links closing are expected
-        self._inbox.post((peer, _LOST, why))
+        self._inbox.post(Lost(peer, why))
         hook = self.lost_in_thread
         if hook is not None and not self._closing:
             hook(peer, why)
@@ -423,7 +429,7 @@ class RpcTransport(Transport):
     def _init_rpc(self) -> None:
         quiet_cpp_logs()
         store = self._rendezvous_store()
-        me = own_info(self.rank, accelerator().inventory(), self.traits, self._open_lane(store))
+        me = own_info(self.rank, accelerator().inventory(), self.traits, self._open_beside(store))
         infos = exchange_node_facts(store, me, self.world_size)
         hosts, inventories = [info.host for info in infos], [info.devices for info in infos]
         device_maps = resolve_device_maps(self._options.device_maps, self.rank, inventories, hosts)
@@ -445,17 +451,17 @@ class RpcTransport(Transport):
         self._bring_up(static_agent)
         self._watch_peers()
 
-    def _open_lane(self, store: Any) -> str | None:
-        """Open the fast lane once the world's secret is known (from the init thread); its address, if it has one.
+    def _open_beside(self, store: Any) -> str | None:
+        """Open the path beside torch RPC once the world's secret is known (from the init thread); where it listens.
 
-        It listens only now, so that no connection ever meets a lane without
-        the secret its hellos must prove.
+        It listens only now, so that no connection ever meets it without the
+        secret its peers must prove.
         """
-        if self._lane is None:
+        if self._beside is None:
             return None
-        secret = lane_secret(store, self.rank)
+        secret = world_secret(store, self.rank)
         opening = asyncio.run_coroutine_threadsafe(
-            self._lane.start(address_towards(*self._master), secret), self._inbox_loop
+            self._beside.open_beside(secret, address_towards(*self._master)), self._inbox_loop
         )
         return opening.result(self._options.init_timeout)
 
@@ -479,7 +485,7 @@ class RpcTransport(Transport):
         """The store the ranks meet in; rank 0 serves it on its own socket (loopback by default)."""
         listener, self._listener = self._listener, None
         size = max(self.world_size, 1)  # an elastic world starts from none known
-        self._store, prefixed = rendezvous_store(self._master, self.rank, size, self._options, listener)
+        self._store, prefixed = rendezvous_store(self._master, self.rank, size, self._options.init_timeout, listener)
         return prefixed
 
     def peers(self) -> list[NodeInfo]:
@@ -505,8 +511,6 @@ class RpcTransport(Transport):
         watchers, self._watchers = self._watchers, {}
         for watcher in watchers.values():
             watcher.set_result(None)
-        if self._lane is not None:
-            await self._lane.close()  # what was written leaves first
         try:
             await in_daemon_thread(lambda: rpc.shutdown(graceful=False))
         finally:
@@ -516,35 +520,18 @@ class RpcTransport(Transport):
                 self._listener.close()
             _forget_world()
 
-    def reply(self, dest: int, port: Port | None, message: bytes, tensors: list[torch.Tensor] | None) -> None:
-        """Send a reply as every transport does, but one with CUDA tensors always on its own.
+    def port_for(self, port: Port | None, tensors: list[torch.Tensor] | None) -> Port | None:
+        """``port``, but None (released) for a reply with CUDA tensors, which always leaves on its own.
 
         A response carries CPU tensors only: device maps cover requests. Only
         with a map can a reply hold CUDA tensors here (others were staged).
         """
         if self._routes_direct and port is not None and tensors and any(_on_device(item) for item in tensors):
             port.release()
-            port = None
-        super().reply(dest, port, message, tensors)
-
-    def path(self, dest: int, tensors: bool) -> str:
-        """``"lane"`` for a message without tensors of its own while the lane to ``dest`` is up, else ``"torch_rpc"``.
-
-        A message sent inside a distributed autograd context goes by torch RPC
-        whatever this says.
-        """
-        lane = self._lane
-        return "lane" if lane is not None and not tensors and dest in lane.outbound else "torch_rpc"
+            return None
+        return port
 
     def _send_bundle(self, dest: int, bundle: Bundle, in_context: bool) -> str | None:
-        lane = self._lane
-        if lane is not None and not bundle[1] and not in_context:
-            next_seq = self._links.next_seq
-            seq = next_seq.get(dest)
-            if seq is not None and dest not in self._lost_ranks and lane.send(dest, seq, bundle[0]):
-                next_seq[dest] = seq + 1
-                self.lane_bundles_sent += 1
-                return _LANE
         if in_context or current_context_id() == NO_CONTEXT:
             return self._rpc_bundle(dest, bundle)
         # A bundle mixes messages of any context: none may record it, whatever the thread holds.
@@ -555,9 +542,9 @@ class RpcTransport(Transport):
             force_context_id(previous)
 
     def _rpc_bundle(self, dest: int, bundle: Bundle) -> str | None:
-        next_seq = self._links.next_seq
+        next_seq = self.links.next_seq
         seq = next_seq.get(dest)
-        if seq is None or dest in self._lost_ranks:
+        if seq is None or dest in self._lost_ranks or dest in self._gone:
             return None  # lost or gone: the node above fails what waits for it
         next_seq[dest] = seq + 1
         messages, tensors = bundle
@@ -581,14 +568,8 @@ class RpcTransport(Transport):
         return rpc.rpc_sync(worker_name(rank), _off_loop, args=(question,), timeout=timeout)
 
     def backlog(self, dest: int) -> int:
-        """Bytes sent toward ``dest`` that it has not taken yet: on the lane, and by torch RPC until answered."""
-        waiting = self._queued.get(dest, 0) + self._in_flight.get(dest, 0)  # on every call: kept lean
-        lane = self._lane
-        if lane is not None:
-            connection = lane.outbound.get(dest)
-            if connection is not None:
-                waiting += connection.get_write_buffer_size()
-        return waiting
+        """Bytes sent toward ``dest`` that it has not taken yet: queued, and sent by torch RPC until answered."""
+        return self._queued.get(dest, 0) + self._in_flight.get(dest, 0)  # on every call: kept lean
 
     def _sent_callback(self, dest: int, size: int) -> Any:
         inbox = self._inbox
@@ -604,7 +585,7 @@ class RpcTransport(Transport):
                 if replies == EXPELLED:
                     self._lost_from_thread(dest, f"node {dest} counts this node lost (it was silent too long)")
                 elif replies is not None and replies[0]:
-                    inbox.post((dest, _UNORDERED, replies))
+                    inbox.post(Answered(dest, replies))
 
         return on_response
 
@@ -622,54 +603,62 @@ class RpcTransport(Transport):
 
         return on_watch_done
 
-    def _from_lane(self, src: int, seq: int, messages: list[bytes]) -> None:
-        """A bundle that came on the fast lane: refused from a lost or unknown node, else taken in link order."""
+    def arrived_beside(self, src: int, seq: int, messages: list[bytes]) -> None:
+        """A bundle that came on the path beside torch RPC: refused from a lost or unknown node, else taken in order."""
         if src not in self._heard or src in self._lost_ranks:
-            self._on_inbox((src, _REFUSED, (messages, {})))
+            self._on_inbox(Refused(src, (messages, {})))
             return
-        self._heard[src] = time.monotonic()
-        self._on_inbox((src, seq, ((messages, {}), None, NO_CONTEXT)))  # no response to reply on: replies go apart
+        if src not in self._severed:
+            self._heard[src] = time.monotonic()
+        self._on_arrived(Arrived(src, seq, (messages, {}), None, NO_CONTEXT))  # no response: replies go apart
 
-    def _on_inbox(self, item: tuple[int, int, Any]) -> None:
-        src, seq, payload = item
-        if seq == _LOST:
-            self._peer_lost(src, payload)
-            return
-        if seq == _JOINED:
-            if self.on_joined is not None and src not in self._gone:
-                self.on_joined(payload)
-            return
+    def lose(self, rank: int, why: str) -> None:
+        """The path beside torch RPC saw ``rank`` lost: count it lost here too (and report it)."""
+        self._peer_lost(rank, why)
+
+    def _on_inbox(self, item: InboxItem) -> None:
+        if type(item) is Arrived:
+            self._on_arrived(item)
+        elif type(item) is Answered:  # replies that came back on a bundle's response
+            if self._receive is None:
+                return
+            if item.src not in self._lost_ranks and item.src not in self._gone:
+                self.bytes_received_by_path[_TORCH_RPC] += sum(map(len, item.replies[0]))
+            self._receive(item.src, item.replies, None)  # from a lost node, the node refuses them
+        elif type(item) is Refused:
+            if self._receive is not None:
+                self._receive(item.src, item.bundle, None)  # the node refuses it: it counts and logs that
+        elif type(item) is Lost:
+            self._peer_lost(item.src, item.why)
+        elif type(item) is Joined and self.on_joined is not None and item.info.rank not in self._gone:
+            self.on_joined(item.info)
+
+    def _on_arrived(self, item: Arrived) -> None:
+        """Take a bundle in its link's order, or hand it to the node to refuse if its sender is lost or gone."""
         if self._receive is None:
             return
-        if seq == _REFUSED:
-            self._receive(src, payload, None)  # the node refuses it: it counts and logs that
-            return
+        src = item.src
         if src in self._lost_ranks or src in self._gone:
-            if seq != _UNORDERED:
-                payload, response, _ = payload
-                if response is not None:
-                    response.set_result(EXPELLED)
-            self._receive(src, payload, None)
+            if item.response is not None:
+                item.response.set_result(EXPELLED)
+            self._receive(src, item.bundle, None)
             return
-        if seq == _UNORDERED:  # replies that came back on a bundle's response
-            self.bytes_received_by_path[_TORCH_RPC] += sum(map(len, payload[0]))
-            self._receive(src, payload, None)
-            return
-        why = self._links.arrived(src, seq, payload)  # in link order, now or once the bundles before it came
+        why = self.links.arrived(src, item.seq, item)  # in link order, now or once the bundles before it came
         if why is not None:  # it waited too long for a bundle that never came
             self._peer_lost(src, why)
-            self._on_inbox(item)  # refused, as from any lost node
+            self._on_arrived(item)  # refused, as from any lost node
 
-    def _deliver(self, src: int, payload: tuple[Bundle, torch.futures.Future[Any] | None, int]) -> None:
+    def _deliver(self, src: int, item: Arrived) -> None:
         """Hand a bundle whose turn came to the node, with a port on its response if it has one."""
-        bundle, response, context_id = payload
+        bundle, response = item.bundle, item.response
         received = self.bytes_received_by_path
-        if response is None:  # it came on the lane
-            received[_LANE] += sum(map(len, bundle[0]))
+        if response is None:  # it came on the path beside
+            assert self._beside is not None
+            received[self._beside.name] += sum(map(len, bundle[0]))
             port = None
         else:
             received[_TORCH_RPC] += sum(map(len, bundle[0]))
-            port = Port(self._inbox_loop, functools.partial(self._respond, response), context_id)
+            port = Port(self._inbox_loop, functools.partial(self._respond, response), item.context)
         assert self._receive is not None
         self._receive(src, bundle, port)
 
@@ -684,12 +673,10 @@ class RpcTransport(Transport):
         if self._closing or rank in self._lost_ranks or rank in self._gone:
             return
         self._lost_ranks.add(rank)
-        for _, response, _ in self._links.drop_held(rank):
-            if response is not None:
-                response.set_result(EXPELLED)
+        for held in self.links.drop_held(rank):
+            if held.response is not None:
+                held.response.set_result(EXPELLED)
         watcher = self._watchers.pop(rank, None)
         if watcher is not None:
             watcher.set_result(EXPELLED)  # if the peer is only stale, it hears that we count it lost
-        if self._lane is not None:
-            self._lane.expel(rank)  # if it is only stale, it hears that we count it lost
         self._report_lost(rank, why)

@@ -1,4 +1,4 @@
-"""The fast lane on its own, in one event loop: handshakes, strangers, frames in order, closes, forgetting."""
+"""The fast lane's connections on their own, in one event loop: handshakes, strangers, frames in order, closes."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import structlog
 
-from actorch._transport import lane as lane_module
-from actorch._transport.lane import Lane, LaneProtocolError, parse_frame
+from actorch._transport.lane import connections as lane_module
+from actorch._transport.lane.connections import Lane, LaneProtocolError, parse_frame
 
 SECRET = b"0123456789abcdef"
 

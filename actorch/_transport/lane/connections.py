@@ -1,16 +1,16 @@
-"""The fast lane: direct TCP connections between nodes, for bundles that carry no tensors of their own.
+"""The fast lane's connections: this node's listener, its connection to each peer, the handshake, the frames.
 
 A torch RPC round trip costs about 200 µs of CPU at each end on this kind of
 machine (pickling, a pool thread, TensorPipe's threads, a hand-over to the
 event loop), ten to twenty times what the same bytes cost on an asyncio TCP
 connection. Most messages of an actor system are a few hundred bytes (small
-tensors ride inside them, see the codec), so the torch RPC transport sends
-such bundles on the lane and keeps torch RPC for what only it can carry:
-tensors of their own (and CUDA tensors through device maps), torch RRefs, and
-calls inside a distributed autograd context.
+tensors ride inside them, see the codec), so ``LaneTransport`` sends such
+bundles on the lane and leaves to the transport it wraps what only that one
+can carry: tensors of their own (and CUDA tensors through device maps), torch
+RRefs, and calls inside a distributed autograd context.
 
-Each node listens on the interface its torch RPC agent uses, at a free port,
-once it holds the world's secret, and opens one connection to every peer for
+Each node listens on the interface its main path uses, at a free port, once
+it holds the world's secret, and opens one connection to every peer for
 what it sends there; what a peer sends arrives on the peer's own connection.
 
 Nothing is trusted before it proves the secret. The listener speaks first: a
@@ -26,18 +26,18 @@ This keeps strangers out; it does not make the lane safe from a process that
 can read the rendezvous store, where the secret is kept (docs/security.md).
 
 After the handshake, a frame is a bundle: its length, its sequence number on
-the link (shared with torch RPC's bundles, so that the receiver puts the two
-lanes back in order), and its messages. A frame that does not parse closes the
+the link (shared with the main path's bundles, so that the receiver puts the
+two paths back in order), and its messages. A frame that does not parse closes the
 link as a protocol error, and the peer is lost with that reason. A proven
 connection that closes unasked loses its peer too, once it has carried a frame:
 one that closes before has lost nothing (its connector gave up the handshake
-and tries again), and a peer that died is reported by torch RPC.
+and tries again), and a peer that died is reported by the main path.
 
 The lane's own health is judged by the kernel's view of each connection
 (:meth:`Lane.stalled`): bytes written to a peer that its kernel does not
-acknowledge, while its window is open, mean the link is silent, whatever torch
-RPC's heartbeats say. Everything else runs on the node's event loop; nothing
-here touches torch.
+acknowledge, while its window is open, mean the link is silent, whatever the
+main path's heartbeats say. Everything else runs on the node's event loop;
+nothing here touches torch.
 
 The module is one piece past 600 lines because the handshake, the frames and
 the connections' lives are one protocol: each state of a connection decides
@@ -248,7 +248,7 @@ class _Inbound(asyncio.Protocol):
         A connector gives up a handshake whose proof it has not read in time
         (its loop was held up) and tries again; the listener has taken its hello
         by then. Such a connection carried nothing, so its close lost nothing,
-        and a dead peer is torch RPC's to report.
+        and a dead peer is the main path's to report.
         """
         self._forget_stranger()
         if self.src is not None and self._lane.inbound.get(self.src) is self:
@@ -415,7 +415,7 @@ class Lane:
     async def _open(self, dest: int, address: str) -> None:
         """Connect to ``dest`` and complete the handshake, trying again if its listener was too busy to answer.
 
-        Until this succeeds, and for good if it does not, torch RPC carries
+        Until this succeeds, and for good if it does not, the main path carries
         everything to that peer; its loss, if it is lost, is reported there.
         """
         host, _, port = address.rpartition(":")
@@ -446,14 +446,14 @@ class Lane:
             self.outbound[dest] = transport
             return
         log.warning(
-            "fast lane not opened: torch RPC carries what goes there",
+            "fast lane not opened: the main path carries what goes there",
             node=self.rank,
             peer=dest,
             why=f"no handshake in {HANDSHAKE_TRIES} tries of {HELLO_TIMEOUT:g} s",
         )
 
     def send(self, dest: int, seq: int, messages: list[bytes]) -> bool:
-        """Write one bundle to ``dest``; False if no connection is up (torch RPC carries it then)."""
+        """Write one bundle to ``dest``; False if no connection is up (the main path carries it then)."""
         transport = self.outbound.get(dest)
         if transport is None:
             return False
@@ -478,7 +478,7 @@ class Lane:
         """Peers whose connection holds bytes their kernel has not acknowledged, and for how long (any thread).
 
         A peer whose window is closed (its process does not read: it is busy or
-        stopped) is not stalled: its kernel answers, and torch RPC's heartbeats
+        stopped) is not stalled: its kernel answers, and the main path's heartbeats
         judge the process. Called at intervals; a stall counts from the first
         call that saw bytes waiting with no acknowledgement since, so it is
         never longer than the truth (up to one interval shorter). Linux only
