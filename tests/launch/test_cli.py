@@ -68,6 +68,7 @@ def launcher_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACTORCH_STATUS_PORT", "unset by the test")
     monkeypatch.setenv("ACTORCH_LOG_LEVEL", "unset by the test")
     monkeypatch.setenv("ACTORCH_RECORD", "unset by the test")
+    monkeypatch.setenv("ACTORCH_SNAPSHOTS", "unset by the test")  # left set, later worlds of the worker would resume
     monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "set by torchrun's agent before it fails")
 
 
