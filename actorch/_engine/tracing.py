@@ -1,17 +1,19 @@
 """A node's part of a timeline: the spans of its calls, tells, handlers and mailbox waits while a trace runs.
 
-``ActorSystem.trace`` turns a :class:`NodeTrace` on in every node and merges
-what each kept into one file (``timeline``). While no trace runs, the message
-path pays one ``is None`` test per message. While one runs, a span costs a
-tuple appended to a list: the clock readings it needs are those the runtime
-takes anyway (a handler's start and end, a queued message's arrival), plus
-two per call on the caller's side.
+``ActorSystem.trace`` installs a :class:`Tracing` instrument on every node,
+which records into a :class:`NodeTrace`, and merges what each kept into one
+file (``timeline``). While no trace runs, the message path pays nothing more
+than for the hooks nobody observes. While one runs, a span costs a tuple
+appended to a list: the clock readings it needs are those the runtime takes
+anyway (a handler's start and end, a queued message's arrival), plus two per
+call on the caller's side.
 
 Both ends of a call decide alone whether it is sampled, from its flow id (the
-caller's rank and its call id, or the id a tell carries while a trace runs),
-so that a sampled call has its caller's span, its handler's span and the
-arrow between them, and an unsampled one has none. Past ``max_events`` a node
-keeps counting, not recording, so that a long run stays bounded in memory.
+caller's rank and its call id or stream id; a tell, and any message between
+actors of one node, carries an id of its own sender's drawing), so that a
+sampled call has its caller's span, its handler's span and the arrow between
+them, and an unsampled one has none. Past ``max_events`` a node keeps
+counting, not recording, so that a long run stays bounded in memory.
 """
 
 from __future__ import annotations
@@ -21,16 +23,20 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
-from actorch._engine.message import current_call
+from actorch._engine.instruments import LOCAL, ActorView, Handling, Instrument, Outgoing, Verb
+from actorch._engine.message import CallContext, Message, current_call
+from actorch._engine.wire import message_size
 
 __all__ = [
     "CALL_SPAN",
+    "FLOW",
     "HANDLER_SPAN",
     "ITEM_MARK",
     "TELL_MARK",
     "WAIT_SPAN",
     "NodeTrace",
     "TraceSettings",
+    "Tracing",
     "current_track",
     "flow_id",
     "own_ident",
@@ -40,6 +46,11 @@ CALL_SPAN, TELL_MARK, HANDLER_SPAN, WAIT_SPAN = "call", "tell", "handler", "wait
 STREAM_SPAN, ITEM_MARK = "stream", "item"
 """What an event is: a call from its send to its outcome, a tell sent, a handler run, a mailbox wait, a stream
 from its opening to its end (on the consumer), an item a producer sent."""
+
+FLOW = "actorch.flow"
+"""What a message carries for the timeline, when its flow id is its sender's own drawing (see ``Tracing``)."""
+_BEGUN = "actorch.flow.begun"
+"""What a message to an actor of this node carries of its call's span until it ends: its track, start and args."""
 
 _RANK_SHIFT = 42
 _OWN_IDS = 1 << 40  # flow ids a node draws itself (tells, same-node calls), apart from its call ids
@@ -188,3 +199,120 @@ class NodeTrace:
             "started": self.started,
             "ended": now,
         }
+
+
+class Tracing(Instrument):
+    """The timeline's instrument: it records a node's messages into ``trace`` while a trace runs.
+
+    A call or stream to another node has its arrow's id from its call or
+    stream id, which the receiving node knows too; any other message (a
+    tell, a message between actors of one node) carries an id of its
+    sender's drawing (``NodeTrace.own_flow``), only if sampled.
+
+    Args:
+        trace: What this node records.
+    """
+
+    __slots__ = ("trace",)
+
+    def __init__(self, trace: NodeTrace) -> None:
+        self.trace = trace
+
+    def __repr__(self) -> str:
+        return f"<Tracing {self.trace!r}>"
+
+    # ------------------------------------------------------------------ the sender's node
+
+    def sending(self, out: Outgoing) -> None:
+        """Draw the arrow's id of a message that has no call or stream id on the wire, and carry it."""
+        if out.verb == "tell" or out.path == LOCAL:
+            flow = self.trace.own_flow()
+            if flow:
+                out.carry()[FLOW] = flow
+
+    def sent(self, out: Outgoing, body: bytes | None, wire: bytes | None, tensors: list[Any] | None) -> None:
+        """Mark a tell; begin the span of a call or stream, which ``reply`` ends."""
+        flow = self._flow(out)
+        if not flow:
+            return
+        args: dict[str, Any] = {"to": out.label, "path": out.path}
+        if wire is not None:
+            args["node"] = out.rank
+            args["bytes"] = message_size(wire, tensors)
+        if out.verb == "tell":
+            self.trace.mark(TELL_MARK, current_track(), f"tell {out.endpoint}", flow, args)
+        elif wire is None:  # kept until its end: a call the trace's own end runs in leaves no span unfinished
+            out.carry()[_BEGUN] = (current_track(), perf_counter_ns(), args)
+        else:
+            kind = CALL_SPAN if out.verb == "call" else STREAM_SPAN
+            self.trace.opened(kind, flow, current_track(), f"{out.verb} {out.endpoint}", args)
+
+    def reply(self, out: Outgoing, outcome: str, error: BaseException | None) -> None:
+        """End the span of a call or stream with its outcome (a stream's is ``ended``, unless its node was lost)."""
+        flow = self._flow(out)
+        if not flow:
+            return
+        if out.verb == "stream" and outcome != "lost":
+            outcome = "ended"
+        if out.path != LOCAL:
+            self.trace.closed(flow, outcome)
+            return
+        begun = out.carry().pop(_BEGUN, None)  # None: run in its caller's task, its span recorded with the run's
+        if begun is not None:
+            track, started, args = begun
+            args["outcome"] = outcome
+            kind = CALL_SPAN if out.verb == "call" else STREAM_SPAN
+            self.trace.span(kind, track, f"{out.verb} {out.endpoint}", started, perf_counter_ns(), flow, args)
+
+    def _flow(self, out: Outgoing) -> int:
+        if out.verb == "tell" or out.path == LOCAL:
+            carrier = out.carrier
+            return 0 if carrier is None else carrier.get(FLOW, 0)
+        return flow_id(self.trace.rank, out.ident, stream=out.verb == "stream") if out.ident else 0
+
+    # ------------------------------------------------------------------ the actor's node
+
+    def arrived(self, message: Message, verb: Verb, src: int, ident: int) -> None:
+        """Find the arrow of a message from another node: from its call or stream id, if sampled, or what it carries."""
+        if verb == "tell":
+            return  # it carries its arrow's id, if sampled
+        flow = flow_id(src, ident, stream=verb == "stream")
+        if self.trace.sampled(flow):
+            carried = message.carried
+            if carried is None:
+                message.carried = {FLOW: flow}
+            else:
+                carried[FLOW] = flow
+
+    def mailbox_wait(self, actor: ActorView, message: Message) -> None:
+        """A traced message's wait in the mailbox, under its actor's track."""
+        carried = message.carried
+        flow = 0 if carried is None else carried.get(FLOW, 0)
+        if flow:
+            self.trace.span(WAIT_SPAN, actor.label, message.endpoint, message.queued_at, message.started, flow, {})
+
+    def handled(self, actor: ActorView, handling: Handling, ended: int, failed: bool, count: int) -> None:
+        """A traced message's handler run, on its actor's track (``inline``: run in its caller's task)."""
+        carried = handling.carried
+        flow = 0 if carried is None else carried.get(FLOW, 0)
+        if not flow or carried is None:
+            return
+        endpoint, started = handling.endpoint, handling.started
+        if isinstance(handling, CallContext):  # run in its caller's task: its call began and ended with it
+            outcome = "error" if failed else "ok"
+            track, _, called = carried.pop(_BEGUN, (current_track(), 0, {"to": actor.label, "path": LOCAL}))
+            called["outcome"] = outcome
+            self.trace.span(CALL_SPAN, track, f"call {endpoint}", started, ended, flow, called)
+            args: dict[str, Any] = {"outcome": outcome, "inline": True}
+        else:
+            args = {"outcome": "error" if failed else "cancelled" if handling.cancelled else "ok"}
+        self.trace.span(HANDLER_SPAN, actor.label, endpoint, started, ended, flow, args)
+
+    def stream_item(self, message: Message, index: int, wire: bytes | None, tensors: list[Any] | None) -> None:
+        """Mark an item a traced stream's producer sent, on the producing handler's track."""
+        carried = message.carried
+        if carried is not None and carried.get(FLOW):
+            sent: dict[str, Any] = {"index": index}
+            if wire is not None:
+                sent["bytes"] = message_size(wire, tensors)
+            self.trace.mark(ITEM_MARK, current_track(), "item", 0, sent)
