@@ -8,6 +8,7 @@ rounds and reports the median of the rounds.
     python benchmarks/bench_rpc.py --transport uv --lane on --rounds 5
     python benchmarks/bench_rpc.py --transport uv --lane on --trace   # and (a), (b) with a timeline recorded
     python benchmarks/bench_rpc.py --transport uv --lane on --otel sdk   # everything with OpenTelemetry spans
+    python benchmarks/bench_rpc.py --transport uv --lane on --bare    # and (a), (b), (d) with no instrument installed
 
 actorch sends messages without tensors of their own on its fast lane (direct
 TCP connections) unless ``run(fast_lane=False)``; ``--lane off`` measures
@@ -18,6 +19,12 @@ API's no-op tracer: what actorch's own span code costs); ``--otel sdk`` sets
 up the SDK on every node as a user would, its batching processor exporting to
 nothing (what making the spans costs, without a network). Spans are on or off
 for a whole system, so compare with a run without ``--otel``.
+
+``--bare`` measures (a), (b) and (d) again in each round with every instrument
+taken off both nodes, the metrics that ``actorch status`` reads included: what
+the message path costs with no observer at all, against the default, which
+keeps the metrics. No user configuration does that: the benchmark reaches into
+the runtime (``_engine/instruments.py``) to measure the hooks themselves.
 """
 
 from __future__ import annotations
@@ -67,9 +74,29 @@ async def bridged_call(worker: Any) -> None:
     await answered
 
 
+_taken_off: list[Any] = []  # this process's instruments while --bare measures
+
+
+def set_bare(system: actorch.ActorSystem, bare: bool) -> None:
+    """Take every instrument off this process's node (``bare``), or put back those taken off."""
+    instruments = system.host.node.instruments  # type: ignore[attr-defined]  # the runtime's own: a measurement only
+    if bare:
+        _taken_off[:] = list(instruments)
+        for instrument in _taken_off:
+            instruments.remove(instrument)
+    else:
+        for instrument in _taken_off:
+            instruments.add(instrument)
+        _taken_off.clear()
+
+
 class Echo(actorch.Actor):
     async def noop(self) -> None:
         return None
+
+    async def set_bare(self, bare: bool) -> None:
+        """``set_bare`` on this actor's node."""
+        set_bare(self.system, bare)
 
     async def echo(self, value: Any) -> Any:
         return value
@@ -111,7 +138,14 @@ def median_rounds(rounds: int, measure: Callable[[], float]) -> float:
 
 
 async def bench(
-    system: actorch.ActorSystem, rounds: int, calls: int, in_flight: int, bursts: int, mb: int, trace: bool = False
+    system: actorch.ActorSystem,
+    rounds: int,
+    calls: int,
+    in_flight: int,
+    bursts: int,
+    mb: int,
+    trace: bool = False,
+    bare: bool = False,
 ) -> dict[str, Any]:
     ref = await system.spawn(Echo, on=1)
     local = await system.spawn(Echo, on=0)
@@ -240,6 +274,7 @@ async def bench(
             "actorch_local_tell_us",
             "plain_await_us",
             *(("traced_seq_us", "traced_calls_per_s") if trace else ()),
+            *(("bare_seq_us", "bare_calls_per_s", "bare_local_us") if bare else ()),
         )
     }
     for _ in range(rounds):
@@ -263,6 +298,14 @@ async def bench(
                 async with system.trace(os.path.join(directory, "bench.json"), max_events=10 * in_flight * bursts):
                     series["traced_seq_us"].append(await actorch_seq())
                     series["traced_calls_per_s"].append(await actorch_flight())
+        if bare:  # (a), (b) and (d) again, with no instrument on either node
+            set_bare(system, True)
+            await ref.call(Echo.set_bare, True)
+            series["bare_seq_us"].append(await actorch_seq())
+            series["bare_calls_per_s"].append(await actorch_flight())
+            series["bare_local_us"].append(await actorch_local())
+            await ref.call(Echo.set_bare, False)
+            set_bare(system, False)
     results = {key: statistics.median(values) for key, values in series.items()}
 
     pids = [node.pid for node in system.nodes]
@@ -331,6 +374,22 @@ def report(transport: str, lane: bool, res: dict[str, Any]) -> None:
             f"{'(b) with a trace running':34} {'':>14} {res['traced_calls_per_s']:>11.0f}/s"
             f" {res['traced_calls_per_s'] / res['actorch_calls_per_s']:7.2f}  of untraced"
         )
+    if "bare_seq_us" in res:
+        bare = [
+            ("(a) with nothing installed", f"{res['bare_seq_us']:.0f} us", res["bare_seq_us"] / res["actorch_seq_us"]),
+            (
+                "(b) with nothing installed",
+                f"{res['bare_calls_per_s']:.0f}/s",
+                res["bare_calls_per_s"] / res["actorch_calls_per_s"],
+            ),
+            (
+                "(d) with nothing installed",
+                f"{res['bare_local_us']:.2f} us",
+                res["bare_local_us"] / res["actorch_local_us"],
+            ),
+        ]
+        for label, ours, ratio in bare:
+            print(f"{label:34} {'':>14} {ours:>14} {ratio:7.2f}  of the default (the metrics installed)")
     print(f"idle CPU per process (rank 0, rank 1): {res['idle_cpu_percent']} %")
 
 
@@ -344,9 +403,10 @@ def run_one(
     mb: int,
     trace: bool = False,
     otel: str | None = None,
+    bare: bool = False,
 ) -> dict[str, Any]:
     async def main(system: actorch.ActorSystem) -> dict[str, Any]:
-        return await bench(system, rounds, calls, in_flight, bursts, mb, trace)
+        return await bench(system, rounds, calls, in_flight, bursts, mb, trace, bare)
 
     setup = sdk_tracing if otel == "sdk" else None
     return actorch.run(main, world_size=2, transport=transport, fast_lane=lane, otel=otel is not None, setup=setup)
@@ -364,6 +424,9 @@ def cli() -> None:
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--trace", action="store_true", help="also measure (a) and (b) with a timeline recorded")
     parser.add_argument(
+        "--bare", action="store_true", help="also measure (a), (b) and (d) with no instrument installed (no metrics)"
+    )
+    parser.add_argument(
         "--otel",
         choices=["api", "sdk"],
         help="run everything with OpenTelemetry spans: no SDK set up (api), or the SDK's, exporting nowhere (sdk)",
@@ -378,7 +441,16 @@ def cli() -> None:
         for lane in lanes:
             key = f"{transport}, lane {'on' if lane else 'off'}"
             results[key] = run_one(
-                transport, lane, args.rounds, args.calls, args.in_flight, args.bursts, args.mb, args.trace, args.otel
+                transport,
+                lane,
+                args.rounds,
+                args.calls,
+                args.in_flight,
+                args.bursts,
+                args.mb,
+                args.trace,
+                args.otel,
+                args.bare,
             )
             report(transport, lane, results[key])
     if args.json:
