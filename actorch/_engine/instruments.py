@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Literal, Protocol
 
 from actorch._base.errors import NodeLostError
@@ -281,7 +281,7 @@ class Instruments:
     def __repr__(self) -> str:
         return f"<Instruments node {self.rank} {self._installed!r}>"
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Instrument]:
         return iter(tuple(self._installed))
 
     def __contains__(self, instrument: object) -> bool:

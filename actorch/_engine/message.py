@@ -63,6 +63,8 @@ class CallContext:
 
     __slots__ = ("carried", "chain", "device", "endpoint", "key", "label", "node", "started", "task")
 
+    queued_at = 0  # as a message's: it never waits in the mailbox, it runs in its caller's task
+
     def __init__(
         self,
         label: str,

@@ -19,7 +19,6 @@ from bisect import bisect_left
 from typing import Any
 
 from actorch._engine.instruments import ActorView, Handling, Instrument
-from actorch._engine.message import Message
 
 __all__ = [
     "FINE_BOUNDS_NS",
@@ -198,17 +197,17 @@ class Metrics(Instrument):
     """The instrument of every node: each endpoint's messages, errors, handler times and mailbox waits.
 
     ``actorch status``, the Prometheus exporter and a run's history read what
-    it counts; ``Cell.statistics`` counts what the mailbox itself knows.
+    it counts; ``Cell.statistics`` counts what the mailbox itself knows. A
+    run's wait in the mailbox is read from its message when the run ends, in
+    the one hook (``handled``): a second hook per message would cost more
+    than the recording.
     """
 
     __slots__ = ()
 
-    def mailbox_wait(self, actor: ActorView, message: Message) -> None:
-        """Count how long ``message`` waited in the mailbox."""
-        stats_of(actor, message.endpoint).waited(message.started - message.queued_at)
-
     def handled(self, actor: ActorView, handling: Handling, ended: int, failed: bool, count: int) -> None:
-        """Count ``count`` messages of a handler run, its time, and whether it raised."""
+        """Count ``count`` messages of a handler run, its time, whether it raised, and its wait in the mailbox."""
+        started, queued_at = handling.started, handling.queued_at
         (actor.metrics.get(handling.endpoint) or stats_of(actor, handling.endpoint)).record(
-            ended - handling.started, failed, count
+            ended - started, failed, count, queued_at and started - queued_at
         )

@@ -3,9 +3,12 @@
 A :class:`Node` keeps its actors' cells and its view of its peers. It composes
 a :class:`~actorch._engine.caller.Caller` (the calls this node sends and their
 replies), a :class:`~actorch._engine.callee.Callee` (the calls it receives and
-their answers) and a :class:`~actorch._engine.flow.FlowControl` (how many
-messages it may have waiting at one actor), routes what the transport brings
-to them, hears of peers that join, leave or are lost, and closes.
+their answers), a :class:`~actorch._engine.flow.FlowControl` (how many
+messages it may have waiting at one actor) and its
+:class:`~actorch._engine.instruments.Instruments` (what observes its
+messages: the metrics always, spans when on, a timeline while a trace runs),
+routes what the transport brings to them, hears of peers that join, leave or
+are lost, and closes.
 """
 
 from __future__ import annotations

@@ -116,7 +116,6 @@ def test_the_metrics_instrument_counts_each_run_and_its_wait_with_the_actor() ->
     metrics = Metrics()
     queued = Message("relay", (), {}, 1, (), None, None)
     queued.queued_at, queued.started = 1_000, 5_000
-    metrics.mailbox_wait(actor, queued)
     metrics.handled(actor, queued, 9_000, False, 1)
     inline = CallContext(actor.label, 2, (), "relay", None, 0)
     inline.started = 10_000
