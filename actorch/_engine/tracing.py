@@ -207,16 +207,21 @@ class Tracing(Instrument):
     A call or stream to another node has its arrow's id from its call or
     stream id, which the receiving node knows too; any other message (a
     tell, a message between actors of one node) carries an id of its
-    sender's drawing (``NodeTrace.own_flow``), only if sampled.
+    sender's drawing (``NodeTrace.own_flow``), only if sampled. A mailbox
+    wait is recorded with the run it preceded, in ``handled``: one hook per
+    message costs less than two. The hooks run for every message while a
+    trace runs, so they compute flow ids in place rather than call
+    ``flow_id``.
 
     Args:
         trace: What this node records.
     """
 
-    __slots__ = ("trace",)
+    __slots__ = ("rank", "trace")
 
     def __init__(self, trace: NodeTrace) -> None:
         self.trace = trace
+        self.rank = trace.rank << _RANK_SHIFT  # as flow ids hold it
 
     def __repr__(self) -> str:
         return f"<Tracing {self.trace!r}>"
@@ -224,59 +229,62 @@ class Tracing(Instrument):
     # ------------------------------------------------------------------ the sender's node
 
     def sending(self, out: Outgoing) -> None:
-        """Draw the arrow's id of a message that has no call or stream id on the wire, and carry it."""
-        if out.verb == "tell" or out.path == LOCAL:
-            flow = self.trace.own_flow()
-            if flow:
-                out.carry()[FLOW] = flow
-
-    def sent(self, out: Outgoing, body: bytes | None, wire: bytes | None, tensors: list[Any] | None) -> None:
-        """Mark a tell; begin the span of a call or stream, which ``reply`` ends."""
-        flow = self._flow(out)
+        """Draw the arrow of a message with no call or stream id on the wire, and carry it; a local call's begins."""
+        local = out.path == LOCAL
+        if not (local or out.verb == "tell"):
+            return
+        flow = self.trace.own_flow()
         if not flow:
             return
-        args: dict[str, Any] = {"to": out.label, "path": out.path}
-        if wire is not None:
-            args["node"] = out.rank
-            args["bytes"] = message_size(wire, tensors)
-        if out.verb == "tell":
-            self.trace.mark(TELL_MARK, current_track(), f"tell {out.endpoint}", flow, args)
-        elif wire is None:  # kept until its end: a call the trace's own end runs in leaves no span unfinished
-            out.carry()[_BEGUN] = (current_track(), perf_counter_ns(), args)
-        else:
-            kind = CALL_SPAN if out.verb == "call" else STREAM_SPAN
-            self.trace.opened(kind, flow, current_track(), f"{out.verb} {out.endpoint}", args)
+        carried = out.carry()
+        carried[FLOW] = flow
+        if local and out.verb != "tell":  # its span, kept until it ends (see reply and handled)
+            carried[_BEGUN] = (current_track(), perf_counter_ns(), {"to": out.label, "path": LOCAL})
+
+    def sent(self, out: Outgoing, body: bytes | None, wire: bytes | None, tensors: list[Any] | None) -> None:
+        """Mark a tell; open the span of a call or stream to another node, which ``reply`` closes."""
+        verb = out.verb
+        if verb == "tell":
+            carrier = out.carrier
+            flow = 0 if carrier is None else carrier.get(FLOW, 0)
+            if flow:
+                args: dict[str, Any] = {"to": out.label, "path": out.path}
+                if wire is not None:
+                    args["node"] = out.rank
+                    args["bytes"] = message_size(wire, tensors)
+                self.trace.mark(TELL_MARK, current_track(), f"tell {out.endpoint}", flow, args)
+        elif wire is not None:
+            flow = self.rank | (_STREAM_IDS if verb == "stream" else 0) | out.ident
+            args = {"to": out.label, "node": out.rank, "path": out.path, "bytes": message_size(wire, tensors)}
+            self.trace.opened(
+                CALL_SPAN if verb == "call" else STREAM_SPAN, flow, current_track(), f"{verb} {out.endpoint}", args
+            )
 
     def reply(self, out: Outgoing, outcome: str, error: BaseException | None) -> None:
         """End the span of a call or stream with its outcome (a stream's is ``ended``, unless its node was lost)."""
-        flow = self._flow(out)
-        if not flow:
-            return
-        if out.verb == "stream" and outcome != "lost":
+        verb = out.verb
+        if verb == "stream" and outcome != "lost":
             outcome = "ended"
         if out.path != LOCAL:
-            self.trace.closed(flow, outcome)
+            if out.ident:  # else it was never sent
+                self.trace.closed(self.rank | (_STREAM_IDS if verb == "stream" else 0) | out.ident, outcome)
             return
-        begun = out.carry().pop(_BEGUN, None)  # None: run in its caller's task, its span recorded with the run's
-        if begun is not None:
-            track, started, args = begun
-            args["outcome"] = outcome
-            kind = CALL_SPAN if out.verb == "call" else STREAM_SPAN
-            self.trace.span(kind, track, f"{out.verb} {out.endpoint}", started, perf_counter_ns(), flow, args)
-
-    def _flow(self, out: Outgoing) -> int:
-        if out.verb == "tell" or out.path == LOCAL:
-            carrier = out.carrier
-            return 0 if carrier is None else carrier.get(FLOW, 0)
-        return flow_id(self.trace.rank, out.ident, stream=out.verb == "stream") if out.ident else 0
+        carried = out.carrier
+        begun = None if carried is None else carried.pop(_BEGUN, None)
+        if begun is None or carried is None:  # not sampled, or run in its caller's task (see handled)
+            return
+        track, started, args = begun
+        args["outcome"] = outcome
+        kind = CALL_SPAN if verb == "call" else STREAM_SPAN
+        self.trace.span(kind, track, f"{verb} {out.endpoint}", started, perf_counter_ns(), carried[FLOW], args)
 
     # ------------------------------------------------------------------ the actor's node
 
     def arrived(self, message: Message, verb: Verb, src: int, ident: int) -> None:
-        """Find the arrow of a message from another node: from its call or stream id, if sampled, or what it carries."""
+        """The arrow of a call or stream from another node: from its id, if sampled (a tell carries its own)."""
         if verb == "tell":
-            return  # it carries its arrow's id, if sampled
-        flow = flow_id(src, ident, stream=verb == "stream")
+            return
+        flow = (src << _RANK_SHIFT) | (_STREAM_IDS if verb == "stream" else 0) | ident
         if self.trace.sampled(flow):
             carried = message.carried
             if carried is None:
@@ -284,29 +292,28 @@ class Tracing(Instrument):
             else:
                 carried[FLOW] = flow
 
-    def mailbox_wait(self, actor: ActorView, message: Message) -> None:
-        """A traced message's wait in the mailbox, under its actor's track."""
-        carried = message.carried
-        flow = 0 if carried is None else carried.get(FLOW, 0)
-        if flow:
-            self.trace.span(WAIT_SPAN, actor.label, message.endpoint, message.queued_at, message.started, flow, {})
-
     def handled(self, actor: ActorView, handling: Handling, ended: int, failed: bool, count: int) -> None:
-        """A traced message's handler run, on its actor's track (``inline``: run in its caller's task)."""
+        """A traced message's run on its actor's track, after its wait in the mailbox if it waited.
+
+        One run in its caller's task (``inline``) has its call's span too, begun and ended with it.
+        """
         carried = handling.carried
         flow = 0 if carried is None else carried.get(FLOW, 0)
         if not flow or carried is None:
             return
-        endpoint, started = handling.endpoint, handling.started
-        if isinstance(handling, CallContext):  # run in its caller's task: its call began and ended with it
+        trace, endpoint, started = self.trace, handling.endpoint, handling.started
+        if isinstance(handling, CallContext):
             outcome = "error" if failed else "ok"
-            track, _, called = carried.pop(_BEGUN, (current_track(), 0, {"to": actor.label, "path": LOCAL}))
+            begun = carried.pop(_BEGUN, None)
+            track, _, called = begun if begun is not None else (current_track(), 0, {"to": actor.label, "path": LOCAL})
             called["outcome"] = outcome
-            self.trace.span(CALL_SPAN, track, f"call {endpoint}", started, ended, flow, called)
+            trace.span(CALL_SPAN, track, f"call {endpoint}", started, ended, flow, called)
             args: dict[str, Any] = {"outcome": outcome, "inline": True}
         else:
+            if handling.queued_at:
+                trace.span(WAIT_SPAN, actor.label, endpoint, handling.queued_at, started, flow, {})
             args = {"outcome": "error" if failed else "cancelled" if handling.cancelled else "ok"}
-        self.trace.span(HANDLER_SPAN, actor.label, endpoint, started, ended, flow, args)
+        trace.span(HANDLER_SPAN, actor.label, endpoint, started, ended, flow, args)
 
     def stream_item(self, message: Message, index: int, wire: bytes | None, tensors: list[Any] | None) -> None:
         """Mark an item a traced stream's producer sent, on the producing handler's track."""
