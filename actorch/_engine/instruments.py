@@ -245,6 +245,9 @@ class Instruments:
     __slots__ = (
         "_installed",
         "_log",
+        "_on_reply",
+        "_on_sending",
+        "_on_sent",
         "_path",
         "arrived",
         "handled",
@@ -326,9 +329,12 @@ class Instruments:
         (a call to another node reports its own: see ``ObservedCall``).
         """
         out = Outgoing(verb, rank, actor_id, label, endpoint, LOCAL if rank == self.rank else None)
-        if self.sending is not None:
-            self.sending(out)
-        if future is not None and self.reply is not None:
+        for instrument, method in self._on_sending:
+            try:
+                method(out)
+            except Exception as exc:  # noqa: BLE001 - the instrument's own error: it goes, the message goes on
+                self._failed(instrument, "sending", exc)
+        if future is not None and self._on_reply:
             future.add_done_callback(functools.partial(self._settled, out))
         return out
 
@@ -352,8 +358,11 @@ class Instruments:
         out.ident = ident
         if out.path is None:
             out.path = self._path(out.rank, bool(tensors))
-        if self.sent is not None:
-            self.sent(out, body, wire, tensors)
+        for instrument, method in self._on_sent:
+            try:
+                method(out, body, wire, tensors)
+            except Exception as exc:  # noqa: BLE001 - as in made
+                self._failed(instrument, "sent", exc)
 
     def packed(
         self,
@@ -373,9 +382,14 @@ class Instruments:
 
     def settle(self, out: Outgoing, error: BaseException | None = None, outcome: str | None = None) -> None:
         """``out``, a call or stream, has its outcome: ``error``, or ``outcome`` (by default, ``outcome_of(error)``)."""
-        reply = self.reply
-        if reply is not None:
-            reply(out, outcome or ("ok" if error is None else outcome_of(error)), error)
+        if not self._on_reply:
+            return
+        outcome = outcome or ("ok" if error is None else outcome_of(error))
+        for instrument, method in self._on_reply:
+            try:
+                method(out, outcome, error)
+            except Exception as exc:  # noqa: BLE001 - as in made
+                self._failed(instrument, "reply", exc)
 
     def _settled(self, out: Outgoing, future: asyncio.Future[Any]) -> None:
         if future.cancelled():
@@ -386,16 +400,30 @@ class Instruments:
     # ------------------------------------------------------------------ internals
 
     def _rebuild(self) -> None:
-        """Set each hook's attribute: None if no instrument overrides it, else what runs each one that does."""
-        for hook in HOOKS:
-            default = getattr(Instrument, hook)
-            having = [each for each in self._installed if getattr(type(each), hook) is not default]
-            setattr(self, hook, self._dispatch(hook, having) if having else None)
-        self.outgoing = any(getattr(self, hook) is not None for hook in ("sending", "sent", "reply"))
+        """Set each hook's attribute: None if no instrument overrides it, else what runs each one that does.
 
-    def _dispatch(self, hook: str, having: list[Instrument]) -> Callable[..., Any]:
-        """What runs ``hook`` on each of ``having``, so that an error removes that one rather than reach the path."""
-        methods = tuple((instrument, getattr(instrument, hook)) for instrument in having)
+        The sender's three hooks also run in place, in ``made``, ``left`` and
+        ``settle``, which the message path calls anyway: one frame less each.
+        """
+        for hook in HOOKS:
+            methods = self._methods(hook)
+            setattr(self, hook, self._dispatch(hook, methods) if methods else None)
+        self._on_sending = self._methods("sending")
+        self._on_sent = self._methods("sent")
+        self._on_reply = self._methods("reply")
+        self.outgoing = bool(self._on_sending or self._on_sent or self._on_reply)
+
+    def _methods(self, hook: str) -> Methods:
+        """Each installed instrument that overrides ``hook``, with its bound method, in the order installed."""
+        default = getattr(Instrument, hook)
+        return tuple(
+            (instrument, getattr(instrument, hook))
+            for instrument in self._installed
+            if getattr(type(instrument), hook) is not default
+        )
+
+    def _dispatch(self, hook: str, methods: Methods) -> Callable[..., Any]:
+        """What runs ``hook``'s ``methods``, so that an error removes that instrument rather than reach the path."""
         failed = self._failed
         if hook not in _WRAPPING:
             return _RUNNERS[_ARITY[hook]](hook, methods, failed)
@@ -419,7 +447,7 @@ class Instruments:
 
 # A hook runs for every message: what runs it takes the hook's own arguments, not *args, which would cost as
 # much again, and catches each instrument's error in the one frame.
-Methods = tuple[tuple[Instrument, Callable[..., None]], ...]
+Methods = tuple[tuple[Instrument, Callable[..., Any]], ...]
 Failed = Callable[[Instrument, str, Exception], None]
 
 

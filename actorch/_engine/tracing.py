@@ -115,7 +115,7 @@ class NodeTrace:
         settings: What to keep.
     """
 
-    __slots__ = ("_every", "_open", "_own_ids", "_threshold", "dropped", "events", "max_events", "rank", "started")
+    __slots__ = ("_open", "_own_ids", "_threshold", "dropped", "events", "every", "max_events", "rank", "started")
 
     def __init__(self, rank: int, settings: TraceSettings) -> None:
         self.rank = rank
@@ -123,7 +123,7 @@ class NodeTrace:
         self.max_events = settings.max_events
         self.dropped = 0
         self.started = perf_counter_ns()
-        self._every = settings.sample >= 1
+        self.every = settings.sample >= 1  # every message is sampled
         self._threshold = int(settings.sample * _SAMPLE_SCALE)
         self._open: dict[int, tuple[Any, ...]] = {}  # calls and streams sent and not yet ended, by flow id
         self._own_ids = itertools.count(1)
@@ -133,7 +133,7 @@ class NodeTrace:
 
     def sampled(self, flow: int) -> bool:
         """Whether the message of arrow ``flow`` is recorded (alike on every node of the trace)."""
-        if self._every:
+        if self.every:
             return True
         mixed = ((flow + 0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9) & _MASK
         return (mixed >> 40) % _SAMPLE_SCALE < self._threshold
@@ -145,7 +145,7 @@ class NodeTrace:
         callee draws the same arrow.
         """
         flow = flow_id(self.rank, next(self._own_ids), own=True)
-        return flow if self.sampled(flow) else 0
+        return flow if self.every or self.sampled(flow) else 0
 
     def add(self, event: tuple[Any, ...]) -> None:
         """Keep ``event``, unless the node already keeps ``max_events``."""
@@ -164,7 +164,7 @@ class NodeTrace:
 
     def opened(self, kind: str, flow: int, track: str, name: str, args: dict[str, Any]) -> None:
         """A call or stream of arrow ``flow`` began now, if sampled: its span ends with ``closed``."""
-        if self.sampled(flow):
+        if self.every or self.sampled(flow):
             self._open[flow] = (kind, track, name, perf_counter_ns(), 0, flow, args)
 
     def closed(self, flow: int, outcome: str) -> None:
@@ -173,7 +173,10 @@ class NodeTrace:
         if event is not None:
             kind, track, name, start, _, _, args = event
             args["outcome"] = outcome
-            self.add((kind, track, name, start, perf_counter_ns(), flow, args))
+            if len(self.events) < self.max_events:  # add(), written out: one of these per call
+                self.events.append((kind, track, name, start, perf_counter_ns(), flow, args))
+            else:
+                self.dropped += 1
 
     def mark(self, kind: str, track: str, name: str, flow: int, args: dict[str, Any]) -> None:
         """Something happened now on ``track`` (a tell sent, a stream item): an instant, with its arrow if any."""
@@ -182,8 +185,11 @@ class NodeTrace:
 
     def span(self, kind: str, track: str, name: str, start: int, end: int, flow: int, args: dict[str, Any]) -> None:
         """A span that already ended on ``track`` (a handler run, a mailbox wait), unless it began before the trace."""
-        if start >= self.started:
-            self.add((kind, track, name, start, end, flow, args))
+        if start >= self.started:  # add(), written out: two of these per message handled
+            if len(self.events) < self.max_events:
+                self.events.append((kind, track, name, start, end, flow, args))
+            else:
+                self.dropped += 1
 
     def finish(self) -> dict[str, Any]:
         """Everything recorded, calls still open ending now as ``unfinished``; the trace records nothing after."""
@@ -285,7 +291,7 @@ class Tracing(Instrument):
         if verb == "tell":
             return
         flow = (src << _RANK_SHIFT) | (_STREAM_IDS if verb == "stream" else 0) | ident
-        if self.trace.sampled(flow):
+        if self.trace.every or self.trace.sampled(flow):
             carried = message.carried
             if carried is None:
                 message.carried = {FLOW: flow}
