@@ -154,17 +154,13 @@ class EndpointStats(Histogram):
         counts[bucket] = counts.get(bucket, 0) + 1
         self.total_ns += ns
         if waited:
-            self.waited(waited)
-
-    def waited(self, ns: int) -> None:
-        """Count a run that waited ``ns`` nanoseconds in the mailbox before it started."""
-        waits = self.waits
-        if waits is None:
-            waits = self.waits = Histogram()
-        counts = waits.counts  # waits.observe(ns), written out: this runs for every message that waited
-        bucket = bisect_left(FINE_BOUNDS_NS, ns)
-        counts[bucket] = counts.get(bucket, 0) + 1
-        waits.total_ns += ns
+            waits = self.waits
+            if waits is None:
+                waits = self.waits = Histogram()
+            counts = waits.counts  # waits.observe(waited), written out likewise
+            bucket = bisect_left(FINE_BOUNDS_NS, waited)
+            counts[bucket] = counts.get(bucket, 0) + 1
+            waits.total_ns += waited
 
     def snapshot(self) -> dict[str, Any]:
         """What travels to ``actorch status`` and the exporter (plain data).

@@ -102,15 +102,6 @@ def test_endpoint_stats_without_a_wait_show_no_waits() -> None:
     assert "waits" not in stats.snapshot()
 
 
-def test_endpoint_stats_count_a_wait_apart_from_its_run() -> None:
-    stats = EndpointStats()
-    stats.waited(3_000)
-    stats.record(1_000, False)
-    assert stats.waits is not None
-    assert (stats.waits.count, stats.waits.total_ns) == (1, 3_000)
-    assert (stats.calls, stats.count) == (1, 1)
-
-
 def test_the_metrics_instrument_counts_each_run_and_its_wait_with_the_actor() -> None:
     actor = SimpleNamespace(actor_id=9, label="actor 'a' (Hop) on node 0", instance=object(), metrics={})
     metrics = Metrics()
