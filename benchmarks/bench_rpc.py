@@ -8,6 +8,7 @@ rounds and reports the median of the rounds.
     python benchmarks/bench_rpc.py --transport uv --lane on --rounds 5
     python benchmarks/bench_rpc.py --transport uv --lane on --trace   # and (a), (b) with a timeline recorded
     python benchmarks/bench_rpc.py --transport uv --lane on --otel sdk   # everything with OpenTelemetry spans
+    python benchmarks/bench_rpc.py --transport uv --lane on --bare    # and (a), (b), (d) with no instrument installed
 
 actorch sends messages without tensors of their own on its fast lane (direct
 TCP connections) unless ``run(transport=TorchRpc(lane=False))``; ``--lane off`` measures
@@ -18,6 +19,12 @@ API's no-op tracer: what actorch's own span code costs); ``--otel sdk`` sets
 up the SDK on every node as a user would, its batching processor exporting to
 nothing (what making the spans costs, without a network). Spans are on or off
 for a whole system, so compare with a run without ``--otel``.
+
+``--bare`` measures (a), (b) and (d) again in each round with every instrument
+taken off both nodes, the metrics that ``actorch status`` reads included: what
+the message path costs with no observer at all, against the default, which
+keeps the metrics. No user configuration does that: the benchmark reaches into
+the runtime (``_engine/instruments.py``) to measure the hooks themselves.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -67,9 +75,29 @@ async def bridged_call(worker: Any) -> None:
     await answered
 
 
+_taken_off: list[Any] = []  # this process's instruments while --bare measures
+
+
+def set_bare(system: actorch.ActorSystem, bare: bool) -> None:
+    """Take every instrument off this process's node (``bare``), or put back those taken off."""
+    instruments = system.host.node.instruments  # type: ignore[attr-defined]  # the runtime's own: a measurement only
+    if bare:
+        _taken_off[:] = list(instruments)
+        for instrument in _taken_off:
+            instruments.remove(instrument)
+    else:
+        for instrument in _taken_off:
+            instruments.add(instrument)
+        _taken_off.clear()
+
+
 class Echo(actorch.Actor):
     async def noop(self) -> None:
         return None
+
+    async def set_bare(self, bare: bool) -> None:
+        """``set_bare`` on this actor's node."""
+        set_bare(self.system, bare)
 
     async def echo(self, value: Any) -> Any:
         return value
@@ -106,13 +134,25 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@dataclass(frozen=True)
+class Settings:
+    """What one run measures, and how much: the command line's options."""
+
+    rounds: int
+    calls: int  # sequential calls per round
+    in_flight: int
+    bursts: int  # of in_flight calls per throughput round
+    mb: int  # the tensor's size
+    trace: bool = False  # (a) and (b) again with a timeline recorded
+    bare: bool = False  # (a), (b) and (d) again with no instrument installed
+    otel: str | None = None  # spans on: "api" (no SDK set up) or "sdk"
+
+
 def median_rounds(rounds: int, measure: Callable[[], float]) -> float:
     return statistics.median(measure() for _ in range(rounds))
 
 
-async def bench(
-    system: actorch.ActorSystem, rounds: int, calls: int, in_flight: int, bursts: int, mb: int, trace: bool = False
-) -> dict[str, Any]:
+async def bench(system: actorch.ActorSystem, settings: Settings) -> dict[str, Any]:
     ref = await system.spawn(Echo, on=1)
     local = await system.spawn(Echo, on=0)
     worker = "node1"
@@ -126,44 +166,44 @@ async def bench(
 
     def raw_seq() -> float:
         start = time.perf_counter()
-        for _ in range(calls):
+        for _ in range(settings.calls):
             rpc.rpc_sync(worker, noop)
-        return (time.perf_counter() - start) / calls * 1e6
+        return (time.perf_counter() - start) / settings.calls * 1e6
 
     async def actorch_seq() -> float:
         start = time.perf_counter()
-        for _ in range(calls):
+        for _ in range(settings.calls):
             await ref.call(Echo.noop)
-        return (time.perf_counter() - start) / calls * 1e6
+        return (time.perf_counter() - start) / settings.calls * 1e6
 
     raw_rref = rpc.remote(worker, RawEcho)
 
     async def floor_seq() -> float:
         # torch RPC bridged into asyncio at both ends and nothing else: what any asyncio runtime pays at least
         start = time.perf_counter()
-        for _ in range(calls):
+        for _ in range(settings.calls):
             await bridged_call(worker_info)
-        return (time.perf_counter() - start) / calls * 1e6
+        return (time.perf_counter() - start) / settings.calls * 1e6
 
     def rref_seq() -> float:
         start = time.perf_counter()
-        for _ in range(calls):
+        for _ in range(settings.calls):
             raw_rref.rpc_sync().noop()
-        return (time.perf_counter() - start) / calls * 1e6
+        return (time.perf_counter() - start) / settings.calls * 1e6
 
     def raw_flight() -> float:
         start = time.perf_counter()
-        for _ in range(bursts):
-            torch.futures.wait_all([rpc.rpc_async(worker, noop) for _ in range(in_flight)])
-        return bursts * in_flight / (time.perf_counter() - start)
+        for _ in range(settings.bursts):
+            torch.futures.wait_all([rpc.rpc_async(worker, noop) for _ in range(settings.in_flight)])
+        return settings.bursts * settings.in_flight / (time.perf_counter() - start)
 
     async def actorch_flight() -> float:
         start = time.perf_counter()
-        for _ in range(bursts):
-            await asyncio.gather(*(ref.call(Echo.noop) for _ in range(in_flight)))
-        return bursts * in_flight / (time.perf_counter() - start)
+        for _ in range(settings.bursts):
+            await asyncio.gather(*(ref.call(Echo.noop) for _ in range(settings.in_flight)))
+        return settings.bursts * settings.in_flight / (time.perf_counter() - start)
 
-    tensor = torch.randn(mb * (1 << 20) // 4)
+    tensor = torch.randn(settings.mb * (1 << 20) // 4)
 
     def raw_tensor() -> float:
         start = time.perf_counter()
@@ -200,27 +240,27 @@ async def bench(
 
     async def actorch_local() -> float:
         start = time.perf_counter()
-        for _ in range(calls * 10):
+        for _ in range(settings.calls * 10):
             await local.call(Echo.noop)
-        return (time.perf_counter() - start) / (calls * 10) * 1e6
+        return (time.perf_counter() - start) / (settings.calls * 10) * 1e6
 
     async def actorch_local_tell() -> tuple[float, float]:
         sending = 0.0
         start = time.perf_counter()
         for _ in range(10):  # the mailbox holds 4,096: wait after each thousand until they were handled
             sent = time.perf_counter()
-            for _ in range(calls):
+            for _ in range(settings.calls):
                 local.tell(Echo.noop)
             sending += time.perf_counter() - sent
             await local.call(Echo.noop)
-        return sending / (calls * 10) * 1e6, (time.perf_counter() - start) / (calls * 10) * 1e6
+        return sending / (settings.calls * 10) * 1e6, (time.perf_counter() - start) / (settings.calls * 10) * 1e6
 
     async def plain_await() -> float:
         target = Echo.__new__(Echo)
         start = time.perf_counter()
-        for _ in range(calls * 10):
+        for _ in range(settings.calls * 10):
             await target.noop()
-        return (time.perf_counter() - start) / (calls * 10) * 1e6
+        return (time.perf_counter() - start) / (settings.calls * 10) * 1e6
 
     series: dict[str, list[float]] = {
         key: []
@@ -239,10 +279,11 @@ async def bench(
             "actorch_local_tell_sent_us",
             "actorch_local_tell_us",
             "plain_await_us",
-            *(("traced_seq_us", "traced_calls_per_s") if trace else ()),
+            *(("traced_seq_us", "traced_calls_per_s") if settings.trace else ()),
+            *(("bare_seq_us", "bare_calls_per_s", "bare_local_us") if settings.bare else ()),
         )
     }
-    for _ in range(rounds):
+    for _ in range(settings.rounds):
         series["raw_seq_us"].append(raw_seq())
         series["actorch_seq_us"].append(await actorch_seq())
         series["floor_seq_us"].append(await floor_seq())
@@ -258,11 +299,21 @@ async def bench(
         series["actorch_local_tell_sent_us"].append(tell_sent)
         series["actorch_local_tell_us"].append(tell_handled)
         series["plain_await_us"].append(await plain_await())
-        if trace:  # (a) and (b) again, every call and handler recorded on a timeline (written, then removed)
+        if settings.trace:  # (a) and (b) again, every call and handler recorded on a timeline (written, then removed)
             with tempfile.TemporaryDirectory() as directory:
-                async with system.trace(os.path.join(directory, "bench.json"), max_events=10 * in_flight * bursts):
+                async with system.trace(
+                    os.path.join(directory, "bench.json"), max_events=10 * settings.in_flight * settings.bursts
+                ):
                     series["traced_seq_us"].append(await actorch_seq())
                     series["traced_calls_per_s"].append(await actorch_flight())
+        if settings.bare:  # (a), (b) and (d) again, with no instrument on either node
+            set_bare(system, True)
+            await ref.call(Echo.set_bare, True)
+            series["bare_seq_us"].append(await actorch_seq())
+            series["bare_calls_per_s"].append(await actorch_flight())
+            series["bare_local_us"].append(await actorch_local())
+            await ref.call(Echo.set_bare, False)
+            set_bare(system, False)
     results = {key: statistics.median(values) for key, values in series.items()}
 
     pids = [node.pid for node in system.nodes]
@@ -331,26 +382,32 @@ def report(transport: str, lane: bool, res: dict[str, Any]) -> None:
             f"{'(b) with a trace running':34} {'':>14} {res['traced_calls_per_s']:>11.0f}/s"
             f" {res['traced_calls_per_s'] / res['actorch_calls_per_s']:7.2f}  of untraced"
         )
+    if "bare_seq_us" in res:
+        bare = [
+            ("(a) with nothing installed", f"{res['bare_seq_us']:.0f} us", res["bare_seq_us"] / res["actorch_seq_us"]),
+            (
+                "(b) with nothing installed",
+                f"{res['bare_calls_per_s']:.0f}/s",
+                res["bare_calls_per_s"] / res["actorch_calls_per_s"],
+            ),
+            (
+                "(d) with nothing installed",
+                f"{res['bare_local_us']:.2f} us",
+                res["bare_local_us"] / res["actorch_local_us"],
+            ),
+        ]
+        for label, ours, ratio in bare:
+            print(f"{label:34} {'':>14} {ours:>14} {ratio:7.2f}  of the default (the metrics installed)")
     print(f"idle CPU per process (rank 0, rank 1): {res['idle_cpu_percent']} %")
 
 
-def run_one(
-    transport: str,
-    lane: bool,
-    rounds: int,
-    calls: int,
-    in_flight: int,
-    bursts: int,
-    mb: int,
-    trace: bool = False,
-    otel: str | None = None,
-) -> dict[str, Any]:
+def run_one(transport: str, lane: bool, settings: Settings) -> dict[str, Any]:
     async def main(system: actorch.ActorSystem) -> dict[str, Any]:
-        return await bench(system, rounds, calls, in_flight, bursts, mb, trace)
+        return await bench(system, settings)
 
-    setup = sdk_tracing if otel == "sdk" else None
+    setup = sdk_tracing if settings.otel == "sdk" else None
     record = actorch.TorchRpc(tensorpipe=transport, lane=lane)
-    return actorch.run(main, world_size=2, transport=record, otel=otel is not None, setup=setup)
+    return actorch.run(main, world_size=2, transport=record, otel=settings.otel is not None, setup=setup)
 
 
 def cli() -> None:
@@ -365,6 +422,9 @@ def cli() -> None:
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--trace", action="store_true", help="also measure (a) and (b) with a timeline recorded")
     parser.add_argument(
+        "--bare", action="store_true", help="also measure (a), (b) and (d) with no instrument installed (no metrics)"
+    )
+    parser.add_argument(
         "--otel",
         choices=["api", "sdk"],
         help="run everything with OpenTelemetry spans: no SDK set up (api), or the SDK's, exporting nowhere (sdk)",
@@ -373,14 +433,15 @@ def cli() -> None:
     transports = ["uv", "shm"] if args.transport == "both" else [args.transport]
     lanes = [True, False] if args.lane == "both" else [args.lane == "on"]
     spans = "off" if args.otel is None else f"on ({args.otel})"
+    settings = Settings(
+        args.rounds, args.calls, args.in_flight, args.bursts, args.mb, trace=args.trace, bare=args.bare, otel=args.otel
+    )
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.rounds} rounds, OpenTelemetry spans {spans}")
     results = {}
     for transport in transports:
         for lane in lanes:
             key = f"{transport}, lane {'on' if lane else 'off'}"
-            results[key] = run_one(
-                transport, lane, args.rounds, args.calls, args.in_flight, args.bursts, args.mb, args.trace, args.otel
-            )
+            results[key] = run_one(transport, lane, settings)
             report(transport, lane, results[key])
     if args.json:
         with open(args.json, "w") as handle:

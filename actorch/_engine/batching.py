@@ -25,7 +25,7 @@ from actorch._transport.autograd import NO_CONTEXT, bound
 if TYPE_CHECKING:
     import torch
 
-    from actorch._engine.otel import NodeTelemetry
+    from actorch._engine.instruments import Instruments
 
 __all__ = ["BatchHost", "Batched", "Batcher", "batched"]
 
@@ -119,12 +119,14 @@ def batched(
 class BatchHost(Protocol):
     """What a :class:`Batcher` needs of its actor's cell."""
 
+    actor_id: int
     label: str
     instance: object
     loop: asyncio.AbstractEventLoop
     device: torch.device | None
     node: int  # the rank of the node hosting the actor
-    otel: NodeTelemetry | None  # when runs are OpenTelemetry spans
+    metrics: dict[str, Any]  # what the metrics instrument counts of its endpoints
+    instruments: Instruments  # what observes its node's messages
 
     def new_key(self) -> int:
         """A message key, unique in the system."""
@@ -292,17 +294,13 @@ class Batcher:
             inherited_deadline.reset(deadline_token)
 
     def _wrapped(self, coroutine: Awaitable[Any], endpoint: str, members: list[Message]) -> Awaitable[Any]:
-        """``coroutine`` as the run runs it: in its first caller's autograd context, and its span if spans are made.
-
-        The span is the run's own, linked to the span of each call it answers.
-        """
+        """``coroutine`` as the run runs it: in its first caller's autograd context, wrapped by its instruments."""
         context = next((member.autograd for member in members if member.autograd != NO_CONTEXT), NO_CONTEXT)
         if context != NO_CONTEXT:  # the run is recorded in its first caller's distributed autograd context
             coroutine = bound(coroutine, context)
-        host = self.host
-        if host.otel is not None:
-            parents = [member.otel for member in members]
-            coroutine = host.otel.serve_batch(coroutine, host.label, type(host.instance).__name__, endpoint, parents)
+        serving = self.host.instruments.serving_batch
+        if serving is not None:
+            coroutine = serving(self.host, endpoint, coroutine, [member.carried for member in members])
         return coroutine
 
     def fail_all(self, members: list[Message], exc: BaseException, origin: Origin) -> None:

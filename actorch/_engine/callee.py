@@ -17,14 +17,11 @@ from actorch._engine.cell import Cell
 from actorch._engine.message import Message, Origin, Reply
 from actorch._engine.replies import TellDone
 from actorch._engine.side import NodeSide, SideParts
-from actorch._engine.tracing import flow_id
 from actorch._engine.wire import CALL, REPLY, encode_message, error_payload
 from actorch._transport.base import Port
 
 if TYPE_CHECKING:
     import torch
-
-    from actorch._engine.otel import Parent
 
 __all__ = ["BATCH_REPLY_HOLD", "CallReply", "Callee", "Received"]
 
@@ -96,23 +93,13 @@ class Callee(NodeSide):
     def on_call(self, src: int, message: list[Any], tensors: list[Any], port: Port | None) -> None:
         """A call or tell for an actor of this node: decode it, check its size, and deliver it.
 
-        When the system makes OpenTelemetry spans, the envelope may end with its caller's context.
+        The envelope may end with what its sender's instruments carry.
         """
-        parent = None
-        if self.otel is None:
-            kind, call_id, actor_id, endpoint, remaining, chain, body = message
-        else:
-            kind, call_id, actor_id, endpoint, remaining, chain, body = message[:7]
-            carrier = message[7] if len(message) > 7 else None
-            parent = self.otel.received(carrier, src, "call" if kind == CALL else "tell")
+        carried = message.pop() if len(message) > 7 else None
+        kind, call_id, actor_id, endpoint, remaining, chain, body = message
         deadline = None if remaining is None else self.loop.time() + remaining
         call = call_id if kind == CALL else None
-        flow = 0
-        if self.trace is not None and call_id:  # a tell carries its own id there while a trace runs
-            flow = flow_id(src, call_id, own=call is None)
-            if not self.trace.sampled(flow):
-                flow = 0
-        self._deliver(src, call, actor_id, endpoint, deadline, tuple(chain), body, tensors, port, None, flow, parent)
+        self._deliver(src, call, actor_id, endpoint, deadline, tuple(chain), body, tensors, port, None, carried)
 
     def on_cast(self, src: int, message: list[Any], tensors: list[Any], port: Port | None) -> None:
         """One call or tell for several actors of this node: decode its arguments once, deliver one to each.
@@ -121,21 +108,16 @@ class Callee(NodeSide):
         device), so they must treat them as read-only, as same-node calls do.
         Each call has its own id, reply and cancellation; a tell's ids are None.
         """
-        parents = None
-        if self.otel is None:
-            _, call_ids, actor_ids, endpoint, remaining, chain, body = message
-        else:  # the envelope may end with each call's (or tell's) context
-            _, call_ids, actor_ids, endpoint, remaining, chain, body = message[:7]
-            carriers = message[7] if len(message) > 7 else None
-            verb = "tell" if call_ids is None else "call"
-            parents = self.otel.received_many(carriers, src, len(actor_ids), verb)
+        carriers = message.pop() if len(message) > 7 else None  # what each call's (or tell's) instruments carry
+        _, call_ids, actor_ids, endpoint, remaining, chain, body = message
+        if not isinstance(carriers, list) or len(carriers) != len(actor_ids):
+            carriers = [None] * len(actor_ids)
         deadline = None if remaining is None else self.loop.time() + remaining
         chain = tuple(chain)
         shared: dict[torch.device | None, Any] = {}
         for index, actor_id in enumerate(actor_ids):
             call = None if call_ids is None else call_ids[index]
-            parent = None if parents is None else parents[index]
-            self._deliver(src, call, actor_id, endpoint, deadline, chain, body, tensors, port, shared, 0, parent)
+            self._deliver(src, call, actor_id, endpoint, deadline, chain, body, tensors, port, shared, carriers[index])
         if not shared:  # no actor took the arguments: what they lend goes back
             self.codec.drop(body)
 
@@ -151,19 +133,18 @@ class Callee(NodeSide):
         tensors: list[Any],
         port: Port | None,
         shared: dict[torch.device | None, Any] | None,
-        flow: int = 0,
-        parent: Parent | None = None,
+        carried: dict[str, Any] | None,
     ) -> None:
         """Hand one received call (``call_id``) or tell (None) to its actor, with its own reply.
 
         ``shared`` holds the arguments a ``CAST`` decoded already, by actor
-        device; None for a message to one actor. ``flow`` is its arrow on a
-        running trace (0: not traced), ``parent`` its caller's OpenTelemetry
-        context, when the system makes spans.
+        device; None for a message to one actor. ``carried`` is what its
+        sender's instruments carried, if anything.
         """
         received = Message(endpoint, (), {}, self.new_key(), chain, deadline, None)
-        received.flow = flow
-        received.otel = parent
+        received.carried = carried
+        if self.instruments.arrived is not None:
+            self.instruments.arrived(received, "tell" if call_id is None else "call", src, call_id or 0)
         cell = self.cells.get(actor_id)
         label = cell.label if cell is not None else f"actor #{actor_id} on node {self.rank}"
         if port is not None:

@@ -26,18 +26,17 @@ from actorch._base.errors import (
     SystemClosedError,
     actor_stopped,
 )
-from actorch._engine.calls import RemoteCall
+from actorch._engine.calls import ObservedCall, RemoteCall
+from actorch._engine.flow import Target
 from actorch._engine.message import CallContext, Message, Origin, current_call
 from actorch._engine.replies import LocalReply, log_heard_failure
 from actorch._engine.side import NodeSide, SideParts
-from actorch._engine.system_ids import SYSTEM_IDS
-from actorch._engine.tracing import CALL_SPAN, HANDLER_SPAN, TELL_MARK, NodeTrace, current_track, own_ident
 from actorch._engine.waits import WaitGraph, describe_cycle
-from actorch._engine.wire import CALL, CANCEL, TELL, encode_message, handler_error, message_size, rebuild_error
+from actorch._engine.wire import CALL, CANCEL, TELL, encode_message, handler_error, rebuild_error
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
 
 if TYPE_CHECKING:
-    from actorch._engine.otel import Span
+    from actorch._engine.instruments import Outgoing
     from actorch._engine.streaming import Streams
 
 __all__ = ["Caller"]
@@ -84,11 +83,9 @@ class Caller(NodeSide):
         if rank == self.rank:
             return self._call_local(actor_id, endpoint, args, kwargs, chain, label, deadline)
         target = (rank, actor_id)
-        call: RemoteCall[Any] = RemoteCall(self.loop, target, endpoint, label, self._abandon_call)
+        call = self.new_call(target, endpoint, label)
         if context is not None:
             call.device = context.device
-        otel = self.otel
-        span = None if otel is None or actor_id <= SYSTEM_IDS else otel.call_sent(call, label, endpoint, rank)
         body = None
         try:
             self.check_reachable("call", rank, endpoint, label)
@@ -106,9 +103,9 @@ class Caller(NodeSide):
             else:
                 tensors = None
             if self.backlog(rank) <= self.send_budget and self.flow.try_take(target):
-                self._launch(call, body, tensors, chain, deadline, span)
+                self._launch(call, body, tensors, chain, deadline)
             else:
-                call.waiting = self.loop.create_task(self._launch_when_room(call, body, tensors, chain, deadline, span))
+                call.waiting = self.loop.create_task(self._launch_when_room(call, body, tensors, chain, deadline))
         except Exception as exc:  # noqa: BLE001 - raised where the call is awaited, like a coroutine's error
             self.codec.drop(body)  # never sent: what its tensors lend goes back
             call.settled()
@@ -129,19 +126,18 @@ class Caller(NodeSide):
         """A call made off the node's loop (``asyncio.run_coroutine_threadsafe``): made when this runs there."""
         return await self.call(rank, actor_id, endpoint, args, kwargs, label, deadline)
 
-    def _launch(
-        self,
-        call: RemoteCall[Any],
-        body: Any,
-        tensors: Any,
-        chain: tuple[int, ...],
-        deadline: float | None,
-        span: Span | None = None,
-    ) -> None:
-        """Send ``call``, which holds a slot of its target's window, unless its deadline has passed.
+    def new_call(self, target: Target, endpoint: str, label: str) -> RemoteCall[Any]:
+        """A call to ``target`` not sent yet: observed if instruments observe what this node sends."""
+        if not self.instruments.outgoing:
+            return RemoteCall(self.loop, target, endpoint, label, self._abandon_call)
+        call: ObservedCall[Any] = ObservedCall(self.loop, target, endpoint, label, self._abandon_call)
+        call.observe(self.instruments)
+        return call
 
-        ``span`` is the call's OpenTelemetry span, whose context the envelope then carries.
-        """
+    def _launch(
+        self, call: RemoteCall[Any], body: Any, tensors: Any, chain: tuple[int, ...], deadline: float | None
+    ) -> None:
+        """Send ``call``, which holds a slot of its target's window, unless its deadline has passed."""
         rank, actor_id = call.target
         remaining = None
         if deadline is not None:
@@ -153,13 +149,11 @@ class Caller(NodeSide):
         call.sent_at = monotonic()
         self.pending[call_id] = call
         envelope = [CALL, call_id, actor_id, call.endpoint, remaining, chain, body]
-        if span is not None:
-            self._carry(envelope, span, rank, body, tensors)
-        wire = self.pack(envelope)
-        if self.trace is not None:
-            self.trace.call_sent(
-                call_id, current_track(), f"call {call.endpoint}", self._sent(call.label, rank, wire, tensors)
-            )
+        out = call.out
+        if out is None:
+            wire = self.pack(envelope)
+        else:
+            wire = self.instruments.packed(out, envelope, self.pack, call_id, body, tensors)
         self._send(rank, wire, tensors)
         self.calls_sent += 1
 
@@ -170,14 +164,13 @@ class Caller(NodeSide):
         tensors: Any,
         chain: tuple[int, ...],
         deadline: float | None,
-        span: Span | None = None,
     ) -> None:
         """Wait for room in the call's mailbox (within its deadline), then send it."""
         try:
             await self.wait_backlog("call", call.target[0], deadline, call.endpoint, call.label)
             await self.wait_room("call", call.target, deadline, call.endpoint, call.label)
             self.check_reachable("call", call.target[0], call.endpoint, call.label)
-            self._launch(call, body, tensors, chain, deadline, span)
+            self._launch(call, body, tensors, chain, deadline)
         except asyncio.CancelledError:
             self.codec.drop(body)  # never sent: what its tensors lend goes back
             raise  # the call was cancelled: it has its outcome
@@ -205,11 +198,9 @@ class Caller(NodeSide):
             args, kwargs = self.codec.decode(body, tensors or [], self)
         reply = cell.tell_reply(None, self.flow, self.log)
         message = Message(endpoint, args, kwargs, self.new_key(), (), None, reply)
-        if cell.otel is not None:
-            message.otel = cell.otel.told_here(label, endpoint)
+        if self.instruments.outgoing:
+            message.carried = self.instruments.made_here("tell", actor_id, label, endpoint)
         self.tells_sent += 1
-        if self.trace is not None:
-            message.flow = self._traced_tell(self.trace, label, endpoint)
         cell.deliver(message)
 
     def _abandon(self, call: RemoteCall[Any]) -> None:
@@ -220,8 +211,6 @@ class Caller(NodeSide):
         if self.pending.pop(call.call_id, None) is not None and call.target[0] not in self.lost:
             self.flow.release(call.target)
             self.transport.send(call.target[0], self.pack([CANCEL, call.call_id]))
-            if self.trace is not None:
-                self.trace.call_ended(call.call_id, "cancelled")
 
     def tell(
         self, rank: int, actor_id: int, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any], label: str
@@ -270,16 +259,11 @@ class Caller(NodeSide):
             raise self._mailbox_full(endpoint, label)
         self.tells_sent += 1
         envelope = [TELL, 0, actor_id, endpoint, None, (), body]
-        if self.otel is not None and actor_id > SYSTEM_IDS:
-            carrier = self.otel.told(
-                label, endpoint, rank, self.transport.path(rank, bool(tensors)), message_size(body, tensors)
-            )
-            if carrier is not None:
-                envelope.append(carrier)
-        if self.trace is None:
-            self._send(rank, self.pack(envelope), tensors)
+        if self.instruments.outgoing:
+            out = self.instruments.made("tell", rank, actor_id, label, endpoint)
+            self._send(rank, self.instruments.packed(out, envelope, self.pack, 0, body, tensors), tensors)
         else:
-            self._send_traced_tell(self.trace, rank, envelope, label, tensors)
+            self._send(rank, self.pack(envelope), tensors)
 
     def on_reply(self, message: list[Any], tensors: list[Any]) -> None:
         """A reply to one of our calls: settle the caller's future (and give back its mailbox slot)."""
@@ -289,8 +273,6 @@ class Caller(NodeSide):
             if ok:
                 self.codec.drop(payload)  # the caller gave up (cancelled or timed out): the result is dropped
             return
-        if self.trace is not None:
-            self.trace.call_ended(call_id, "ok" if ok else "error")
         self.flow.release(pending.target)
         pending.settled()
         if pending.done():
@@ -320,8 +302,6 @@ class Caller(NodeSide):
             if pending.target[0] == rank:
                 del self.pending[call_id]
                 pending.settled()
-                if self.trace is not None:
-                    self.trace.call_ended(call_id, "lost")
                 if not pending.done():
                     pending.set_exception(
                         self.left_error(rank, f"{pending.label} stopped while handling {pending.endpoint!r}")
@@ -344,48 +324,6 @@ class Caller(NodeSide):
         self.pending.clear()
 
     # ------------------------------------------------------------------ internals
-
-    def _sent(self, label: str, rank: int, wire: bytes, tensors: list[Any] | None) -> dict[str, Any]:
-        """Where a message went, by which path, and its size, for a trace's span of it."""
-        path = self.transport.path(rank, bool(tensors))
-        return {"to": label, "node": rank, "path": path, "bytes": message_size(wire, tensors)}
-
-    def _send_traced_tell(
-        self, trace: NodeTrace, rank: int, envelope: list[Any], label: str, tensors: list[Any] | None
-    ) -> None:
-        """Send a tell while a trace runs: if sampled, it carries its own id in the call id's place, and is marked."""
-        flow = trace.own_flow()
-        envelope[1] = own_ident(flow)
-        endpoint = envelope[3]
-        wire = self.pack(envelope)
-        if flow:
-            trace.mark(TELL_MARK, current_track(), f"tell {endpoint}", flow, self._sent(label, rank, wire, tensors))
-        self._send(rank, wire, tensors)
-
-    def _traced_tell(self, trace: NodeTrace, label: str, endpoint: str) -> int:
-        """Mark a same-node tell on the running trace if it is sampled: its arrow's id (0: not sampled)."""
-        flow = trace.own_flow()
-        if flow:
-            trace.mark(TELL_MARK, current_track(), f"tell {endpoint}", flow, {"to": label, "path": "local"})
-        return flow
-
-    def _traced_inline(
-        self, trace: NodeTrace, label: str, endpoint: str, started: int, ended: int, failed: bool
-    ) -> None:
-        """A same-node call run in its caller's task: the caller's span, the handler's, and the arrow between."""
-        flow = trace.own_flow()
-        if flow:
-            outcome = "error" if failed else "ok"
-            called = {"to": label, "path": "local", "outcome": outcome}
-            trace.span(CALL_SPAN, current_track(), f"call {endpoint}", started, ended, flow, called)
-            trace.span(HANDLER_SPAN, label, endpoint, started, ended, flow, {"outcome": outcome, "inline": True})
-
-    def _carry(self, envelope: list[Any], span: Span, rank: int, body: bytes | None, tensors: list[Any] | None) -> None:
-        """Add the context of a call's span to its envelope (if it has one), and where the call goes, to the span."""
-        assert self.otel is not None
-        carrier = self.otel.carrier(span, self.transport.path(rank, bool(tensors)), message_size(body, tensors))
-        if carrier is not None:
-            envelope.append(carrier)
 
     def _send(self, rank: int, wire: bytes, tensors: list[Any] | None) -> None:
         """Send a call or tell; one made in a distributed autograd context leaves alone, to keep its reply's link."""
@@ -417,26 +355,27 @@ class Caller(NodeSide):
         key = self.new_key()
         if endpoint in cell.batched or not cell.can_start(chain):
             return await self._call_queued(actor_id, endpoint, args, kwargs, chain, label, deadline, key)
-        otel = cell.otel
-        span = parent = None
-        if otel is not None:  # the caller's span, and the handler's within it
-            span = otel.call_started(label, endpoint)
-            parent = otel.parent(span)
-        outcome: BaseException | None = None  # how the call ended, for its span: None if it returned
+        instruments = self.instruments
+        out: Outgoing | None = None
+        outcome: BaseException | None = None  # how the call ended, for its instruments: None if it returned
         task = asyncio.current_task()
         assert task is not None
         context = CallContext(cell.label, key, chain, endpoint, cell.device, cell.node)
         context.task = task
+        if instruments.outgoing:
+            out = instruments.made("call", self.rank, actor_id, label, endpoint)
+            instruments.left(out)
+            context.carried = out.carrier
         cell.enter(key, context)
         cell.inline.enter(task)
         token = current_call.set(context)
         deadline_token = inherited_deadline.set(deadline)  # for a caller that is another task
-        context.started = started = perf_counter_ns()
+        context.started = perf_counter_ns()
         failed = True
         error: Exception
         try:
             try:
-                coroutine = cell.open(endpoint, args, kwargs, parent=parent)
+                coroutine = cell.open(endpoint, args, kwargs, carried=context.carried)
             except EndpointError as exc:
                 log_heard_failure(self.log, cell.label, endpoint, exc, Origin.RUNTIME)
                 error = outcome = exc
@@ -462,12 +401,10 @@ class Caller(NodeSide):
             current_call.reset(token)
             cell.inline.leave(task)
             cell.leave(key)
-            ended = perf_counter_ns()
-            (cell.metrics.get(endpoint) or cell.stats(endpoint)).record(ended - started, failed)
-            if self.trace is not None:  # the caller's context is current again
-                self._traced_inline(self.trace, cell.label, endpoint, started, ended, failed)
-            if otel is not None and span is not None:
-                otel.ended(span, outcome)
+            if instruments.handled is not None:  # the caller's context is current again
+                instruments.handled(cell, context, perf_counter_ns(), failed, 1)
+            if out is not None:
+                instruments.settle(out, outcome)
             cell.wake()
         await _raise_after_a_turn(error)  # out of the actor now; the handler may have raised before it awaited
 
@@ -493,13 +430,8 @@ class Caller(NodeSide):
             future: asyncio.Future[Any] = self.loop.create_future()
             message = Message(endpoint, args, kwargs, key, chain, deadline, LocalReply(future, label))
             message.autograd = current_context_id()  # its handler runs in another task: it takes the context along
-            if cell.otel is not None:
-                message.otel = cell.otel.parent(cell.otel.call_sent(future, label, endpoint, self.rank, "local"))
-            trace = self.trace
-            if trace is not None:
-                message.flow = trace.own_flow()
-                if message.flow:
-                    future.add_done_callback(_local_call_span(trace, current_track(), label, endpoint, message.flow))
+            if self.instruments.outgoing:
+                message.carried = self.instruments.made_here("call", actor_id, label, endpoint, future)
             cell.deliver(message)
             try:
                 return await future
@@ -533,18 +465,6 @@ class Caller(NodeSide):
             {"name": cell.name, "label": cell.label, **cell.waits(now)} for cell in list(self.cells.values())
         )
         return graph.cycle_through(message.chain[-1])
-
-
-def _local_call_span(trace: NodeTrace, track: str, label: str, endpoint: str, flow: int) -> Any:
-    """What closes the caller's span of a same-node call through the mailbox, when its future is done."""
-    started = perf_counter_ns()
-
-    def ended(future: asyncio.Future[Any]) -> None:
-        outcome = "cancelled" if future.cancelled() else "error" if future.exception() is not None else "ok"
-        called = {"to": label, "path": "local", "outcome": outcome}
-        trace.span(CALL_SPAN, track, f"call {endpoint}", started, perf_counter_ns(), flow, called)
-
-    return ended
 
 
 _CLOCK_SLACK = 0.001  # a timer may fire this much before its time (the loop's clock resolution, and then some)

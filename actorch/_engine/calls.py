@@ -5,7 +5,8 @@ future, ``asyncio.gather`` and ``asyncio.wait`` take it as it is, without a task
 of their own: thousands of calls in flight cost no task each. As a coroutine,
 everything that wants one (``asyncio.create_task``, task groups, anyio's
 ``start_soon``) takes it too. Cancelling it, or the task awaiting it, cancels
-the call at the callee.
+the call at the callee. While instruments observe what the node sends, a call
+is an :class:`ObservedCall`, which tells them its outcome the moment it has one.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from actorch._engine.flow import Target
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["RemoteCall"]
+    from actorch._engine.instruments import Instruments, Outgoing
+
+__all__ = ["ObservedCall", "RemoteCall"]
 
 T = TypeVar("T")
 
@@ -29,6 +32,8 @@ class RemoteCall(asyncio.Future[T], Coroutine[Any, Any, T]):
     """The result of a call sent to another node, to be awaited (or gathered, or made a task)."""
 
     __slots__ = ("_abandon", "_steps", "call_id", "device", "endpoint", "label", "sent_at", "target", "waiting")
+
+    out: Outgoing | None = None  # what its instruments see of it (an ObservedCall's); None: nothing observes it
 
     def __init__(
         self,
@@ -90,3 +95,36 @@ class RemoteCall(asyncio.Future[T], Coroutine[Any, Any, T]):
     def close(self) -> None:
         """Give up the call, as closing an unfinished coroutine would."""
         self.cancel()
+
+
+class ObservedCall(RemoteCall[T]):
+    """A remote call that instruments observe: its record, and its outcome reported as it is set.
+
+    Reported where the outcome is set, not from a done callback, which would
+    cost each call one more turn of the loop while a trace runs.
+    """
+
+    __slots__ = ("_instruments", "out")
+
+    def observe(self, instruments: Instruments) -> None:
+        """Be observed by ``instruments`` from now on (before it is sent): its record is made."""
+        self._instruments = instruments
+        self.out: Outgoing = instruments.made("call", self.target[0], self.target[1], self.label, self.endpoint)
+
+    def set_result(self, result: T, /) -> None:
+        """Settle the call with its result, and report it."""
+        super().set_result(result)
+        self._instruments.settle(self.out)
+
+    def set_exception(self, exception: type | BaseException, /) -> None:
+        """Settle the call with its error, and report it."""
+        error = exception if isinstance(exception, BaseException) else exception()
+        super().set_exception(error)
+        self._instruments.settle(self.out, error)
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        """Cancel the call (see ``RemoteCall.cancel``), and report it cancelled."""
+        if not super().cancel(msg):
+            return False
+        self._instruments.settle(self.out, outcome="cancelled")
+        return True

@@ -26,10 +26,10 @@ from actorch._engine.batching import Batched, Batcher
 from actorch._engine.endpoints import Endpoint, is_streaming, unknown_endpoint, wrong_verb
 from actorch._engine.flow import FlowControl
 from actorch._engine.inline import InlineCalls
+from actorch._engine.instruments import Instruments
 from actorch._engine.message import CallContext, ItemRefused, Message, Origin, Outlet, Reply, current_call
 from actorch._engine.metrics import EndpointStats
 from actorch._engine.replies import TellDone, log_heard_failure
-from actorch._engine.tracing import HANDLER_SPAN, WAIT_SPAN, NodeTrace
 from actorch._engine.waits import MAX_CALLERS
 from actorch._engine.wire import is_refusal
 from actorch._transport.autograd import NO_CONTEXT, bound
@@ -37,8 +37,6 @@ from actorch._transport.base import PORT_HOLD
 
 if TYPE_CHECKING:
     import torch
-
-    from actorch._engine.otel import NodeTelemetry, Parent
 
 __all__ = ["CANCEL_WAIT", "WORK_SLICE", "Cell", "FailureListener"]
 
@@ -71,6 +69,7 @@ class Cell:
         "idle_at",
         "inline",
         "instance",
+        "instruments",
         "label",
         "log",
         "loop",
@@ -79,7 +78,6 @@ class Cell:
         "name",
         "new_key",
         "node",
-        "otel",
         "paused",
         "producing",
         "queue",
@@ -90,7 +88,6 @@ class Cell:
         "streaming",
         "tasks",
         "tell_replies",
-        "trace",
         "unbegun",
     )
 
@@ -108,6 +105,7 @@ class Cell:
         new_key: Callable[[], int],
         on_fatal: FailureListener,
         node: int,
+        instruments: Instruments,
         device: torch.device | None = None,
     ) -> None:
         self.actor_id = actor_id
@@ -128,7 +126,8 @@ class Cell:
         self.running = 0
         self.unbegun = 0  # worker tasks created whose first message has not begun yet
         self.handled = 0
-        self.metrics: dict[str, EndpointStats] = {}  # by endpoint: messages handled, errors, handler times
+        self.instruments = instruments  # what observes its node's messages
+        self.metrics: dict[str, EndpointStats] = {}  # by endpoint, what the metrics instrument counts (``metrics``)
         self.queue: deque[Message] = deque()
         self.queued_peak = 0
         # running messages by key: what each serves (a message, or the context of one run in its caller's task)
@@ -144,8 +143,6 @@ class Cell:
         self.idle_at = 0
         self.tell_replies: dict[int | None, Reply] = {}  # one per node that tells this actor (None: its own)
         self.producing: set[Outlet] = set()  # streams whose generator runs now
-        self.trace: NodeTrace | None = None  # while a trace runs (the node sets it)
-        self.otel: NodeTelemetry | None = None  # when its handlers run in OpenTelemetry spans (the node sets it)
 
     def __repr__(self) -> str:
         return f"<Cell {self.label} running={self.running} queued={len(self.queue)}>"
@@ -195,13 +192,6 @@ class Cell:
             "queued_seconds": (now - oldest) / 1e9 if oldest else None,
             "queued_callers": sorted(callers)[:MAX_CALLERS],
         }
-
-    def stats(self, endpoint: str) -> EndpointStats:
-        """The counters and handler times of ``endpoint`` (made on its first message)."""
-        stats = self.metrics.get(endpoint)
-        if stats is None:
-            stats = self.metrics[endpoint] = EndpointStats()
-        return stats
 
     # ------------------------------------------------------------------ who runs
 
@@ -335,14 +325,14 @@ class Cell:
         autograd: int = NO_CONTEXT,
         deadline: float | None = None,
         outlet: Outlet | None = None,
-        parent: Parent | None = None,
+        carried: dict[str, Any] | None = None,
     ) -> Any:
         """Start the handler (in its call's autograd context, within its deadline), or raise ``EndpointError``.
 
         With ``outlet`` the message is a stream: the endpoint must be one that
-        yields, and the handler runs its generator into the outlet. When the
-        system makes OpenTelemetry spans, the handler runs in its own, child
-        of ``parent``'s (the caller's).
+        yields, and the handler runs its generator into the outlet. The
+        instruments' ``serving`` hook may wrap it (given ``carried``, what
+        the message carried for them).
         """
         handler = self.endpoints.get(endpoint)
         if handler is None:
@@ -365,8 +355,8 @@ class Cell:
             coroutine = bound(coroutine, autograd)
         if deadline is not None:
             coroutine = within(coroutine, deadline)
-        if self.otel is not None:
-            coroutine = self.otel.serve(coroutine, self.label, type(self.instance).__name__, endpoint, parent)
+        if self.instruments.serving is not None:
+            coroutine = self.instruments.serving(self, endpoint, coroutine, carried)
         return coroutine
 
     async def work(self, message: Message | None) -> None:  # noqa: PLR0912 - the hot loop, kept in one frame
@@ -378,6 +368,7 @@ class Cell:
         """
         task = asyncio.current_task()
         assert task is not None
+        instruments = self.instruments  # the node's: installed and removed in place
         self.unbegun -= 1
         if not self.unbegun:
             self.wake()  # messages that queued behind the workers started before this one
@@ -385,7 +376,7 @@ class Cell:
             slice_end = perf_counter_ns() + WORK_SLICE_NS
             while message is not None:
                 message.task = task
-                message.started = started = perf_counter_ns()
+                message.started = perf_counter_ns()
                 failed = False
                 count = 1
                 try:
@@ -408,7 +399,7 @@ class Cell:
                                 message.autograd,
                                 message.deadline,
                                 message.outlet,
-                                message.otel,
+                                message.carried,
                             )
                         except BaseException as exc:  # noqa: BLE001 - sorted out (and re-raised if need be) there
                             failed = True
@@ -422,26 +413,17 @@ class Cell:
                     message.task = None
                     self.leave(message.key)
                     ended = perf_counter_ns()
-                    if count:  # a batch run that ended before its method ran counts nothing
-                        (self.metrics.get(message.endpoint) or self.stats(message.endpoint)).record(
-                            ended - started, failed, count, message.queued_at and started - message.queued_at
-                        )
-                    if message.flow and self.trace is not None:
-                        self._traced(self.trace, message, ended, failed)
+                    if count:  # a batch run that ended before its method ran is no run
+                        if message.queued_at and instruments.mailbox_wait is not None:
+                            instruments.mailbox_wait(self, message)
+                        if instruments.handled is not None:
+                            instruments.handled(self, message, ended, failed, count)
                 if self.queue and ended >= slice_end:
                     await asyncio.sleep(0)  # the loop sends the replies ready so far before the next message
                     slice_end = perf_counter_ns() + WORK_SLICE_NS
                 message = self.take_next()
         finally:
             self.tasks.discard(task)
-
-    def _traced(self, trace: NodeTrace, message: Message, ended: int, failed: bool) -> None:
-        """Put a traced message's handler run, and its wait in the mailbox if it waited, on the timeline."""
-        started = message.started
-        if message.queued_at:
-            trace.span(WAIT_SPAN, self.label, message.endpoint, message.queued_at, started, message.flow, {})
-        outcome = "error" if failed else "cancelled" if message.cancelled else "ok"
-        trace.span(HANDLER_SPAN, self.label, message.endpoint, started, ended, message.flow, {"outcome": outcome})
 
     def _handler_failed(self, message: Message, exc: BaseException) -> None:
         """Answer ``message``, whose handler raised ``exc``; re-raise what is the worker's own to end."""

@@ -25,8 +25,6 @@ from actorch._transport.autograd import NO_CONTEXT
 if TYPE_CHECKING:
     import torch
 
-    from actorch._engine.otel import Parent
-
 __all__ = ["BatchRun", "CallContext", "ItemRefused", "Message", "Origin", "Outlet", "Reply", "current_call"]
 
 
@@ -63,7 +61,9 @@ class CallContext:
     since when and where it runs, for ``actorch status`` and ``actorch stacks``.
     """
 
-    __slots__ = ("chain", "device", "endpoint", "key", "label", "node", "started", "task")
+    __slots__ = ("carried", "chain", "device", "endpoint", "key", "label", "node", "started", "task")
+
+    queued_at = 0  # as a message's: it never waits in the mailbox, it runs in its caller's task
 
     def __init__(
         self,
@@ -82,6 +82,7 @@ class CallContext:
         self.node = node  # the rank of the node the actor lives on, for the log lines written in the call
         self.started = 0  # perf_counter_ns() when a handler run in place began (0: not one of those)
         self.task: asyncio.Task[Any] | None = None  # the task running it in place
+        self.carried: dict[str, Any] | None = None  # what its caller's instruments carried (see ``instruments``)
 
     def __repr__(self) -> str:
         return f"<CallContext {self.label}.{self.endpoint} key={self.key:#x}>"
@@ -102,13 +103,12 @@ class Message:
         "autograd",
         "batch",
         "cancelled",
+        "carried",
         "chain",
         "deadline",
         "endpoint",
-        "flow",
         "key",
         "kwargs",
-        "otel",
         "outlet",
         "queued_at",
         "reply",
@@ -142,8 +142,7 @@ class Message:
         self.outlet: Outlet | None = None  # a stream's producing end: the message runs the generator into it
         self.queued_at = 0  # perf_counter_ns() when it joined its actor's queue (set only if it had to wait)
         self.started = 0  # perf_counter_ns() when its handler began (0: not yet)
-        self.flow = 0  # its arrow's id on a running trace's timeline (0: not traced)
-        self.otel: Parent | None = None  # its sender's OpenTelemetry context, when the system makes spans
+        self.carried: dict[str, Any] | None = None  # what its sender's instruments carried (see ``instruments``)
 
     def __repr__(self) -> str:
         return f"<Message {self.endpoint} key={self.key:#x}>"

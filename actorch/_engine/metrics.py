@@ -1,8 +1,10 @@
-"""Per-endpoint counters and histograms of handler times and mailbox waits, cheap enough to leave on.
+"""Per-endpoint counters and histograms of handler times and mailbox waits: the instrument every node has.
 
-Every message an actor handles (call, tell, stream, batch run) is counted
-under its endpoint with how long its handler took and whether it raised; one
-that had to wait in its actor's mailbox adds how long it waited there. Times
+The :class:`Metrics` instrument counts every message an actor handles (call,
+tell, stream, batch run) under its endpoint, with how long its handler took
+and whether it raised; one that had to wait in its actor's mailbox adds how
+long it waited there. What it counts is kept with the actor's cell
+(``Cell.metrics``), so that it lives and goes with the actor. Times
 go into histograms of fixed buckets of nanoseconds (``FINE_BOUNDS_NS``):
 thirteen to a decade from 1 µs to 10⁵ s, so that recording is one ``bisect``
 and two adds, and a quantile read from one is within 25 % of the true one. The
@@ -16,13 +18,17 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Any
 
+from actorch._engine.instruments import ActorView, Handling, Instrument
+
 __all__ = [
     "FINE_BOUNDS_NS",
     "PROMETHEUS_BOUNDS_NS",
     "EndpointStats",
     "Histogram",
+    "Metrics",
     "bucket_of",
     "bucket_upper",
+    "stats_of",
 ]
 
 _MANTISSAS = (100, 125, 150, 175, 200, 250, 300, 350, 400, 500, 600, 700, 800)  # per decade, in hundredths
@@ -172,3 +178,32 @@ class EndpointStats(Histogram):
         if self.waits is not None:
             shown["waits"] = self.waits.snapshot()
         return shown
+
+
+def stats_of(actor: ActorView, endpoint: str) -> EndpointStats:
+    """What the actor's ``endpoint`` handled so far (made on its first message)."""
+    metrics: dict[str, EndpointStats] = actor.metrics
+    stats = metrics.get(endpoint)
+    if stats is None:
+        stats = metrics[endpoint] = EndpointStats()
+    return stats
+
+
+class Metrics(Instrument):
+    """The instrument of every node: each endpoint's messages, errors, handler times and mailbox waits.
+
+    ``actorch status``, the Prometheus exporter and a run's history read what
+    it counts; ``Cell.statistics`` counts what the mailbox itself knows. A
+    run's wait in the mailbox is read from its message when the run ends, in
+    the one hook (``handled``): a second hook per message would cost more
+    than the recording.
+    """
+
+    __slots__ = ()
+
+    def handled(self, actor: ActorView, handling: Handling, ended: int, failed: bool, count: int) -> None:
+        """Count ``count`` messages of a handler run, its time, whether it raised, and its wait in the mailbox."""
+        started, queued_at = handling.started, handling.queued_at
+        (actor.metrics.get(handling.endpoint) or stats_of(actor, handling.endpoint)).record(
+            ended - started, failed, count, queued_at and started - queued_at
+        )

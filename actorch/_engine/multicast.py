@@ -10,9 +10,9 @@ apart from the message (shared memory, a GPU block) is placed once for the
 whole multicast and lent to every node that reaches it: the actors of one host
 (or one GPU) share one read-only copy. Each target keeps its own outcome:
 its own ``RemoteCall`` (result, error, cancellation, deadline, window slot) for
-a call, its own refusal for a tell. When the system makes OpenTelemetry spans,
-each target's call or tell has its own span, and the ``CAST`` carries each
-one's context, in target order.
+a call, its own refusal for a tell. Instruments see each target's call or
+tell as its own message, and the ``CAST`` carries what they carry for each
+one, in target order.
 
 The single-call path serves what one message cannot: targets on the caller's
 own node (by reference, as always), a node with one target, a node that is
@@ -28,15 +28,14 @@ import asyncio
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from actorch._engine.calls import RemoteCall
 from actorch._engine.message import current_call
-from actorch._engine.system_ids import SYSTEM_IDS
-from actorch._engine.wire import CAST, check_size, message_size
+from actorch._engine.wire import CAST, check_size
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
 
 if TYPE_CHECKING:
     from actorch._engine.caller import Caller
-    from actorch._engine.otel import Span
+    from actorch._engine.calls import RemoteCall
+    from actorch._engine.instruments import Outgoing
 
 __all__ = ["CastTarget", "call_many", "tell_many"]
 
@@ -69,7 +68,6 @@ def call_many(
     context = current_call.get()
     chain = context.child_chain() if context is not None else ()
     device = context.device if context is not None else None
-    otel = caller.otel
     shared: dict[Any, Any] = {}  # what the data plane placed once for every node (one copy per host or GPU)
     for rank, indices in _by_rank(targets).items():
         encoded = _encode_for(caller, rank, args, kwargs, copy=False, shared=shared) if len(indices) > 1 else None
@@ -79,21 +77,17 @@ def call_many(
                 calls[index] = caller.call(rank, actor_id, endpoint, args, kwargs, label, deadline)
             continue
         cast: list[RemoteCall[Any]] = []
-        spans: list[Span | None] | None = None if otel is None else []  # the OpenTelemetry spans of those cast
         for index in indices:
             _, actor_id, label = targets[index]
             if not caller.flow.try_take((rank, actor_id)):  # this one waits for room and goes alone, its own copy
                 calls[index] = caller.call(rank, actor_id, endpoint, args, kwargs, label, deadline)
                 continue
-            call: RemoteCall[Any] = RemoteCall(caller.loop, (rank, actor_id), endpoint, label, caller._abandon_call)
+            call = caller.new_call((rank, actor_id), endpoint, label)
             call.device = device
             calls[index] = call
             cast.append(call)
-            if spans is not None:
-                span = None if otel is None or actor_id <= SYSTEM_IDS else otel.call_sent(call, label, endpoint, rank)
-                spans.append(span)
         if cast:
-            _send_calls(caller, rank, cast, endpoint, chain, deadline, encoded, spans)
+            _send_calls(caller, rank, cast, endpoint, chain, deadline, encoded)
         else:
             caller.codec.drop(encoded[0])  # nobody took the body: what its tensors lend goes back
     return calls  # type: ignore[return-value] # every target has its call now
@@ -122,38 +116,28 @@ def tell_many(
                     outcomes[index] = exc
             continue
         actor_ids: list[int] = []
-        labels: list[str] | None = None if caller.otel is None else []  # for their OpenTelemetry spans
+        labels: list[str] = []
         for index in indices:
             _, actor_id, label = targets[index]
             if caller.flow.try_take((rank, actor_id)):
                 actor_ids.append(actor_id)
-                if labels is not None:
-                    labels.append(label)
+                labels.append(label)
             else:
                 outcomes[index] = caller._mailbox_full(endpoint, label)
         if actor_ids:
             caller.tells_sent += len(actor_ids)
             body, tensors = encoded
             envelope = [CAST, None, actor_ids, endpoint, None, (), body]
-            if labels is not None:
-                _carry_tells(caller, envelope, rank, labels, tensors)
-            caller.transport.send(rank, caller.pack(envelope), tensors)
+            outs = None
+            if caller.instruments.outgoing:
+                made = caller.instruments.made
+                outs = [
+                    made("tell", rank, each, label, endpoint) for each, label in zip(actor_ids, labels, strict=True)
+                ]
+            caller.transport.send(rank, _packed(caller, envelope, outs, None, tensors), tensors)
         else:
             caller.codec.drop(encoded[0])  # every target was refused: what its tensors lend goes back
     return outcomes
-
-
-def _carry_tells(caller: Caller, envelope: list[Any], rank: int, labels: list[str], tensors: list[Any] | None) -> None:
-    """A multicast tell's OpenTelemetry spans, one per actor; its envelope carries their contexts, if any."""
-    assert caller.otel is not None
-    _, _, actor_ids, endpoint, _, _, body = envelope
-    path, size = caller.transport.path(rank, bool(tensors)), message_size(body, tensors)
-    carriers = [
-        None if actor_id <= SYSTEM_IDS else caller.otel.told(label, endpoint, rank, path, size)
-        for actor_id, label in zip(actor_ids, labels, strict=True)
-    ]
-    if any(carrier is not None for carrier in carriers):
-        envelope.append(carriers)
 
 
 def _by_rank(targets: Sequence[CastTarget]) -> dict[int, list[int]]:
@@ -199,12 +183,8 @@ def _send_calls(
     chain: tuple[int, ...],
     deadline: float | None,
     encoded: Encoded,
-    spans: list[Span | None] | None = None,
 ) -> None:
-    """Send ``calls`` (each holding a slot of its window) to ``rank`` as one ``CAST``, unless the deadline passed.
-
-    ``spans`` are their OpenTelemetry spans, whose contexts the envelope then carries.
-    """
+    """Send ``calls`` (each holding a slot of its window) to ``rank`` as one ``CAST``, unless the deadline passed."""
     remaining = None
     if deadline is not None:
         remaining = deadline - caller.loop.time()
@@ -223,10 +203,23 @@ def _send_calls(
     actor_ids = [call.target[1] for call in calls]
     body, tensors = encoded
     envelope = [CAST, call_ids, actor_ids, endpoint, remaining, chain, body]
-    if spans is not None and caller.otel is not None:
-        path, size = caller.transport.path(rank, bool(tensors)), message_size(body, tensors)
-        carriers = [None if span is None else caller.otel.carrier(span, path, size) for span in spans]
-        if any(carrier is not None for carrier in carriers):
-            envelope.append(carriers)
-    caller.transport.send(rank, caller.pack(envelope), tensors)
+    outs = [call.out for call in calls] if calls[0].out is not None else None
+    caller.transport.send(rank, _packed(caller, envelope, outs, call_ids, tensors), tensors)
     caller.calls_sent += len(calls)
+
+
+def _packed(
+    caller: Caller, envelope: list[Any], outs: Sequence[Outgoing | None] | None, ids: list[int] | None, tensors: Any
+) -> bytes:
+    """A ``CAST``'s envelope packed with what each target's instruments carry (if any), each target reported sent."""
+    if outs is None:
+        return caller.pack(envelope)
+    carriers = [None if out is None else out.carrier for out in outs]
+    if any(carriers):
+        envelope.append(carriers)
+    wire = caller.pack(envelope)
+    body = envelope[6]
+    for index, out in enumerate(outs):
+        if out is not None:
+            caller.instruments.left(out, 0 if ids is None else ids[index], body, wire, tensors)
+    return wire

@@ -3,9 +3,12 @@
 A :class:`Node` keeps its actors' cells and its view of its peers. It composes
 a :class:`~actorch._engine.caller.Caller` (the calls this node sends and their
 replies), a :class:`~actorch._engine.callee.Callee` (the calls it receives and
-their answers) and a :class:`~actorch._engine.flow.FlowControl` (how many
-messages it may have waiting at one actor), routes what the transport brings
-to them, hears of peers that join, leave or are lost, and closes.
+their answers), a :class:`~actorch._engine.flow.FlowControl` (how many
+messages it may have waiting at one actor) and its
+:class:`~actorch._engine.instruments.Instruments` (what observes its
+messages: the metrics always, spans when on, a timeline while a trace runs),
+routes what the transport brings to them, hears of peers that join, leave or
+are lost, and closes.
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ from actorch._engine.caller import Caller
 from actorch._engine.cell import Cell, FailureListener
 from actorch._engine.endpoints import Endpoint
 from actorch._engine.flow import FlowControl
+from actorch._engine.instruments import Instruments
 from actorch._engine.looplag import LoopLag
+from actorch._engine.metrics import Metrics
 from actorch._engine.side import SideParts
 from actorch._engine.stacks import loop_stacks, running_handler, thread_stacks
 from actorch._engine.streaming import Streams
 from actorch._engine.system_ids import SYSTEM_IDS
-from actorch._engine.tracing import NodeTrace, TraceSettings
+from actorch._engine.tracing import NodeTrace, TraceSettings, Tracing
 from actorch._engine.wire import CALL, CANCEL, CAST, CLOSE, CREDIT, END, ITEM, MORE, REPLY, STREAM, TELL
 from actorch._transport.base import Bundle, NodeInfo, Port, Transport
 from actorch._transport.capabilities import fast_lane_of
@@ -68,7 +73,7 @@ class Node:
     def __init__(self, transport: Transport, config: SystemConfig, loop: asyncio.AbstractEventLoop) -> None:
         self.rank = transport.rank
         # OpenTelemetry spans, when the system makes them: first, so that a missing extra fails before anything opens
-        self.otel = _telemetry(self.rank) if config.otel else None
+        otel = _telemetry(self.rank) if config.otel else None
         self.transport = transport
         self.loop = loop
         self.lost: dict[int, str] = {}  # peers gone for good (lost, or left after saying so), with why
@@ -81,6 +86,12 @@ class Node:
             bound.warning("run record not kept", why=self.record.failed)
             self.record = None
         self.log: Any = bound if self.record is None else RecordedLog(bound, self.record)
+        # What observes this node's messages: the metrics always (actorch status reads them), spans when on.
+        self.instruments = Instruments(self.rank, self.log, transport.path)
+        self.instruments.add(Metrics())
+        if otel is not None:
+            self.instruments.add(otel)
+        self._tracing: Tracing | None = None  # while a timeline is recorded (``start_trace``)
         self.messages_refused = 0
         self.bytes_received = 0  # message envelopes and bodies taken from peers (not their tensors)
         self._cells: dict[int, Cell] = {}
@@ -108,18 +119,17 @@ class Node:
             self.new_key,
             config.max_message_size,
             config.send_budget,
+            self.instruments,
         )
         self.caller = Caller(parts)
         self.callee = Callee(parts, decode_context=self.caller)
         self.streams = Streams(parts, decode_context=self.caller)
         self.caller.streams = self.streams
-        self.caller.otel = self.callee.otel = self.streams.otel = self.otel
         transport.attach(loop, self._receive, self._on_peer_lost)
         transport.on_joined = self._on_peer_joined
         transport.off_loop = self.answer_off_loop
         self.loop_lag = LoopLag(loop)
         self.loop_lag.start()
-        self.trace: NodeTrace | None = None  # while a timeline is recorded (``start_trace``)
 
     def __repr__(self) -> str:
         return f"<Node rank={self.rank}/{self.world_size} actors={len(self._cells)}>"
@@ -129,22 +139,27 @@ class Node:
         """How many nodes the world has now (it changes as nodes join and leave an elastic world)."""
         return self.transport.world_size
 
-    # ------------------------------------------------------------------ timeline
+    # ------------------------------------------------------------------ instruments
+
+    @property
+    def trace(self) -> NodeTrace | None:
+        """What this node records of the timeline being recorded, if one is (``start_trace``)."""
+        return None if self._tracing is None else self._tracing.trace
 
     def start_trace(self, settings: TraceSettings) -> None:
         """Record this node's calls, tells, handler runs and mailbox waits from now on (anew if it already did)."""
-        self._set_trace(NodeTrace(self.rank, settings))
+        self.stop_trace()
+        self._tracing = Tracing(NodeTrace(self.rank, settings))
+        self.instruments.add(self._tracing)
 
     def stop_trace(self) -> dict[str, Any] | None:
         """Stop recording: what was recorded (see ``NodeTrace.finish``), or None if no trace ran."""
-        trace = self.trace
-        self._set_trace(None)
-        return None if trace is None else trace.finish()
-
-    def _set_trace(self, trace: NodeTrace | None) -> None:
-        self.trace = self.caller.trace = self.callee.trace = self.streams.trace = trace
-        for cell in self._cells.values():
-            cell.trace = trace
+        tracing, self._tracing = self._tracing, None
+        if tracing is None:
+            return None
+        if tracing in self.instruments:  # else it failed, and was removed: what it kept is still the timeline's
+            self.instruments.remove(tracing)
+        return tracing.trace.finish()
 
     # ------------------------------------------------------------------ actors
 
@@ -181,9 +196,8 @@ class Node:
             on_fatal=self._actor_failed,
             device=None if device is None or device.type == "cpu" else device,
             node=self.rank,
+            instruments=self.instruments,
         )
-        cell.trace = self.trace
-        cell.otel = self.otel if actor_id > SYSTEM_IDS else None  # the runtime's own actors make no spans
         self._cells[actor_id] = cell
         return cell
 

@@ -1,11 +1,12 @@
 """OpenTelemetry spans of calls, tells and streams and of the handlers that serve them, linked across nodes.
 
-With the ``otel`` option on, every node has a :class:`NodeTelemetry`. A call
-or stream made through a ref is a CLIENT span on the caller (a tell: a
-PRODUCER span), started where it is made, so that whatever span is current
-there (a user's own, or the handler's that makes the call) is its parent. Its
-context crosses to the callee as one more element of the message's envelope:
-the headers the global propagator writes (W3C ``traceparent`` by default).
+With the ``otel`` option on, every node has a :class:`NodeTelemetry`
+instrument (see ``instruments``). A call or stream made through a ref is a
+CLIENT span on the caller (a tell: a PRODUCER span), started where it is
+made, so that whatever span is current there (a user's own, or the handler's
+that makes the call) is its parent. Its context crosses to the callee in what
+the message carries for instruments, one more element of its envelope: the
+headers the global propagator writes (W3C ``traceparent`` by default).
 The handler that serves it runs in a SERVER span (a tell's: CONSUMER), child
 of the call's span and current while the handler runs, so that the calls the
 handler makes are children of it in turn. Calls between actors of one node,
@@ -27,7 +28,6 @@ and the node imports it only when the option is on.
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Awaitable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
@@ -35,6 +35,10 @@ from actorch._base.deadline import PastDeadlineError
 from actorch._base.errors import NodeLostError, RemoteError
 from actorch._base.names import label_class
 from actorch._base.version import version_of
+from actorch._engine.instruments import LOCAL, ActorView, Instrument, Outgoing, Verb
+from actorch._engine.message import Message
+from actorch._engine.system_ids import SYSTEM_IDS
+from actorch._engine.wire import message_size
 
 try:
     from opentelemetry import context as otel_context
@@ -54,6 +58,7 @@ __all__ = [
     "MESSAGE",
     "NODE",
     "OUTCOME",
+    "PARENT",
     "PATH",
     "PEER_NODE",
     "NodeTelemetry",
@@ -72,6 +77,9 @@ deadline), ``cancelled``, ``lost`` (the other node), ``closed`` (a stream its co
 BATCH_SIZE = "actorch.batch.size"
 """The calls one run of a batched endpoint answered."""
 
+PARENT = "otel.parent"
+"""Where what a message carries holds the parent of its handler's span, on the handler's node (a :class:`Parent`)."""
+
 _SYSTEM = "actorch"
 _NO_CONTEXT = Context()  # a span started from it is a root: a message that came without a trace context
 
@@ -87,8 +95,11 @@ class Parent(NamedTuple):
     verb: str
 
 
-class NodeTelemetry:
-    """One node's OpenTelemetry instrumentation: it starts and ends the spans and carries their context.
+class NodeTelemetry(Instrument):
+    """One node's OpenTelemetry instrument: it starts and ends the spans and carries their context.
+
+    Messages to and from the runtime's own actors (the registry, the node
+    services) are not spans.
 
     Args:
         rank: This node's rank.
@@ -105,52 +116,44 @@ class NodeTelemetry:
 
     # ------------------------------------------------------------------ the caller's side
 
-    def call_sent(
-        self, call: asyncio.Future[Any], label: str, endpoint: str, peer: int, path: str | None = None
-    ) -> Span:
-        """Start the CLIENT span of a call, ended when ``call`` is done (its outcome recorded).
+    def sending(self, out: Outgoing) -> None:
+        """Start the span of a call or stream (CLIENT) or tell (PRODUCER), child of the span current here; carry it.
 
-        ``path`` is the path it takes, if known now (``local``); else ``carrier`` says it.
+        To another node its context goes as the propagator's headers; to an
+        actor of this node, as the parent of its handler's span itself.
         """
-        span = self._start(SpanKind.CLIENT, label, endpoint, peer, "call", None if path is None else {PATH: path})
-        if span.is_recording():  # else (no SDK set up, or not sampled) there is nothing to end
-            call.add_done_callback(functools.partial(_call_done, span))
-        return span
+        if out.actor_id <= SYSTEM_IDS:
+            return
+        kind = SpanKind.PRODUCER if out.verb == "tell" else SpanKind.CLIENT
+        known = None if out.path is None else {PATH: out.path}
+        span = self._start(kind, out.label, out.endpoint, out.rank, out.verb, known)
+        out.note(self, span)
+        context = trace.set_span_in_context(span)
+        if out.path == LOCAL:
+            out.carry()[PARENT] = Parent(context, self.rank, out.verb)
+        else:
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier, context)
+            if carrier:  # a span with no valid context (no SDK set up, no parent) has nothing to carry
+                out.carry().update(carrier)
 
-    def call_started(self, label: str, endpoint: str, verb: str = "call") -> Span:
-        """Start the CLIENT span of a call or stream to an actor of this node; the caller ends it (``ended``)."""
-        return self._start(SpanKind.CLIENT, label, endpoint, self.rank, verb, {PATH: "local"})
+    def sent(self, out: Outgoing, body: bytes | None, wire: bytes | None, tensors: list[Any] | None) -> None:
+        """Say where a message went and its size (to another node); a tell's span ends now."""
+        notes = out.notes
+        span: Span | None = None if notes is None else notes.get(self)
+        if span is None:
+            return
+        if wire is not None:
+            span.set_attributes({PATH: out.path or "", BYTES: message_size(body, tensors)})
+        if out.verb == "tell":
+            out.noted(self)
+            self.ended(span)
 
-    def stream_opened(self, label: str, endpoint: str, peer: int) -> Span:
-        """Start the CLIENT span of a stream, from its opening to its end (``ended``)."""
-        return self._start(
-            SpanKind.CLIENT, label, endpoint, peer, "stream", {PATH: "local"} if peer == self.rank else None
-        )
-
-    def carrier(self, span: Span, path: str, size: int) -> dict[str, str] | None:
-        """The context of ``span`` as its message carries it, with the path and size it goes with; None if none."""
-        span.set_attributes({PATH: path, BYTES: size})
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier, trace.set_span_in_context(span))
-        return carrier or None  # a span with no valid context (no SDK set up, no parent) has nothing to carry
-
-    def told(self, label: str, endpoint: str, peer: int, path: str, size: int) -> dict[str, str] | None:
-        """A tell to another node was sent: its PRODUCER span, ended at once; the context its message carries."""
-        span = self._start(SpanKind.PRODUCER, label, endpoint, peer, "tell", {PATH: path, BYTES: size, OUTCOME: "ok"})
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier, trace.set_span_in_context(span))
-        span.end()
-        return carrier or None
-
-    def told_here(self, label: str, endpoint: str) -> Parent:
-        """A tell to an actor of this node: its PRODUCER span, ended at once; the parent of its handler's span."""
-        span = self._start(SpanKind.PRODUCER, label, endpoint, self.rank, "tell", {PATH: "local", OUTCOME: "ok"})
-        span.end()
-        return Parent(trace.set_span_in_context(span), self.rank, "tell")
-
-    def parent(self, span: Span, verb: str = "call") -> Parent:
-        """The parent that the handler of a ``verb`` to this node's actor has in ``span``, the caller's."""
-        return Parent(trace.set_span_in_context(span), self.rank, verb)
+    def reply(self, out: Outgoing, outcome: str, error: BaseException | None) -> None:
+        """End the span of a call or stream with its outcome."""
+        span: Span | None = out.noted(self)
+        if span is not None:
+            self.ended(span, error, outcome)
 
     @staticmethod
     def ended(span: Span, error: BaseException | None = None, outcome: str | None = None) -> None:
@@ -168,17 +171,38 @@ class NodeTelemetry:
 
     # ------------------------------------------------------------------ the callee's side
 
+    def arrived(self, message: Message, verb: Verb, src: int, ident: int) -> None:
+        """The parent of the handler's span of a message from another node: the context it carries (or none)."""
+        carried = message.carried
+        parent = self.received(carried, src, verb)
+        if carried is None:
+            message.carried = {PARENT: parent}
+        else:
+            carried[PARENT] = parent
+
     def received(self, carrier: Any, src: int, verb: str = "call") -> Parent:
         """The parent of the handler's span of a ``verb`` from node ``src`` that carries ``carrier`` (or None)."""
         if isinstance(carrier, dict) and carrier:
             return Parent(propagate.extract(carrier, context=_NO_CONTEXT), src, verb)
         return Parent(_NO_CONTEXT, src, verb)
 
-    def received_many(self, carriers: Any, src: int, count: int, verb: str) -> list[Parent]:
-        """The parents of the handlers of a multicast's ``count`` messages, from its carriers (one each, or None)."""
-        if not isinstance(carriers, list) or len(carriers) != count:
-            carriers = [None] * count
-        return [self.received(carrier, src, verb) for carrier in carriers]
+    def serving(
+        self, actor: ActorView, endpoint: str, handler: Awaitable[Any], carried: dict[str, Any] | None
+    ) -> Awaitable[Any]:
+        """The handler, run in its SERVER (a tell's: CONSUMER) span, child of its caller's."""
+        if actor.actor_id <= SYSTEM_IDS:
+            return handler
+        parent = None if carried is None else carried.get(PARENT)
+        return self.serve(handler, actor.label, type(actor.instance).__name__, endpoint, parent)
+
+    def serving_batch(
+        self, actor: ActorView, endpoint: str, handler: Awaitable[Any], carried: list[dict[str, Any] | None]
+    ) -> Awaitable[Any]:
+        """One run of a batched endpoint, in a SERVER span linked to the span of each call it answers."""
+        if actor.actor_id <= SYSTEM_IDS:
+            return handler
+        parents = [None if each is None else each.get(PARENT) for each in carried]
+        return self.serve_batch(handler, actor.label, type(actor.instance).__name__, endpoint, parents)
 
     async def serve(
         self, handler: Awaitable[T], label: str, class_name: str, endpoint: str, parent: Parent | None
@@ -257,19 +281,6 @@ async def _run_in(span: Span, parent: Context, handler: Awaitable[T]) -> T:
     finally:
         otel_context.detach(token)
         span.end()
-
-
-def _call_done(span: Span, call: asyncio.Future[Any]) -> None:
-    """End the span of a call to another node with its outcome."""
-    if call.cancelled():
-        span.set_attribute(OUTCOME, "cancelled")
-    else:
-        error = call.exception()
-        if error is None:
-            span.set_attribute(OUTCOME, "ok")
-        else:
-            _failed(span, error)
-    span.end()
 
 
 def _failed(span: Span, error: BaseException) -> None:

@@ -25,15 +25,13 @@ from actorch._base.errors import (
 )
 from actorch._engine.cell import Cell
 from actorch._engine.flow import BACKLOG_POLL, FlowControl, Target
+from actorch._engine.instruments import Instruments
 from actorch._engine.message import Message
-from actorch._engine.tracing import NodeTrace
 from actorch._engine.wire import message_size
 from actorch._transport.base import Transport
 
 if TYPE_CHECKING:
     import torch
-
-    from actorch._engine.otel import NodeTelemetry
 
 __all__ = ["NodeSide", "SideParts"]
 
@@ -52,6 +50,7 @@ class SideParts(NamedTuple):
     new_key: Callable[[], int]
     max_message_size: int
     send_budget: int
+    instruments: Instruments  # what observes the node's messages
 
 
 class NodeSide:
@@ -63,18 +62,17 @@ class NodeSide:
         "codec",
         "decode_context",
         "flow",
+        "instruments",
         "left",
         "log",
         "loop",
         "lost",
         "max_message_size",
         "new_key",
-        "otel",
         "pack",
         "plane",
         "rank",
         "send_budget",
-        "trace",
         "transport",
     )
 
@@ -94,9 +92,8 @@ class NodeSide:
         self.new_key = parts.new_key
         self.max_message_size = parts.max_message_size
         self.send_budget = parts.send_budget
+        self.instruments = parts.instruments
         self.closed = False
-        self.trace: NodeTrace | None = None  # while a trace runs (the node sets it on every side)
-        self.otel: NodeTelemetry | None = None  # when the system makes OpenTelemetry spans (the node sets it)
 
     def check_reachable(self, verb: str, rank: int, endpoint: str, label: str) -> None:
         """Raise if ``rank`` was lost or this node is shut down: nothing can ``verb`` (call, stream) there."""

@@ -41,8 +41,6 @@ from actorch._base.errors import (
 from actorch._engine.cell import Cell
 from actorch._engine.message import ItemRefused, Message, Origin, Outlet, Reply
 from actorch._engine.side import NodeSide, SideParts
-from actorch._engine.system_ids import SYSTEM_IDS
-from actorch._engine.tracing import ITEM_MARK, STREAM_SPAN, current_track, flow_id
 from actorch._engine.wire import (
     CLOSE,
     END,
@@ -52,7 +50,6 @@ from actorch._engine.wire import (
     encode_message,
     error_payload,
     handler_error,
-    message_size,
     rebuild_error,
 )
 from actorch._transport.base import Port
@@ -62,7 +59,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from actorch._engine.otel import NodeTelemetry, Span
+    from actorch._engine.instruments import Outgoing
 
 __all__ = ["DEFAULT_STREAM_WINDOW", "Stream", "StreamRequest", "Streams"]
 
@@ -285,11 +282,11 @@ class _Link:
         raise NotImplementedError
 
 
-def _end_span(link: _LocalLink | _RemoteLink, error: BaseException | None = None, outcome: str | None = None) -> None:
-    """The stream of ``link`` ended (with ``error``, or ``outcome``: ``ok``, ``closed``): end its span, once."""
-    spanned, link.otel = link.otel, None
-    if spanned is not None:
-        spanned[0].ended(spanned[1], error, outcome)
+def _settle(link: _LocalLink | _RemoteLink, error: BaseException | None = None, outcome: str | None = None) -> None:
+    """The stream of ``link`` ended (with ``error``, or ``outcome``: ``closed``): its instruments hear it, once."""
+    out, link.out = link.out, None
+    if out is not None:
+        link.side.instruments.settle(out, error, outcome)
 
 
 # ---------------------------------------------------------------------- on this node
@@ -298,7 +295,7 @@ def _end_span(link: _LocalLink | _RemoteLink, error: BaseException | None = None
 class _LocalLink(Outlet, _Link, Reply):
     """A stream between actors of one node: items pass as they are, credits and the end directly."""
 
-    __slots__ = ("cell", "live", "opening", "otel", "side", "stream")
+    __slots__ = ("cell", "live", "opening", "out", "side", "stream")
 
     def __init__(self, side: Streams, stream: Stream[Any], opening: StreamRequest, window: int, cell: Cell) -> None:
         Outlet.__init__(self, side.loop, window)
@@ -307,18 +304,20 @@ class _LocalLink(Outlet, _Link, Reply):
         self.stream = weakref.ref(stream)  # a stream dropped by its consumer is collected, then closes its link
         self.live = True
         self.cell = cell
-        self.otel: tuple[NodeTelemetry, Span] | None = None  # the stream's OpenTelemetry span, if made
+        self.out: Outgoing | None = None  # what its instruments see of it, if any observe it
 
     def put(self, item: Any) -> None:
         stream = self.stream()
         if stream is not None and self.live:
             stream._arrived(item.value if type(item) is Shared else item)  # a consumer here gets the value
+            if self.side.instruments.stream_item is not None and self.message is not None:
+                self.side.instruments.stream_item(self.message, self.sent, None, None)
 
     def close(self) -> None:
         if not self.live:
             return
         self.live = False
-        _end_span(self, outcome="closed")
+        _settle(self, outcome="closed")
         self.side.flow.release_local(self.opening.actor_id)
         if self.message is not None:
             self.cell.cancel(self.message)
@@ -335,7 +334,7 @@ class _LocalLink(Outlet, _Link, Reply):
         if not self.live:
             return
         self.live = False
-        _end_span(self, error)
+        _settle(self, error)
         self.side.flow.release_local(self.opening.actor_id)
         stream = self.stream()
         if stream is not None:
@@ -348,27 +347,27 @@ class _LocalLink(Outlet, _Link, Reply):
 class _RemoteLink(_Link):
     """The consuming end of a stream whose producer is on another node."""
 
-    __slots__ = ("opening", "otel", "side", "stream", "stream_id")
+    __slots__ = ("opening", "out", "side", "stream", "stream_id")
 
     def __init__(self, side: Streams, stream: Stream[Any], opening: StreamRequest, stream_id: int) -> None:
         self.opening = opening
         self.side = side
         self.stream = weakref.ref(stream)  # a stream dropped by its consumer is collected, then closes its link
         self.stream_id = stream_id
-        self.otel: tuple[NodeTelemetry, Span] | None = None  # the stream's OpenTelemetry span, if made
+        self.out: Outgoing | None = None  # what its instruments see of it, if any observe it
 
     def more(self, count: int) -> None:
         self.side.send_control(self.opening.rank, [MORE, self.stream_id, count])
 
     def end(self, error: BaseException | None) -> None:
         """The stream ended on the producer's side, or its node was lost: tell the consumer, if still there."""
-        _end_span(self, error)
+        _settle(self, error)
         stream = self.stream()
         if stream is not None:
             stream._ended(error)
 
     def close(self) -> None:
-        _end_span(self, outcome="closed")
+        _settle(self, outcome="closed")
         if self.side.forget(self):
             self.side.send_control(self.opening.rank, [CLOSE, self.stream_id])
 
@@ -402,9 +401,8 @@ class _RemoteOutlet(Outlet, Reply):
             raise ItemRefused(exc) from None
         wire = side.pack([ITEM, self.stream_id, body])
         side.transport.send(self.src, wire, tensors)
-        if side.trace is not None and self.message is not None and self.message.flow:
-            sent = {"index": self.sent, "bytes": message_size(wire, tensors)}
-            side.trace.mark(ITEM_MARK, current_track(), "item", 0, sent)  # on the producing handler's track
+        if side.instruments.stream_item is not None and self.message is not None:
+            side.instruments.stream_item(self.message, self.sent, wire, tensors)
 
     def result(self, message: Message, value: Any) -> None:
         if self.side.served(self):
@@ -441,9 +439,9 @@ class Streams(NodeSide):
         """Open ``stream``: a slot of the actor's mailbox window, then the message that starts the producer."""
         if asyncio.events._get_running_loop() is not self.loop:
             raise RuntimeError(f"a stream of {opening.label} is consumed on its node's event loop, not another")
-        spanned = None
-        if self.otel is not None and opening.actor_id > SYSTEM_IDS:
-            spanned = (self.otel, self.otel.stream_opened(opening.label, opening.endpoint, opening.rank))
+        out = None
+        if self.instruments.outgoing:
+            out = self.instruments.made("stream", opening.rank, opening.actor_id, opening.label, opening.endpoint)
         try:
             self.check_reachable("stream", opening.rank, opening.endpoint, opening.label)
             target = (opening.rank, opening.actor_id)
@@ -453,19 +451,17 @@ class Streams(NodeSide):
                 self.check_reachable("stream", opening.rank, opening.endpoint, opening.label)
                 self.streams_opened += 1
                 if opening.rank == self.rank:
-                    return self._open_local(stream, opening, window, spanned)
-                return self._open_remote(stream, opening, window, spanned)
+                    return self._open_local(stream, opening, window, out)
+                return self._open_remote(stream, opening, window, out)
             except BaseException:
                 self.flow.release(target)
                 raise
         except BaseException as exc:
-            if spanned is not None:
-                spanned[0].ended(spanned[1], exc)
+            if out is not None:
+                self.instruments.settle(out, exc)
             raise
 
-    def _open_local(
-        self, stream: Stream[Any], opening: StreamRequest, window: int, spanned: tuple[NodeTelemetry, Span] | None
-    ) -> _Link:
+    def _open_local(self, stream: Stream[Any], opening: StreamRequest, window: int, out: Outgoing | None) -> _Link:
         cell = self.cells.get(opening.actor_id)
         if cell is None or cell.stopping:
             raise actor_stopped(f"stream {opening.endpoint!r}", opening.label)
@@ -474,15 +470,14 @@ class Streams(NodeSide):
             opening.endpoint, opening.args, opening.kwargs, self.new_key(), opening.chain, opening.deadline, link
         )
         message.outlet, link.message = link, message
-        if spanned is not None:
-            link.otel = spanned
-            message.otel = spanned[0].parent(spanned[1], "stream")
+        if out is not None:
+            link.out = out
+            message.carried = out.carrier
+            self.instruments.left(out)
         cell.deliver(message)
         return link
 
-    def _open_remote(
-        self, stream: Stream[Any], opening: StreamRequest, window: int, spanned: tuple[NodeTelemetry, Span] | None
-    ) -> _Link:
+    def _open_remote(self, stream: Stream[Any], opening: StreamRequest, window: int, out: Outgoing | None) -> _Link:
         rank = opening.rank
         if opening.args or opening.kwargs:
             body, tensors = encode_message(
@@ -506,17 +501,11 @@ class Streams(NodeSide):
         link = _RemoteLink(self, stream, opening, self._next_id)
         self.consuming[link.stream_id] = link
         envelope = [STREAM, link.stream_id, opening.actor_id, opening.endpoint, remaining, opening.chain, body, window]
-        if spanned is not None:
-            link.otel = spanned
-            path = self.transport.path(rank, bool(tensors))
-            carrier = spanned[0].carrier(spanned[1], path, message_size(body, tensors))
-            if carrier is not None:
-                envelope.append(carrier)
-        wire = self.pack(envelope)
-        if self.trace is not None:
-            sent = {"to": opening.label, "node": rank, "path": self.transport.path(rank, bool(tensors))}
-            flow = flow_id(self.rank, link.stream_id, stream=True)
-            self.trace.opened(STREAM_SPAN, flow, current_track(), f"stream {opening.endpoint}", sent)
+        if out is None:
+            wire = self.pack(envelope)
+        else:
+            link.out = out
+            wire = self.instruments.packed(out, envelope, self.pack, link.stream_id, body, tensors)
         self.transport.send(rank, wire, tensors)
         return link
 
@@ -524,8 +513,6 @@ class Streams(NodeSide):
         """The consumer of ``link`` left or the stream ended: give back its mailbox slot; False if done already."""
         if self.consuming.pop(link.stream_id, None) is None:
             return False
-        if self.trace is not None:
-            self.trace.closed(flow_id(self.rank, link.stream_id, stream=True), "ended")
         self.flow.release((link.opening.rank, link.opening.actor_id))
         return not self.closed and link.opening.rank not in self.lost
 
@@ -568,20 +555,15 @@ class Streams(NodeSide):
 
     def on_open(self, src: int, message: list[Any], tensors: list[Any], port: Port | None) -> None:
         """A stream asked of an actor of this node: deliver its message, whose handler runs the generator."""
-        parent = None
-        if self.otel is None:
-            _, stream_id, actor_id, endpoint, remaining, chain, body, window = message
-        else:  # the envelope may end with the consumer's context
-            _, stream_id, actor_id, endpoint, remaining, chain, body, window = message[:8]
-            parent = self.otel.received(message[8] if len(message) > 8 else None, src, "stream")
+        carried = message.pop() if len(message) > 8 else None  # what the consumer's instruments carry
+        _, stream_id, actor_id, endpoint, remaining, chain, body, window = message
         deadline = None if remaining is None else self.loop.time() + remaining
         outlet = _RemoteOutlet(self, src, stream_id, window)
         received = Message(endpoint, (), {}, self.new_key(), tuple(chain), deadline, outlet)
         received.outlet, outlet.message = outlet, received
-        received.otel = parent
-        if self.trace is not None:
-            flow = flow_id(src, stream_id, stream=True)
-            received.flow = flow if self.trace.sampled(flow) else 0
+        received.carried = carried
+        if self.instruments.arrived is not None:
+            self.instruments.arrived(received, "stream", src, stream_id)
         cell = self.cells.get(actor_id)
         if cell is None:
             self.log.debug("stream refused: actor stopped", src=src, actor=actor_id, endpoint=endpoint)

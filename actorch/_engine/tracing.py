@@ -1,17 +1,19 @@
 """A node's part of a timeline: the spans of its calls, tells, handlers and mailbox waits while a trace runs.
 
-``ActorSystem.trace`` turns a :class:`NodeTrace` on in every node and merges
-what each kept into one file (``timeline``). While no trace runs, the message
-path pays one ``is None`` test per message. While one runs, a span costs a
-tuple appended to a list: the clock readings it needs are those the runtime
-takes anyway (a handler's start and end, a queued message's arrival), plus
-two per call on the caller's side.
+``ActorSystem.trace`` installs a :class:`Tracing` instrument on every node,
+which records into a :class:`NodeTrace`, and merges what each kept into one
+file (``timeline``). While no trace runs, the message path pays nothing more
+than for the hooks nobody observes. While one runs, a span costs a tuple
+appended to a list: the clock readings it needs are those the runtime takes
+anyway (a handler's start and end, a queued message's arrival), plus two per
+call on the caller's side.
 
 Both ends of a call decide alone whether it is sampled, from its flow id (the
-caller's rank and its call id, or the id a tell carries while a trace runs),
-so that a sampled call has its caller's span, its handler's span and the
-arrow between them, and an unsampled one has none. Past ``max_events`` a node
-keeps counting, not recording, so that a long run stays bounded in memory.
+caller's rank and its call id or stream id; a tell, and any message between
+actors of one node, carries an id of its own sender's drawing), so that a
+sampled call has its caller's span, its handler's span and the arrow between
+them, and an unsampled one has none. Past ``max_events`` a node keeps
+counting, not recording, so that a long run stays bounded in memory.
 """
 
 from __future__ import annotations
@@ -21,16 +23,20 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
-from actorch._engine.message import current_call
+from actorch._engine.instruments import LOCAL, ActorView, Handling, Instrument, Outgoing, Verb
+from actorch._engine.message import CallContext, Message, current_call
+from actorch._engine.wire import message_size
 
 __all__ = [
     "CALL_SPAN",
+    "FLOW",
     "HANDLER_SPAN",
     "ITEM_MARK",
     "TELL_MARK",
     "WAIT_SPAN",
     "NodeTrace",
     "TraceSettings",
+    "Tracing",
     "current_track",
     "flow_id",
     "own_ident",
@@ -40,6 +46,11 @@ CALL_SPAN, TELL_MARK, HANDLER_SPAN, WAIT_SPAN = "call", "tell", "handler", "wait
 STREAM_SPAN, ITEM_MARK = "stream", "item"
 """What an event is: a call from its send to its outcome, a tell sent, a handler run, a mailbox wait, a stream
 from its opening to its end (on the consumer), an item a producer sent."""
+
+FLOW = "actorch.flow"
+"""What a message carries for the timeline, when its flow id is its sender's own drawing (see ``Tracing``)."""
+_BEGUN = "actorch.flow.begun"
+"""What a message to an actor of this node carries of its call's span until it ends: its track, start and args."""
 
 _RANK_SHIFT = 42
 _OWN_IDS = 1 << 40  # flow ids a node draws itself (tells, same-node calls), apart from its call ids
@@ -104,7 +115,7 @@ class NodeTrace:
         settings: What to keep.
     """
 
-    __slots__ = ("_every", "_open", "_own_ids", "_threshold", "dropped", "events", "max_events", "rank", "started")
+    __slots__ = ("_open", "_own_ids", "_threshold", "dropped", "events", "every", "max_events", "rank", "started")
 
     def __init__(self, rank: int, settings: TraceSettings) -> None:
         self.rank = rank
@@ -112,7 +123,7 @@ class NodeTrace:
         self.max_events = settings.max_events
         self.dropped = 0
         self.started = perf_counter_ns()
-        self._every = settings.sample >= 1
+        self.every = settings.sample >= 1  # every message is sampled
         self._threshold = int(settings.sample * _SAMPLE_SCALE)
         self._open: dict[int, tuple[Any, ...]] = {}  # calls and streams sent and not yet ended, by flow id
         self._own_ids = itertools.count(1)
@@ -122,7 +133,7 @@ class NodeTrace:
 
     def sampled(self, flow: int) -> bool:
         """Whether the message of arrow ``flow`` is recorded (alike on every node of the trace)."""
-        if self._every:
+        if self.every:
             return True
         mixed = ((flow + 0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9) & _MASK
         return (mixed >> 40) % _SAMPLE_SCALE < self._threshold
@@ -134,7 +145,7 @@ class NodeTrace:
         callee draws the same arrow.
         """
         flow = flow_id(self.rank, next(self._own_ids), own=True)
-        return flow if self.sampled(flow) else 0
+        return flow if self.every or self.sampled(flow) else 0
 
     def add(self, event: tuple[Any, ...]) -> None:
         """Keep ``event``, unless the node already keeps ``max_events``."""
@@ -153,7 +164,7 @@ class NodeTrace:
 
     def opened(self, kind: str, flow: int, track: str, name: str, args: dict[str, Any]) -> None:
         """A call or stream of arrow ``flow`` began now, if sampled: its span ends with ``closed``."""
-        if self.sampled(flow):
+        if self.every or self.sampled(flow):
             self._open[flow] = (kind, track, name, perf_counter_ns(), 0, flow, args)
 
     def closed(self, flow: int, outcome: str) -> None:
@@ -162,7 +173,10 @@ class NodeTrace:
         if event is not None:
             kind, track, name, start, _, _, args = event
             args["outcome"] = outcome
-            self.add((kind, track, name, start, perf_counter_ns(), flow, args))
+            if len(self.events) < self.max_events:  # add(), written out: one of these per call
+                self.events.append((kind, track, name, start, perf_counter_ns(), flow, args))
+            else:
+                self.dropped += 1
 
     def mark(self, kind: str, track: str, name: str, flow: int, args: dict[str, Any]) -> None:
         """Something happened now on ``track`` (a tell sent, a stream item): an instant, with its arrow if any."""
@@ -171,8 +185,11 @@ class NodeTrace:
 
     def span(self, kind: str, track: str, name: str, start: int, end: int, flow: int, args: dict[str, Any]) -> None:
         """A span that already ended on ``track`` (a handler run, a mailbox wait), unless it began before the trace."""
-        if start >= self.started:
-            self.add((kind, track, name, start, end, flow, args))
+        if start >= self.started:  # add(), written out: two of these per message handled
+            if len(self.events) < self.max_events:
+                self.events.append((kind, track, name, start, end, flow, args))
+            else:
+                self.dropped += 1
 
     def finish(self) -> dict[str, Any]:
         """Everything recorded, calls still open ending now as ``unfinished``; the trace records nothing after."""
@@ -188,3 +205,127 @@ class NodeTrace:
             "started": self.started,
             "ended": now,
         }
+
+
+class Tracing(Instrument):
+    """The timeline's instrument: it records a node's messages into ``trace`` while a trace runs.
+
+    A call or stream to another node has its arrow's id from its call or
+    stream id, which the receiving node knows too; any other message (a
+    tell, a message between actors of one node) carries an id of its
+    sender's drawing (``NodeTrace.own_flow``), only if sampled. A mailbox
+    wait is recorded with the run it preceded, in ``handled``: one hook per
+    message costs less than two. The hooks run for every message while a
+    trace runs, so they compute flow ids in place rather than call
+    ``flow_id``.
+
+    Args:
+        trace: What this node records.
+    """
+
+    __slots__ = ("rank", "trace")
+
+    def __init__(self, trace: NodeTrace) -> None:
+        self.trace = trace
+        self.rank = trace.rank << _RANK_SHIFT  # as flow ids hold it
+
+    def __repr__(self) -> str:
+        return f"<Tracing {self.trace!r}>"
+
+    # ------------------------------------------------------------------ the sender's node
+
+    def sending(self, out: Outgoing) -> None:
+        """Draw the arrow of a message with no call or stream id on the wire, and carry it; a local call's begins."""
+        local = out.path == LOCAL
+        if not (local or out.verb == "tell"):
+            return
+        flow = self.trace.own_flow()
+        if not flow:
+            return
+        carried = out.carry()
+        carried[FLOW] = flow
+        if local and out.verb != "tell":  # its span, kept until it ends (see reply and handled)
+            carried[_BEGUN] = (current_track(), perf_counter_ns(), {"to": out.label, "path": LOCAL})
+
+    def sent(self, out: Outgoing, body: bytes | None, wire: bytes | None, tensors: list[Any] | None) -> None:
+        """Mark a tell; open the span of a call or stream to another node, which ``reply`` closes."""
+        verb = out.verb
+        if verb == "tell":
+            carrier = out.carrier
+            flow = 0 if carrier is None else carrier.get(FLOW, 0)
+            if flow:
+                args: dict[str, Any] = {"to": out.label, "path": out.path}
+                if wire is not None:
+                    args["node"] = out.rank
+                    args["bytes"] = message_size(wire, tensors)
+                self.trace.mark(TELL_MARK, current_track(), f"tell {out.endpoint}", flow, args)
+        elif wire is not None:
+            flow = self.rank | (_STREAM_IDS if verb == "stream" else 0) | out.ident
+            args = {"to": out.label, "node": out.rank, "path": out.path, "bytes": message_size(wire, tensors)}
+            self.trace.opened(
+                CALL_SPAN if verb == "call" else STREAM_SPAN, flow, current_track(), f"{verb} {out.endpoint}", args
+            )
+
+    def reply(self, out: Outgoing, outcome: str, error: BaseException | None) -> None:
+        """End the span of a call or stream with its outcome (a stream's is ``ended``, unless its node was lost)."""
+        verb = out.verb
+        if verb == "stream" and outcome != "lost":
+            outcome = "ended"
+        if out.path != LOCAL:
+            if out.ident:  # else it was never sent
+                self.trace.closed(self.rank | (_STREAM_IDS if verb == "stream" else 0) | out.ident, outcome)
+            return
+        carried = out.carrier
+        begun = None if carried is None else carried.pop(_BEGUN, None)
+        if begun is None or carried is None:  # not sampled, or run in its caller's task (see handled)
+            return
+        track, started, args = begun
+        args["outcome"] = outcome
+        kind = CALL_SPAN if verb == "call" else STREAM_SPAN
+        self.trace.span(kind, track, f"{verb} {out.endpoint}", started, perf_counter_ns(), carried[FLOW], args)
+
+    # ------------------------------------------------------------------ the actor's node
+
+    def arrived(self, message: Message, verb: Verb, src: int, ident: int) -> None:
+        """The arrow of a call or stream from another node: from its id, if sampled (a tell carries its own)."""
+        if verb == "tell":
+            return
+        flow = (src << _RANK_SHIFT) | (_STREAM_IDS if verb == "stream" else 0) | ident
+        if self.trace.every or self.trace.sampled(flow):
+            carried = message.carried
+            if carried is None:
+                message.carried = {FLOW: flow}
+            else:
+                carried[FLOW] = flow
+
+    def handled(self, actor: ActorView, handling: Handling, ended: int, failed: bool, count: int) -> None:
+        """A traced message's run on its actor's track, after its wait in the mailbox if it waited.
+
+        One run in its caller's task (``inline``) has its call's span too, begun and ended with it.
+        """
+        carried = handling.carried
+        flow = 0 if carried is None else carried.get(FLOW, 0)
+        if not flow or carried is None:
+            return
+        trace, endpoint, started = self.trace, handling.endpoint, handling.started
+        if isinstance(handling, CallContext):
+            outcome = "error" if failed else "ok"
+            begun = carried.pop(_BEGUN, None)
+            track, _, called = begun if begun is not None else (current_track(), 0, {"to": actor.label, "path": LOCAL})
+            called["outcome"] = outcome
+            trace.span(CALL_SPAN, track, f"call {endpoint}", started, ended, flow, called)
+            args: dict[str, Any] = {"outcome": outcome, "inline": True}
+        else:
+            if handling.queued_at:
+                trace.span(WAIT_SPAN, actor.label, endpoint, handling.queued_at, started, flow, {})
+            args = {"outcome": "error" if failed else "cancelled" if handling.cancelled else "ok"}
+        trace.span(HANDLER_SPAN, actor.label, endpoint, started, ended, flow, args)
+
+    def stream_item(self, message: Message, index: int, wire: bytes | None, tensors: list[Any] | None) -> None:
+        """Mark an item a traced stream's producer sent, on the producing handler's track."""
+        carried = message.carried
+        if carried is not None and carried.get(FLOW):
+            sent: dict[str, Any] = {"index": index}
+            if wire is not None:
+                sent["bytes"] = message_size(wire, tensors)
+            self.trace.mark(ITEM_MARK, current_track(), "item", 0, sent)

@@ -19,10 +19,11 @@ Wire messages are msgpack arrays, the envelope of a message; their first item is
                                                   several actors of a node, one body (see ``multicast``)
 
 ``body`` is ``[args, kwargs]`` (or the result) encoded by the codec, with tensors
-beside it. When the system makes OpenTelemetry spans (``otel``), a ``CALL``,
-``TELL`` or ``STREAM`` may end with one more element, the caller's trace
-context (the propagator's headers, a dict of str), and a ``CAST`` with a list
-of them, one per actor (see ``otel``); otherwise envelopes are as above.
+beside it. A ``CALL``, ``TELL`` or ``STREAM`` may end with one more element,
+what its sender's instruments carry for the receiving node's (a dict: the
+OpenTelemetry propagator's headers, a timeline's arrow id), and a ``CAST``
+with a list of them, one per actor (see ``instruments``); otherwise, and
+whenever no instrument carries anything, envelopes are as above.
 
 An error's :class:`~actorch._engine.message.Origin` says what the caller raises:
 a ``RemoteError`` for the handler's error, the same actorch error for the

@@ -1,19 +1,23 @@
-"""The histograms the nodes keep: buckets of fixed bounds, sums, counts, quantiles, and an endpoint's counters."""
+"""The histograms the nodes keep, an endpoint's counters, and the metrics instrument that fills them."""
 
 from __future__ import annotations
 
 import itertools
 import json
+from types import SimpleNamespace
 
 import pytest
 
+from actorch._engine.message import CallContext, Message
 from actorch._engine.metrics import (
     FINE_BOUNDS_NS,
     PROMETHEUS_BOUNDS_NS,
     EndpointStats,
     Histogram,
+    Metrics,
     bucket_of,
     bucket_upper,
+    stats_of,
 )
 
 
@@ -96,3 +100,21 @@ def test_endpoint_stats_without_a_wait_show_no_waits() -> None:
     stats.record(1_000, False)
     assert stats.waits is None
     assert "waits" not in stats.snapshot()
+
+
+def test_the_metrics_instrument_counts_each_run_and_its_wait_with_the_actor() -> None:
+    actor = SimpleNamespace(actor_id=9, label="actor 'a' (Hop) on node 0", instance=object(), metrics={})
+    metrics = Metrics()
+    queued = Message("relay", (), {}, 1, (), None, None)
+    queued.queued_at, queued.started = 1_000, 5_000
+    metrics.handled(actor, queued, 9_000, False, 1)
+    inline = CallContext(actor.label, 2, (), "relay", None, 0)
+    inline.started = 10_000
+    metrics.handled(actor, inline, 12_000, True, 1)
+    metrics.handled(actor, Message("double", (), {}, 3, (), None, None), 2_000, False, 3)  # a batch run of three
+    relay = actor.metrics["relay"]
+    assert relay is stats_of(actor, "relay")
+    assert (relay.calls, relay.errors, relay.count, relay.total_ns) == (2, 1, 2, 6_000)
+    assert relay.waits is not None
+    assert (relay.waits.count, relay.waits.total_ns) == (1, 4_000)
+    assert (actor.metrics["double"].calls, actor.metrics["double"].count) == (3, 1)

@@ -203,6 +203,33 @@ async def test_a_same_node_call_is_traced_as_local(world: LocalWorld, tmp_path: 
     assert finish["ts"] == start["ts"]  # run in the caller's task: the handler starts as the call does
 
 
+async def test_a_broadcast_and_a_same_node_stream_are_traced_with_their_arrows(
+    world: LocalWorld, tmp_path: Path
+) -> None:
+    system = world[0]
+    members = [await system.spawn(Hop, on=rank) for rank in (1, 1, 2)]
+    here, busy = await system.spawn(Hop, on=0), await system.spawn(Busy, on=0)
+    path = tmp_path / "cast.json"
+    async with system.trace(path):
+        assert await asyncio.gather(*actorch.broadcast(members, Hop.relay, 1)) == [2, 2, 2]
+        assert [item async for item in here.stream(Hop.count, 2)] == [0, 1]
+        await asyncio.gather(*(busy.call(Busy.hold, 0.01) for _ in range(2)))  # the second through the mailbox
+    document = json.loads(path.read_text())
+    events = document["traceEvents"]
+    relays = [e for e in events if e.get("cat") == "call" and e["name"] == "call relay"]
+    assert sorted(e["args"]["node"] for e in relays) == [1, 1, 2]  # each member's call, one message per node
+    assert {e["args"]["outcome"] for e in relays} == {"ok"}
+    [stream] = [e for e in events if e.get("cat") == "stream"]
+    assert (stream["args"]["path"], stream["args"]["outcome"]) == ("local", "ended")
+    assert [e["args"]["index"] for e in events if e.get("cat") == "item"] == [0, 1]
+    holds = [e for e in events if e.get("cat") == "call" and e["name"] == "call hold"]
+    assert [e["args"]["path"] for e in holds] == ["local", "local"]
+    arrows = list(flows(document))
+    assert len(arrows) == len([e for e in events if e["ph"] == "s"]) == 6  # every send's arrow ends at a handler
+    for start, finish in arrows:
+        assert finish["ts"] >= start["ts"]
+
+
 async def test_system_trace_refuses_a_second_trace_and_a_missing_directory(world: LocalWorld, tmp_path: Path) -> None:
     system = world[0]
     with pytest.raises(FileNotFoundError, match="is not a directory"):

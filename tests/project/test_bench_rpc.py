@@ -13,9 +13,9 @@ pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(200)]
 NUMBER = r"[\d.]+"
 
 
-def test_bench_rpc_prints_every_row_with_the_asyncio_floor() -> None:
+def test_bench_rpc_prints_every_row_with_the_asyncio_floor_and_with_nothing_installed() -> None:
     argv = [sys.executable, str(REPO / "benchmarks" / "bench_rpc.py"), "--transport", "uv", "--lane", "on"]
-    argv += ["--rounds", "1"]
+    argv += ["--rounds", "1", "--bare"]
     argv += ["--calls", "50", "--in-flight", "100", "--bursts", "1", "--mb", "1"]
     finished = run_argv(argv, timeout=180.0)
     finished.assert_clean_exit(0)
@@ -34,6 +34,11 @@ def test_bench_rpc_prints_every_row_with_the_asyncio_floor() -> None:
     assert raw_us > 0
     assert floor_us > 0
     assert ratio == pytest.approx(floor_us / raw_us, abs=0.02)
+    for measure in ("(a)", "(b)", "(d)"):  # --bare: the same again, with no instrument on either node
+        label = f"{measure} with nothing installed"
+        assert re.search(rf"^{re.escape(label)}\s+{NUMBER}(?: us|/s)\s+{NUMBER}\s+of the default", out, re.MULTILINE), (
+            f"no row {label}:\n{out}"
+        )
 
 
 def test_bench_rpc_runs_everything_with_opentelemetry_spans_of_the_sdk() -> None:
