@@ -130,9 +130,7 @@ class Caller(NodeSide):
         """A call to ``target`` not sent yet: observed if instruments observe what this node sends."""
         if not self.instruments.outgoing:
             return RemoteCall(self.loop, target, endpoint, label, self._abandon_call)
-        call: ObservedCall[Any] = ObservedCall(self.loop, target, endpoint, label, self._abandon_call)
-        call.observe(self.instruments)
-        return call
+        return ObservedCall(self.loop, target, endpoint, label, self._abandon_call, self.instruments)
 
     def _launch(
         self, call: RemoteCall[Any], body: Any, tensors: Any, chain: tuple[int, ...], deadline: float | None
@@ -149,11 +147,10 @@ class Caller(NodeSide):
         call.sent_at = monotonic()
         self.pending[call_id] = call
         envelope = [CALL, call_id, actor_id, call.endpoint, remaining, chain, body]
-        out = call.out
-        if out is None:
-            wire = self.pack(envelope)
+        if type(call) is ObservedCall:  # its own record: see new_call
+            wire = self.instruments.packed(call, envelope, self.pack, call_id, body, tensors)
         else:
-            wire = self.instruments.packed(out, envelope, self.pack, call_id, body, tensors)
+            wire = self.pack(envelope)
         self._send(rank, wire, tensors)
         self.calls_sent += 1
 

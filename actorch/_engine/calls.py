@@ -6,7 +6,8 @@ of their own: thousands of calls in flight cost no task each. As a coroutine,
 everything that wants one (``asyncio.create_task``, task groups, anyio's
 ``start_soon``) takes it too. Cancelling it, or the task awaiting it, cancels
 the call at the callee. While instruments observe what the node sends, a call
-is an :class:`ObservedCall`, which tells them its outcome the moment it has one.
+is an :class:`ObservedCall`, their record of it, which tells them its outcome
+the moment it has one.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actorch._engine.flow import Target
+from actorch._engine.instruments import LOCAL, Outgoing, Verb
 
 if TYPE_CHECKING:
     import torch
 
-    from actorch._engine.instruments import Instruments, Outgoing
+    from actorch._engine.instruments import Instruments
 
 __all__ = ["ObservedCall", "RemoteCall"]
 
@@ -32,8 +34,6 @@ class RemoteCall(asyncio.Future[T], Coroutine[Any, Any, T]):
     """The result of a call sent to another node, to be awaited (or gathered, or made a task)."""
 
     __slots__ = ("_abandon", "_steps", "call_id", "device", "endpoint", "label", "sent_at", "target", "waiting")
-
-    out: Outgoing | None = None  # what its instruments see of it (an ObservedCall's); None: nothing observes it
 
     def __init__(
         self,
@@ -97,34 +97,59 @@ class RemoteCall(asyncio.Future[T], Coroutine[Any, Any, T]):
         self.cancel()
 
 
-class ObservedCall(RemoteCall[T]):
-    """A remote call that instruments observe: its record, and its outcome reported as it is set.
+class ObservedCall(RemoteCall[T], Outgoing):
+    """A remote call that instruments observe: its own record (``Outgoing``), its outcome reported as it is set.
 
-    Reported where the outcome is set, not from a done callback, which would
-    cost each call one more turn of the loop while a trace runs.
+    Being its own record spares each call in flight a second object while
+    instruments observe. Its outcome is reported where it is set, not from a
+    done callback, which would cost each call one more turn of the loop while
+    a trace runs.
+
+    Args:
+        loop: As ``RemoteCall``'s.
+        target: As ``RemoteCall``'s.
+        endpoint: As ``RemoteCall``'s.
+        label: As ``RemoteCall``'s.
+        abandon: As ``RemoteCall``'s.
+        instruments: The node's: the call is reported ``sending`` to them now, before it is sent.
     """
 
-    __slots__ = ("_instruments", "out")
+    __slots__ = ("_instruments", "actor_id", "carrier", "ident", "notes", "path", "rank")
 
-    def observe(self, instruments: Instruments) -> None:
-        """Be observed by ``instruments`` from now on (before it is sent): its record is made."""
+    verb: Verb = "call"  # a class attribute: every one is a call
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        target: Target,
+        endpoint: str,
+        label: str,
+        abandon: Callable[[RemoteCall[Any]], None],
+        instruments: Instruments,
+    ) -> None:
+        super().__init__(loop, target, endpoint, label, abandon)
+        self.rank, self.actor_id = target
+        self.path = LOCAL if self.rank == instruments.rank else None
+        self.ident = 0
+        self.carrier = None
+        self.notes = None
         self._instruments = instruments
-        self.out: Outgoing = instruments.made("call", self.target[0], self.target[1], self.label, self.endpoint)
+        instruments.began(self)
 
     def set_result(self, result: T, /) -> None:
         """Settle the call with its result, and report it."""
         super().set_result(result)
-        self._instruments.settle(self.out)
+        self._instruments.settle(self)
 
     def set_exception(self, exception: type | BaseException, /) -> None:
         """Settle the call with its error, and report it."""
         error = exception if isinstance(exception, BaseException) else exception()
         super().set_exception(error)
-        self._instruments.settle(self.out, error)
+        self._instruments.settle(self, error)
 
     def cancel(self, msg: Any | None = None) -> bool:
         """Cancel the call (see ``RemoteCall.cancel``), and report it cancelled."""
         if not super().cancel(msg):
             return False
-        self._instruments.settle(self.out, outcome="cancelled")
+        self._instruments.settle(self, outcome="cancelled")
         return True

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from actorch._base.errors import NodeLostError
 from actorch._engine.message import CallContext, Message
@@ -46,6 +46,7 @@ __all__ = [
     "Instrument",
     "Instruments",
     "Outgoing",
+    "OutgoingMessage",
     "Verb",
     "outcome_of",
 ]
@@ -100,6 +101,12 @@ Handling = Message | CallContext
 class Outgoing:
     """One call, tell or stream this node sends, as its instruments see it from ``sending`` to ``reply``.
 
+    The hooks read and write the attributes below. A call to another node is
+    its own record (an ``ObservedCall``, in ``calls``), so that a call in
+    flight costs no second object; every other message has an
+    :class:`OutgoingMessage`. This base holds no slots, so that a future can
+    be one too.
+
     Attributes:
         verb: ``call``, ``tell`` or ``stream``.
         rank: The node of the actor it goes to.
@@ -116,21 +123,21 @@ class Outgoing:
         notes: What each instrument keeps of it meanwhile, by instrument.
     """
 
-    __slots__ = ("actor_id", "carrier", "endpoint", "ident", "label", "notes", "path", "rank", "verb")
+    if not TYPE_CHECKING:  # mypy would take an empty tuple to mean that no field may be set, here or on a subclass
+        __slots__ = ()  # none of its own, so that a future can be one too: its subclasses hold the fields
 
-    def __init__(self, verb: Verb, rank: int, actor_id: int, label: str, endpoint: str, path: str | None) -> None:
-        self.verb = verb
-        self.rank = rank
-        self.actor_id = actor_id
-        self.label = label
-        self.endpoint = endpoint
-        self.path = path
-        self.ident = 0
-        self.carrier: dict[str, Any] | None = None
-        self.notes: dict[Instrument, Any] | None = None
+    verb: Verb
+    rank: int
+    actor_id: int
+    label: str
+    endpoint: str
+    path: str | None
+    ident: int
+    carrier: dict[str, Any] | None
+    notes: dict[Instrument, Any] | None
 
     def __repr__(self) -> str:
-        return f"<Outgoing {self.verb} {self.endpoint!r} of {self.label} path={self.path}>"
+        return f"<{type(self).__name__} {self.verb} {self.endpoint!r} of {self.label} path={self.path}>"
 
     def carry(self) -> dict[str, Any]:
         """The carrier, made on first use: write what the receiving side's instruments need into it."""
@@ -148,6 +155,23 @@ class Outgoing:
     def noted(self, instrument: Instrument) -> Any:
         """What ``instrument`` kept of this message, forgotten now; None if nothing."""
         return None if self.notes is None else self.notes.pop(instrument, None)
+
+
+class OutgoingMessage(Outgoing):
+    """The record of a tell, a stream or a same-node call (``Instruments.made``): ``Outgoing``'s fields, in slots."""
+
+    __slots__ = ("actor_id", "carrier", "endpoint", "ident", "label", "notes", "path", "rank", "verb")
+
+    def __init__(self, verb: Verb, rank: int, actor_id: int, label: str, endpoint: str, path: str | None) -> None:
+        self.verb = verb
+        self.rank = rank
+        self.actor_id = actor_id
+        self.label = label
+        self.endpoint = endpoint
+        self.path = path
+        self.ident = 0
+        self.carrier = None
+        self.notes = None
 
 
 def outcome_of(error: BaseException | None) -> str:
@@ -326,17 +350,22 @@ class Instruments:
         """A message is made for ``endpoint`` of actor ``actor_id`` on ``rank``: its record, after ``sending``.
 
         ``future`` is a same-node call's, whose outcome is then its ``reply``
-        (a call to another node reports its own: see ``ObservedCall``).
+        (a call to another node is its own record and reports its own: see
+        ``ObservedCall``).
         """
-        out = Outgoing(verb, rank, actor_id, label, endpoint, LOCAL if rank == self.rank else None)
+        out = OutgoingMessage(verb, rank, actor_id, label, endpoint, LOCAL if rank == self.rank else None)
+        self.began(out)
+        if future is not None and self._on_reply:
+            future.add_done_callback(functools.partial(self._settled, out))
+        return out
+
+    def began(self, out: Outgoing) -> None:
+        """``out``, a record just made, is reported ``sending``."""
         for instrument, method in self._on_sending:
             try:
                 method(out)
             except Exception as exc:  # noqa: BLE001 - the instrument's own error: it goes, the message goes on
                 self._failed(instrument, "sending", exc)
-        if future is not None and self._on_reply:
-            future.add_done_callback(functools.partial(self._settled, out))
-        return out
 
     def made_here(
         self, verb: Verb, actor_id: int, label: str, endpoint: str, future: asyncio.Future[Any] | None = None
@@ -361,7 +390,7 @@ class Instruments:
         for instrument, method in self._on_sent:
             try:
                 method(out, body, wire, tensors)
-            except Exception as exc:  # noqa: BLE001 - as in made
+            except Exception as exc:  # noqa: BLE001 - as in began
                 self._failed(instrument, "sent", exc)
 
     def packed(
@@ -373,11 +402,19 @@ class Instruments:
         body: bytes | None,
         tensors: list[Any] | None,
     ) -> bytes:
-        """``envelope`` packed with what ``out`` carries (if anything), and ``out`` reported ``sent``."""
+        """``envelope`` packed with what ``out`` carries (if anything), and ``out`` reported ``sent`` (``left``)."""
         if out.carrier:
             envelope.append(out.carrier)
         wire = pack(envelope)
-        self.left(out, ident, body, wire, tensors)
+        # left(), written out: every observed message to another node passes here, one frame the fewer
+        out.ident = ident
+        if out.path is None:
+            out.path = self._path(out.rank, bool(tensors))
+        for instrument, method in self._on_sent:
+            try:
+                method(out, body, wire, tensors)
+            except Exception as exc:  # noqa: BLE001 - as in began
+                self._failed(instrument, "sent", exc)
         return wire
 
     def settle(self, out: Outgoing, error: BaseException | None = None, outcome: str | None = None) -> None:
@@ -388,7 +425,7 @@ class Instruments:
         for instrument, method in self._on_reply:
             try:
                 method(out, outcome, error)
-            except Exception as exc:  # noqa: BLE001 - as in made
+            except Exception as exc:  # noqa: BLE001 - as in began
                 self._failed(instrument, "reply", exc)
 
     def _settled(self, out: Outgoing, future: asyncio.Future[Any]) -> None:
@@ -402,8 +439,9 @@ class Instruments:
     def _rebuild(self) -> None:
         """Set each hook's attribute: None if no instrument overrides it, else what runs each one that does.
 
-        The sender's three hooks also run in place, in ``made``, ``left`` and
-        ``settle``, which the message path calls anyway: one frame less each.
+        The sender's three hooks also run in place, in ``began``, ``left`` (and
+        ``packed``) and ``settle``, which the message path calls anyway: one
+        frame less each.
         """
         for hook in HOOKS:
             methods = self._methods(hook)

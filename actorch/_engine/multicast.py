@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from actorch._engine.calls import ObservedCall
 from actorch._engine.message import current_call
 from actorch._engine.wire import CAST, check_size
 from actorch._transport.autograd import NO_CONTEXT, current_context_id
@@ -203,7 +204,8 @@ def _send_calls(
     actor_ids = [call.target[1] for call in calls]
     body, tensors = encoded
     envelope = [CAST, call_ids, actor_ids, endpoint, remaining, chain, body]
-    outs = [call.out for call in calls] if calls[0].out is not None else None
+    # Made together, so all observed or none; an observed call is its own record.
+    outs = cast("list[Outgoing]", calls) if isinstance(calls[0], ObservedCall) else None
     caller.transport.send(rank, _packed(caller, envelope, outs, call_ids, tensors), tensors)
     caller.calls_sent += len(calls)
 

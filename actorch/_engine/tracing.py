@@ -115,7 +115,7 @@ class NodeTrace:
         settings: What to keep.
     """
 
-    __slots__ = ("_open", "_own_ids", "_threshold", "dropped", "events", "every", "max_events", "rank", "started")
+    __slots__ = ("_own_ids", "_threshold", "dropped", "events", "every", "max_events", "open_spans", "rank", "started")
 
     def __init__(self, rank: int, settings: TraceSettings) -> None:
         self.rank = rank
@@ -125,7 +125,7 @@ class NodeTrace:
         self.started = perf_counter_ns()
         self.every = settings.sample >= 1  # every message is sampled
         self._threshold = int(settings.sample * _SAMPLE_SCALE)
-        self._open: dict[int, tuple[Any, ...]] = {}  # calls and streams sent and not yet ended, by flow id
+        self.open_spans: dict[int, tuple[Any, ...]] = {}  # calls and streams sent and not yet ended, by flow id
         self._own_ids = itertools.count(1)
 
     def __repr__(self) -> str:
@@ -165,11 +165,11 @@ class NodeTrace:
     def opened(self, kind: str, flow: int, track: str, name: str, args: dict[str, Any]) -> None:
         """A call or stream of arrow ``flow`` began now, if sampled: its span ends with ``closed``."""
         if self.every or self.sampled(flow):
-            self._open[flow] = (kind, track, name, perf_counter_ns(), 0, flow, args)
+            self.open_spans[flow] = (kind, track, name, perf_counter_ns(), 0, flow, args)
 
     def closed(self, flow: int, outcome: str) -> None:
         """The call or stream of arrow ``flow`` has its outcome, if it was opened here."""
-        event = self._open.pop(flow, None)
+        event = self.open_spans.pop(flow, None)
         if event is not None:
             kind, track, name, start, _, _, args = event
             args["outcome"] = outcome
@@ -194,10 +194,10 @@ class NodeTrace:
     def finish(self) -> dict[str, Any]:
         """Everything recorded, calls still open ending now as ``unfinished``; the trace records nothing after."""
         now = perf_counter_ns()
-        for flow, (kind, track, name, start, _, _, args) in self._open.items():
+        for flow, (kind, track, name, start, _, _, args) in self.open_spans.items():
             args["outcome"] = "unfinished"
             self.add((kind, track, name, start, now, flow, args))
-        self._open.clear()
+        self.open_spans.clear()
         return {
             "rank": self.rank,
             "events": self.events,
@@ -261,10 +261,20 @@ class Tracing(Instrument):
                 self.trace.mark(TELL_MARK, current_track(), f"tell {out.endpoint}", flow, args)
         elif wire is not None:
             flow = self.rank | (_STREAM_IDS if verb == "stream" else 0) | out.ident
-            args = {"to": out.label, "node": out.rank, "path": out.path, "bytes": message_size(wire, tensors)}
-            self.trace.opened(
-                CALL_SPAN if verb == "call" else STREAM_SPAN, flow, current_track(), f"{verb} {out.endpoint}", args
-            )
+            trace = self.trace
+            if trace.every or trace.sampled(flow):  # opened(), written out, as are the track and the size
+                context = current_call.get()
+                size = message_size(wire, tensors) if tensors else len(wire)
+                args = {"to": out.label, "node": out.rank, "path": out.path, "bytes": size}
+                trace.open_spans[flow] = (
+                    CALL_SPAN if verb == "call" else STREAM_SPAN,
+                    "main" if context is None else context.label,
+                    f"{verb} {out.endpoint}",
+                    perf_counter_ns(),
+                    0,
+                    flow,
+                    args,
+                )
 
     def reply(self, out: Outgoing, outcome: str, error: BaseException | None) -> None:
         """End the span of a call or stream with its outcome (a stream's is ``ended``, unless its node was lost)."""
@@ -273,7 +283,17 @@ class Tracing(Instrument):
             outcome = "ended"
         if out.path != LOCAL:
             if out.ident:  # else it was never sent
-                self.trace.closed(self.rank | (_STREAM_IDS if verb == "stream" else 0) | out.ident, outcome)
+                # closed(), written out: one of these per call
+                flow = self.rank | (_STREAM_IDS if verb == "stream" else 0) | out.ident
+                trace = self.trace
+                event = trace.open_spans.pop(flow, None)
+                if event is not None:
+                    kind, track, name, start, _, _, args = event
+                    args["outcome"] = outcome
+                    if len(trace.events) < trace.max_events:
+                        trace.events.append((kind, track, name, start, perf_counter_ns(), flow, args))
+                    else:
+                        trace.dropped += 1
             return
         carried = out.carrier
         begun = None if carried is None else carried.pop(_BEGUN, None)

@@ -27,6 +27,7 @@ from actorch._engine.instruments import (
     Instrument,
     Instruments,
     Outgoing,
+    OutgoingMessage,
     Verb,
     outcome_of,
 )
@@ -395,7 +396,7 @@ async def test_wrapping_hooks_of_two_instruments_wrap_in_turn() -> None:
 
 
 def test_an_outgoing_record_carries_and_notes_only_once_asked() -> None:
-    out = Outgoing("call", 1, SYSTEM_IDS + 1, "actor 'a' (Hop) on node 1", "relay", None)
+    out = OutgoingMessage("call", 1, SYSTEM_IDS + 1, "actor 'a' (Hop) on node 1", "relay", None)
     assert out.carrier is None
     assert out.notes is None
     assert out.noted(Counting()) is None
@@ -406,7 +407,7 @@ def test_an_outgoing_record_carries_and_notes_only_once_asked() -> None:
     out.note(counting, 5)
     assert out.noted(counting) == 5
     assert out.noted(counting) is None  # forgotten once read
-    assert repr(out) == "<Outgoing call 'relay' of actor 'a' (Hop) on node 1 path=None>"
+    assert repr(out) == "<OutgoingMessage call 'relay' of actor 'a' (Hop) on node 1 path=None>"
 
 
 def test_a_message_made_for_this_node_goes_local_and_one_for_another_takes_the_transports_path() -> None:
@@ -450,9 +451,7 @@ async def test_an_observed_call_reports_its_outcome_once_as_it_is_set() -> None:
     loop = asyncio.get_running_loop()
 
     def observed() -> ObservedCall[Any]:
-        call: ObservedCall[Any] = ObservedCall(loop, (1, SYSTEM_IDS + 1), "relay", "actor 'a'", lambda call: None)
-        call.observe(instruments)
-        return call
+        return ObservedCall(loop, (1, SYSTEM_IDS + 1), "relay", "actor 'a'", lambda call: None, instruments)
 
     ok, failed, failed_by_class, cancelled = observed(), observed(), observed(), observed()
     ok.set_result(2)
@@ -469,8 +468,11 @@ async def test_an_observed_call_reports_its_outcome_once_as_it_is_set() -> None:
     for call in (failed, failed_by_class):
         with pytest.raises(Exception):  # noqa: B017, PT011 - retrieved, so that the loop does not warn of it
             call.result()
+    assert ok.carrier == {"recorder": "call relay from 0"}  # an observed call is its own record: no second object
+    assert isinstance(ok, Outgoing)
+    assert (ok.verb, ok.rank, ok.path, ok.ident) == ("call", 1, None, 0)
     plain: RemoteCall[Any] = RemoteCall(loop, (1, SYSTEM_IDS + 1), "relay", "actor 'a'", lambda call: None)
-    assert plain.out is None
+    assert not isinstance(plain, Outgoing)
 
 
 async def test_a_node_has_the_metrics_instrument_from_its_start_and_spans_only_when_on() -> None:

@@ -20,7 +20,7 @@ import actorch
 from actorch._actors.node.node_system import open_system
 from actorch._base.config import SystemConfig
 from actorch._engine.callee import Callee
-from actorch._engine.instruments import Outgoing
+from actorch._engine.instruments import OutgoingMessage
 from actorch._engine.system_ids import SYSTEM_IDS
 from actorch._launch.options import OTEL_ENV, SystemOptions, launcher_environment, otel_on
 from actorch._transport.inprocess import InProcessHub
@@ -374,7 +374,7 @@ def test_otel_a_span_with_no_valid_context_carries_nothing(exporter: Any) -> Non
 
     telemetry = NodeTelemetry(0)
     telemetry.tracer = NoOpTracer()  # as with no SDK set up: nothing records, only a parent's context passes
-    out = Outgoing("stream", 1, SYSTEM_IDS + 1, "actor 'a' (Hop) on node 1", "count", None)
+    out = OutgoingMessage("stream", 1, SYSTEM_IDS + 1, "actor 'a' (Hop) on node 1", "count", None)
     telemetry.sending(out)
     assert out.carrier is None
     parent = telemetry.received(None, 1)
