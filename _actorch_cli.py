@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         package = importlib.util.module_from_spec(spec)
         package.__class__ = _Deferred
         sys.modules["actorch"] = package
-    from actorch._launch.cli import main as command  # noqa: PLC0415 - only once the package is in place
+    from actorch._launch.cli.command import main as command  # noqa: PLC0415 - only once the package is in place
 
     return command(argv)
 

@@ -74,11 +74,11 @@ from actorch._base.version import version_of as _version_of
 from actorch._engine.batching import Batched, batched
 from actorch._engine.log_context import add_call_context
 from actorch._engine.streaming import DEFAULT_STREAM_WINDOW, Stream
-from actorch._launch.connect import connect
-from actorch._launch.options import SystemOptions
-from actorch._launch.run import run
-from actorch._launch.serving import serve
-from actorch._launch.start import start
+from actorch._launch.options.system_options import SystemOptions
+from actorch._launch.world.connect import connect
+from actorch._launch.world.run import run
+from actorch._launch.world.serving import serve
+from actorch._launch.world.start import start
 from actorch._transport.autograd import in_autograd_context
 from actorch._transport.torch_rpc.options import TorchRpc
 from actorch.params import ParameterServer

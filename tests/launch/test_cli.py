@@ -29,10 +29,12 @@ import pytest
 from _mp import REPO, SCRIPTS, Script, free_port, refused_port, run_argv, script_env, wait_for_file
 from prometheus_client.parser import text_string_to_metric_families
 
-from actorch._launch import cli, cli_run, runner
-from actorch._launch.options import SystemOptions, recording, snapshot_directory, status_address
-from actorch._launch.run import _plan
-from actorch._launch.runtime import running_systems
+from actorch._launch.cli import command as cli
+from actorch._launch.cli import run as cli_run
+from actorch._launch.cli import runner
+from actorch._launch.options.system_options import SystemOptions, recording, snapshot_directory, status_address
+from actorch._launch.services.runtime import running_systems
+from actorch._launch.world.run import _plan
 
 ACTORCH = [sys.executable, "-m", "_actorch_cli"]
 """The ``actorch`` console script, as pyproject.toml's ``[project.scripts]`` makes it."""
@@ -259,7 +261,7 @@ def test_help_status_stop_and_bad_input_do_not_import_torch(
     done, imported = console_script(*args, runtime=tmp_path / "runtime")
     assert done.returncode == code, done.stderr
     assert says in done.stderr
-    assert "actorch._launch.cli" in imported  # what it imported was read
+    assert "actorch._launch.cli.command" in imported  # what it imported was read
     assert not {name for name in imported if name.partition(".")[0] == "torch"}
 
 

@@ -61,7 +61,7 @@ from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer
 
 import actorch
 from actorch._base import codec
-from actorch._launch.options import IN_PROCESS, options_of
+from actorch._launch.options.system_options import IN_PROCESS, options_of
 from actorch.testing import local_world
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -453,7 +453,7 @@ def test_change_table_names_only_paths_and_modules_that_exist() -> None:
 def test_change_table_check_finds_a_path_or_module_that_does_not_exist() -> None:
     page = (
         f"{TABLE_HEADING}\n\n| to change | look at |\n|---|---|\n"
-        "| a | `_actors/node/host.py`, `_actors/placing.py`, `actorch._launch.cli_reference`, "
+        "| a | `_actors/node/host.py`, `_actors/placing.py`, `actorch._launch.cli.reference`, "
         "`actorch._actors.nowhere`, `actorch.__all__`, `actorch.no_such_name` |\n"
         "| b | docs/operations.md's table, then docs/guides/nowhere.md |\n\n## Next\n\n| `_gone.py` |\n"
     )

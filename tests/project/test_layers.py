@@ -594,7 +594,7 @@ def test_no_kind_of_transport_is_among_what_the_launch_may_import() -> None:
 
 def test_the_launch_check_flags_an_import_of_a_kinds_own_module() -> None:
     source = "from actorch._transport.torch_rpc.rpc import active_transport\nfrom actorch._transport import kinds"
-    assert transport_imports("actorch._launch.start", source) - TRANSPORT_FOR_LAUNCH == {
+    assert transport_imports("actorch._launch.world.start", source) - TRANSPORT_FOR_LAUNCH == {
         "actorch._transport.torch_rpc.rpc"
     }
 
@@ -975,11 +975,11 @@ def test_public_api_check_allows_exported_names_and_other_stock_modules(source: 
         "def f(system, stop):\n    system._shutdown = stop",
         "def f(world):\n    return world[0]._host",
         "from actorch._actors.ref import _rebuild",
-        "from .._actors.node.node_system import _attach",
+        "from ..._actors.node.node_system import _attach",
     ],
 )
 def test_private_check_flags_a_launch_module_reaching_into_a_lower_layer(source: str) -> None:
-    assert private_reaches("actorch._launch.serving", source, frozenset({"_host", "_shutdown"}), SAMPLE)
+    assert private_reaches("actorch._launch.world.serving", source, frozenset({"_host", "_shutdown"}), SAMPLE)
 
 
 @pytest.mark.parametrize(
@@ -988,11 +988,11 @@ def test_private_check_flags_a_launch_module_reaching_into_a_lower_layer(source:
         "class C:\n    def f(self):\n        return self._host",
         "def f(system):\n    return system.host",
         "import os\nos._exit(0)",
-        "from actorch._launch.run import _plan",
+        "from actorch._launch.world.run import _plan",
     ],
 )
 def test_private_check_allows_own_attributes_other_names_and_the_same_layer(source: str) -> None:
-    assert private_reaches("actorch._launch.serving", source, frozenset({"_host", "_shutdown"}), SAMPLE) == []
+    assert private_reaches("actorch._launch.world.serving", source, frozenset({"_host", "_shutdown"}), SAMPLE) == []
 
 
 def test_private_attributes_are_those_set_on_self_or_cls_or_in_a_class_body() -> None:
@@ -1078,7 +1078,7 @@ def test_floor_check_flags_an_actors_module_in_no_room() -> None:
     ],
 )
 def test_node_check_flags_a_reach_through_another_object(source: str) -> None:
-    assert node_reaches("actorch._launch.lead", source)
+    assert node_reaches("actorch._launch.world.lead", source)
 
 
 @pytest.mark.parametrize(
@@ -1092,7 +1092,7 @@ def test_node_check_flags_a_reach_through_another_object(source: str) -> None:
     ],
 )
 def test_node_check_allows_a_module_its_own_node_and_the_host_s_methods(source: str) -> None:
-    assert node_reaches("actorch._launch.lead", source) == []
+    assert node_reaches("actorch._launch.world.lead", source) == []
 
 
 FLOORS_DOCSTRING = """Layer 4.

@@ -22,7 +22,7 @@ from actorch._actors.node.node_system import open_system
 from actorch._actors.system import ActorSystem
 from actorch._base.config import SystemConfig
 from actorch._base.reaping import watch_exit
-from actorch._launch.workers import exit_of, kill_lost
+from actorch._launch.world.workers import exit_of, kill_lost
 from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.capabilities import elastic_of
 from actorch._transport.kind import KindOptions

@@ -2,7 +2,7 @@
 
 A system is found by an address given on the command line, by
 ``ACTORCH_STATUS_PORT``, or by the runtime file its rank 0 writes on this host
-(``actorch._launch.runtime``). What cannot be read is one line on stderr: exit
+(``actorch._launch.services.runtime``). What cannot be read is one line on stderr: exit
 code 2 when the command line is at fault (or it does not say which of several
 systems), 1 when the system is not there or does not answer as an actorch
 status does. With ``--json``, stdout has JSON whatever happens: the status, or
@@ -22,8 +22,8 @@ import urllib.error
 import urllib.request
 from typing import Any, NoReturn
 
-from actorch._launch.runtime import RunningSystem, running_systems, runtime_dir
-from actorch._launch.status import READABLE_SCHEMAS, STATUS_OFF, STATUS_PORT_ENV
+from actorch._launch.services.runtime import RunningSystem, running_systems, runtime_dir
+from actorch._launch.services.status import READABLE_SCHEMAS, STATUS_OFF, STATUS_PORT_ENV
 
 __all__ = [
     "StatusUnavailable",
@@ -225,7 +225,7 @@ def status_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     address = find_address(args)
     from rich.console import Console  # noqa: PLC0415 - only this command needs rich
 
-    from actorch._launch.cli_tables import status_tables  # noqa: PLC0415 - needs rich
+    from actorch._launch.cli.tables import status_tables  # noqa: PLC0415 - needs rich
 
     console = Console() if sys.stdout.isatty() else Console(width=200)  # piped: whole rows, never wrapped
     previous: dict[str, Any] | None = None

@@ -280,7 +280,7 @@ class StatusServer:
             )
         if path == "/status":
             return "200 OK", "application/json", json.dumps(status).encode()
-        from actorch._launch.prometheus import metrics_text  # noqa: PLC0415 - an optional dependency
+        from actorch._launch.services.prometheus import metrics_text  # noqa: PLC0415 - an optional dependency
 
         try:
             text = metrics_text(status)

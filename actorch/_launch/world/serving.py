@@ -28,11 +28,11 @@ from actorch._actors.node.node_system import NodeSystem
 from actorch._actors.system import ActorSystem
 from actorch._base.config import is_number
 from actorch._base.resources import check_resources
-from actorch._launch.eventloop import Watchdog, run_bounded
-from actorch._launch.logs import configure_logging, effective_log_level
-from actorch._launch.nodes import LocalLauncher, ParentWatch
-from actorch._launch.startup import SHUTDOWN_TIMEOUT, Plan, Setup, World, node_transport, plan_from, start_node
-from actorch._launch.workers import reap_workers
+from actorch._launch.services.logs import configure_logging, effective_log_level
+from actorch._launch.world.eventloop import Watchdog, run_bounded
+from actorch._launch.world.nodes import LocalLauncher, ParentWatch
+from actorch._launch.world.startup import SHUTDOWN_TIMEOUT, Plan, Setup, World, node_transport, plan_from, start_node
+from actorch._launch.world.workers import reap_workers
 from actorch._transport.base import NodeTraits
 from actorch._transport.capabilities import is_elastic
 from actorch._transport.kinds import prepare_join

@@ -17,7 +17,7 @@ import argparse
 import json
 from typing import Any
 
-from actorch._launch.cli_status import StatusUnavailable, fail_command, fetch_served, find_address
+from actorch._launch.cli.status import StatusUnavailable, fail_command, fetch_served, find_address
 
 __all__ = ["format_stacks", "stacks_command"]
 

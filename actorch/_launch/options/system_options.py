@@ -36,11 +36,11 @@ from actorch._base.config import (
     is_number,
 )
 from actorch._base.record import RECORD_ENV
-from actorch._launch.logs import LOG_LEVEL_ENV, check_log_level
-from actorch._launch.nodes import ResourceSpec
-from actorch._launch.serving import takes_system
-from actorch._launch.startup import Setup
-from actorch._launch.status import STATUS_OFF, STATUS_PORT_ENV
+from actorch._launch.services.logs import LOG_LEVEL_ENV, check_log_level
+from actorch._launch.services.status import STATUS_OFF, STATUS_PORT_ENV
+from actorch._launch.world.nodes import ResourceSpec
+from actorch._launch.world.serving import takes_system
+from actorch._launch.world.startup import Setup
 from actorch._transport.kind import KindOptions
 from actorch._transport.kinds import DEFAULT_KIND, default_options, kind_of
 

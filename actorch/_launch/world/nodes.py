@@ -27,7 +27,7 @@ from typing import Any
 
 from actorch._actors.node.host import ActorHost
 from actorch._base.resources import check_resources
-from actorch._launch.eventloop import Watchdog
+from actorch._launch.world.eventloop import Watchdog
 from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.capabilities import elastic_of
 from actorch._transport.kind import KindOptions

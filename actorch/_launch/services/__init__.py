@@ -1,0 +1,1 @@
+"""What a running system offers its operators: the status, its metrics, the runtime files, the logs."""
