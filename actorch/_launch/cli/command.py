@@ -21,9 +21,8 @@ from actorch._launch.cli.history import history_command
 from actorch._launch.cli.serve import parse_resource
 from actorch._launch.cli.stacks import stacks_command
 from actorch._launch.cli.status import status_command, stop_command
-from actorch._launch.services.logs import LOG_LEVELS
+from actorch._launch.options.environment import LOG_LEVELS, STATUS_PORT_ENV
 from actorch._launch.services.runtime import RUNTIME_DIR_ENV
-from actorch._launch.services.status import STATUS_PORT_ENV
 
 __all__ = ["INTERRUPTED", "main", "parser"]
 

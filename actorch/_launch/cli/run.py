@@ -24,9 +24,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from actorch._launch.options.environment import WORLD_SIZE_ENV
 from actorch._launch.options.system_options import launcher_environment
 from actorch._launch.services.status import check_status_port
-from actorch._launch.world.run import WORLD_SIZE_ENV
 
 __all__ = ["RENDEZVOUS_FLAGS", "RUNNER", "TORCHRUN_FLAGS", "run_command"]
 

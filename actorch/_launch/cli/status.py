@@ -22,8 +22,9 @@ import urllib.error
 import urllib.request
 from typing import Any, NoReturn
 
+from actorch._launch.options.environment import STATUS_OFF, STATUS_PORT_ENV
 from actorch._launch.services.runtime import RunningSystem, running_systems, runtime_dir
-from actorch._launch.services.status import READABLE_SCHEMAS, STATUS_OFF, STATUS_PORT_ENV
+from actorch._launch.services.status import READABLE_SCHEMAS
 
 __all__ = [
     "StatusUnavailable",

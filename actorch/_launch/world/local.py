@@ -15,8 +15,9 @@ import os
 import socket
 from typing import Any
 
+from actorch._launch.options.system_options import ResourceSpec
 from actorch._launch.world.guard import WORKER_OF_ENV
-from actorch._launch.world.nodes import QUIET_ENV, ResourceSpec, declared_resources, environment
+from actorch._launch.world.nodes import QUIET_ENV, declared_resources, environment
 from actorch._launch.world.serving import _serve
 from actorch._launch.world.startup import Plan, World, shared_settings
 from actorch._launch.world.workers import kill_workers

@@ -22,6 +22,7 @@ from typing import TypeVar, Unpack
 import structlog
 
 from actorch._base.record import new_run_id
+from actorch._launch.options.environment import WORLD_SIZE_ENV, effective_log_level
 from actorch._launch.options.system_options import (
     OptionKeywords,
     SystemOptions,
@@ -31,7 +32,7 @@ from actorch._launch.options.system_options import (
     system_config,
     trace_path,
 )
-from actorch._launch.services.logs import configure_logging, effective_log_level
+from actorch._launch.services.logs import configure_logging
 from actorch._launch.services.status import check_status_port
 from actorch._launch.world.eventloop import run_bounded
 from actorch._launch.world.guard import refuse_run_while_imported
@@ -48,9 +49,6 @@ __all__ = ["run"]
 T = TypeVar("T")
 
 log = structlog.get_logger("actorch")
-
-WORLD_SIZE_ENV = "ACTORCH_WORLD_SIZE"
-"""Set by ``actorch run -n N``: the number of local processes, in place of ``run``'s ``world_size``."""
 
 
 def run(
