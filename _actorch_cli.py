@@ -5,7 +5,8 @@ that facade imports every layer, torch included: seconds before ``--help``
 could print. So the script puts the ``actorch`` package in place without
 running its ``__init__``, and the commands that need nothing more (``--help``,
 ``status``, ``stop``, bad input) import only the light modules of
-``actorch._launch``. The first time anything asks the package itself for a
+``actorch._launch`` (the command's, in ``cli/``, and those it reads beneath
+it). The first time anything asks the package itself for a
 name (``actorch.Actor``, ``from actorch import run``), as the actor classes
 that ``actorch serve`` imports do, the facade runs and the package is whole.
 ``python -m actorch`` is the same command with the facade run first.

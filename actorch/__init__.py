@@ -18,7 +18,9 @@ spawn actors on any rank by name, and ``await ref.call(...)`` them.
 #                batched endpoints, the caller and callee sides, and the Node composing them
 #   _actors/     Actor, ActorRef, the ActorHost of a node's actors, supervision, the
 #                registry, membership events, the node service, and the ActorSystem handle
-#   _launch/     run(), start(), connect(): processes, torchrun, the bounded event loop and watchdog, logging
+#   _launch/     the options (options/), the running system's status, runtime files and logs
+#                (services/), run(), start(), connect() and serve() with their processes and
+#                bounded end (world/), and the actorch command (cli/)
 #   _stock/      ready-made actors, written only against the public names below; users
 #                import them from the public submodules that re-export them by role:
 #                actorch.rl, actorch.replay, actorch.params and actorch.group

@@ -20,7 +20,8 @@ from actorch._base.record import RECORD_ENV, RUNS_DIR_ENV
 from actorch._launch.cli.history import history_command
 from actorch._launch.cli.serve import parse_resource
 from actorch._launch.cli.stacks import stacks_command
-from actorch._launch.cli.status import status_command, stop_command
+from actorch._launch.cli.status import status_command
+from actorch._launch.cli.stop import stop_command
 from actorch._launch.options.environment import LOG_LEVELS, STATUS_PORT_ENV
 from actorch._launch.services.runtime import RUNTIME_DIR_ENV
 
