@@ -10,7 +10,9 @@ runtime file, and an HTTP client reads rank 0's status endpoint.
 
 from __future__ import annotations
 
+import argparse
 import http.server
+import importlib
 import json
 import os
 import re
@@ -72,6 +74,23 @@ def launcher_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACTORCH_RECORD", "unset by the test")
     monkeypatch.setenv("ACTORCH_SNAPSHOTS", "unset by the test")  # left set, later worlds of the worker would resume
     monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "set by torchrun's agent before it fails")
+
+
+# ---------------------------------------------------------------------- one module per command
+
+
+def commands_of(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (found,) = [action for action in top._actions if isinstance(action, argparse._SubParsersAction)]
+    return dict(found.choices)
+
+
+@pytest.mark.parametrize("name", sorted(commands_of(cli.parser())))
+def test_each_command_has_its_parser_in_the_command_module_and_its_work_in_a_module_named_after_it(name: str) -> None:
+    assert callable(getattr(cli, f"_add_{name}"))
+    work = getattr(importlib.import_module(f"actorch._launch.cli.{name}"), f"{name}_command")
+    func = commands_of(cli.parser())[name].get_default("func")
+    # run and serve import torch: the parser's entry imports their module only when the command runs
+    assert func is work or (func is getattr(cli, f"_{name}_command") and work.__module__ != cli.__name__)
 
 
 # ---------------------------------------------------------------------- bad input: one line, exit code 2
