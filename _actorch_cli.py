@@ -5,7 +5,8 @@ that facade imports every layer, torch included: seconds before ``--help``
 could print. So the script puts the ``actorch`` package in place without
 running its ``__init__``, and the commands that need nothing more (``--help``,
 ``status``, ``stop``, bad input) import only the light modules of
-``actorch._launch``. The first time anything asks the package itself for a
+``actorch._launch`` (the command's, in ``cli/``, and those it reads beneath
+it). The first time anything asks the package itself for a
 name (``actorch.Actor``, ``from actorch import run``), as the actor classes
 that ``actorch serve`` imports do, the facade runs and the package is whole.
 ``python -m actorch`` is the same command with the facade run first.
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         package = importlib.util.module_from_spec(spec)
         package.__class__ = _Deferred
         sys.modules["actorch"] = package
-    from actorch._launch.cli import main as command  # noqa: PLC0415 - only once the package is in place
+    from actorch._launch.cli.command import main as command  # noqa: PLC0415 - only once the package is in place
 
     return command(argv)
 

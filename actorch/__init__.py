@@ -18,7 +18,9 @@ spawn actors on any rank by name, and ``await ref.call(...)`` them.
 #                batched endpoints, the caller and callee sides, and the Node composing them
 #   _actors/     Actor, ActorRef, the ActorHost of a node's actors, supervision, the
 #                registry, membership events, the node service, and the ActorSystem handle
-#   _launch/     run(), start(), connect(): processes, torchrun, the bounded event loop and watchdog, logging
+#   _launch/     the options (options/), the running system's status, runtime files and logs
+#                (services/), run(), start(), connect() and serve() with their processes and
+#                bounded end (world/), and the actorch command (cli/)
 #   _stock/      ready-made actors, written only against the public names below; users
 #                import them from the public submodules that re-export them by role:
 #                actorch.rl, actorch.replay, actorch.params and actorch.group
@@ -74,11 +76,11 @@ from actorch._base.version import version_of as _version_of
 from actorch._engine.batching import Batched, batched
 from actorch._engine.log_context import add_call_context
 from actorch._engine.streaming import DEFAULT_STREAM_WINDOW, Stream
-from actorch._launch.connect import connect
-from actorch._launch.options import SystemOptions
-from actorch._launch.run import run
-from actorch._launch.serving import serve
-from actorch._launch.start import start
+from actorch._launch.options.system_options import SystemOptions
+from actorch._launch.world.connect import connect
+from actorch._launch.world.run import run
+from actorch._launch.world.serving import serve
+from actorch._launch.world.start import start
 from actorch._transport.autograd import in_autograd_context
 from actorch._transport.torch_rpc.options import TorchRpc
 from actorch.params import ParameterServer

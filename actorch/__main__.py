@@ -2,7 +2,7 @@
 
 import sys
 
-from actorch._launch.cli import main
+from actorch._launch.cli.command import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -27,7 +27,7 @@ from actorch._base.config import is_number
 from actorch._base.deadline import DeadlineLoop
 from actorch._base.homes import claim as _claim
 from actorch._base.resources import check_resources
-from actorch._launch.options import IN_PROCESS, ConfigKeywords, options_of, system_config
+from actorch._launch.options.system_options import IN_PROCESS, ConfigKeywords, options_of, system_config
 from actorch._transport.base import NodeTraits
 from actorch._transport.faulty import Delay, Drop, FaultyTransport, Partition
 from actorch._transport.inprocess import InProcess, InProcessHub

@@ -21,10 +21,10 @@ from actorch._actors.node.spawner import Spawner
 from actorch._actors.ref import make_ref
 from actorch._actors.where import Where, where_of
 from actorch._base.resources import check_resources, describe_amount, detect_resources
-from actorch._launch.cli_serve import parse_resource
-from actorch._launch.cli_tables import status_tables
-from actorch._launch.nodes import declared_resources, grow_refusal
-from actorch._launch.status import gather_status
+from actorch._launch.cli.serve import parse_resource
+from actorch._launch.cli.tables import status_tables
+from actorch._launch.services.status import gather_status
+from actorch._launch.world.nodes import declared_resources, grow_refusal
 from actorch._transport.base import NodeTraits
 from actorch._transport.torch_rpc.lone import LoneTransport
 from actorch._transport.torch_rpc.rpc import RpcTransport

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 import msgpack  # noqa: TID251 - the test forges channel payloads the codec would make
 import pytest
 import torch
 from tensor_cases import DTYPES, bits
 
 from actorch import SerializationError
-from actorch._base.channels.base import CHANNEL_CODES
+from actorch._base import channels
+from actorch._base.channels.base import CHANNEL_CODES, Channel
 from actorch._base.channels.plane import OPTIONAL, DataPlane, check_channels
 from actorch._base.channels.route import TensorRoute
 from actorch._base.channels.segments import SegmentPool
@@ -18,6 +22,24 @@ from actorch._base.codec import Codec
 pytestmark = pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental:UserWarning")
 
 ROUTE = TensorRoute(1)
+
+
+def channel_classes() -> dict[str, list[type[Channel]]]:
+    """The ``Channel`` subclasses of every module of ``_base/channels/``, by module."""
+    found: dict[str, list[type[Channel]]] = {}
+    for module in pkgutil.iter_modules(channels.__path__, f"{channels.__name__}."):
+        loaded = importlib.import_module(module.name)
+        classes = [value for value in vars(loaded).values() if isinstance(value, type) and issubclass(value, Channel)]
+        found[module.name] = [cls for cls in classes if cls is not Channel and cls.__module__ == module.name]
+    return {module: classes for module, classes in found.items() if classes}
+
+
+def test_each_channel_is_a_module_of_its_own_with_its_code_in_the_table() -> None:
+    found = channel_classes()
+    assert all(len(classes) == 1 for classes in found.values()), found
+    assert sorted(classes[0].name for classes in found.values()) == sorted(CHANNEL_CODES)
+    always = DataPlane.standard(()).names  # a channel is always in the plane, or one a system may choose
+    assert sorted((*always, *OPTIONAL)) == sorted(CHANNEL_CODES)
 
 
 def test_the_plane_tries_channels_in_the_documented_order() -> None:

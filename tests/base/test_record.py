@@ -15,7 +15,7 @@ from _mp import run_script
 
 from actorch._base import record as record_module
 from actorch._base.record import RecordedLog, RunRecord, is_run_id, new_run_id, read_run, runs, summarize
-from actorch._launch.cli_history import render_report, render_runs
+from actorch._launch.cli.history import render_report, render_runs
 
 ACTORCH = [sys.executable, "-m", "_actorch_cli"]
 

@@ -3,14 +3,20 @@
 ``Recorder``, below, is a new observer written as a user of the interface
 would write one, in this module alone: installed on the nodes of a real
 in-process world, it hears every kind of event, each once, with what it
-needs. That is the claim "a new observer is one module".
+needs. That is the claim "a new observer is one module". The runtime's own
+instruments hold the rest of it, read from the engine's source: each is a
+module of ``_engine`` of its own, and no module of the engine names one but
+the node that installs them and the few that read what one keeps
+(``INSTRUMENT_READERS``): the message path calls hooks, never an instrument.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -207,6 +213,51 @@ async def test_an_instrument_hears_same_node_messages_and_broadcasts_each_as_its
     assert relayed == [("call", "relay", "in_process", True, True)] * 3  # two in one message to node 1, its own id each
     arrived = [event for recorder in recorders[1:] for event in recorder.of("arrived")]
     assert sorted(arrived) == [("call", "relay", 0, True, "call relay from 0")] * 3
+
+
+ENGINE = Path(__file__).resolve().parents[2] / "actorch" / "_engine"
+SOURCES = {f"actorch._engine.{path.stem}": ast.parse(path.read_text()) for path in sorted(ENGINE.glob("*.py"))}
+INSTRUMENT_READERS = {
+    "actorch._engine.node": {"actorch._engine.metrics", "actorch._engine.tracing", "actorch._engine.otel"},
+    "actorch._engine.cell": {"actorch._engine.metrics"},
+    "actorch._engine.looplag": {"actorch._engine.metrics"},
+    "actorch._engine.timeline": {"actorch._engine.tracing"},
+}
+"""The modules of the engine that name an instrument's module, and which: the node installs them (the
+metrics in ``Node.__init__``, a trace's in ``start_trace``, the spans when on); each cell keeps what the
+metrics count of its actor (``Cell.metrics``); the loop's lag is a histogram of the metrics'; the merged
+timeline is made of the nodes' trace parts. No module the message path runs through is among them but the cell.
+"""
+
+
+def instruments_in(tree: ast.Module) -> list[str]:
+    """The classes of a module that subclass ``Instrument``."""
+    return [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and any(ast.unparse(base) == "Instrument" for base in node.bases)
+    ]
+
+
+def imported_modules(tree: ast.Module) -> set[str]:
+    return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+
+
+INSTRUMENT_MODULES = {module: found for module, tree in SOURCES.items() if (found := instruments_in(tree))}
+
+
+def test_each_instrument_of_the_runtime_is_a_module_of_the_engine_of_its_own() -> None:
+    assert INSTRUMENT_MODULES == {
+        "actorch._engine.metrics": ["Metrics"],
+        "actorch._engine.otel": ["NodeTelemetry"],
+        "actorch._engine.tracing": ["Tracing"],
+    }
+
+
+@pytest.mark.parametrize("module", sorted(set(SOURCES) - set(INSTRUMENT_MODULES)))
+def test_no_module_of_the_engine_names_an_instrument_but_those_that_install_or_read_one(module: str) -> None:
+    named = imported_modules(SOURCES[module]) & set(INSTRUMENT_MODULES)
+    assert named <= INSTRUMENT_READERS.get(module, set())
 
 
 # ---------------------------------------------------------------- the hook set

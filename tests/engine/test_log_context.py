@@ -11,7 +11,7 @@ import structlog
 
 import actorch
 from actorch._engine.message import CallContext, current_call
-from actorch._launch.logs import configure_logging
+from actorch._launch.services.logs import configure_logging
 from actorch.testing import LocalWorld
 
 user_log = structlog.get_logger("user")

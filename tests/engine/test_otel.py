@@ -22,7 +22,8 @@ from actorch._base.config import SystemConfig
 from actorch._engine.callee import Callee
 from actorch._engine.instruments import OutgoingMessage
 from actorch._engine.system_ids import SYSTEM_IDS
-from actorch._launch.options import OTEL_ENV, SystemOptions, launcher_environment, otel_on
+from actorch._launch.options.environment import OTEL_ENV
+from actorch._launch.options.system_options import SystemOptions, launcher_environment, otel_on
 from actorch._transport.inprocess import InProcessHub
 from actorch.testing import LocalWorld, local_world
 

@@ -17,7 +17,8 @@ from actorch._actors.node.service import NodeService
 from actorch._engine.system_ids import SERVICE_ID
 from actorch._engine.timeline import ClockProbe, NodePart, align, flows, merge, offset_from_probes
 from actorch._engine.tracing import CALL_SPAN, HANDLER_SPAN, WAIT_SPAN, NodeTrace, TraceSettings, flow_id, own_ident
-from actorch._launch.options import TRACE_ENV, SystemOptions, launcher_environment, trace_path
+from actorch._launch.options.environment import TRACE_ENV
+from actorch._launch.options.system_options import SystemOptions, launcher_environment, trace_path
 from actorch.testing import LocalWorld
 
 # ---------------------------------------------------------------- what a node records

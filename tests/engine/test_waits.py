@@ -21,10 +21,10 @@ import actorch
 from actorch._engine.looplag import LoopLag
 from actorch._engine.stacks import is_user_file
 from actorch._engine.waits import WaitGraph, describe_cycle
-from actorch._launch.cli_stacks import LEFT_OUT, format_stacks
-from actorch._launch.cli_tables import status_tables
-from actorch._launch.prometheus import metrics_text
-from actorch._launch.status import StatusServer, gather_stacks, gather_status
+from actorch._launch.cli.stacks import LEFT_OUT, format_stacks
+from actorch._launch.cli.tables import status_tables
+from actorch._launch.services.prometheus import metrics_text
+from actorch._launch.services.status import StatusServer, gather_stacks, gather_status
 from actorch.testing import LocalWorld
 
 THIS = str(Path(__file__).resolve())

@@ -10,7 +10,9 @@ runtime file, and an HTTP client reads rank 0's status endpoint.
 
 from __future__ import annotations
 
+import argparse
 import http.server
+import importlib
 import json
 import os
 import re
@@ -29,10 +31,12 @@ import pytest
 from _mp import REPO, SCRIPTS, Script, free_port, refused_port, run_argv, script_env, wait_for_file
 from prometheus_client.parser import text_string_to_metric_families
 
-from actorch._launch import cli, cli_run, runner
-from actorch._launch.options import SystemOptions, recording, snapshot_directory, status_address
-from actorch._launch.run import _plan
-from actorch._launch.runtime import running_systems
+from actorch._launch.cli import command as cli
+from actorch._launch.cli import run as cli_run
+from actorch._launch.cli import runner
+from actorch._launch.options.system_options import SystemOptions, recording, snapshot_directory, status_address
+from actorch._launch.services.runtime import running_systems
+from actorch._launch.world.run import _plan
 
 ACTORCH = [sys.executable, "-m", "_actorch_cli"]
 """The ``actorch`` console script, as pyproject.toml's ``[project.scripts]`` makes it."""
@@ -70,6 +74,23 @@ def launcher_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACTORCH_RECORD", "unset by the test")
     monkeypatch.setenv("ACTORCH_SNAPSHOTS", "unset by the test")  # left set, later worlds of the worker would resume
     monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "set by torchrun's agent before it fails")
+
+
+# ---------------------------------------------------------------------- one module per command
+
+
+def commands_of(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (found,) = [action for action in top._actions if isinstance(action, argparse._SubParsersAction)]
+    return dict(found.choices)
+
+
+@pytest.mark.parametrize("name", sorted(commands_of(cli.parser())))
+def test_each_command_has_its_parser_in_the_command_module_and_its_work_in_a_module_named_after_it(name: str) -> None:
+    assert callable(getattr(cli, f"_add_{name}"))
+    work = getattr(importlib.import_module(f"actorch._launch.cli.{name}"), f"{name}_command")
+    func = commands_of(cli.parser())[name].get_default("func")
+    # run and serve import torch: the parser's entry imports their module only when the command runs
+    assert func is work or (func is getattr(cli, f"_{name}_command") and work.__module__ != cli.__name__)
 
 
 # ---------------------------------------------------------------------- bad input: one line, exit code 2
@@ -259,7 +280,7 @@ def test_help_status_stop_and_bad_input_do_not_import_torch(
     done, imported = console_script(*args, runtime=tmp_path / "runtime")
     assert done.returncode == code, done.stderr
     assert says in done.stderr
-    assert "actorch._launch.cli" in imported  # what it imported was read
+    assert "actorch._launch.cli.command" in imported  # what it imported was read
     assert not {name for name in imported if name.partition(".")[0] == "torch"}
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from _mp import REPO
 
-from actorch._launch.cli import parser
-from actorch._launch.cli_reference import reference
+from actorch._launch.cli.command import parser
+from actorch._launch.cli.reference import reference
 
 
 def test_the_cli_reference_page_is_made_from_the_parser() -> None:
     page = (REPO / "docs" / "cli.md").read_text()
-    assert page == reference(), "docs/cli.md is stale: python -m actorch._launch.cli_reference > docs/cli.md"
+    assert page == reference(), "docs/cli.md is stale: python -m actorch._launch.cli.reference > docs/cli.md"
 
 
 def test_the_cli_reference_names_every_flag_of_every_command() -> None:

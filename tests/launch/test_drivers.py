@@ -18,7 +18,7 @@ from _mp import refused_port
 from actors import Counter, Slow, Stopper
 
 import actorch
-from actorch._launch import connect as connect_module
+from actorch._launch.world import connect as connect_module
 from actorch.testing import LocalWorld
 
 

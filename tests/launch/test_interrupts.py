@@ -19,8 +19,8 @@ import pytest
 from _mp import SCRIPTS, Finished, Script, script_argv, torchrun_argv, wait_for_file
 
 from actorch._base.record import read_run, runs
-from actorch._launch.interrupts import INTERRUPT_EXIT_CODE, TERMINATE_EXIT_CODE
-from actorch._launch.lead import PING_WAIT
+from actorch._launch.world.interrupts import INTERRUPT_EXIT_CODE, TERMINATE_EXIT_CODE
+from actorch._launch.world.lead import PING_WAIT
 
 pytestmark = pytest.mark.multiprocess
 

@@ -16,9 +16,9 @@ import pytest
 import structlog
 
 import actorch
-from actorch._launch import run as run_module
-from actorch._launch.eventloop import LEFTOVER_WAIT, run_bounded
-from actorch._launch.interrupts import INTERRUPT_EXIT_CODE, TERMINATE_EXIT_CODE, InterruptWatcher
+from actorch._launch.world import run as run_module
+from actorch._launch.world.eventloop import LEFTOVER_WAIT, run_bounded
+from actorch._launch.world.interrupts import INTERRUPT_EXIT_CODE, TERMINATE_EXIT_CODE, InterruptWatcher
 
 
 async def answer(system: actorch.ActorSystem) -> int:
@@ -117,7 +117,7 @@ def test_run_bounded_cancels_leftover_tasks_that_do_end() -> None:
 def test_watchdog_ends_the_process_with_its_code_once_armed() -> None:
     code = (
         "import time\n"
-        "from actorch._launch.eventloop import Watchdog\n"
+        "from actorch._launch.world.eventloop import Watchdog\n"
         "dog = Watchdog(0.2)\n"
         "dog.code = 3\n"
         "time.sleep(0.3)\n"
@@ -174,8 +174,8 @@ def run_interrupted(body: str) -> subprocess.CompletedProcess[str]:
     code = (
         "import asyncio, os, signal, threading, time\n"
         "import torch\n"
-        "from actorch._launch.eventloop import run_bounded\n"
-        "from actorch._launch.interrupts import InterruptPolicy\n"
+        "from actorch._launch.world.eventloop import run_bounded\n"
+        "from actorch._launch.world.interrupts import InterruptPolicy\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "def ctrl_c(after):\n"
         "    threading.Timer(after, os.kill, (os.getpid(), signal.SIGINT)).start()\n"

@@ -8,7 +8,8 @@ import structlog
 from _mp import SCRIPTS, run_on_terminal, script_argv
 
 import actorch
-from actorch._launch.logs import LOG_LEVEL_ENV, configure_logging, effective_log_level
+from actorch._launch.options.environment import LOG_LEVEL_ENV, effective_log_level
+from actorch._launch.services.logs import configure_logging
 from actorch.testing import local_world
 
 

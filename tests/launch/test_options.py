@@ -14,7 +14,7 @@ import pytest
 import actorch
 import actorch.testing
 from actorch._base.config import SystemConfig
-from actorch._launch.options import (
+from actorch._launch.options.system_options import (
     IN_PROCESS,
     ConfigKeywords,
     OptionKeywords,
@@ -26,7 +26,7 @@ from actorch._launch.options import (
     status_address,
     system_config,
 )
-from actorch._launch.run import _plan
+from actorch._launch.world.run import _plan
 from actorch.testing import local_world
 
 

@@ -24,7 +24,7 @@ import netns
 import pytest
 from _mp import SCRIPTS, Finished, Script, finish_all, free_port, script_argv, wait_for_file
 
-from actorch._launch.interrupts import TERMINATE_EXIT_CODE
+from actorch._launch.world.interrupts import TERMINATE_EXIT_CODE
 
 pytestmark = pytest.mark.multiprocess
 

@@ -14,8 +14,8 @@ from actors import Counter, Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
 from actorch._engine.metrics import EndpointStats, Histogram
-from actorch._launch.prometheus import LE_BOUNDS, metrics_text
-from actorch._launch.status import gather_status
+from actorch._launch.services.prometheus import LE_BOUNDS, metrics_text
+from actorch._launch.services.status import gather_status
 from actorch.testing import LocalWorld
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 import actorch
-from actorch._launch import cli
-from actorch._launch.cli_status import fetch_status
-from actorch._launch.runtime import Announcement, running_systems, runtime_dir, status_address
+from actorch._launch.cli import command as cli
+from actorch._launch.cli.status import fetch_status
+from actorch._launch.services.runtime import Announcement, running_systems, runtime_dir, status_address
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ import structlog
 from actors import Counter
 
 import actorch
-from actorch._launch import run as run_module
-from actorch._launch.cli_tables import status_tables
-from actorch._launch.prometheus import metrics_text
-from actorch._launch.status import STATUS_SCHEMA, StatusServer, gather_status
+from actorch._launch.cli.tables import status_tables
+from actorch._launch.services.prometheus import metrics_text
+from actorch._launch.services.status import STATUS_SCHEMA, StatusServer, gather_status
+from actorch._launch.world import run as run_module
 from actorch.testing import LocalWorld
 
 

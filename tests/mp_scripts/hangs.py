@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import actorch
-from actorch._launch.runtime import running_systems
+from actorch._launch.services.runtime import running_systems
 
 TMP = Path(sys.argv[1])
 DONE = TMP / "done"

@@ -37,7 +37,7 @@ from typing import Any
 from actors import Simulator, attempt, emit, is_dead, run_checks
 
 import actorch
-from actorch._launch.status import gather_status
+from actorch._launch.services.status import gather_status
 
 WORK_SECONDS = 1.0
 REAP_ROUNDS = 10

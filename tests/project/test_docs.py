@@ -61,7 +61,7 @@ from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer
 
 import actorch
 from actorch._base import codec
-from actorch._launch.options import IN_PROCESS, options_of
+from actorch._launch.options.system_options import IN_PROCESS, options_of
 from actorch.testing import local_world
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -444,6 +444,98 @@ def missing_in_change_table(page: str) -> list[str]:
     return missing
 
 
+_NAME = r"[A-Za-z_]\w*(?:\.\w+)?"
+_PY = r"[\w./-]+\.py"
+PLACED = (
+    (re.compile(rf"`({_NAME})` in `({_PY})`"), 1, 2),  # `Placer` in `_actors/placement/where_placer.py`
+    (re.compile(rf"`({_NAME})` \(`({_PY})`"), 1, 2),  # `OWN_CODES` (`_base/codec.py`)
+    (re.compile(rf"`({_PY})`'s `({_NAME})`"), 2, 1),  # `_base/codec.py`'s `OWN_CODES`
+    (re.compile(rf"`({_PY})` \(`({_NAME})`"), 2, 1),  # `_engine/metrics.py` (`Metrics`, ...)
+)
+"""How a row of the table puts a name in a module: the pattern, and the groups of the name and of the path."""
+
+
+def defined_in(path: Path) -> frozenset[str]:
+    """What ``path`` defines: its top-level names, and each member of its classes as ``Class.member`` and alone.
+
+    A member is a name bound in the class's body, an attribute its methods set
+    on ``self``, or one of its ``__slots__``.
+    """
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef):
+            found.add(node.name)
+            members: set[str] = set()
+            for statement in node.body:
+                members |= _bound(statement)
+                if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+                    members |= {
+                        target.attr
+                        for inner in ast.walk(statement)
+                        if isinstance(inner, ast.Assign | ast.AnnAssign)
+                        for target in (inner.targets if isinstance(inner, ast.Assign) else [inner.target])
+                        if isinstance(target, ast.Attribute)
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id == "self"
+                    }
+                if isinstance(statement, ast.Assign) and "__slots__" in _bound(statement):
+                    members |= {slot.value for slot in ast.walk(statement.value) if isinstance(slot, ast.Constant)}
+            found |= members | {f"{node.name}.{member}" for member in members}
+        else:
+            found |= _bound(node)
+    return frozenset(found)
+
+
+def _bound(statement: ast.stmt) -> set[str]:
+    """The names a statement of a module's or a class's body binds (a def, a class, an assignment)."""
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {statement.name}
+    targets = statement.targets if isinstance(statement, ast.Assign) else []
+    if isinstance(statement, ast.AnnAssign):
+        targets = [statement.target]
+    return {name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name)}
+
+
+def placed_in_change_table(page: str) -> list[tuple[str, str]]:
+    """The names the table puts in a module (```X` in `path.py```, ```path.py`'s `X```...), with the module's token."""
+    placed = []
+    for row in _change_table(page):
+        for pattern, name_group, path_group in PLACED:
+            placed += [(found[name_group], found[path_group]) for found in pattern.finditer(row)]
+    return [(name, token) for name, token in placed if not name.startswith("actorch.")]  # public names: the facade's
+
+
+def misplaced_in_change_table(page: str) -> list[str]:
+    """The names the table puts in a module that the module does not define."""
+    misplaced = []
+    for name, token in placed_in_change_table(page):
+        path = _path_of(token)
+        if path is not None and path.is_file() and name not in defined_in(path):  # a missing file: the check below
+            misplaced.append(f"{name} is not defined in {token}")
+    return misplaced
+
+
+def test_change_table_puts_each_name_in_the_module_that_defines_it() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    assert len(placed_in_change_table(page)) >= 40
+    assert misplaced_in_change_table(page) == []
+
+
+def test_change_table_check_finds_a_name_where_the_module_does_not_define_it() -> None:
+    page = (
+        f"{TABLE_HEADING}\n\n| to change | look at |\n|---|---|\n"
+        "| a | `Placer` in `_actors/placement/where_placer.py`, `Placer` in `_actors/placement/fit.py`; "
+        "`OWN_CODES` (`_base/codec.py`), `_base/codec.py`'s `Codec.drop`, `_base/codec.py`'s `Codec.nowhere` |\n"
+        "| b | `_engine/node.py` (`start_trace` and `stop_trace`), `_engine/node.py` (`Node.nowhere`), "
+        "`run(trace=)` in `_launch/world/lead.py` |\n"
+    )
+    assert misplaced_in_change_table(page) == [
+        "Placer is not defined in _actors/placement/fit.py",
+        "Codec.nowhere is not defined in _base/codec.py",
+        "Node.nowhere is not defined in _engine/node.py",
+    ]
+
+
 def test_change_table_names_only_paths_and_modules_that_exist() -> None:
     page = (ROOT / "docs" / "architecture.md").read_text()
     assert len(_change_table(page)) >= 30
@@ -453,7 +545,7 @@ def test_change_table_names_only_paths_and_modules_that_exist() -> None:
 def test_change_table_check_finds_a_path_or_module_that_does_not_exist() -> None:
     page = (
         f"{TABLE_HEADING}\n\n| to change | look at |\n|---|---|\n"
-        "| a | `_actors/node/host.py`, `_actors/placing.py`, `actorch._launch.cli_reference`, "
+        "| a | `_actors/node/host.py`, `_actors/placing.py`, `actorch._launch.cli.reference`, "
         "`actorch._actors.nowhere`, `actorch.__all__`, `actorch.no_such_name` |\n"
         "| b | docs/operations.md's table, then docs/guides/nowhere.md |\n\n## Next\n\n| `_gone.py` |\n"
     )

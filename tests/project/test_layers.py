@@ -9,11 +9,11 @@ imports (under ``if TYPE_CHECKING:``) count like the others: a layer never
 names what sits above it, and a cycle made of annotations is still a cycle,
 with one named exception (``ANNOTATION_ONLY_TIE``).
 
-Inside ``_actors``, the rooms (a folder, or a module of the layer's own)
-stand on floors (``ACTORS_FLOORS``), and a module imports nothing from a room
-on a higher floor, by the same reading of imports. No module above the engine
-but the host reads the engine's ``Node`` off another object (``host.node``):
-the host offers public methods instead.
+Inside ``_actors`` and inside ``_launch``, the rooms (a folder, or a module of
+the layer's own) stand on floors (``ACTORS_FLOORS``, ``LAUNCH_FLOORS``), and a
+module imports nothing from a room on a higher floor, by the same reading of
+imports. No module above the engine but the host reads the engine's ``Node``
+off another object (``host.node``): the host offers public methods instead.
 """
 
 from __future__ import annotations
@@ -87,6 +87,20 @@ The vocabulary (the records every room speaks), the core (actors, refs, the
 system's surface, names, events), then placement, relocation and one node's
 part of the system. Rooms on one floor may import each other (the cycle check
 still holds them); a room never imports from a floor above its own.
+"""
+
+LAUNCH = "actorch._launch"
+
+LAUNCH_FLOORS: tuple[frozenset[str], ...] = (
+    frozenset({"options"}),
+    frozenset({"services"}),
+    frozenset({"world"}),
+    frozenset({"cli"}),
+)
+"""The rooms of ``_launch``, lowest floor first, as its ``__init__.py`` lists them.
+
+The options of a launch (resting on nothing they configure), the running
+system's services, the world's start, and the ``actorch`` command on top.
 """
 
 NODE_OWNER = "actorch._actors.node.host"
@@ -357,40 +371,71 @@ def non_public_imports(module: str, source: str, public: Collection[str], layout
     return found
 
 
-def room_of(module: str) -> str | None:
-    """The room of an ``_actors`` module: its folder or its own name (``placement``, ``ref``); None outside."""
-    parts = module.split(".")
-    if module.startswith(ACTORS + ".") and len(parts) >= 3:
-        return parts[2]
-    return None
+@dataclass(frozen=True)
+class Floors:
+    """The rooms of one layer (a folder, or a module of the layer's own) on their floors, lowest first."""
+
+    layer: str
+    """The layer's package: ``actorch._actors``."""
+    floors: tuple[frozenset[str], ...]
+    name: str
+    """What the floors are called in a message: ``ACTORS_FLOORS``."""
+
+    def room_of(self, module: str) -> str | None:
+        """The room of a module of the layer: its folder or its own name (``placement``, ``ref``); None outside."""
+        parts = module.split(".")
+        if module.startswith(self.layer + ".") and len(parts) >= 3:
+            return parts[2]
+        return None
+
+    def floor_of(self, module: str) -> int | None:
+        """The floor of a module's room (0 lowest); None outside the layer or on no floor."""
+        room = self.room_of(module)
+        return next((index for index, rooms in enumerate(self.floors) if room in rooms), None)
+
+    def upward(self, module: str, source: str, layout: Layout = LAYOUT) -> list[str]:
+        """The imports of a module of the layer that reach a room on a higher floor (or a module on none)."""
+        floor = self.floor_of(module)
+        if self.room_of(module) is None:
+            return []
+        if floor is None:
+            return [f"{module} is in no room of {self.name}"]
+        found = []
+        for imported in imports_in(module, source, layout):
+            if self.room_of(imported.target) is None:
+                continue
+            target_floor = self.floor_of(imported.target)
+            if target_floor is None:
+                found.append(f"{imported}, which is in no room of {self.name}")
+            elif target_floor > floor:
+                found.append(
+                    f"{imported}: {self.room_of(imported.target)} (floor {target_floor + 1}) is above "
+                    f"{self.room_of(module)} (floor {floor + 1})"
+                )
+        return found
+
+    def said(self, docstring: str) -> dict[int, frozenset[str]]:
+        """The rooms each item of a numbered list in ``docstring`` puts on its floor (``3. ``placement/``: ...``).
+
+        A name counts as a room when the layer has a folder or a module by that name.
+        """
+        rooms = {self.room_of(module) for module in MODULES} - {None}
+        said: dict[int, set[str]] = {}
+        current: int | None = None
+        for line in docstring.splitlines():
+            numbered = re.match(r"(\d+)\. ", line)
+            if numbered:
+                current = int(numbered[1])
+                said[current] = set()
+            elif not line.strip():
+                current = None
+            if current is not None:
+                said[current] |= {name for name in re.findall(r"``([\w]+)/?``", line) if name in rooms}
+        return {floor: frozenset(names) for floor, names in said.items()}
 
 
-def floor_of(module: str) -> int | None:
-    """The floor of an ``_actors`` module's room in ``ACTORS_FLOORS`` (0 lowest); None outside or on none."""
-    room = room_of(module)
-    return next((index for index, rooms in enumerate(ACTORS_FLOORS) if room in rooms), None)
-
-
-def upward_in_actors(module: str, source: str, layout: Layout = LAYOUT) -> list[str]:
-    """The imports of an ``_actors`` module that reach a room on a higher floor (or a module on none)."""
-    floor = floor_of(module)
-    if room_of(module) is None:
-        return []
-    if floor is None:
-        return [f"{module} is in no room of ACTORS_FLOORS"]
-    found = []
-    for imported in imports_in(module, source, layout):
-        if room_of(imported.target) is None:
-            continue
-        target_floor = floor_of(imported.target)
-        if target_floor is None:
-            found.append(f"{imported}, which is in no room of ACTORS_FLOORS")
-        elif target_floor > floor:
-            found.append(
-                f"{imported}: {room_of(imported.target)} (floor {target_floor + 1}) is above "
-                f"{room_of(module)} (floor {floor + 1})"
-            )
-    return found
+ACTORS_ROOMS = Floors(ACTORS, ACTORS_FLOORS, "ACTORS_FLOORS")
+LAUNCH_ROOMS = Floors(LAUNCH, LAUNCH_FLOORS, "LAUNCH_FLOORS")
 
 
 def node_reaches(module: str, source: str) -> list[str]:
@@ -406,26 +451,6 @@ def node_reaches(module: str, source: str) -> list[str]:
                 continue
             found.append(f"{module}:{node.lineno} reaches through {ast.unparse(node)}")
     return found
-
-
-def floors_said(docstring: str) -> dict[int, frozenset[str]]:
-    """The rooms each item of a numbered list in ``docstring`` puts on its floor (``3. ``placement/``: ...``).
-
-    A name counts as a room when ``_actors`` has a folder or a module by that name.
-    """
-    rooms = {room_of(module) for module in MODULES} - {None}
-    said: dict[int, set[str]] = {}
-    current: int | None = None
-    for line in docstring.splitlines():
-        numbered = re.match(r"(\d+)\. ", line)
-        if numbered:
-            current = int(numbered[1])
-            said[current] = set()
-        elif not line.strip():
-            current = None
-        if current is not None:
-            said[current] |= {name for name in re.findall(r"``([\w]+)/?``", line) if name in rooms}
-    return {floor: frozenset(names) for floor, names in said.items()}
 
 
 OWN = frozenset({"self", "cls"})
@@ -533,13 +558,13 @@ def test_stock_module_takes_only_public_names_from_the_runtime(module: str) -> N
 
 
 LAUNCH_LAYER = LAYERS.index("_launch")
-LAUNCH = [module for module in MODULES if layer_of(module) == LAUNCH_LAYER or module == "actorch.testing"]
+LAUNCH_AND_TESTING = [module for module in MODULES if layer_of(module) == LAUNCH_LAYER or module == "actorch.testing"]
 PRIVATE_BELOW_LAUNCH = private_attributes(
     {module: source for module, source in SOURCES.items() if (layer_of(module) or LAUNCH_LAYER) < LAUNCH_LAYER}
 )
 
 
-@pytest.mark.parametrize("module", LAUNCH)
+@pytest.mark.parametrize("module", LAUNCH_AND_TESTING)
 def test_launch_module_reaches_nothing_private_of_a_lower_layer(module: str) -> None:
     assert private_reaches(module, SOURCES[module], PRIVATE_BELOW_LAUNCH) == []
 
@@ -594,7 +619,7 @@ def test_no_kind_of_transport_is_among_what_the_launch_may_import() -> None:
 
 def test_the_launch_check_flags_an_import_of_a_kinds_own_module() -> None:
     source = "from actorch._transport.torch_rpc.rpc import active_transport\nfrom actorch._transport import kinds"
-    assert transport_imports("actorch._launch.start", source) - TRANSPORT_FOR_LAUNCH == {
+    assert transport_imports("actorch._launch.world.start", source) - TRANSPORT_FOR_LAUNCH == {
         "actorch._transport.torch_rpc.rpc"
     }
 
@@ -603,20 +628,24 @@ def test_the_private_attributes_below_the_launcher_include_those_of_the_system()
     assert {"_host", "_shutdown", "_caller", "_actor_id"} <= PRIVATE_BELOW_LAUNCH
 
 
-ACTORS_MODULES = [module for module in MODULES if room_of(module) is not None]
+FLOORED = (ACTORS_ROOMS, LAUNCH_ROOMS)
+"""The layers whose rooms stand on floors."""
+FLOORED_MODULES = [(floors, module) for floors in FLOORED for module in MODULES if floors.room_of(module) is not None]
 ABOVE_THE_ENGINE = [
     module for module in MODULES if (layer_of(module) or 0) >= LAYERS.index("_actors") and module != NODE_OWNER
 ]
 
 
-def test_every_module_of_the_actors_layer_stands_in_a_room_on_a_floor() -> None:
-    assert [module for module in ACTORS_MODULES if floor_of(module) is None] == []
-    assert {room_of(module) for module in ACTORS_MODULES} == frozenset().union(*ACTORS_FLOORS)
+@pytest.mark.parametrize("floors", FLOORED, ids=lambda floors: floors.layer)
+def test_every_module_of_a_floored_layer_stands_in_a_room_on_a_floor(floors: Floors) -> None:
+    modules = [module for module in MODULES if layer_of(module) == layer_of(floors.layer) and module != floors.layer]
+    assert [module for module in modules if floors.floor_of(module) is None] == []
+    assert {floors.room_of(module) for module in modules} == frozenset().union(*floors.floors)
 
 
-@pytest.mark.parametrize("module", ACTORS_MODULES)
-def test_actors_module_imports_nothing_from_a_room_on_a_higher_floor(module: str) -> None:
-    assert upward_in_actors(module, SOURCES[module]) == []
+@pytest.mark.parametrize(("floors", "module"), FLOORED_MODULES, ids=[module for _, module in FLOORED_MODULES])
+def test_module_imports_nothing_from_a_room_on_a_higher_floor(floors: Floors, module: str) -> None:
+    assert floors.upward(module, SOURCES[module]) == []
 
 
 @pytest.mark.parametrize("module", ABOVE_THE_ENGINE)
@@ -629,9 +658,15 @@ def test_the_host_is_the_module_that_holds_the_node() -> None:
     assert "self.node = Node(" in SOURCES[NODE_OWNER]
 
 
-def test_the_actors_package_lists_its_floors_as_the_check_holds_them() -> None:
-    docstring = ast.get_docstring(ast.parse(SOURCES[ACTORS])) or ""
-    assert floors_said(docstring) == {floor + 1: rooms for floor, rooms in enumerate(ACTORS_FLOORS)}
+@pytest.mark.parametrize("floors", FLOORED, ids=lambda floors: floors.layer)
+def test_a_floored_package_lists_its_floors_as_the_check_holds_them(floors: Floors) -> None:
+    docstring = ast.get_docstring(ast.parse(SOURCES[floors.layer])) or ""
+    assert floors.said(docstring) == {floor + 1: rooms for floor, rooms in enumerate(floors.floors)}
+
+
+def test_the_options_of_a_launch_stand_on_the_lowest_floor_of_the_launch_layer() -> None:
+    assert LAUNCH_ROOMS.floor_of("actorch._launch.options.system_options") == 0
+    assert LAUNCH_ROOMS.floor_of("actorch._launch.cli.command") == len(LAUNCH_FLOORS) - 1
 
 
 # ---------------------------------------------------------------------- the checker, on sources that break the rules
@@ -975,11 +1010,11 @@ def test_public_api_check_allows_exported_names_and_other_stock_modules(source: 
         "def f(system, stop):\n    system._shutdown = stop",
         "def f(world):\n    return world[0]._host",
         "from actorch._actors.ref import _rebuild",
-        "from .._actors.node.node_system import _attach",
+        "from ..._actors.node.node_system import _attach",
     ],
 )
 def test_private_check_flags_a_launch_module_reaching_into_a_lower_layer(source: str) -> None:
-    assert private_reaches("actorch._launch.serving", source, frozenset({"_host", "_shutdown"}), SAMPLE)
+    assert private_reaches("actorch._launch.world.serving", source, frozenset({"_host", "_shutdown"}), SAMPLE)
 
 
 @pytest.mark.parametrize(
@@ -988,11 +1023,11 @@ def test_private_check_flags_a_launch_module_reaching_into_a_lower_layer(source:
         "class C:\n    def f(self):\n        return self._host",
         "def f(system):\n    return system.host",
         "import os\nos._exit(0)",
-        "from actorch._launch.run import _plan",
+        "from actorch._launch.world.run import _plan",
     ],
 )
 def test_private_check_allows_own_attributes_other_names_and_the_same_layer(source: str) -> None:
-    assert private_reaches("actorch._launch.serving", source, frozenset({"_host", "_shutdown"}), SAMPLE) == []
+    assert private_reaches("actorch._launch.world.serving", source, frozenset({"_host", "_shutdown"}), SAMPLE) == []
 
 
 def test_private_attributes_are_those_set_on_self_or_cls_or_in_a_class_body() -> None:
@@ -1015,7 +1050,7 @@ def test_exported_names_are_read_from_the_facade() -> None:
     ],
 )
 def test_room_of_an_actors_module_is_its_folder_or_itself(module: str, expected: str | None) -> None:
-    assert room_of(module) == expected
+    assert ACTORS_ROOMS.room_of(module) == expected
 
 
 @pytest.mark.parametrize(
@@ -1035,7 +1070,7 @@ def test_room_of_an_actors_module_is_its_folder_or_itself(module: str, expected:
     ],
 )
 def test_floor_check_flags_an_import_from_a_higher_room(module: str, source: str) -> None:
-    assert upward_in_actors(module, source, ACTORS_SAMPLE)
+    assert ACTORS_ROOMS.upward(module, source, ACTORS_SAMPLE)
 
 
 @pytest.mark.parametrize(
@@ -1050,20 +1085,48 @@ def test_floor_check_flags_an_import_from_a_higher_room(module: str, source: str
     ],
 )
 def test_floor_check_allows_an_import_from_the_same_floor_or_below(module: str, source: str) -> None:
-    assert upward_in_actors(module, source, ACTORS_SAMPLE) == []
+    assert ACTORS_ROOMS.upward(module, source, ACTORS_SAMPLE) == []
 
 
 def test_floor_check_names_the_line_and_both_floors() -> None:
     source = "import os\n\ndef f():\n    from actorch._actors.node.host import ActorHost\n"
-    assert upward_in_actors("actorch._actors.placement.fit", source, ACTORS_SAMPLE) == [
+    assert ACTORS_ROOMS.upward("actorch._actors.placement.fit", source, ACTORS_SAMPLE) == [
         "actorch._actors.placement.fit:4 imports actorch._actors.node.host: node (floor 5) is above placement (floor 3)"
     ]
 
 
 def test_floor_check_flags_an_actors_module_in_no_room() -> None:
-    assert upward_in_actors("actorch._actors.newroom", "import os", ACTORS_SAMPLE) == [
+    assert ACTORS_ROOMS.upward("actorch._actors.newroom", "import os", ACTORS_SAMPLE) == [
         "actorch._actors.newroom is in no room of ACTORS_FLOORS"
     ]
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("actorch._launch.options.system_options", "from actorch._launch.world.nodes import declared_resources"),
+        ("actorch._launch.options.system_options", "from actorch._launch.services.status import StatusServer"),
+        ("actorch._launch.options.environment", "def f():\n    from actorch._launch.services import logs"),
+        ("actorch._launch.services.logs", "if TYPE_CHECKING:\n    from actorch._launch.world.startup import Plan"),
+        ("actorch._launch.world.run", "from actorch._launch.cli.command import parser"),
+    ],
+)
+def test_floor_check_flags_a_launch_module_importing_from_a_higher_room(module: str, source: str) -> None:
+    assert LAUNCH_ROOMS.upward(module, source)
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("actorch._launch.cli.command", "from actorch._launch.services.status import READABLE_SCHEMAS"),
+        ("actorch._launch.cli.run", "from actorch._launch.options.environment import WORLD_SIZE_ENV"),
+        ("actorch._launch.world.run", "from actorch._launch.options.system_options import SystemOptions"),
+        ("actorch._launch.services.logs", "from actorch._launch.options.environment import effective_log_level"),
+        ("actorch._launch.options.system_options", "from actorch._launch.options.setup import Setup"),
+    ],
+)
+def test_floor_check_allows_a_launch_module_importing_from_its_floor_or_below(module: str, source: str) -> None:
+    assert LAUNCH_ROOMS.upward(module, source) == []
 
 
 @pytest.mark.parametrize(
@@ -1078,7 +1141,7 @@ def test_floor_check_flags_an_actors_module_in_no_room() -> None:
     ],
 )
 def test_node_check_flags_a_reach_through_another_object(source: str) -> None:
-    assert node_reaches("actorch._launch.lead", source)
+    assert node_reaches("actorch._launch.world.lead", source)
 
 
 @pytest.mark.parametrize(
@@ -1092,7 +1155,7 @@ def test_node_check_flags_a_reach_through_another_object(source: str) -> None:
     ],
 )
 def test_node_check_allows_a_module_its_own_node_and_the_host_s_methods(source: str) -> None:
-    assert node_reaches("actorch._launch.lead", source) == []
+    assert node_reaches("actorch._launch.world.lead", source) == []
 
 
 FLOORS_DOCSTRING = """Layer 4.
@@ -1108,7 +1171,7 @@ Prose that names ``ref`` is no floor.
 
 
 def test_floors_are_read_from_a_numbered_list_of_rooms_in_backticks() -> None:
-    assert floors_said(FLOORS_DOCSTRING) == {
+    assert ACTORS_ROOMS.said(FLOORS_DOCSTRING) == {
         2: frozenset({"placement"}),
         1: frozenset({"where", "restart", "spawn_request"}),
         5: frozenset({"node"}),

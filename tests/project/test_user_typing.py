@@ -138,7 +138,7 @@ def test_mypy_strict_on_a_users_script_checks_call_and_tell_and_reports_nothing_
         (script.name, str(MISSPELT_OPTION_LINE), "[call-arg]"),
     ], checked.stdout + checked.stderr
     assert 'Unexpected keyword argument "stirct" for "run"; did you mean "strict"?' in checked.stdout
-    said = checked.stdout.replace("actorch.Actor", "").replace('note: "run" defined in "actorch._launch.run"', "")
+    said = checked.stdout.replace("actorch.Actor", "").replace('note: "run" defined in "actorch._launch.world.run"', "")
     assert "actorch" not in said, "no error or note points inside actorch"
     assert checked.stdout.rstrip().endswith("Found 4 errors in 1 file (checked 1 source file)"), checked.stdout
 

@@ -23,7 +23,7 @@ import actorch
 from actorch._actors.events import EventHub, NodeJoined, NodeLeft, Subscription
 from actorch._actors.restart import EXIT_REASONS
 from actorch._engine.node import describe_ranks
-from actorch._launch import run as run_module
+from actorch._launch.world import run as run_module
 from actorch._transport.base import NodeInfo
 from actorch._transport.membership import Membership, facts_of, info_of, new_token, parse_address
 from actorch._transport.torch_rpc.elastic import ElasticRpcTransport, prepare_join

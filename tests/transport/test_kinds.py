@@ -1,7 +1,14 @@
-"""The table of kinds: one function opens any kind from a world spec and its options; records travel as json."""
+"""The table of kinds: one function opens any kind from a world spec and its options; records travel as json.
+
+It also holds what docs/architecture.md says a new kind takes: one module
+(or package) of ``_transport`` that nothing else in actorch imports but the
+table and the public modules, one line of ``KINDS``, and a world of its own in
+the conformance suite.
+"""
 
 from __future__ import annotations
 
+import ast
 import json
 import pickle
 import socket
@@ -10,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conformance import KINDS as CONFORMANCE_WORLDS
+from test_conformance import WORLDS
 
 import actorch
 from actorch._transport import kinds
@@ -198,3 +207,51 @@ def test_each_kind_is_the_kind_record_of_one_module_and_one_line_of_the_table() 
         home = sys.modules[kind.open.__module__]
         assert home.KIND is kind  # type: ignore[attr-defined]
         assert line.endswith(".KIND,")
+
+
+PACKAGE = Path(__file__).resolve().parents[2] / "actorch"
+PUBLIC = frozenset({"actorch", "actorch.testing"})
+"""The modules that may name a kind's own besides the table: they export its options record to users."""
+
+
+def home_of(kind: Any) -> str:
+    """The module or package of ``_transport`` that a kind is (``actorch._transport.torch_rpc``)."""
+    return ".".join(kind.open.__module__.split(".")[:3])
+
+
+def imports_of_the_package() -> dict[str, set[str]]:
+    """Every module of actorch, by name, with the modules it imports (at any depth, absolute imports)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+        found[module] = imported
+    return found
+
+
+def within(name: str, home: str) -> bool:
+    return name == home or name.startswith(home + ".")
+
+
+def test_no_module_but_the_table_and_the_public_ones_imports_a_kinds_own() -> None:
+    homes = {home_of(kind) for kind in KINDS}
+    assert homes >= {"actorch._transport.torch_rpc", "actorch._transport.inprocess", "actorch._transport.faulty"}
+    importers: dict[str, set[str]] = {home: set() for home in homes}
+    for module, imported in imports_of_the_package().items():
+        for home in homes:
+            if not within(module, home) and any(within(name, home) for name in imported):
+                importers[home].add(module)
+    for home, found in importers.items():
+        assert "actorch._transport.kinds" in found, home
+        assert found - PUBLIC == {"actorch._transport.kinds"}, home
+
+
+def test_the_conformance_suite_runs_a_world_of_every_kind_of_the_table() -> None:
+    assert {param.values[0] for param in WORLDS} == set(CONFORMANCE_WORLDS)
+    assert {kind_of(record).name for record in CONFORMANCE_WORLDS.values()} == {kind.name for kind in KINDS}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from actorch._launch.options import SystemOptions
+from actorch._launch.options.system_options import SystemOptions
 from actorch._transport.base import NodeInfo
 from actorch._transport.suspicion import STARVED_LIMIT, Suspicion, own_process
 

@@ -27,7 +27,8 @@ from typing import Any
 
 from actorch._actors.node.host import ActorHost
 from actorch._base.resources import check_resources
-from actorch._launch.eventloop import Watchdog
+from actorch._launch.options.system_options import ResourceSpec
+from actorch._launch.world.eventloop import Watchdog
 from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.capabilities import elastic_of
 from actorch._transport.kind import KindOptions
@@ -35,14 +36,10 @@ from actorch._transport.kind import KindOptions
 __all__ = [
     "LocalLauncher",
     "ParentWatch",
-    "ResourceSpec",
     "declared_resources",
     "environment",
     "grow_refusal",
 ]
-
-ResourceSpec = Mapping[str, float] | Mapping[int, Mapping[str, float]] | None
-"""What ``run(resources=...)`` takes: one mapping for every node, or mappings by rank."""
 
 QUIET_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR"}
 """What every node process's environment gets: torch's C++ warnings off before torch loads."""

@@ -40,7 +40,7 @@ def parse_resource(text: str) -> tuple[str, float]:
 def serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``actorch serve``: join the system and serve until it ends or this node leaves; the exit code."""
     # Imported here, as they import torch: the parser takes parse_resource from this module, and --help is quick.
-    from actorch._launch.serving import serve  # noqa: PLC0415
+    from actorch._launch.world.serving import serve  # noqa: PLC0415
     from actorch._transport.membership import ADDRESS_ENV, TOKEN_ENV  # noqa: PLC0415
 
     if not (args.address or os.environ.get(ADDRESS_ENV)):

@@ -1,6 +1,6 @@
 """``actorch stacks``: where every node of a running system is, line by line.
 
-Rank 0 gathers it on a thread (``GET /stacks``, see ``status``), so it answers
+Rank 0 gathers it on a thread (``GET /stacks``, see ``services/status``), so it answers
 also when an event loop is blocked. For each node: whether its loop keeps up,
 each actor's running handlers as await chains down to the line each is on
 (with what it waits for), the loop's other tasks, and every thread's stack.
@@ -17,7 +17,7 @@ import argparse
 import json
 from typing import Any
 
-from actorch._launch.cli_status import StatusUnavailable, fail_command, fetch_served, find_address
+from actorch._launch.cli.status import StatusUnavailable, fail_command, fetch_served, find_address
 
 __all__ = ["format_stacks", "stacks_command"]
 

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, NoReturn, TypeVar
 import structlog
 
 from actorch._base.deadline import DeadlineLoop
-from actorch._launch.interrupts import TERMINATE_EXIT_CODE, InterruptPolicy, InterruptWatcher
+from actorch._launch.world.interrupts import TERMINATE_EXIT_CODE, InterruptPolicy, InterruptWatcher
 
 __all__ = ["LEFTOVER_WAIT", "Watchdog", "interruption", "run_bounded"]
 

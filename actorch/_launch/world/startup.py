@@ -22,7 +22,8 @@ from actorch._actors.node.node_system import open_system
 from actorch._actors.system import ActorSystem
 from actorch._base.config import SystemConfig
 from actorch._base.reaping import watch_exit
-from actorch._launch.workers import exit_of, kill_lost
+from actorch._launch.options.setup import Setup
+from actorch._launch.world.workers import exit_of, kill_lost
 from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.capabilities import elastic_of
 from actorch._transport.kind import KindOptions
@@ -35,7 +36,6 @@ __all__ = [
     "TORCHRUN_VARS",
     "YOUNG_GC_THRESHOLD",
     "Plan",
-    "Setup",
     "World",
     "node_transport",
     "plan_from",
@@ -55,9 +55,6 @@ YOUNG_GC_THRESHOLD = 3_000
 
 OLD_GC_THRESHOLD = 100
 """Collections of the middle generation between two full ones when ``run`` tunes the collector (Python: 10)."""
-
-Setup = Callable[[int], object]
-"""A function run on every node with its rank before the node serves (may return an awaitable)."""
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
-"""``actorch status`` and ``actorch stop``: find a system, show what its rank 0 serves, ask it to shut down.
+"""``actorch status``: find a system, and show what its rank 0 serves.
 
 A system is found by an address given on the command line, by
 ``ACTORCH_STATUS_PORT``, or by the runtime file its rank 0 writes on this host
-(``actorch._launch.runtime``). What cannot be read is one line on stderr: exit
-code 2 when the command line is at fault (or it does not say which of several
-systems), 1 when the system is not there or does not answer as an actorch
-status does. With ``--json``, stdout has JSON whatever happens: the status, or
-an object whose ``error`` says what went wrong, for a script to read.
+(``actorch._launch.services.runtime``); ``actorch stacks`` finds one the same
+way, and ``actorch stop`` by its runtime file alone (``one_system``). What
+cannot be read is one line on stderr: exit code 2 when the command line is at
+fault (or it does not say which of several systems), 1 when the system is not
+there or does not answer as an actorch status does. With ``--json``, stdout
+has JSON whatever happens: the status, or an object whose ``error`` says what
+went wrong, for a script to read.
 """
 
 from __future__ import annotations
@@ -15,15 +17,15 @@ import argparse
 import http.client
 import json
 import os
-import signal
 import sys
 import time
 import urllib.error
 import urllib.request
 from typing import Any, NoReturn
 
-from actorch._launch.runtime import RunningSystem, running_systems, runtime_dir
-from actorch._launch.status import READABLE_SCHEMAS, STATUS_OFF, STATUS_PORT_ENV
+from actorch._launch.options.environment import STATUS_OFF, STATUS_PORT_ENV
+from actorch._launch.services.runtime import RunningSystem, running_systems, runtime_dir
+from actorch._launch.services.status import READABLE_SCHEMAS
 
 __all__ = [
     "StatusUnavailable",
@@ -31,8 +33,8 @@ __all__ = [
     "fetch_served",
     "fetch_status",
     "find_address",
+    "one_system",
     "status_command",
-    "stop_command",
 ]
 
 _MAX_ANSWER = 64 << 20
@@ -61,7 +63,7 @@ def _systems(command: str, *, as_json: bool = False) -> list[RunningSystem]:
         fail_command(command, f"cannot read the runtime directory: {exc}", as_json=as_json)
 
 
-def _one_system(command: str, pid: int | None, *, as_json: bool = False) -> RunningSystem:
+def one_system(command: str, pid: int | None, *, as_json: bool = False) -> RunningSystem:
     """The system of this host that the command means: the one with rank 0's ``pid``, or the only one.
 
     Each system has a runtime file of its own (named by rank 0's pid): with
@@ -125,7 +127,7 @@ def find_address(args: argparse.Namespace, command: str = "status") -> str:
                 as_json=args.json,
             )
         return f"127.0.0.1:{port}"
-    system = _one_system(command, args.pid, as_json=args.json)
+    system = one_system(command, args.pid, as_json=args.json)
     if system.status is None:
         fail_command(
             command,
@@ -225,7 +227,7 @@ def status_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     address = find_address(args)
     from rich.console import Console  # noqa: PLC0415 - only this command needs rich
 
-    from actorch._launch.cli_tables import status_tables  # noqa: PLC0415 - needs rich
+    from actorch._launch.cli.tables import status_tables  # noqa: PLC0415 - needs rich
 
     console = Console() if sys.stdout.isatty() else Console(width=200)  # piped: whole rows, never wrapped
     previous: dict[str, Any] | None = None
@@ -250,37 +252,3 @@ def status_command(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             return 0
         previous = current
         time.sleep(args.interval)
-
-
-# ---------------------------------------------------------------------- actorch stop
-
-
-def stop_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """``actorch stop``: ask a system of this host to shut down in order, then wait until it has; the exit code.
-
-    Rank 0 started by torchrun's agent (``actorch run -n N``, ``torchrun``): the
-    agent gets SIGINT, as on Ctrl-C, and passes it to every rank; rank 0 leads
-    the shutdown, the others follow it, and the agent restarts nothing. SIGTERM
-    to rank 0 alone would end a rank of the group, which the agent counts as a
-    failure (and restarts with ``--max-restarts``). Otherwise rank 0 gets
-    SIGTERM, as from a scheduler.
-    """
-    system = _one_system("stop", args.pid)
-    through_launcher = system.launcher_running()
-    target, how = (system.launcher, signal.SIGINT) if through_launcher else (system.pid, signal.SIGTERM)
-    assert target is not None
-    try:
-        os.kill(target, how)
-    except ProcessLookupError:
-        print(f"actorch stop: the system of pid {system.pid} had already ended")
-        return 0
-    except PermissionError as exc:
-        fail_command("stop", f"cannot signal pid {target}: {exc.strerror}")
-    deadline = time.monotonic() + args.timeout
-    while system.running() or (through_launcher and system.launcher_running()):
-        if time.monotonic() >= deadline:
-            who = f"its launcher (pid {target})" if through_launcher else f"rank 0 (pid {system.pid})"
-            fail_command("stop", f"{who} has not exited {args.timeout:g} s after {how.name}")
-        time.sleep(0.05)
-    print(f"actorch stop: stopped the system of pid {system.pid} ({system.script})")
-    return 0

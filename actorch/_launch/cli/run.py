@@ -3,7 +3,7 @@
 Through torchrun every rank is a process of torchrun's agent, which runs in
 this very process: its per-rank log files (``--log-dir``, ``--redirects``,
 ``--tee``) and its restarts (``--max-restarts``) come with it. Each rank runs
-the script under ``actorch._launch.runner``, which ends an interrupted rank
+the script under ``actorch._launch.cli.runner``, which ends an interrupted rank
 quietly, and prints the traceback of a rank that failed where the rank's
 stderr goes and records its exception for the agent. A failed run then ends
 with one line naming the first failure's rank, type and message (and with the
@@ -24,13 +24,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from actorch._launch.options import launcher_environment
-from actorch._launch.run import WORLD_SIZE_ENV
-from actorch._launch.status import check_status_port
+from actorch._launch.options.environment import WORLD_SIZE_ENV
+from actorch._launch.options.system_options import launcher_environment
+from actorch._launch.services.status import check_status_port
 
 __all__ = ["RENDEZVOUS_FLAGS", "RUNNER", "TORCHRUN_FLAGS", "run_command"]
 
-RUNNER = "actorch._launch.runner"
+RUNNER = "actorch._launch.cli.runner"
 """The module each rank runs, with the script and its arguments after it."""
 RENDEZVOUS_FLAGS = (
     "standalone",

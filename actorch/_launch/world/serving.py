@@ -28,11 +28,13 @@ from actorch._actors.node.node_system import NodeSystem
 from actorch._actors.system import ActorSystem
 from actorch._base.config import is_number
 from actorch._base.resources import check_resources
-from actorch._launch.eventloop import Watchdog, run_bounded
-from actorch._launch.logs import configure_logging, effective_log_level
-from actorch._launch.nodes import LocalLauncher, ParentWatch
-from actorch._launch.startup import SHUTDOWN_TIMEOUT, Plan, Setup, World, node_transport, plan_from, start_node
-from actorch._launch.workers import reap_workers
+from actorch._launch.options.environment import effective_log_level
+from actorch._launch.options.setup import Setup, SystemSetup, takes_system
+from actorch._launch.services.logs import configure_logging
+from actorch._launch.world.eventloop import Watchdog, run_bounded
+from actorch._launch.world.nodes import LocalLauncher, ParentWatch
+from actorch._launch.world.startup import SHUTDOWN_TIMEOUT, Plan, World, node_transport, plan_from, start_node
+from actorch._launch.world.workers import reap_workers
 from actorch._transport.base import NodeTraits
 from actorch._transport.capabilities import is_elastic
 from actorch._transport.kinds import prepare_join
@@ -41,16 +43,10 @@ from actorch._transport.membership import ADDRESS_ENV, TOKEN_ENV, parse_address
 __all__ = [
     "END_BLOCKED",
     "NEWCOMER_JOIN_TIMEOUT",
-    "SystemSetup",
     "describe_running",
     "join_target",
     "serve",
-    "takes_system",
 ]
-
-
-SystemSetup = Callable[[ActorSystem], object]
-"""A ``serve`` setup that asks for the node's system: run once the node has joined (may return an awaitable)."""
 
 NEWCOMER_JOIN_TIMEOUT = 60.0
 """Seconds a node process started on demand waits for its system's rendezvous to answer."""
@@ -68,20 +64,6 @@ class _Newcomer:
     token: str
     traits: NodeTraits
     plan: Plan
-
-
-def takes_system(setup: Callable[..., object]) -> bool:
-    """Whether ``setup`` asks for the node's system: its first parameter is named ``system`` or annotated so."""
-    try:
-        parameters = list(inspect.signature(setup).parameters.values())
-    except (TypeError, ValueError):  # a callable without a signature takes the rank, as always
-        return False
-    if not parameters:
-        return False
-    first = parameters[0]
-    annotation = first.annotation
-    named = annotation.rpartition(".")[2] if isinstance(annotation, str) else getattr(annotation, "__name__", None)
-    return first.name == "system" or annotation is ActorSystem or named == "ActorSystem"
 
 
 def describe_running(running: Mapping[str, Any] | None) -> str:

@@ -48,8 +48,6 @@ if TYPE_CHECKING:
 __all__ = [
     "READABLE_SCHEMAS",
     "STACKS_TIMEOUT",
-    "STATUS_OFF",
-    "STATUS_PORT_ENV",
     "STATUS_SCHEMA",
     "StatusServer",
     "check_status_port",
@@ -57,10 +55,6 @@ __all__ = [
     "gather_status",
 ]
 
-STATUS_PORT_ENV = "ACTORCH_STATUS_PORT"
-"""Environment variable naming rank 0's status port (as ``run(status_port=...)``), or ``off`` for none."""
-STATUS_OFF = "off"
-"""``ACTORCH_STATUS_PORT``'s value that serves no status (``actorch run --no-status``), as ``run(status=False)``."""
 STATUS_SCHEMA = 5
 """Version of the status JSON's fields (its ``schema`` field); docs/operations.md lists them.
 
@@ -280,7 +274,7 @@ class StatusServer:
             )
         if path == "/status":
             return "200 OK", "application/json", json.dumps(status).encode()
-        from actorch._launch.prometheus import metrics_text  # noqa: PLC0415 - an optional dependency
+        from actorch._launch.services.prometheus import metrics_text  # noqa: PLC0415 - an optional dependency
 
         try:
             text = metrics_text(status)

@@ -15,11 +15,12 @@ import os
 import socket
 from typing import Any
 
-from actorch._launch.guard import WORKER_OF_ENV
-from actorch._launch.nodes import QUIET_ENV, ResourceSpec, declared_resources, environment
-from actorch._launch.serving import _serve
-from actorch._launch.startup import Plan, World, shared_settings
-from actorch._launch.workers import kill_workers
+from actorch._launch.options.system_options import ResourceSpec
+from actorch._launch.world.guard import WORKER_OF_ENV
+from actorch._launch.world.nodes import QUIET_ENV, declared_resources, environment
+from actorch._launch.world.serving import _serve
+from actorch._launch.world.startup import Plan, World, shared_settings
+from actorch._launch.world.workers import kill_workers
 from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.kinds import open_transport
 from actorch._transport.membership import TOKEN_ENV, new_token

@@ -1,4 +1,4 @@
-"""How ``actorch run`` runs a script in each process: ``python -m actorch._launch.runner script.py args...``.
+"""How ``actorch run`` runs a script in each process: ``python -m actorch._launch.cli.runner script.py args...``.
 
 The script runs as ``python script.py args`` would run it (``__main__``, its
 own ``sys.argv``, its directory first on ``sys.path``). Two things differ, both

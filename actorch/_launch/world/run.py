@@ -22,13 +22,8 @@ from typing import TypeVar, Unpack
 import structlog
 
 from actorch._base.record import new_run_id
-from actorch._launch.eventloop import run_bounded
-from actorch._launch.guard import refuse_run_while_imported
-from actorch._launch.lead import Main, check_main, interrupt_policy, lead
-from actorch._launch.local import elastic_token, launch_traits, local_world
-from actorch._launch.logs import configure_logging, effective_log_level
-from actorch._launch.nodes import declared_resources
-from actorch._launch.options import (
+from actorch._launch.options.environment import WORLD_SIZE_ENV, effective_log_level
+from actorch._launch.options.system_options import (
     OptionKeywords,
     SystemOptions,
     options_of,
@@ -37,10 +32,16 @@ from actorch._launch.options import (
     system_config,
     trace_path,
 )
-from actorch._launch.serving import _serve
-from actorch._launch.startup import TORCHRUN_VARS, Plan, World, node_transport
-from actorch._launch.status import check_status_port
-from actorch._launch.workers import reap_workers
+from actorch._launch.services.logs import configure_logging
+from actorch._launch.services.status import check_status_port
+from actorch._launch.world.eventloop import run_bounded
+from actorch._launch.world.guard import refuse_run_while_imported
+from actorch._launch.world.lead import Main, check_main, interrupt_policy, lead
+from actorch._launch.world.local import elastic_token, launch_traits, local_world
+from actorch._launch.world.nodes import declared_resources
+from actorch._launch.world.serving import _serve
+from actorch._launch.world.startup import TORCHRUN_VARS, Plan, World, node_transport
+from actorch._launch.world.workers import reap_workers
 from actorch._transport.base import NodeTraits
 
 __all__ = ["run"]
@@ -48,9 +49,6 @@ __all__ = ["run"]
 T = TypeVar("T")
 
 log = structlog.get_logger("actorch")
-
-WORLD_SIZE_ENV = "ACTORCH_WORLD_SIZE"
-"""Set by ``actorch run -n N``: the number of local processes, in place of ``run``'s ``world_size``."""
 
 
 def run(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from actorch._launch.guard import worker_report
+from actorch._launch.world.guard import worker_report
 
 __all__ = ["JOIN_TIMEOUT", "exit_of", "kill_lost", "kill_workers", "reap_workers"]
 

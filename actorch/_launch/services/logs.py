@@ -10,47 +10,18 @@ node of a launch is configured with rank 0's level (it travels in the plan).
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Any
 
 import structlog
 
-__all__ = ["LOG_LEVELS", "LOG_LEVEL_ENV", "check_log_level", "configure_logging", "effective_log_level"]
+from actorch._launch.options.environment import effective_log_level
 
-LOG_LEVEL_ENV = "ACTORCH_LOG_LEVEL"
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-"""The levels ``log_level`` and ``ACTORCH_LOG_LEVEL`` take, in any case."""
+__all__ = ["configure_logging"]
+
 
 _MADE: dict[str, Any] = {}
 """The processors of the configuration made here (``"processors"``), to tell it from one the program made."""
-
-
-def check_log_level(level: object, option: str = "log_level") -> str | None:
-    """``level`` as one of ``LOG_LEVELS``, or None if it is None.
-
-    Raises:
-        ValueError: ``level`` is not a level; the message names ``option`` and the levels it takes.
-    """
-    if level is None:
-        return None
-    if isinstance(level, str) and level.lower() in LOG_LEVELS:
-        return level.lower()
-    levels = ", ".join(repr(name) for name in LOG_LEVELS)
-    if option == LOG_LEVEL_ENV:
-        raise ValueError(f"{LOG_LEVEL_ENV} must be one of {levels} (in any case), not {level!r}")
-    raise ValueError(
-        f"{option} must be one of {levels} (in any case), or None for ${LOG_LEVEL_ENV} (else 'warning'), not {level!r}"
-    )
-
-
-def effective_log_level(level: object = None) -> str:
-    """The level a process logs at: ``level``, else ``ACTORCH_LOG_LEVEL``, else ``warning``; each checked.
-
-    Raises:
-        ValueError: ``level``, or ``ACTORCH_LOG_LEVEL`` where ``level`` is None, is not a level.
-    """
-    return check_log_level(level) or check_log_level(os.environ.get(LOG_LEVEL_ENV) or None, LOG_LEVEL_ENV) or "warning"
 
 
 def configure_logging(level: str | None = None) -> None:
@@ -60,7 +31,7 @@ def configure_logging(level: str | None = None) -> None:
     made again, at the new level.
 
     Raises:
-        ValueError: The level is not one of ``LOG_LEVELS``.
+        ValueError: The level is not one of ``LOG_LEVELS`` (``options.environment``).
     """
     from actorch._engine.log_context import add_call_context  # noqa: PLC0415 - it brings torch: the CLI's help needs neither
 

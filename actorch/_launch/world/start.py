@@ -26,13 +26,13 @@ from typing import Any, Unpack
 
 from actorch._actors.system import ActorSystem, hand_over
 from actorch._base.errors import UnsupportedError
-from actorch._launch.lead import lead
-from actorch._launch.local import elastic_token, launch_traits, local_world
-from actorch._launch.options import OptionKeywords, SystemOptions, options_of
-from actorch._launch.run import _make_snapshot_directory, _plan, _requested_world_size
-from actorch._launch.startup import TORCHRUN_VARS, Plan
-from actorch._launch.status import check_status_port
-from actorch._launch.workers import JOIN_TIMEOUT, kill_workers
+from actorch._launch.options.system_options import OptionKeywords, SystemOptions, options_of
+from actorch._launch.services.status import check_status_port
+from actorch._launch.world.lead import lead
+from actorch._launch.world.local import elastic_token, launch_traits, local_world
+from actorch._launch.world.run import _make_snapshot_directory, _plan, _requested_world_size
+from actorch._launch.world.startup import TORCHRUN_VARS, Plan
+from actorch._launch.world.workers import JOIN_TIMEOUT, kill_workers
 from actorch._transport.base import NodeTraits, Transport
 from actorch._transport.kinds import at_exit, running
 

@@ -15,7 +15,7 @@ import multiprocessing
 import os
 import sys
 
-from actorch._launch.runtime import runtime_dir
+from actorch._launch.services.runtime import runtime_dir
 
 __all__ = ["WORKER_OF_ENV", "refuse_run_while_imported", "worker_report"]
 

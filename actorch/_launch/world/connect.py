@@ -24,10 +24,11 @@ from actorch._actors.node.host import ActorHost
 from actorch._actors.system import ActorSystem, hand_over
 from actorch._base.errors import JoinError
 from actorch._base.resources import check_resources
-from actorch._launch.logs import configure_logging, effective_log_level
-from actorch._launch.serving import join_target
-from actorch._launch.start import Opening, wake_for_interrupts
-from actorch._launch.startup import SHUTDOWN_TIMEOUT, World, node_transport, plan_from, start_node
+from actorch._launch.options.environment import effective_log_level
+from actorch._launch.services.logs import configure_logging
+from actorch._launch.world.serving import join_target
+from actorch._launch.world.start import Opening, wake_for_interrupts
+from actorch._launch.world.startup import SHUTDOWN_TIMEOUT, World, node_transport, plan_from, start_node
 from actorch._transport.base import NodeTraits
 from actorch._transport.kinds import prepare_join, running
 from actorch._transport.membership import TOKEN_ENV

@@ -1,6 +1,6 @@
 """The CLI reference page, ``docs/cli.md``, made from the ``actorch`` command's own argument parser.
 
-``python -m actorch._launch.cli_reference > docs/cli.md`` writes it again;
+``python -m actorch._launch.cli.reference > docs/cli.md`` writes it again;
 ``tests/launch/test_cli_reference.py`` fails when the page and the parser differ, so
 the page can only say what the command accepts.
 """
@@ -12,7 +12,7 @@ import os
 import sys
 import textwrap
 
-from actorch._launch.cli import parser
+from actorch._launch.cli.command import parser
 
 __all__ = ["reference"]
 
@@ -21,7 +21,7 @@ _WIDTH = "100"
 _HEADER = """\
 # Command-line reference
 
-<!-- Made by `python -m actorch._launch.cli_reference > docs/cli.md` from the argument parser; do not edit. -->
+<!-- Made by `python -m actorch._launch.cli.reference > docs/cli.md` from the argument parser; do not edit. -->
 
 Every flag of the `actorch` command (`python -m actorch` is the same command,
 but imports the whole package, torch included, before it reads a flag; `actorch`

@@ -26,14 +26,14 @@ from actorch._actors.node.service import NodeService
 from actorch._actors.system import ActorSystem
 from actorch._base.errors import ActorStoppedError, NodeLostError, describe
 from actorch._engine.wire import handler_traceback
-from actorch._launch.eventloop import interruption
-from actorch._launch.interrupts import InterruptPolicy
-from actorch._launch.nodes import LocalLauncher, grow_refusal
-from actorch._launch.runtime import Announcement, status_address
-from actorch._launch.serving import END_BLOCKED, _newcomer_arguments, _serve_newcomer, describe_running
-from actorch._launch.startup import SHUTDOWN_TIMEOUT, TORCHRUN_VARS, Plan, start_node
-from actorch._launch.status import StatusServer
-from actorch._launch.workers import kill_lost, kill_workers
+from actorch._launch.services.runtime import Announcement, status_address
+from actorch._launch.services.status import StatusServer
+from actorch._launch.world.eventloop import interruption
+from actorch._launch.world.interrupts import InterruptPolicy
+from actorch._launch.world.nodes import LocalLauncher, grow_refusal
+from actorch._launch.world.serving import END_BLOCKED, _newcomer_arguments, _serve_newcomer, describe_running
+from actorch._launch.world.startup import SHUTDOWN_TIMEOUT, TORCHRUN_VARS, Plan, start_node
+from actorch._launch.world.workers import kill_lost, kill_workers
 from actorch._transport.base import Transport
 from actorch._transport.capabilities import elastic_of, require_elastic
 

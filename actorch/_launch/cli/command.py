@@ -17,13 +17,13 @@ import sys
 from typing import NoReturn
 
 from actorch._base.record import RECORD_ENV, RUNS_DIR_ENV
-from actorch._launch.cli_history import history_command
-from actorch._launch.cli_serve import parse_resource
-from actorch._launch.cli_stacks import stacks_command
-from actorch._launch.cli_status import status_command, stop_command
-from actorch._launch.logs import LOG_LEVELS
-from actorch._launch.runtime import RUNTIME_DIR_ENV
-from actorch._launch.status import STATUS_PORT_ENV
+from actorch._launch.cli.history import history_command
+from actorch._launch.cli.serve import parse_resource
+from actorch._launch.cli.stacks import stacks_command
+from actorch._launch.cli.status import status_command
+from actorch._launch.cli.stop import stop_command
+from actorch._launch.options.environment import LOG_LEVELS, STATUS_PORT_ENV
+from actorch._launch.services.runtime import RUNTIME_DIR_ENV
 
 __all__ = ["INTERRUPTED", "main", "parser"]
 
@@ -316,13 +316,13 @@ def _add_stop(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from actorch._launch.cli_run import run_command  # noqa: PLC0415 - imports torch: only this command pays for it
+    from actorch._launch.cli.run import run_command  # noqa: PLC0415 - imports torch: only this command pays for it
 
     return run_command(parser, args)
 
 
 def _serve_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from actorch._launch.cli_serve import serve_command  # noqa: PLC0415 - imports torch: only this command pays for it
+    from actorch._launch.cli.serve import serve_command  # noqa: PLC0415 - imports torch: only this command pays for it
 
     return serve_command(parser, args)
 

@@ -36,11 +36,18 @@ from actorch._base.config import (
     is_number,
 )
 from actorch._base.record import RECORD_ENV
-from actorch._launch.logs import LOG_LEVEL_ENV, check_log_level
-from actorch._launch.nodes import ResourceSpec
-from actorch._launch.serving import takes_system
-from actorch._launch.startup import Setup
-from actorch._launch.status import STATUS_OFF, STATUS_PORT_ENV
+from actorch._launch.options.environment import (
+    LOG_LEVEL_ENV,
+    OFF,
+    ON,
+    OTEL_ENV,
+    SNAPSHOTS_ENV,
+    STATUS_OFF,
+    STATUS_PORT_ENV,
+    TRACE_ENV,
+    check_log_level,
+)
+from actorch._launch.options.setup import Setup, takes_system
 from actorch._transport.kind import KindOptions
 from actorch._transport.kinds import DEFAULT_KIND, default_options, kind_of
 
@@ -48,6 +55,7 @@ __all__ = [
     "IN_PROCESS",
     "ConfigKeywords",
     "OptionKeywords",
+    "ResourceSpec",
     "SystemOptions",
     "is_port",
     "launcher_environment",
@@ -92,19 +100,8 @@ TORCH_RPC_ALIASES = {
 }
 """The deprecated options that are torch RPC's, and the field of ``TorchRpc`` each sets."""
 
-TRACE_ENV = "ACTORCH_TRACE"
-"""Where ``run`` writes a timeline of the run if its ``trace`` option is None (``actorch run --trace``)."""
-
-RECORD_OFF = ("0", "false", "no", "off")
-"""Values of ``ACTORCH_RECORD`` that turn the run record off (in any case)."""
-
-OTEL_ENV = "ACTORCH_OTEL"
-"""Turns OpenTelemetry spans on (``1``) where the ``otel`` option is None (``actorch run --otel``)."""
-
-SNAPSHOTS_ENV = "ACTORCH_SNAPSHOTS"
-"""The snapshot directory where the ``snapshots`` option is None (``actorch run --snapshots DIR``, torchrun)."""
-
-_ON = ("1", "true", "yes", "on")
+ResourceSpec = Mapping[str, float] | Mapping[int, Mapping[str, float]] | None
+"""What the ``resources`` option takes: one mapping for every node, or mappings by rank."""
 
 
 def is_port(port: object) -> bool:
@@ -456,7 +453,7 @@ def _deprecated(given: str, instead: str) -> None:
 
 def recording(options: SystemOptions) -> bool:
     """Whether to keep a run record: ``record``, unless ``ACTORCH_RECORD`` says 0."""
-    return options.record and os.environ.get(RECORD_ENV, "1").strip().lower() not in RECORD_OFF
+    return options.record and os.environ.get(RECORD_ENV, "1").strip().lower() not in OFF
 
 
 def otel_on(options: SystemOptions) -> bool:
@@ -472,9 +469,9 @@ def otel_on(options: SystemOptions) -> bool:
     on = options.otel
     if on is None:
         found = os.environ.get(OTEL_ENV, "").strip().lower()
-        if found not in _ON and found not in ("", *RECORD_OFF):
+        if found not in ON and found not in ("", *OFF):
             raise ValueError(f"{OTEL_ENV} must be 1 (on) or 0 (off), not {os.environ[OTEL_ENV]!r}")
-        on = found in _ON
+        on = found in ON
     if on:
         import actorch._engine.otel  # noqa: F401, PLC0415 - the optional extra, checked before anything starts
     return on
