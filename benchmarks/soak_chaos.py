@@ -117,11 +117,11 @@ MARKER_ENV = "ACTORCH_SOAK_MARKER"
 def print_tables(plan: Plan, result: dict[str, Any], wall: float) -> list[str]:
     """Print the faults, the load and the invariants; return the names of those that broke."""
     book = Book.from_json(result["book"])
-    print(f"\nfaults injected (seed {plan.seed}){'':<18} done  skipped")
-    rows = sorted(set(result["faults"]) | set(result["skipped"]))
-    for row in rows:
-        print(f"  {row:<44} {result['faults'].get(row, 0):>5}  {result['skipped'].get(row, 0):>7}")
-    print(f"  {'all':<44} {sum(result['faults'].values()):>5}  {sum(result['skipped'].values()):>7}")
+    done, skipped, lost = result["faults"], result["skipped"], result["lost_to"]
+    print(f"\n{f'faults injected (seed {plan.seed})':<46} done  skipped  node lost")
+    for row in sorted(set(done) | set(skipped)):
+        print(f"  {row:<44} {done.get(row, 0):>5}  {skipped.get(row, 0):>7}  {lost.get(row, 0):>9}")
+    print(f"  {'all':<44} {sum(done.values()):>5}  {sum(skipped.values()):>7}  {sum(lost.values()):>9}")
     print("\nload carried")
     for what in (
         "call",

@@ -174,6 +174,8 @@ class Fault:
     kind: str
     start: float
     end: float | None
+    label: str = ""
+    """Its row in the faults table (``stop short``, ``kill``...)."""
 
 
 @dataclass
@@ -198,6 +200,12 @@ class Roster:
             and (fault.end is None or at <= fault.end + grace)
             for fault in self.faults
         )
+
+    def lost_to(self, fault: Fault) -> bool:
+        """Whether rank 0 counted the faulted node lost while the fault lasted, or within the liveness timeout after."""
+        lost_at = self.lost_by_0.get(fault.rank)
+        until = float("inf") if fault.end is None else fault.end + self.liveness + EXCUSE_SLACK
+        return lost_at is not None and fault.start - EXCUSE_SLACK <= lost_at <= until
 
     def stopped_during(self, rank: int, start: float, end: float) -> bool:
         """Whether the soak stopped node ``rank`` at some moment between ``start`` and ``end`` (its timers froze)."""

@@ -482,7 +482,7 @@ class Soak:
     def record(self, event: Event) -> None:
         now = time.time()
         end = None if event.long(self.plan.liveness) or event.kind == "kill" else now + event.seconds
-        self.roster.faults.append(Fault(event.rank, event.kind, now, end))
+        self.roster.faults.append(Fault(event.rank, event.kind, now, end, event.label(self.plan.liveness)))
 
     async def resume(self, pid: int, seconds: float) -> None:
         try:
@@ -560,6 +560,7 @@ class Soak:
         return {
             "book": book.to_json(),
             "faults": dict(self.faults_done),
+            "lost_to": dict(collections.Counter(f.label for f in self.roster.faults if self.roster.lost_to(f))),
             "skipped": dict(self.skipped),
             "memory": flat,
             "relocations": self.relocations,

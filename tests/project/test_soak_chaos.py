@@ -129,6 +129,13 @@ def test_a_node_that_learns_of_a_loss_late_is_judged_at_rank_0s_moment() -> None
     assert (book.tallies["losses"].checked, book.tallies["losses"].broken) == (1, 0)
 
 
+def test_a_fault_counts_a_node_lost_only_if_rank_0_lost_it_during_the_fault_or_just_after() -> None:
+    roster = roster_with()
+    short, long, other = Fault(2, "stop", 100.0, 101.0), Fault(3, "stop", 100.0, None), Fault(4, "stop", 100.0, 101.0)
+    roster.lost_by_0.update({2: 102.5, 3: 102.6, 4: 130.0})
+    assert [roster.lost_to(fault) for fault in (short, long, other)] == [True, True, False]
+
+
 def test_a_late_call_breaks_the_deadline_invariant_unless_the_soak_stopped_its_caller() -> None:
     roster = roster_with(Fault(2, "stop", 100.0, 104.0))
     worker = Book(late=[Late("call", 99.5, 105.0, 0.5, 5.0), Late("call", 200.0, 202.0, 0.5, 1.5)])
