@@ -23,7 +23,8 @@ clock is in ``[start, stop)``. The clock counts seconds from ``epoch`` (a
   replies leave as messages of their own rather than on a response, and the
   wrapped transport stops hearing and pinging the other side
   (``capabilities.Severable``), its lane included, so each side counts the
-  other lost past the liveness timeout, as a real partition shows it. A kind
+  other lost past the liveness timeout, by its silence, as a real partition
+  shows it: the side that counts first cannot tell the other so. A kind
   with no heartbeats (in-process) is told so by this one at the same bound.
 
 A bundle sent inside a distributed autograd context must leave in that

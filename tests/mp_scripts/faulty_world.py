@@ -1,16 +1,25 @@
 """A three-process world on ``FaultyTransport(TorchRpc(), Partition({2}, ...))``: rank 2 cut off while a call waits.
 
-The record travels to every worker (pickled by the launch), so each node
-runs the same schedule from the same epoch. Rank 0 spawns an actor on ranks 1
-and 2 before the partition begins (``CUT_AT`` seconds after the epoch),
-keeps a call to rank 2 pending, and reports how it ended and when
-(``partition``): a real partition's bounds, on torch RPC and the lane alike.
+Usage: ``python faulty_world.py [stalled]``. The record travels to every
+worker (pickled by the launch), so each node runs the same schedule from the
+same epoch. Rank 0 spawns an actor on ranks 1 and 2 before the partition
+begins (``CUT_AT`` seconds after the epoch), keeps a call to rank 2 pending,
+and reports how it ended and when (``partition``): a real partition's bounds,
+on torch RPC and the lane alike.
+
+``stalled``: a helper process stops rank 0 (``SIGSTOP``) just after the cut,
+for ``STALL`` seconds, so that rank 0's heartbeats give rank 2 a full
+``liveness_timeout`` from when it runs again, while rank 2 counts rank 0 lost
+that long before: whatever rank 2 then says to rank 0 must not cross the cut.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -24,6 +33,17 @@ CUT_AT = 12.0
 EPOCH = time.time()
 LIVENESS = 2.5
 SETTLE = 30.0
+STALLED = sys.argv[1:] == ["stalled"]
+STALL = 1.0
+"""Seconds rank 0 is stopped just after the cut (``stalled``): rank 2 counts it lost that much earlier."""
+STOPPER = """
+import os, signal, sys, time
+pid, at, stall = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+time.sleep(max(0.0, at - time.time()))
+os.kill(pid, signal.SIGSTOP)
+time.sleep(stall)
+os.kill(pid, signal.SIGCONT)
+"""
 
 
 class Side(actorch.Actor):
@@ -69,5 +89,7 @@ async def main(system: actorch.ActorSystem) -> str:
 
 
 if __name__ == "__main__":
+    if STALLED:  # this process is rank 0
+        subprocess.Popen([sys.executable, "-c", STOPPER, str(os.getpid()), repr(EPOCH + CUT_AT + 0.2), repr(STALL)])
     record = FaultyTransport(actorch.TorchRpc(), Partition({2}, start=CUT_AT), epoch=EPOCH)
     print("RETURNED " + json.dumps(actorch.run(main, world_size=3, transport=record, liveness_timeout=LIVENESS)))

@@ -53,7 +53,7 @@ def test_capabilities_of_each_transport_are_those_it_implements() -> None:
         "RpcTransport": ["TorchInterop", "SharedLinks", "Severable"],
         "ElasticRpcTransport": ["Elastic", "TorchInterop", "SharedLinks", "Severable"],
         "LoneTransport": ["Elastic", "TorchInterop"],
-        "LaneTransport": ["FastLane"],
+        "LaneTransport": ["FastLane", "Severable"],
         "FaultInjection": [],
     }
 
@@ -65,7 +65,7 @@ def test_capabilities_are_found_through_the_layers_a_wrapper_wraps() -> None:
     assert list(layers(faulty)) == [faulty, lane, elastic]
     assert elastic_of(faulty) is elastic
     assert fast_lane_of(faulty) is lane
-    assert severable_of(faulty) is elastic
+    assert severable_of(faulty) is lane  # it cuts the lane off too, and hands the cut to the transport it wraps
     assert require_elastic(faulty) is elastic
     assert require_torch_interop(faulty) is elastic
     assert is_elastic(faulty)
@@ -143,3 +143,19 @@ def test_hooks_set_on_a_wrapper_at_any_time_are_the_wrapped_transports() -> None
     assert inner.off_loop is answer
     assert inner.lost_in_thread is print
     assert faulty.off_loop is answer
+
+
+def test_a_lane_cut_off_from_a_peer_cuts_the_transport_it_wraps_and_no_longer_hears_the_peer() -> None:
+    inner = RpcTransport(0, 3, "127.0.0.1", 1, TorchRpc())
+    lane = LaneTransport(inner, liveness_timeout=2.5)
+    told: list[tuple[int, str]] = []
+    inner.lose = lambda rank, why: told.append((rank, why))  # type: ignore[method-assign]
+    lane.sever({2})
+    assert inner._severed == {2}
+    lane._lane_lost(2, "node 2 counts this node lost (it was silent too long)")  # its word cannot cross the cut
+    lane._lane_lost(1, "fast lane closed (the peer closed it)")
+    assert told == [(1, "fast lane closed (the peer closed it)")]
+    lane.heal({2})
+    assert inner._severed == set()
+    lane._lane_lost(2, "fast lane closed (the peer closed it)")
+    assert told[-1] == (2, "fast lane closed (the peer closed it)")

@@ -17,6 +17,11 @@ a peer that its kernel does not acknowledge, while its window is open, for
 the liveness timeout mean the peer is cut off, whatever the main path's
 heartbeats say. It runs off the event loop, as heartbeats do, so a loop busy
 with a long handler does not make a peer look silent.
+
+Peers cut off on purpose (``Severable``, for fault injection) are cut off on
+the lane too: what the lane hears of them (a peer saying it counts this node
+lost, a connection it closes) would not cross a real partition, so it is not
+heard, and the wrapped transport's heartbeats judge them by their silence.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Collection
 
 from actorch._transport.base import Bundle, NodeInfo, Transport
-from actorch._transport.capabilities import SharedLinks
+from actorch._transport.capabilities import SharedLinks, severable_of
 from actorch._transport.lane.connections import Lane
 from actorch._transport.wrapper import Wrapper
 
@@ -65,6 +71,7 @@ class LaneTransport(Wrapper):
         self._liveness_timeout = liveness_timeout
         self._lane: Lane | None = None
         self._lost_peers: set[int] = set()  # peers reported lost, by either path
+        self._severed: frozenset[int] = frozenset()  # peers cut off on purpose: the lane does not hear them
         self._stop_watch = threading.Event()
         self.lane_bundles_sent = 0
         """Bundles sent on the fast lane (they count among ``bundles_sent`` too)."""
@@ -146,8 +153,28 @@ class LaneTransport(Wrapper):
                 return LANE
         return self.inner.carry(dest, bundle, in_context)
 
+    def sever(self, ranks: Collection[int]) -> None:
+        """Cut ``ranks`` off (any thread): the lane no longer hears them, and ``inner`` neither hears nor pings them."""
+        self._severed = self._severed | frozenset(ranks)
+        inner = severable_of(self.inner)
+        if inner is not None:
+            inner.sever(ranks)
+
+    def heal(self, ranks: Collection[int]) -> None:
+        """Hear ``ranks`` again (any thread), on the lane and through ``inner``."""
+        self._severed = self._severed - frozenset(ranks)
+        inner = severable_of(self.inner)
+        if inner is not None:
+            inner.heal(ranks)
+
     def _lane_lost(self, rank: int, why: str) -> None:
-        """The lane saw ``rank`` lost (on the loop): ``inner`` counts it lost too, and reports it through here."""
+        """The lane saw ``rank`` lost (on the loop): ``inner`` counts it lost too, and reports it through here.
+
+        Not a peer cut off on purpose: what the lane heard of it could not
+        have crossed the cut, and its silence decides.
+        """
+        if rank in self._severed:
+            return
         self._shared.lose(rank, why)
 
     def _inner_lost(self, rank: int, why: str) -> None:
@@ -179,7 +206,7 @@ class LaneTransport(Wrapper):
             planned = now
             for peer, since in lane.stalled(now).items():
                 stalled = min(since, now - judged_from)
-                if stalled < timeout or peer in reported or peer in self._lost_peers:
+                if stalled < timeout or peer in reported or peer in self._lost_peers or peer in self._severed:
                     continue
                 reported.add(peer)
                 why = f"its fast lane acknowledged nothing for {stalled:.1f} s (liveness timeout {timeout:g} s)"

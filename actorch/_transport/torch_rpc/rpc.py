@@ -25,7 +25,8 @@ either path, carries the link's next number, and ``sequencing`` puts them back
 in order here), opens with the world's secret and meets every peer as this
 transport does. The heartbeat's judgement of a silent peer is ``suspicion``'s.
 Peers can be cut off on purpose (``Severable``, for fault injection): neither
-pinged nor heard, and judged by their silence alone.
+pinged nor heard (not even saying that they count this node lost, which a real
+partition would not carry), and judged by their silence alone.
 
 Everything torch's threads hand the loop goes through one ``Inbox`` as a typed
 item (``inbox``): a bundle ``Arrived`` (with its response, if it came by torch
@@ -583,7 +584,8 @@ class RpcTransport(Transport):
                 self._lost_from_thread(dest, f"send failed: {exc}")
             else:
                 if replies == EXPELLED:
-                    self._lost_from_thread(dest, f"node {dest} counts this node lost (it was silent too long)")
+                    if dest not in self._severed:  # a cut-off peer's word cannot cross the cut: its silence decides
+                        self._lost_from_thread(dest, f"node {dest} counts this node lost (it was silent too long)")
                 elif replies is not None and replies[0]:
                     inbox.post(Answered(dest, replies))
 
@@ -597,7 +599,8 @@ class RpcTransport(Transport):
                 self._lost_from_thread(peer, f"connection lost: {exc}")
             else:
                 if answer == EXPELLED:
-                    self._lost_from_thread(peer, f"node {peer} counts this node lost")
+                    if peer not in self._severed:  # a cut-off peer's word cannot cross the cut: its silence decides
+                        self._lost_from_thread(peer, f"node {peer} counts this node lost")
                 else:
                     self._lost_from_thread(peer, "left the world")
 
