@@ -64,6 +64,7 @@ NESTED = {
 }
 
 
+@pytest.mark.smoke
 def test_codec_round_trips_nested_values() -> None:
     assert round_trip(NESTED) == NESTED
 
@@ -83,6 +84,7 @@ def test_codec_round_trips_a_bare_tuple() -> None:
     assert round_trip((1, "a", None)) == (1, "a", None)
 
 
+@pytest.mark.smoke
 def test_codec_puts_tensors_in_the_side_list_in_order() -> None:
     first, second = torch.zeros(3), torch.ones(2, 2)
     data, tensors = Codec().encode({"a": first, "b": [second]})

@@ -106,6 +106,7 @@ class Forwarder(actorch.Actor):
         return await slow.call(Slow.time_left)
 
 
+@pytest.mark.smoke
 async def test_typed_call_returns_the_handler_result(world: LocalWorld, on: int) -> None:
     counter = await world[0].spawn(Counter, args=(10,), on=on)
     async with asyncio.timeout(5):
@@ -121,6 +122,7 @@ async def test_string_call_reaches_the_same_endpoint(world: LocalWorld, on: int)
         assert await counter.call("add", k=1) == 16
 
 
+@pytest.mark.smoke
 async def test_call_between_two_nodes_that_are_not_the_spawner_works(world: LocalWorld) -> None:
     await world[0].spawn(Counter, name="third/counter", on=1)
     async with asyncio.timeout(5):
@@ -128,6 +130,7 @@ async def test_call_between_two_nodes_that_are_not_the_spawner_works(world: Loca
         assert await counter.call(Counter.add, 3) == 3
 
 
+@pytest.mark.smoke
 async def test_tells_are_applied_in_order(world: LocalWorld, on: int) -> None:
     recorder = await world[0].spawn(Recorder, on=on)
     for i in range(100):
@@ -178,6 +181,7 @@ async def test_concurrent_reentrant_chains_complete(world: LocalWorld, rank_a: i
     assert sorted(results[0] + results[1]) == list(range(1, 7))
 
 
+@pytest.mark.smoke
 async def test_asyncio_timeout_around_a_call_raises_timeout_error_and_cancels_the_handler(
     world: LocalWorld, on: int
 ) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import netns
 import pytest
 from _mp import SCRIPTS, Finished, Script, finish_all, free_port, script_argv, wait_for_file
+from pool import REAP_ROUNDS
 
 from actorch._launch.world.interrupts import TERMINATE_EXIT_CODE
 
@@ -111,7 +112,7 @@ def assert_reaped(followed: dict[str, Any], what: str) -> None:
 def test_processes_that_leave_are_reaped_at_once_and_stop_waits_for_an_actors_own_process() -> None:
     run = Script(script_argv("pool.py", "reap")).finish(380)
     run.assert_clean_exit(0)
-    assert run.returned() == {"rounds": 10}
+    assert run.returned() == {"rounds": REAP_ROUNDS}
     reaped = run.result("reap")
     assert len(reaped["workers"]) == 2
     for followed in reaped["workers"]:

@@ -40,8 +40,8 @@ import actorch
 from actorch._launch.services.status import gather_status
 
 WORK_SECONDS = 1.0
-REAP_ROUNDS = 10
-"""Rounds of ``pool.py reap``: each has an added node leave and an actor's own process stop (20 exits in all)."""
+REAP_ROUNDS = 4
+"""Rounds of ``pool.py reap``: each has an added node leave and an actor's own process stop (8 exits in all)."""
 LEAVE_ROUNDS = 2
 """Rounds of ``pool.py grow``'s last check: three nodes added, then leaving together at once."""
 GONE_WITHIN = 60.0

@@ -1,4 +1,7 @@
-"""The agent/observer benchmark runs end to end in its smoke mode (no timing is asserted)."""
+"""The agent/observer and collector benchmarks run end to end in their smoke modes (no timing is asserted).
+
+Marked ``bench`` (most of a minute each) and left out of the default run: ``pytest -m bench``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import sys
 import pytest
 from _mp import REPO, run_argv
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.multiprocess, pytest.mark.bench, pytest.mark.timeout(300)]
 
 
 def test_bench_rl_quick_measures_all_four_sides() -> None:

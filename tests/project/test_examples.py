@@ -22,6 +22,7 @@ def run_example(name: str, *args: str) -> str:
     return finished.stdout
 
 
+@pytest.mark.smoke
 def test_quickstart_example_runs() -> None:
     assert "a.call(Counter.add, 5) -> 15" in run_example("quickstart.py")
 

@@ -46,6 +46,7 @@ def test_pipeline_example_learns_with_one_and_several_micro_batches() -> None:
         assert float(accuracy) > 20.0, "above chance (10 %)"
 
 
+@pytest.mark.bench
 def test_bench_pipeline_quick_measures_both_sides() -> None:
     out = run_script("benchmarks/bench_pipeline.py", "--quick")
     number = r"\s+([\d.]+)"
