@@ -193,6 +193,11 @@ class Instrument:
 
     __slots__ = ()
 
+    guarded: bool = True
+    """Whether its hooks run inside the guard that removes it if one raises. Only the runtime's own
+    ``Metrics``, whose one hook cannot fail but through a bug of the runtime's, runs unguarded: alone on
+    a hook, it is then called directly, one frame the fewer per message."""
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__}>"
 
@@ -463,6 +468,8 @@ class Instruments:
     def _dispatch(self, hook: str, methods: Methods) -> Callable[..., Any]:
         """What runs ``hook``'s ``methods``, so that an error removes that instrument rather than reach the path."""
         failed = self._failed
+        if len(methods) == 1 and not methods[0][0].guarded:
+            return methods[0][1]  # the runtime's own, alone: called directly (see Instrument.guarded)
         if hook not in _WRAPPING:
             return _RUNNERS[_ARITY[hook]](hook, methods, failed)
 

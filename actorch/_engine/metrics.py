@@ -196,10 +196,13 @@ class Metrics(Instrument):
     it counts; ``Cell.statistics`` counts what the mailbox itself knows. A
     run's wait in the mailbox is read from its message when the run ends, in
     the one hook (``handled``): a second hook per message would cost more
-    than the recording.
+    than the recording. Its hook runs unguarded (``guarded``): it is the
+    runtime's own, and alone on its hook it is called directly.
     """
 
     __slots__ = ()
+
+    guarded = False
 
     def handled(self, actor: ActorView, handling: Handling, ended: int, failed: bool, count: int) -> None:
         """Count ``count`` messages of a handler run, its time, whether it raised, and its wait in the mailbox."""

@@ -38,6 +38,7 @@ from actorch._engine.instruments import (
     outcome_of,
 )
 from actorch._engine.message import CallContext, Message
+from actorch._engine.metrics import Metrics
 from actorch._engine.node import Node
 from actorch._engine.system_ids import SYSTEM_IDS
 from actorch.testing import LocalWorld, local_world
@@ -394,6 +395,20 @@ async def test_an_instrument_that_raises_is_removed_and_logged_once_and_the_call
     assert logged["hook"] == "sent"
     assert logged["instrument"] == "<Failing>"
     assert str(logged["exc_info"]) == "the instrument broke"
+
+
+def test_the_runtimes_metrics_alone_on_a_hook_is_called_directly_and_any_other_instrument_is_guarded() -> None:
+    instruments = Instruments(0, structlog.get_logger(), lambda rank, tensors: "lane")
+    metrics = Metrics()
+    instruments.add(metrics)
+    assert not Metrics.guarded
+    assert Instrument.guarded
+    assert instruments.handled == metrics.handled  # its bound method itself: no guard's frame per message
+    recorder = Recorder(0)
+    instruments.add(recorder)
+    assert instruments.handled != metrics.handled  # two on the hook: the guard runs both, and removes one that raises
+    instruments.remove(recorder)
+    assert instruments.handled == metrics.handled
 
 
 async def test_an_instrument_that_raises_while_it_wraps_a_handler_is_removed_and_the_handler_runs(
