@@ -23,6 +23,10 @@ says no, and the tensor goes by value. Segments lent to a node that is lost
 are taken back (``reclaim``); the files of a lost node are removed by its
 peers on the same host (``remove_files``), and a node removes its own when it
 closes or its process exits.
+
+One module past 600 lines, on purpose: the header's words, the segment that holds them, the pool that
+reuses segments and the maps of other makers' segments are one protocol of shared words, read and
+written from both sides; split, each half would restate the layout the other relies on.
 """
 
 from __future__ import annotations

@@ -42,6 +42,10 @@ nothing here touches torch.
 The module is one piece past 600 lines because the handshake, the frames and
 the connections' lives are one protocol: each state of a connection decides
 how the next bytes on it are read.
+
+One module past 600 lines, on purpose: the handshake, the frames and the connection that reads and
+writes them are one protocol, checked against each other (what the listener sends first, what a
+connection accepts before the proof); split, the order of its steps would be spread over files.
 """
 
 from __future__ import annotations
