@@ -110,26 +110,50 @@ class NodeTrace:
     garbage collector stops tracking such objects, so that a long trace does
     not make every full collection walk it.
 
+    The two records made for every message, a call's span (``opened`` then
+    ``closed``) and a handler's run (``ran``), are kept as they come, tuples
+    of their parts, and become events in ``finish``: their names and args are
+    made once, when the trace ends, not on the message path.
+
     Args:
         rank: This node's rank.
         settings: What to keep.
     """
 
-    __slots__ = ("_own_ids", "_threshold", "dropped", "events", "every", "max_events", "open_spans", "rank", "started")
+    __slots__ = (
+        "_own_ids",
+        "_threshold",
+        "closed_spans",
+        "dropped",
+        "events",
+        "every",
+        "open_spans",
+        "rank",
+        "room",
+        "runs",
+        "started",
+    )
 
     def __init__(self, rank: int, settings: TraceSettings) -> None:
         self.rank = rank
         self.events: list[tuple[Any, ...]] = []
-        self.max_events = settings.max_events
+        self.room = settings.max_events  # events it may keep still, those of open_spans and runs counted
         self.dropped = 0
         self.started = perf_counter_ns()
         self.every = settings.sample >= 1  # every message is sampled
         self._threshold = int(settings.sample * _SAMPLE_SCALE)
-        self.open_spans: dict[int, tuple[Any, ...]] = {}  # calls and streams sent and not yet ended, by flow id
+        # calls and streams sent and not yet ended, by flow id:
+        # (kind, track, verb, endpoint, start, to, node, path, bytes)
+        self.open_spans: dict[int, tuple[Any, ...]] = {}
+        self.closed_spans: list[tuple[Any, ...]] = []  # (what open_spans held, end, flow, outcome)
+        self.runs: list[
+            tuple[Any, ...]
+        ] = []  # handler runs: (track, endpoint, queued_at, started, ended, flow, outcome)
         self._own_ids = itertools.count(1)
 
     def __repr__(self) -> str:
-        return f"<NodeTrace node {self.rank} events={len(self.events)} dropped={self.dropped}>"
+        kept = len(self.events) + len(self.closed_spans) + len(self.runs)
+        return f"<NodeTrace node {self.rank} records={kept} dropped={self.dropped}>"
 
     def sampled(self, flow: int) -> bool:
         """Whether the message of arrow ``flow`` is recorded (alike on every node of the trace)."""
@@ -149,34 +173,55 @@ class NodeTrace:
 
     def add(self, event: tuple[Any, ...]) -> None:
         """Keep ``event``, unless the node already keeps ``max_events``."""
-        if len(self.events) < self.max_events:
+        if self.room > 0:
+            self.room -= 1
             self.events.append(event)
         else:
             self.dropped += 1
 
-    def call_sent(self, call_id: int, track: str, name: str, args: dict[str, Any]) -> None:
-        """A call went out: its span opens now and ends with ``call_ended``."""
-        self.opened(CALL_SPAN, flow_id(self.rank, call_id), track, name, args)
+    def opened(
+        self,
+        kind: str,
+        flow: int,
+        track: str,
+        verb: str,
+        endpoint: str,
+        to: str,
+        node: int,
+        path: str | None,
+        size: int,
+    ) -> None:
+        """A call or stream of arrow ``flow`` to ``to`` on ``node`` left now (``size`` bytes), if sampled.
 
-    def call_ended(self, call_id: int, outcome: str) -> None:
-        """A call sent from here has its outcome (``ok``, ``error``, ``cancelled``, ``lost``...)."""
-        self.closed(flow_id(self.rank, call_id), outcome)
-
-    def opened(self, kind: str, flow: int, track: str, name: str, args: dict[str, Any]) -> None:
-        """A call or stream of arrow ``flow`` began now, if sampled: its span ends with ``closed``."""
+        Its span ends with ``closed``. ``Tracing.sent`` does the same in place.
+        """
         if self.every or self.sampled(flow):
-            self.open_spans[flow] = (kind, track, name, perf_counter_ns(), 0, flow, args)
+            self.open_spans[flow] = (kind, track, verb, endpoint, perf_counter_ns(), to, node, path, size)
 
     def closed(self, flow: int, outcome: str) -> None:
-        """The call or stream of arrow ``flow`` has its outcome, if it was opened here."""
-        event = self.open_spans.pop(flow, None)
-        if event is not None:
-            kind, track, name, start, _, _, args = event
-            args["outcome"] = outcome
-            if len(self.events) < self.max_events:  # add(), written out: one of these per call
-                self.events.append((kind, track, name, start, perf_counter_ns(), flow, args))
+        """The call or stream of arrow ``flow`` has its outcome, if it was opened here (``Tracing.reply`` in place)."""
+        opened = self.open_spans.pop(flow, None)
+        if opened is not None:
+            if self.room > 0:
+                self.room -= 1
+                self.closed_spans.append((opened, perf_counter_ns(), flow, outcome))
             else:
                 self.dropped += 1
+
+    def ran(self, track: str, endpoint: str, queued_at: int, started: int, ended: int, flow: int, outcome: str) -> None:
+        """A handler run of arrow ``flow`` on ``track``, after its wait in the mailbox from ``queued_at`` (0: none).
+
+        Its wait is an event of its own; either is left out if it began
+        before the trace. ``Tracing.handled`` does the same in place.
+        """
+        if started < self.started:
+            return
+        needed = 2 if queued_at >= self.started else 1
+        if self.room >= needed:
+            self.room -= needed
+            self.runs.append((track, endpoint, queued_at, started, ended, flow, outcome))
+        else:
+            self.dropped += needed
 
     def mark(self, kind: str, track: str, name: str, flow: int, args: dict[str, Any]) -> None:
         """Something happened now on ``track`` (a tell sent, a stream item): an instant, with its arrow if any."""
@@ -184,23 +229,33 @@ class NodeTrace:
         self.add((kind, track, name, now, now, flow, args))
 
     def span(self, kind: str, track: str, name: str, start: int, end: int, flow: int, args: dict[str, Any]) -> None:
-        """A span that already ended on ``track`` (a handler run, a mailbox wait), unless it began before the trace."""
-        if start >= self.started:  # add(), written out: two of these per message handled
-            if len(self.events) < self.max_events:
-                self.events.append((kind, track, name, start, end, flow, args))
-            else:
-                self.dropped += 1
+        """A span that already ended on ``track`` (a same-node call), unless it began before the trace."""
+        if start >= self.started:
+            self.add((kind, track, name, start, end, flow, args))
 
     def finish(self) -> dict[str, Any]:
-        """Everything recorded, calls still open ending now as ``unfinished``; the trace records nothing after."""
+        """Everything recorded, as events, calls still open ending now as ``unfinished``; nothing is recorded after."""
         now = perf_counter_ns()
-        for flow, (kind, track, name, start, _, _, args) in self.open_spans.items():
-            args["outcome"] = "unfinished"
-            self.add((kind, track, name, start, now, flow, args))
+        events = self.events
+        for flow, opened in self.open_spans.items():
+            if self.room > 0:
+                self.room -= 1
+                self.closed_spans.append((opened, now, flow, "unfinished"))
+            else:
+                self.dropped += 1
         self.open_spans.clear()
+        for (kind, track, verb, endpoint, start, to, node, path, size), end, flow, outcome in self.closed_spans:
+            args = {"to": to, "node": node, "path": path, "bytes": size, "outcome": outcome}
+            events.append((kind, track, f"{verb} {endpoint}", start, end, flow, args))
+        started = self.started
+        for track, endpoint, queued_at, begun, ended, flow, outcome in self.runs:
+            if queued_at >= started:
+                events.append((WAIT_SPAN, track, endpoint, queued_at, begun, flow, {}))
+            events.append((HANDLER_SPAN, track, endpoint, begun, ended, flow, {"outcome": outcome}))
+        self.closed_spans, self.runs = [], []
         return {
             "rank": self.rank,
-            "events": self.events,
+            "events": events,
             "dropped": self.dropped,
             "started": self.started,
             "ended": now,
@@ -262,18 +317,18 @@ class Tracing(Instrument):
         elif wire is not None:
             flow = self.rank | (_STREAM_IDS if verb == "stream" else 0) | out.ident
             trace = self.trace
-            if trace.every or trace.sampled(flow):  # opened(), written out, as are the track and the size
+            if trace.every or trace.sampled(flow):  # NodeTrace.opened, in place: one of these per call
                 context = current_call.get()
-                size = message_size(wire, tensors) if tensors else len(wire)
-                args = {"to": out.label, "node": out.rank, "path": out.path, "bytes": size}
                 trace.open_spans[flow] = (
                     CALL_SPAN if verb == "call" else STREAM_SPAN,
                     "main" if context is None else context.label,
-                    f"{verb} {out.endpoint}",
+                    verb,
+                    out.endpoint,
                     perf_counter_ns(),
-                    0,
-                    flow,
-                    args,
+                    out.label,
+                    out.rank,
+                    out.path,
+                    message_size(wire, tensors) if tensors else len(wire),
                 )
 
     def reply(self, out: Outgoing, outcome: str, error: BaseException | None) -> None:
@@ -283,15 +338,14 @@ class Tracing(Instrument):
             outcome = "ended"
         if out.path != LOCAL:
             if out.ident:  # else it was never sent
-                # closed(), written out: one of these per call
+                # NodeTrace.closed, in place: one of these per call
                 flow = self.rank | (_STREAM_IDS if verb == "stream" else 0) | out.ident
                 trace = self.trace
-                event = trace.open_spans.pop(flow, None)
-                if event is not None:
-                    kind, track, name, start, _, _, args = event
-                    args["outcome"] = outcome
-                    if len(trace.events) < trace.max_events:
-                        trace.events.append((kind, track, name, start, perf_counter_ns(), flow, args))
+                opened = trace.open_spans.pop(flow, None)
+                if opened is not None:
+                    if trace.room > 0:
+                        trace.room -= 1
+                        trace.closed_spans.append((opened, perf_counter_ns(), flow, outcome))
                     else:
                         trace.dropped += 1
             return
@@ -328,18 +382,24 @@ class Tracing(Instrument):
         if not flow or carried is None:
             return
         trace, endpoint, started = self.trace, handling.endpoint, handling.started
-        if isinstance(handling, CallContext):
-            outcome = "error" if failed else "ok"
-            begun = carried.pop(_BEGUN, None)
-            track, _, called = begun if begun is not None else (current_track(), 0, {"to": actor.label, "path": LOCAL})
-            called["outcome"] = outcome
-            trace.span(CALL_SPAN, track, f"call {endpoint}", started, ended, flow, called)
-            args: dict[str, Any] = {"outcome": outcome, "inline": True}
-        else:
-            if handling.queued_at:
-                trace.span(WAIT_SPAN, actor.label, endpoint, handling.queued_at, started, flow, {})
-            args = {"outcome": "error" if failed else "cancelled" if handling.cancelled else "ok"}
-        trace.span(HANDLER_SPAN, actor.label, endpoint, started, ended, flow, args)
+        if not isinstance(handling, CallContext):  # NodeTrace.ran, in place: one of these per message handled
+            if started < trace.started:
+                return
+            queued_at = handling.queued_at
+            needed = 2 if queued_at >= trace.started else 1
+            if trace.room >= needed:
+                trace.room -= needed
+                outcome = "error" if failed else "cancelled" if handling.cancelled else "ok"
+                trace.runs.append((actor.label, endpoint, queued_at, started, ended, flow, outcome))
+            else:
+                trace.dropped += needed
+            return
+        outcome = "error" if failed else "ok"
+        begun = carried.pop(_BEGUN, None)
+        track, _, called = begun if begun is not None else (current_track(), 0, {"to": actor.label, "path": LOCAL})
+        called["outcome"] = outcome
+        trace.span(CALL_SPAN, track, f"call {endpoint}", started, ended, flow, called)
+        trace.span(HANDLER_SPAN, actor.label, endpoint, started, ended, flow, {"outcome": outcome, "inline": True})
 
     def stream_item(self, message: Message, index: int, wire: bytes | None, tensors: list[Any] | None) -> None:
         """Mark an item a traced stream's producer sent, on the producing handler's track."""

@@ -67,15 +67,15 @@ def test_a_node_trace_keeps_max_events_and_counts_the_rest() -> None:
 
 def test_a_call_span_opens_at_its_send_and_closes_with_its_outcome_or_unfinished() -> None:
     trace = NodeTrace(2, TraceSettings())
-    trace.call_sent(7, "main", "call add", {"to": "actor"})
-    trace.call_sent(8, "main", "call add", {"to": "actor"})
-    trace.call_ended(7, "error")
-    trace.call_ended(99, "ok")  # not one it sent: nothing
+    trace.opened(CALL_SPAN, flow_id(2, 7), "main", "call", "add", "actor", 1, "lane", 40)
+    trace.opened(CALL_SPAN, flow_id(2, 8), "main", "call", "add", "actor", 1, "lane", 40)
+    trace.closed(flow_id(2, 7), "error")
+    trace.closed(flow_id(2, 99), "ok")  # not one it sent: nothing
     part = trace.finish()
     [ended, unfinished] = part["events"]
-    assert ended[0] == CALL_SPAN
+    assert ended[:3] == (CALL_SPAN, "main", "call add")
     assert ended[5] == flow_id(2, 7)
-    assert ended[6]["outcome"] == "error"
+    assert ended[6] == {"to": "actor", "node": 1, "path": "lane", "bytes": 40, "outcome": "error"}
     assert ended[4] >= ended[3]
     assert unfinished[5] == flow_id(2, 8)
     assert unfinished[6]["outcome"] == "unfinished"
@@ -86,6 +86,23 @@ def test_a_span_that_began_before_the_trace_is_left_out() -> None:
     trace.span(HANDLER_SPAN, "actor", "add", trace.started - 10, trace.started + 10, 1, {})
     trace.span(HANDLER_SPAN, "actor", "add", trace.started, trace.started + 10, 1, {})
     assert len(trace.finish()["events"]) == 1
+
+
+def test_a_handler_run_becomes_its_wait_and_its_run_when_the_trace_ends_and_counts_against_max_events() -> None:
+    trace = NodeTrace(0, TraceSettings(max_events=4))
+    at = trace.started
+    trace.ran("actor", "add", at + 1, at + 5, at + 9, 3, "ok")  # waited: two events
+    trace.ran("actor", "add", 0, at + 10, at + 12, 4, "error")  # did not wait: one
+    trace.ran("actor", "add", 0, at - 10, at + 12, 5, "ok")  # began before the trace: none
+    trace.ran("actor", "add", at + 13, at + 14, at + 15, 6, "ok")  # two more than the one event of room left
+    part = trace.finish()
+    assert [event[:6] for event in part["events"]] == [
+        (WAIT_SPAN, "actor", "add", at + 1, at + 5, 3),
+        (HANDLER_SPAN, "actor", "add", at + 5, at + 9, 3),
+        (HANDLER_SPAN, "actor", "add", at + 10, at + 12, 4),
+    ]
+    assert [event[6] for event in part["events"]] == [{}, {"outcome": "ok"}, {"outcome": "error"}]
+    assert part["dropped"] == 2
 
 
 # ---------------------------------------------------------------- merging and clocks
