@@ -44,6 +44,10 @@ class CallReply(Reply):
         self.call_id = call_id
         self.port = port
 
+    def origin(self) -> tuple[int, int, bool]:
+        """The calling node and its call id."""
+        return self.src, self.call_id, False
+
     def result(self, message: Message, value: Any) -> None:
         """Encode the handler's result and send it (its own error if it cannot be sent)."""
         callee = self.callee

@@ -52,6 +52,14 @@ class Reply:
         """``message`` ended with ``exc``."""
         raise NotImplementedError
 
+    def origin(self) -> tuple[int, int, bool] | None:
+        """The node that sent the message and the id it gave it, and whether that is a stream's; None: no such id.
+
+        A call or a stream from another node has one (its call or stream id),
+        which both ends know: instruments draw on it (the timeline's arrow).
+        """
+        return None
+
 
 class CallContext:
     """The call a handler is serving: its actor, its key, its chain of callers, the actor's device and node.

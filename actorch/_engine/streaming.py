@@ -383,6 +383,10 @@ class _RemoteOutlet(Outlet, Reply):
         self.src = src
         self.stream_id = stream_id
 
+    def origin(self) -> tuple[int, int, bool]:
+        """The consuming node and its stream id."""
+        return self.src, self.stream_id, True
+
     def put(self, item: Any) -> None:
         side = self.side
         try:

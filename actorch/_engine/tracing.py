@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
-from actorch._engine.instruments import LOCAL, ActorView, Handling, Instrument, Outgoing, Verb
+from actorch._engine.instruments import LOCAL, ActorView, Handling, Instrument, Outgoing
 from actorch._engine.message import CallContext, Message, current_call
 from actorch._engine.wire import message_size
 
@@ -37,6 +37,7 @@ __all__ = [
     "NodeTrace",
     "TraceSettings",
     "Tracing",
+    "arrow",
     "current_track",
     "flow_id",
     "own_ident",
@@ -68,6 +69,12 @@ def current_track() -> str:
     """The timeline track of the code running now: its actor's label, or ``main`` outside any actor."""
     context = current_call.get()
     return "main" if context is None else context.label
+
+
+def arrow(origin: tuple[int, int, bool]) -> int:
+    """The flow id of a message from another node, from its ``Reply.origin()``: what its sender drew too."""
+    src, ident, stream = origin
+    return (src << _RANK_SHIFT) | (_STREAM_IDS if stream else 0) | ident
 
 
 def flow_id(src: int, ident: int, *, own: bool = False, stream: bool = False) -> int:
@@ -266,7 +273,8 @@ class Tracing(Instrument):
     """The timeline's instrument: it records a node's messages into ``trace`` while a trace runs.
 
     A call or stream to another node has its arrow's id from its call or
-    stream id, which the receiving node knows too; any other message (a
+    stream id, which the receiving node knows too (``Reply.origin``: it
+    needs no hook on arrival, and the message no carrier); any other message (a
     tell, a message between actors of one node) carries an id of its
     sender's drawing (``NodeTrace.own_flow``), only if sampled. A mailbox
     wait is recorded with the run it preceded, in ``handled``: one hook per
@@ -360,18 +368,6 @@ class Tracing(Instrument):
 
     # ------------------------------------------------------------------ the actor's node
 
-    def arrived(self, message: Message, verb: Verb, src: int, ident: int) -> None:
-        """The arrow of a call or stream from another node: from its id, if sampled (a tell carries its own)."""
-        if verb == "tell":
-            return
-        flow = (src << _RANK_SHIFT) | (_STREAM_IDS if verb == "stream" else 0) | ident
-        if self.trace.every or self.trace.sampled(flow):
-            carried = message.carried
-            if carried is None:
-                message.carried = {FLOW: flow}
-            else:
-                carried[FLOW] = flow
-
     def handled(self, actor: ActorView, handling: Handling, ended: int, failed: bool, count: int) -> None:
         """A traced message's run on its actor's track, after its wait in the mailbox if it waited.
 
@@ -379,10 +375,15 @@ class Tracing(Instrument):
         """
         carried = handling.carried
         flow = 0 if carried is None else carried.get(FLOW, 0)
-        if not flow or carried is None:
-            return
         trace, endpoint, started = self.trace, handling.endpoint, handling.started
         if not isinstance(handling, CallContext):  # NodeTrace.ran, in place: one of these per message handled
+            if not flow:  # a call or a stream from another node: its arrow is its id there
+                origin = None if handling.reply is None else handling.reply.origin()
+                if origin is None:
+                    return
+                flow = arrow(origin)
+                if not (trace.every or trace.sampled(flow)):
+                    return
             if started < trace.started:
                 return
             queued_at = handling.queued_at
@@ -394,6 +395,8 @@ class Tracing(Instrument):
             else:
                 trace.dropped += needed
             return
+        if not flow or carried is None:
+            return
         outcome = "error" if failed else "ok"
         begun = carried.pop(_BEGUN, None)
         track, _, called = begun if begun is not None else (current_track(), 0, {"to": actor.label, "path": LOCAL})
@@ -404,7 +407,8 @@ class Tracing(Instrument):
     def stream_item(self, message: Message, index: int, wire: bytes | None, tensors: list[Any] | None) -> None:
         """Mark an item a traced stream's producer sent, on the producing handler's track."""
         carried = message.carried
-        if carried is not None and carried.get(FLOW):
+        origin = None if message.reply is None else message.reply.origin()
+        if (carried is not None and carried.get(FLOW)) or (origin is not None and self.trace.sampled(arrow(origin))):
             sent: dict[str, Any] = {"index": index}
             if wire is not None:
                 sent["bytes"] = message_size(wire, tensors)

@@ -14,9 +14,22 @@ from traced import Busy, Hop
 import actorch
 from actorch._actors import tracing
 from actorch._actors.node.service import NodeService
+from actorch._engine.callee import CallReply
+from actorch._engine.instruments import Instruments
+from actorch._engine.message import Reply
 from actorch._engine.system_ids import SERVICE_ID
 from actorch._engine.timeline import ClockProbe, NodePart, align, flows, merge, offset_from_probes
-from actorch._engine.tracing import CALL_SPAN, HANDLER_SPAN, WAIT_SPAN, NodeTrace, TraceSettings, flow_id, own_ident
+from actorch._engine.tracing import (
+    CALL_SPAN,
+    HANDLER_SPAN,
+    WAIT_SPAN,
+    NodeTrace,
+    TraceSettings,
+    Tracing,
+    arrow,
+    flow_id,
+    own_ident,
+)
 from actorch._launch.options.environment import TRACE_ENV
 from actorch._launch.options.system_options import SystemOptions, launcher_environment, trace_path
 from actorch.testing import LocalWorld
@@ -103,6 +116,18 @@ def test_a_handler_run_becomes_its_wait_and_its_run_when_the_trace_ends_and_coun
     ]
     assert [event[6] for event in part["events"]] == [{}, {"outcome": "ok"}, {"outcome": "error"}]
     assert part["dropped"] == 2
+
+
+def test_a_message_from_another_node_draws_its_arrow_from_its_origin_and_the_timeline_has_no_arrival_hook() -> None:
+    reply = CallReply(None, 3, 17, None)  # type: ignore[arg-type]  # only its origin is read
+    assert reply.origin() == (3, 17, False)
+    assert arrow(reply.origin()) == flow_id(3, 17)
+    assert arrow((3, 17, True)) == flow_id(3, 17, stream=True) != flow_id(3, 17)
+    assert Reply().origin() is None  # a tell's, a same-node message's: they carry their arrow
+    instruments = Instruments(0, structlog.get_logger(), lambda rank, tensors: "lane")
+    instruments.add(Tracing(NodeTrace(0, TraceSettings())))
+    assert instruments.arrived is None
+    assert instruments.handled is not None
 
 
 # ---------------------------------------------------------------- merging and clocks
