@@ -411,15 +411,7 @@ class Instruments:
         if out.carrier:
             envelope.append(out.carrier)
         wire = pack(envelope)
-        # left(), written out: every observed message to another node passes here, one frame the fewer
-        out.ident = ident
-        if out.path is None:
-            out.path = self._path(out.rank, bool(tensors))
-        for instrument, method in self._on_sent:
-            try:
-                method(out, body, wire, tensors)
-            except Exception as exc:  # noqa: BLE001 - as in began
-                self._failed(instrument, "sent", exc)
+        self.left(out, ident, body, wire, tensors)
         return wire
 
     def settle(self, out: Outgoing, error: BaseException | None = None, outcome: str | None = None) -> None:
@@ -444,9 +436,9 @@ class Instruments:
     def _rebuild(self) -> None:
         """Set each hook's attribute: None if no instrument overrides it, else what runs each one that does.
 
-        The sender's three hooks also run in place, in ``began``, ``left`` (and
-        ``packed``) and ``settle``, which the message path calls anyway: one
-        frame less each.
+        The sender's three hooks also run in place, in ``began``, ``left``
+        (which ``packed`` calls) and ``settle``, which the message path calls
+        anyway: one frame less each.
         """
         for hook in HOOKS:
             methods = self._methods(hook)

@@ -198,15 +198,15 @@ class NodeTrace:
         path: str | None,
         size: int,
     ) -> None:
-        """A call or stream of arrow ``flow`` to ``to`` on ``node`` left now (``size`` bytes), if sampled.
+        """A call or stream of arrow ``flow`` to ``to`` on ``node`` left now (``size`` bytes), its span open.
 
-        Its span ends with ``closed``. ``Tracing.sent`` does the same in place.
+        Its span ends with ``closed``. The caller decides whether the arrow is
+        sampled (``sampled``).
         """
-        if self.every or self.sampled(flow):
-            self.open_spans[flow] = (kind, track, verb, endpoint, perf_counter_ns(), to, node, path, size)
+        self.open_spans[flow] = (kind, track, verb, endpoint, perf_counter_ns(), to, node, path, size)
 
     def closed(self, flow: int, outcome: str) -> None:
-        """The call or stream of arrow ``flow`` has its outcome, if it was opened here (``Tracing.reply`` in place)."""
+        """The call or stream of arrow ``flow`` has its outcome, if it was opened here."""
         opened = self.open_spans.pop(flow, None)
         if opened is not None:
             if self.room > 0:
@@ -219,7 +219,7 @@ class NodeTrace:
         """A handler run of arrow ``flow`` on ``track``, after its wait in the mailbox from ``queued_at`` (0: none).
 
         Its wait is an event of its own; either is left out if it began
-        before the trace. ``Tracing.handled`` does the same in place.
+        before the trace.
         """
         if started < self.started:
             return
@@ -325,14 +325,13 @@ class Tracing(Instrument):
         elif wire is not None:
             flow = self.rank | (_STREAM_IDS if verb == "stream" else 0) | out.ident
             trace = self.trace
-            if trace.every or trace.sampled(flow):  # NodeTrace.opened, in place: one of these per call
-                context = current_call.get()
-                trace.open_spans[flow] = (
+            if trace.every or trace.sampled(flow):
+                trace.opened(
                     CALL_SPAN if verb == "call" else STREAM_SPAN,
-                    "main" if context is None else context.label,
+                    flow,
+                    current_track(),
                     verb,
                     out.endpoint,
-                    perf_counter_ns(),
                     out.label,
                     out.rank,
                     out.path,
@@ -346,16 +345,7 @@ class Tracing(Instrument):
             outcome = "ended"
         if out.path != LOCAL:
             if out.ident:  # else it was never sent
-                # NodeTrace.closed, in place: one of these per call
-                flow = self.rank | (_STREAM_IDS if verb == "stream" else 0) | out.ident
-                trace = self.trace
-                opened = trace.open_spans.pop(flow, None)
-                if opened is not None:
-                    if trace.room > 0:
-                        trace.room -= 1
-                        trace.closed_spans.append((opened, perf_counter_ns(), flow, outcome))
-                    else:
-                        trace.dropped += 1
+                self.trace.closed(self.rank | (_STREAM_IDS if verb == "stream" else 0) | out.ident, outcome)
             return
         carried = out.carrier
         begun = None if carried is None else carried.pop(_BEGUN, None)
@@ -376,7 +366,7 @@ class Tracing(Instrument):
         carried = handling.carried
         flow = 0 if carried is None else carried.get(FLOW, 0)
         trace, endpoint, started = self.trace, handling.endpoint, handling.started
-        if not isinstance(handling, CallContext):  # NodeTrace.ran, in place: one of these per message handled
+        if not isinstance(handling, CallContext):
             if not flow:  # a call or a stream from another node: its arrow is its id there
                 origin = None if handling.reply is None else handling.reply.origin()
                 if origin is None:
@@ -384,16 +374,8 @@ class Tracing(Instrument):
                 flow = arrow(origin)
                 if not (trace.every or trace.sampled(flow)):
                     return
-            if started < trace.started:
-                return
-            queued_at = handling.queued_at
-            needed = 2 if queued_at >= trace.started else 1
-            if trace.room >= needed:
-                trace.room -= needed
-                outcome = "error" if failed else "cancelled" if handling.cancelled else "ok"
-                trace.runs.append((actor.label, endpoint, queued_at, started, ended, flow, outcome))
-            else:
-                trace.dropped += needed
+            outcome = "error" if failed else "cancelled" if handling.cancelled else "ok"
+            trace.ran(actor.label, endpoint, handling.queued_at, started, ended, flow, outcome)
             return
         if not flow or carried is None:
             return
@@ -407,9 +389,11 @@ class Tracing(Instrument):
     def stream_item(self, message: Message, index: int, wire: bytes | None, tensors: list[Any] | None) -> None:
         """Mark an item a traced stream's producer sent, on the producing handler's track."""
         carried = message.carried
-        origin = None if message.reply is None else message.reply.origin()
-        if (carried is not None and carried.get(FLOW)) or (origin is not None and self.trace.sampled(arrow(origin))):
-            sent: dict[str, Any] = {"index": index}
-            if wire is not None:
-                sent["bytes"] = message_size(wire, tensors)
-            self.trace.mark(ITEM_MARK, current_track(), "item", 0, sent)
+        if carried is None or not carried.get(FLOW):  # a stream from another node: sampled by its id there
+            origin = None if message.reply is None else message.reply.origin()
+            if origin is None or not self.trace.sampled(arrow(origin)):
+                return
+        sent: dict[str, Any] = {"index": index}
+        if wire is not None:
+            sent["bytes"] = message_size(wire, tensors)
+        self.trace.mark(ITEM_MARK, current_track(), "item", 0, sent)
