@@ -359,7 +359,19 @@ class Codec:
 class _Encoding:
     """One value being encoded: the side list it fills, and how each tensor in it travels (an ``Outgoing``)."""
 
-    __slots__ = ("arguments", "copy", "depth", "plane", "route", "shared", "staged", "strict", "tensors", "value")
+    __slots__ = (
+        "arguments",
+        "copy",
+        "depth",
+        "plane",
+        "route",
+        "settled",
+        "shared",
+        "staged",
+        "strict",
+        "tensors",
+        "value",
+    )
 
     def __init__(
         self,
@@ -380,6 +392,7 @@ class _Encoding:
         self.plane = plane
         self.tensors: list[Any] = []
         self.staged: set[torch.device] = set()
+        self.settled: set[torch.device] = set()
         self.depth = 0
 
     def nested(self, inner: Any) -> bytes:
@@ -474,6 +487,12 @@ class _Encoding:
     def staged_on(self, device: torch.device) -> None:
         """Copies out of ``device`` were queued: the message waits for them once before it leaves."""
         self.staged.add(device)
+
+    def settle(self, device: torch.device) -> None:
+        """Wait, once per message and device, for the work queued on ``device`` so far."""
+        if device not in self.settled:
+            self.settled.add(device)
+            accelerator().synchronize(device)
 
     def where(self, tensor: torch.Tensor) -> str:
         """Where ``tensor`` sits in the value, for an error."""

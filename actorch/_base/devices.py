@@ -15,7 +15,7 @@ staging logic on machines without a GPU install another with
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 import torch
@@ -79,6 +79,56 @@ class Accelerator:
     def synchronize(self, device: torch.device) -> None:
         """Wait until what was queued on ``device``'s current stream (copies to the host) has finished."""
         torch.cuda.current_stream(device).synchronize()
+
+    def stages_in_chunks(self, tensor: torch.Tensor) -> bool:
+        """Whether :meth:`copy_in_chunks` can copy ``tensor`` to the host (a CUDA tensor)."""
+        return tensor.is_cuda
+
+    def copy_in_chunks(self, tensor: torch.Tensor, target: torch.Tensor, strides: list[int], chunk: int) -> list[Any]:
+        """Queue copies of ``tensor`` into the host bytes ``target``, laid out with ``strides``, ``chunk`` bytes each.
+
+        The copies go on the tensor's device's current stream, in order; an
+        event is recorded after each. Returns the events (each has
+        ``synchronize()``), one per chunk.
+
+        Raises:
+            RuntimeError: CUDA refused a copy.
+        """
+        if tensor.is_conj() or tensor.is_neg():  # its memory holds the values before the flip
+            tensor = tensor.resolve_conj().resolve_neg()
+        if list(tensor.stride()) != strides:  # not one dense block: made one on the device first
+            tensor = torch.empty_strided(tensor.shape, strides, dtype=tensor.dtype, device=tensor.device).copy_(tensor)
+        extent = target.numel()
+        source = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(
+            tensor.untyped_storage(), tensor.storage_offset() * tensor.element_size(), (extent,), (1,)
+        )
+        stream = torch.cuda.current_stream(tensor.device)
+        events: list[Any] = []
+        for start in range(0, extent, chunk):
+            end = min(start + chunk, extent)
+            target[start:end].copy_(source[start:end], non_blocking=True)
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            event.record(stream)
+            events.append(event)
+        return events
+
+    def to_device_in_chunks(
+        self, host: torch.Tensor, raw: torch.Tensor, device: torch.device, chunk: int, ready: Callable[[int], None]
+    ) -> torch.Tensor:
+        """``host`` (a tensor over the host bytes ``raw``) copied to ``device`` chunk by chunk, each once ``ready``.
+
+        ``ready(i)`` returns once chunk ``i`` of ``raw`` may be read; the copy
+        of each is queued then, so the copies overlap the chunks still landing.
+        Returns once every copy is done (``raw`` may be let go).
+        """
+        extent = raw.numel()
+        out = torch.empty(extent, dtype=torch.uint8, device=device)
+        for index, start in enumerate(range(0, extent, chunk)):
+            ready(index)
+            end = min(start + chunk, extent)
+            out[start:end].copy_(raw[start:end], non_blocking=True)
+        torch.cuda.current_stream(device).synchronize()
+        return out.view(host.dtype).as_strided(host.shape, host.stride(), 0)
 
     def wait_landed(self, received: Iterable[Any]) -> None:
         """Wait until the CUDA tensors among ``received`` have landed on the current streams of this thread.

@@ -41,6 +41,8 @@ def test_cuda_tensors_without_a_map_are_staged_to_the_receiving_actors_device() 
     assert r["nested"] == ["cpu", [0.0, 1.0, 2.0, 3.0], "cpu"]
     assert r["result"] == ["cpu", [0.0, 1.0, 2.0]]  # main is no actor: results land on the host
     assert r["kept"] == TOLD
+    assert r["big_bitwise"] == [True] * 4
+    assert r["big_told"][0] == r["big_told"][1]
 
 
 @pytest.mark.timeout(120)
@@ -54,6 +56,9 @@ def test_cuda_tensors_staged_on_one_host_go_through_a_segment_of_shared_memory()
     assert r["arrived_gpu_actor"] == "cuda:0"
     assert r["result"] == ["cpu", [0.0, 1.0, 2.0]]
     assert r["kept"] == TOLD
+    assert r["big_bitwise"] == [True] * 4, "a tensor of several chunks, and views of it, arrive bitwise"
+    told, kept = r["big_told"]
+    assert kept == told, "each told tensor arrives as it was told, though the sender changed it at once"
 
 
 @pytest.mark.timeout(120)

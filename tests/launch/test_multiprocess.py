@@ -486,3 +486,5 @@ def test_a_tensor_no_map_covers_is_staged_between_processes_to_the_receiving_act
     assert r["result_to_main"] == [7.0, 7.0]  # main is no actor: the host
     assert r["result_to_gpu_actor"] == [107.0, 107.0]  # the calling actor's device
     assert r["where"] == "cuda:1"
+    assert r["big"] == [1_500_000, [107.0]], "two chunks, each read once landed, then moved"
+    assert r["through_shared_memory"] >= 3, "on one host the host copies go through segments, no socket"

@@ -41,7 +41,10 @@ class Keeper(actorch.Actor):
         self.told.append(value)
 
     async def kept(self) -> list[list[float]]:
-        return [tensor.cpu().tolist() for tensor in self.told]
+        return [tensor.cpu().tolist() for tensor in self.told if tensor.numel() < 100]
+
+    async def kept_sums(self) -> list[float]:
+        return [float(tensor.double().sum()) for tensor in self.told if tensor.numel() >= 100]
 
     async def made_here(self) -> torch.Tensor:
         return torch.arange(3.0, device="cuda:0")
@@ -60,6 +63,16 @@ async def main(system: actorch.ActorSystem) -> None:
             on_cpu.tell(Keeper.keep, tensor)
             tensor.add_(1)
         kept = await on_cpu.call(Keeper.kept)
+        big = torch.randn(3, 2_500_000, device="cuda:0")  # 30 MB: several chunks of a staged copy
+        sent = [big, big[:, ::3], big.t(), big.to(torch.bfloat16)]
+        back = await on_gpu.call(Keeper.echo, sent)
+        big_bitwise = [torch.equal(there.cpu(), here.cpu()) for there, here in zip(back, sent, strict=True)]
+        told_sums = []
+        for _ in range(3):  # a large told tensor mutated at once, its chunks still copying
+            told_sums.append(float(big.double().sum()))
+            on_gpu.tell(Keeper.keep, big)
+            big.mul_(-1.5)
+        kept_sums = await on_gpu.call(Keeper.kept_sums)
     channels = system.statistics()["channels"]
     emit(
         MODE,
@@ -70,6 +83,8 @@ async def main(system: actorch.ActorSystem) -> None:
         nested=[str(nested["x"][0].device), nested["x"][0].cpu().tolist(), str(nested["x"][1].device)],
         result=[str(result.device), result.cpu().tolist()],
         kept=kept,
+        big_bitwise=big_bitwise,
+        big_told=[told_sums, kept_sums],
     )
 
 

@@ -81,8 +81,12 @@ async def staged(system: actorch.ActorSystem) -> None:
         result_to_main = await on_gpu.call(Holder.off_cpu)
         result_to_gpu_actor = await asker.call(Asker.ask, on_gpu)
         where = await on_gpu.call(Holder.where)
+        big = await on_gpu.call(Holder.echo, torch.empty(1_500_000, device="meta"))  # 6 MB: two chunks
+    staged_counts = system.statistics()["channels"]["staged"]
     emit(
         "staged",
+        big=[big.numel(), torch.unique(big).tolist()],
+        through_shared_memory=staged_counts.get("through_shared_memory"),
         to_gpu_actor=[tensor.tolist() for tensor in to_gpu_actor],
         to_cpu_actor=to_cpu_actor.tolist(),
         result_to_main=result_to_main.tolist(),

@@ -57,6 +57,10 @@ class Outgoing(Protocol):
         """Copies out of ``device`` were queued: wait for them once, before the message leaves."""
         ...
 
+    def settle(self, device: torch.device) -> None:
+        """Wait now, once per message, for the work queued on ``device`` (copies queued after it overlap the send)."""
+        ...
+
     def where(self, tensor: torch.Tensor) -> str:
         """Where ``tensor`` sits in the value sent (``args[0]['obs']``), for an error."""
         ...

@@ -15,6 +15,13 @@ bytes on their way to their receiver, counted against the send budget as the
 transport's are; lends received and kept only stop more from going that way
 once they pass a bound (the tensors then go by value).
 
+A lend staged out of a GPU is filled chunk by chunk while its message
+travels: the maker queues the copies, lends at once, and writes how many
+chunks have landed into the slot's *landed* word (tagged with the
+generation) as each one does; the receiver reads each chunk only once it is
+counted there (``landing``). The maker reuses the segment only once every
+chunk has landed, whatever its receiver did.
+
 The maker reserves a segment's pages when it makes it (``posix_fallocate``):
 a full ``/dev/shm`` is an error then, never a ``SIGBUS`` when the pages are
 first written. Its :class:`SegmentPool` reuses free segments, makes new ones
@@ -70,8 +77,14 @@ HEADER = 4096
 SLOTS = 62
 """Lends a segment can have out at once (a tensor sent to that many nodes of the host without a copy each)."""
 
-_LENT, _RECEIVED, _RELEASED, _HANDED_BACK = 0, 1, 2, 3  # the words of a slot, in order
-_WORDS = 4
+_LENT, _RECEIVED, _RELEASED, _HANDED_BACK, _LANDED = 0, 1, 2, 3, 4  # the words of a slot, in order
+_WORDS = 5
+
+CHUNK_BITS = 24
+"""Bits of a slot's *landed* word that count chunks; the rest hold the lend's generation."""
+
+COPY_FAILED = (1 << CHUNK_BITS) - 1
+"""The chunk count a *landed* word holds when the copy into the lend failed."""
 
 
 MIN_SEGMENT = 64 << 10
@@ -80,7 +93,8 @@ MIN_SEGMENT = 64 << 10
 MAX_SEGMENT = 1 << 44
 """The largest segment a receiver maps (16 TiB): a bound on what a malformed reference can ask for."""
 
-_MAGIC = b"actorch\x01"
+_PORTABLE = 1  # cudaHostRegisterPortable: pinned for every GPU of the process, not only the current one
+_MAGIC = b"actorch\x02"  # 2: a slot has a landed word
 _WORDS_AT = 16
 _NAME = re.compile(r"actorch-[0-9]+-[0-9a-f]{8}-[0-9]+\Z")
 _OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -151,6 +165,7 @@ class Segment:
 
     __slots__ = (
         "__weakref__",
+        "_copies",
         "_lends",
         "_map",
         "_words",
@@ -159,6 +174,7 @@ class Segment:
         "leased",
         "name",
         "owned",
+        "pin_refused",
         "pinned",
         "size",
         "view",
@@ -173,8 +189,10 @@ class Segment:
         self._words = (ctypes.c_uint64 * (_WORDS * SLOTS)).from_buffer(mapping, _WORDS_AT)
         self.address = ctypes.addressof(self._words) - _WORDS_AT  # where the mapping starts in this process
         self._lends: dict[int, tuple[int, int]] = {}  # the maker's: slot -> (rank, generation) not seen back yet
+        self._copies: dict[int, tuple[int, int]] = {}  # the maker's: slot -> (generation, chunks) not all landed
         self.leased = False  # the maker's: a user holds it as a Lease
-        self.pinned = False  # the maker's: registered with CUDA as pinned memory (copies out of a GPU land here)
+        self.pinned = False  # registered with CUDA as pinned memory (copies to and from a GPU run at full speed)
+        self.pin_refused = False  # CUDA refused to pin it (or is not there): not asked again
         self.data: torch.Tensor | None = None  # the maker's: its data as bytes, to copy tensors into
 
     def __repr__(self) -> str:
@@ -244,7 +262,15 @@ class Segment:
         return None
 
     def busy(self) -> bool:
-        """Whether a lend is still out (the maker's): the released words of those out are read again."""
+        """Whether a lend is still out, or a copy into it still landing (the maker's): their words are read again."""
+        copies = self._copies
+        if copies:
+            for slot, (generation, chunks) in list(copies.items()):
+                landed = self.landed(slot, generation)
+                if landed == chunks or landed < 0:
+                    del copies[slot]
+            if copies:
+                return True
         lends = self._lends
         if not lends:
             return False
@@ -295,6 +321,27 @@ class Segment:
         if self._words[at] == generation:
             self._words[at] = 0
 
+    def copying(self, slot: int, generation: int, chunks: int) -> None:
+        """The maker queued a copy of ``chunks`` chunks into the lend ``generation`` in ``slot``: none has landed yet.
+
+        The segment stays busy until the last one lands (or the copy fails),
+        even if its receiver lets go of the lend first.
+        """
+        self._words[_WORDS * slot + _LANDED] = (generation << CHUNK_BITS) | 0
+        self._copies[slot] = (generation, chunks)
+
+    def land(self, slot: int, generation: int, chunks: int) -> None:
+        """``chunks`` chunks of the copy into the lend ``generation`` in ``slot`` have landed (the maker's watcher)."""
+        self._words[_WORDS * slot + _LANDED] = (generation << CHUNK_BITS) | chunks
+
+    def landed(self, slot: int, generation: int) -> int:
+        """Chunks of the copy into the lend ``generation`` in ``slot`` that have landed; -1 if the copy failed."""
+        word = self._words[_WORDS * slot + _LANDED]
+        if word >> CHUNK_BITS != generation:
+            return 0
+        chunks = word & COPY_FAILED
+        return -1 if chunks == COPY_FAILED else chunks
+
     def reclaim(self, rank: int) -> int:
         """Take back what was lent to node ``rank``, which is gone (the maker's); how many lends."""
         lends = self._lends
@@ -305,16 +352,19 @@ class Segment:
         return len(gone)
 
     def pin(self) -> bool:
-        """Register the segment with CUDA as pinned memory (once), so copies out of a GPU land at full speed.
+        """Register the mapping with CUDA as pinned memory (once), so copies to and from a GPU run at full speed.
 
-        False where CUDA refuses (or is not there): copies still work, pageable.
+        The maker pins what it stages into; a receiver what it copies to its
+        GPU from. False where CUDA refuses (or is not there), and it is not
+        asked again: copies still work, pageable, and without overlap.
         """
-        if not self.pinned:
+        if not self.pinned and not self.pin_refused:
             try:
-                error = torch.cuda.cudart().cudaHostRegister(self.address, HEADER + self.size, 0)  # type: ignore[no-untyped-call]
+                error = torch.cuda.cudart().cudaHostRegister(self.address, HEADER + self.size, _PORTABLE)  # type: ignore[no-untyped-call]
             except (AttributeError, RuntimeError, AssertionError):
-                return False
+                error = -1
             self.pinned = int(error) == 0
+            self.pin_refused = not self.pinned
         return self.pinned
 
     def unpin(self) -> None:
@@ -612,10 +662,12 @@ class SegmentMaps:
     def forget(self, prefix: str) -> None:
         """Drop the cached mappings of a lost node's segments (tensors over them keep theirs)."""
         for name in [name for name in self._maps if name.startswith(prefix + "-")]:
-            del self._maps[name]
+            self._maps.pop(name).unpin()
 
     def clear(self) -> None:
-        """Drop every cached mapping."""
+        """Drop every cached mapping (unpinned first: tensors over them keep their bytes, pageable)."""
+        for segment in self._maps.values():
+            segment.unpin()
         self._maps.clear()
 
     def _mapped(self, name: str, size: int) -> Segment:
@@ -627,5 +679,13 @@ class SegmentMaps:
         self.mapped += 1
         self._maps[name] = segment
         while len(self._maps) > self.keep:
-            self._maps.popitem(last=False)
+            self._maps.popitem(last=False)[1].unpin()
         return segment
+
+    def segment(self, name: Any, size: Any) -> Segment:
+        """The mapping of segment ``name`` of ``size`` bytes (cached).
+
+        Raises:
+            SerializationError: The name or size is malformed, or no such segment can be mapped.
+        """
+        return self._mapped(name, size)

@@ -28,9 +28,11 @@ from typing import Any
 import torch
 
 from actorch._base.channels.base import Arrival, Channel, Outgoing
+from actorch._base.channels.landing import Landing, Landings, chunk_for
 from actorch._base.channels.metadata import checked_shape, dtype_named, name_of
 from actorch._base.channels.route import TensorRoute
 from actorch._base.channels.segments import (
+    COPY_FAILED,
     HEADER,
     SLOTS,
     Segment,
@@ -39,6 +41,7 @@ from actorch._base.channels.segments import (
     host_identity,
     remove_files,
 )
+from actorch._base.devices import accelerator
 from actorch._base.errors import SerializationError
 
 __all__ = ["REACH_KEY", "SEGMENTS_KEY", "SharedMemoryChannel", "dense_strides", "extent_of"]
@@ -99,6 +102,7 @@ class SharedMemoryChannel(Channel):
         self._identity = host_identity()
         self._warn = warn
         self._warned = False
+        self.landings = Landings()
         self.by_value = 0
         self.peer_full = 0
         self.leased_sent = 0
@@ -113,12 +117,13 @@ class SharedMemoryChannel(Channel):
         return self._identity is not None and route.reach.get(REACH_KEY) == self._identity
 
     def staged(self, tensor: torch.Tensor, dest: int) -> list[Any] | None:
-        """A reference to a host copy of GPU ``tensor`` in a pinned segment, the copy queued without blocking.
+        """A reference to a host copy of GPU ``tensor`` in a pinned segment, with its chunk size and count.
 
-        For the staged channel on one host: the receiver maps the segment and
-        copies the tensor to its device, with no socket in between. The copy is
-        valid once the tensor's device is synchronised. None: no room (it is
-        staged through the transport then).
+        For the staged channel on one host: the copy is queued in chunks and
+        lent at once; each chunk is marked in the segment as it lands, and the
+        receiver copies it to its device then (``landing``), with no socket in
+        between. None: no room, or the accelerator cannot copy it this way (it
+        is staged through the transport then).
         """
         if self.pool.lent_to(dest) + tensor.nbytes > self.per_peer:
             return None
@@ -130,9 +135,42 @@ class SharedMemoryChannel(Channel):
         segment, slot, generation = placed
         assert segment.data is not None
         segment.pin()
-        target = segment.data[:extent].view(tensor.dtype).as_strided(tensor.shape, strides, 0)
-        target.copy_(tensor.detach(), non_blocking=segment.pinned)
-        return self._reference(segment.name, segment.size, 0, extent, tensor, strides, slot, generation)
+        chunk = chunk_for(extent)
+        try:
+            events = accelerator().copy_in_chunks(tensor.detach(), segment.data[:extent], strides, chunk)
+        except (RuntimeError, NotImplementedError):  # what CUDA refused: the transport carries it
+            segment.reclaim(dest)
+            return None
+        segment.copying(slot, generation, len(events))
+        self.landings.watch(segment, slot, generation, events)
+        reference = self._reference(segment.name, segment.size, 0, extent, tensor, strides, slot, generation)
+        return [reference, chunk, len(events)]
+
+    def arriving(self, payload: Any, *, pin: bool) -> tuple[torch.Tensor, torch.Tensor, Landing, int]:
+        """A staged lend (what :meth:`staged` made) on arrival: its tensor, its bytes, its landing and chunk size.
+
+        ``pin``: the bytes are copied to a GPU from here, so the mapping is
+        pinned (once) for copies that overlap the chunks still landing.
+
+        Raises:
+            SerializationError: The reference is malformed or names what cannot be mapped.
+        """
+        try:
+            reference, chunk, chunks = payload
+            name, size, _, extent, _, _, _, slot, generation = reference
+        except (TypeError, ValueError):
+            raise SerializationError("a staged tensor arrived in shared memory with a malformed reference") from None
+        if not all(isinstance(number, int) and number > 0 for number in (extent, chunk, chunks)) or not (
+            chunks == -(-extent // chunk) and chunks < COPY_FAILED
+        ):
+            raise SerializationError(
+                f"a staged tensor of {extent!r} bytes arrived in {chunks!r} chunks of {chunk!r} bytes"
+            )
+        raw, host = self._received(reference)
+        segment = self.maps.segment(name, size)
+        if pin:
+            segment.pin()
+        return host, raw, Landing(segment, slot, generation, chunks), chunk
 
     def send(self, tensor: torch.Tensor, route: TensorRoute, out: Outgoing) -> list[Any] | None:
         """The segment, the tensor's place in it, and the lend; None (by value) when the pool has no room."""
@@ -242,6 +280,10 @@ class SharedMemoryChannel(Channel):
 
     def receive(self, payload: Any, arrival: Arrival) -> torch.Tensor:
         """A tensor over the lent bytes, mapped from the sender's segment."""
+        return self._received(payload)[1]
+
+    def _received(self, payload: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The lent bytes of reference ``payload`` and the tensor over them."""
         try:
             name, size, offset, extent, dtype_name, shape, strides, slot, generation, *back = payload
         except (TypeError, ValueError):
@@ -256,7 +298,8 @@ class SharedMemoryChannel(Channel):
         lent = self._taken_back(name, offset, extent, slot, generation) if back else None
         if lent is None:
             lent = self.maps.held(name, size, offset, extent, slot, generation)
-        return torch.frombuffer(lent, dtype=torch.uint8).view(dtype).as_strided(sizes, steps, 0)
+        raw = torch.frombuffer(lent, dtype=torch.uint8)
+        return raw, raw.view(dtype).as_strided(sizes, steps, 0)
 
     def _taken_back(self, name: Any, offset: Any, extent: Any, slot: Any, generation: Any) -> memoryview | None:
         """The bytes of this node's own segment that a receiver handed back, lent anew to this node itself.
@@ -313,7 +356,8 @@ class SharedMemoryChannel(Channel):
             remove_files(prefix)
 
     def close(self) -> None:
-        """Remove this process's segment files and drop the mappings of others'."""
+        """Wait for staged copies still landing, remove this process's segment files, drop the mappings of others'."""
+        self.landings.close()
         self.pool.close()
         self.maps.clear()
 
@@ -326,6 +370,7 @@ class SharedMemoryChannel(Channel):
             "peer_full": self.peer_full,
             "from_leases": self.leased_sent,
             "handed_back": self.handed_back,
+            "staged_copies_failed": self.landings.failed,
         }
 
     def _went_by_value(self) -> None:

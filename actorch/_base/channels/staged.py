@@ -1,12 +1,18 @@
 """The staged channel: a GPU tensor no direct path carries is copied to pinned host memory and sent from there.
 
-The copy is queued without blocking, and the message waits once per device
-for every copy it queued. For a node of this host the copy lands in a pinned
-segment of shared memory, which the receiver maps (no socket in between);
-elsewhere in pinned memory the transport sends by value (its pool of pinned
-blocks is torch's, reused). On arrival the host copy goes to the receiving
-actor's device (the CPU for an actor without one). Under ``devices="strict"``
-the tensor is refused instead, naming where it sits in the value.
+For a node of this host the copy goes to a pinned segment of shared memory
+from the pool (reused), which the receiver maps: no socket in between. The
+sender waits for the work already queued on the tensor's device, queues the
+copy in chunks and sends the message at once; each chunk is marked in the
+segment as it lands, and the receiver copies it to its device (from its own
+pinned mapping) as soon as it is there (``landing``), so the two copies and
+the message's trip overlap. Elsewhere the copy goes to pinned memory that the
+transport sends by value (torch's pool of pinned blocks, reused): the message
+waits once per device for every copy it queued, since the transport reads
+the whole buffer when it sends. On arrival the host copy goes to the
+receiving actor's device (the CPU for an actor without one). Under
+``devices="strict"`` the tensor is refused instead, naming where it sits in
+the value.
 """
 
 from __future__ import annotations
@@ -48,13 +54,13 @@ class StagedChannel(Channel):
         if self._strict:
             raise SerializationError(f"{out.where(tensor)}: {route.refusal(tensor)}")
         shm = self._shm
-        if shm is not None and tensor.is_cuda and shm.reaches(route):
+        if shm is not None and shm.reaches(route) and accelerator().stages_in_chunks(tensor):
+            out.settle(tensor.device)  # the receiver then waits for the copy alone, not for the sender's work
             try:
                 reference = shm.staged(tensor, route.dest)
             except (RuntimeError, OSError):  # what the segment refused: the transport carries it
                 reference = None
             if reference is not None:
-                out.staged_on(tensor.device)
                 self.through_shared_memory += 1
                 return reference
         try:
@@ -67,20 +73,29 @@ class StagedChannel(Channel):
         return out.add(host)
 
     def receive(self, payload: Any, arrival: Arrival) -> torch.Tensor:
-        """The host copy, moved to the receiving actor's device if it has one."""
-        if isinstance(payload, list):
-            if self._shm is None:
-                raise SerializationError("a staged tensor arrived in shared memory, which this node does not use")
-            host = self._shm.receive(payload, arrival)  # the segment is let go once the copy below is done
-        else:
-            host = side_tensor(payload, arrival)
+        """The host copy, moved to the receiving actor's device if it has one.
+
+        Raises:
+            SerializationError: The payload is malformed, or its copy out of the sender's GPU failed or stalled.
+        """
         device = arrival.device
-        return host if device is None or device.type == "cpu" else accelerator().to_device(host, device)
+        if device is not None and device.type == "cpu":
+            device = None
+        if not isinstance(payload, list):
+            host = side_tensor(payload, arrival)
+            return host if device is None else accelerator().to_device(host, device)
+        if self._shm is None:
+            raise SerializationError("a staged tensor arrived in shared memory, which this node does not use")
+        host, raw, landing, chunk = self._shm.arriving(payload, pin=device is not None)
+        if device is None:  # it stays over the segment, as a CPU tensor sent by reference does
+            landing.wait_all()
+            return host
+        return accelerator().to_device_in_chunks(host, raw, device, chunk, landing.wait)  # then the lend is let go
 
     def drop(self, payload: Any) -> None:
         """A message that carried ``payload`` was dropped unread: a segment it lent goes back."""
-        if isinstance(payload, list) and self._shm is not None:
-            self._shm.drop(payload)
+        if isinstance(payload, list) and payload and self._shm is not None:
+            self._shm.drop(payload[0])
 
     def statistics(self) -> dict[str, int]:
         """Tensors staged through a segment of this host's shared memory (the rest went by the transport)."""
