@@ -32,6 +32,29 @@ def test_configure_logging_writes_json_lines_when_stderr_is_not_a_terminal(monke
     assert record["level"] == "info"
 
 
+class _Writes(io.StringIO):
+    """A stderr that keeps each write apart, as an unbuffered one (``PYTHONUNBUFFERED``) hands each to the pipe."""
+
+    def __init__(self):
+        super().__init__()
+        self.writes = []
+
+    def write(self, text):
+        self.writes.append(text)
+        return super().write(text)
+
+
+def test_each_log_line_is_one_write_so_nodes_sharing_a_stderr_never_cut_each_others(monkeypatch):
+    stream = _Writes()
+    monkeypatch.setattr("sys.stderr", stream)
+    configure_logging("info")
+    log = structlog.get_logger("actorch")
+    log.info("one", node=0)
+    log.warning("two", node=1)
+    assert len(stream.writes) == 2
+    assert all(text.endswith("\n") and text.count("\n") == 1 for text in stream.writes)
+
+
 def test_configure_logging_takes_the_level_from_the_environment(monkeypatch):
     stream = io.StringIO()
     monkeypatch.setattr("sys.stderr", stream)

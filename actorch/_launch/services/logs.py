@@ -51,7 +51,8 @@ def configure_logging(level: str | None = None) -> None:
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[chosen.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        # one write per line: the nodes share a stderr, and a line written in two parts can be cut by another's
+        logger_factory=structlog.WriteLoggerFactory(sys.stderr),
         # A node binds its logger as it opens, so it logs at the level of the run that opened it; without the
         # cache, a second run in this process (at another level) reaches the module-level loggers too.
         cache_logger_on_first_use=False,
