@@ -110,7 +110,7 @@ def test_a_large_cuda_tensor_crosses_with_the_defaults(case: str) -> None:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("mode", ["cuda-ipc", "cuda-map", "cuda-staged"])
+@pytest.mark.parametrize("mode", ["cuda-ipc", "cuda-map", "cuda-staged", "cuda-staged-shm"])
 def test_drawn_cuda_tensors_cross_every_path_bitwise(mode: str) -> None:
     run = run_script("tensor_fidelity.py", mode, "40", timeout=280)
     run.assert_clean_exit(0)

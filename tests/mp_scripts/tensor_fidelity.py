@@ -11,7 +11,9 @@ leaves shared memory out: ``channels=("staged",)``). The ``cuda-ipc``,
 ``cuda-map`` and ``cuda-staged`` modes (two processes sharing ``cuda:0``)
 move each drawn tensor that can be to the GPU first, half of them into a
 view of a large storage, and send them by CUDA IPC, through a device map, or
-staged through the host; empty ones among them travel as metadata. Then each
+staged through the host (``cuda-staged-shm``: through a segment of it, in
+chunks that land while the message travels); empty ones among them travel
+as metadata. Then each
 kind that has no faithful form is sent once and must be refused with
 ``SerializationError`` naming the argument, the process still serving.
 """
@@ -43,6 +45,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "cuda-ipc": {"transport": actorch.TorchRpc(device_maps=None)},
     "cuda-map": {"transport": actorch.TorchRpc(device_maps="auto"), "channels": ("device_map",)},
     "cuda-staged": {"transport": actorch.TorchRpc(device_maps=None), "channels": ("staged",)},
+    "cuda-staged-shm": {"transport": actorch.TorchRpc(device_maps=None), "channels": ("shm", "staged")},
 }
 
 
