@@ -15,18 +15,23 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
 from fake_gpus import MOVED, STAGED, FakeAccelerator, installed
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tensor_cases import bits, dense
 
 from actorch._base.channels import landing
 from actorch._base.channels.landing import CHUNK, Landing, Landings, chunk_for
 from actorch._base.channels.plane import DataPlane
 from actorch._base.channels.route import TensorRoute
 from actorch._base.channels.segments import COPY_FAILED, Segment, SegmentPool, host_identity
-from actorch._base.channels.shm import REACH_KEY, SEGMENTS_KEY, SharedMemoryChannel
+from actorch._base.channels.shm import REACH_KEY, SEGMENTS_KEY, SharedMemoryChannel, dense_strides, extent_of
 from actorch._base.codec import Codec
+from actorch._base.devices import Accelerator
 from actorch._base.errors import SerializationError
 
 pytestmark = pytest.mark.skipif(host_identity() is None, reason="no /dev/shm on this machine")
@@ -244,3 +249,36 @@ def test_a_segment_that_cuda_will_not_pin_is_not_asked_again() -> None:
     finally:
         segment.unpin()
         segment.unlink()
+
+
+class _Stream:
+    def synchronize(self) -> None:
+        pass
+
+
+class _Event:
+    def record(self, stream: Any = None) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(tensor=dense().filter(lambda tensor: tensor.numel() > 0), chunk=st.sampled_from([7, 256, 4096, 1 << 20]))
+def test_the_cuda_accelerators_chunked_copies_keep_every_byte_and_layout(tensor: torch.Tensor, chunk: int) -> None:
+    """The real accelerator's chunked copies out and in, on CPU tensors (CUDA's streams and events stood in for)."""
+    strides = dense_strides(tensor)
+    extent = extent_of(tensor.shape, strides, tensor.element_size())
+    target = torch.empty(extent, dtype=torch.uint8)
+    ready: list[int] = []
+    with mock.patch.object(torch.cuda, "current_stream", lambda device=None: _Stream()):
+        with mock.patch.object(torch.cuda, "Event", _Event):
+            events = Accelerator().copy_in_chunks(tensor.detach(), target, strides, chunk)
+            host = target.view(tensor.dtype).as_strided(tensor.shape, strides, 0)
+            arrived = Accelerator().to_device_in_chunks(host, target, torch.device("cpu"), chunk, ready.append)
+    assert len(events) == -(-extent // chunk)
+    assert ready == list(range(len(events))), "each chunk is asked for once, in order"
+    assert bits(host) == bits(tensor), "the host copy holds the tensor's values in its dense layout"
+    assert bits(arrived) == bits(tensor)
+    assert list(arrived.stride()) == strides
