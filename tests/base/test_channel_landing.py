@@ -272,11 +272,13 @@ def test_the_cuda_accelerators_chunked_copies_keep_every_byte_and_layout(tensor:
     extent = extent_of(tensor.shape, strides, tensor.element_size())
     target = torch.empty(extent, dtype=torch.uint8)
     ready: list[int] = []
-    with mock.patch.object(torch.cuda, "current_stream", lambda device=None: _Stream()):
-        with mock.patch.object(torch.cuda, "Event", _Event):
-            events = Accelerator().copy_in_chunks(tensor.detach(), target, strides, chunk)
-            host = target.view(tensor.dtype).as_strided(tensor.shape, strides, 0)
-            arrived = Accelerator().to_device_in_chunks(host, target, torch.device("cpu"), chunk, ready.append)
+    with (
+        mock.patch.object(torch.cuda, "current_stream", return_value=_Stream()),
+        mock.patch.object(torch.cuda, "Event", _Event),
+    ):
+        events = Accelerator().copy_in_chunks(tensor.detach(), target, strides, chunk)
+        host = target.view(tensor.dtype).as_strided(tensor.shape, strides, 0)
+        arrived = Accelerator().to_device_in_chunks(host, target, torch.device("cpu"), chunk, ready.append)
     assert len(events) == -(-extent // chunk)
     assert ready == list(range(len(events))), "each chunk is asked for once, in order"
     assert bits(host) == bits(tensor), "the host copy holds the tensor's values in its dense layout"
