@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +27,7 @@ from hypothesis import strategies as st
 from tensor_cases import bits, dense
 
 from actorch._base.channels import landing
-from actorch._base.channels.landing import CHUNK, Landing, Landings, chunk_for
+from actorch._base.channels.landing import CHUNK, Landing, Landings, chunk_for, gone
 from actorch._base.channels.plane import DataPlane
 from actorch._base.channels.route import TensorRoute
 from actorch._base.channels.segments import COPY_FAILED, Segment, SegmentPool, host_identity
@@ -43,9 +45,9 @@ CUDA = torch.device("cuda", 0)
 class Side:
     """One node of the pair: its pool, its codec, and the route toward the other."""
 
-    def __init__(self, rank: int, tag: str) -> None:
+    def __init__(self, rank: int, tag: str, pid: int | None = None) -> None:
         self.rank = rank
-        self.pool = SegmentPool(64 << 20, prefix=f"actorch-{os.getpid()}-{tag * 8}")
+        self.pool = SegmentPool(64 << 20, prefix=f"actorch-{pid or os.getpid()}-{tag * 8}")
         self.shm = SharedMemoryChannel(self.pool)
         self.codec = Codec(plane=DataPlane.standard(("shm", "staged"), shm=self.shm))
 
@@ -164,6 +166,50 @@ def test_a_copy_that_stops_landing_is_refused_after_the_stall_bound(
     with pytest.raises(SerializationError, match=r"stopped at chunk 0 of 4 for 0.3 s"):
         b.codec.decode(*a.send(b, [meta(64 * KIB)]), device=CUDA)
     assert 0.3 <= time.monotonic() - started < 5
+
+
+def test_a_copy_whose_sender_process_is_gone_is_refused_at_once(
+    fake: FakeAccelerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])  # a process of this host that is gone
+    dead.wait()
+    a, b = Side(0, "9", pid=dead.pid), Side(1, "8")  # a's segments are named as the dead process's
+    monkeypatch.setattr(landing, "STALL", 30.0)
+    fake.gate.clear()  # it died with its copy queued
+    try:
+        started = time.monotonic()
+        with pytest.raises(
+            SerializationError, match=rf"stopped at chunk 0 of 4: the sender's process {dead.pid} is gone"
+        ):
+            b.codec.decode(*a.send(b, [meta(64 * KIB)]), device=CUDA)
+        assert time.monotonic() - started < 2, "refused at once, not after the stall bound"
+    finally:
+        fake.gate.set()
+        a.shm.close()
+        b.shm.close()
+
+
+def test_a_process_is_gone_once_it_ended_even_before_it_is_reaped() -> None:
+    assert not gone(os.getpid())
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    while not gone(zombie.pid) and time.monotonic() < deadline:  # ended, not yet waited for: a zombie
+        time.sleep(0.01)
+    assert gone(zombie.pid)
+    zombie.wait()
+    assert gone(zombie.pid)
+
+
+def test_a_segment_names_its_maker_only_to_processes_of_its_pid_namespace() -> None:
+    segment = Segment.create(f"actorch-{os.getpid()}-{'7' * 8}-1", 64 * KIB)
+    try:
+        assert segment.maker() == os.getpid()
+        seen = Segment.open(segment.name, segment.size)  # as a receiver maps it
+        assert seen.maker() == os.getpid()
+        segment.view[8:16] = (12345).to_bytes(8, "little")  # made in another pid namespace (a container)
+        assert seen.maker() is None, "a pid of another namespace says nothing here"
+    finally:
+        segment.unlink()
 
 
 def test_malformed_staged_references_are_refused(pair: tuple[Side, Side], fake: FakeAccelerator) -> None:

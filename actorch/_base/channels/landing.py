@@ -11,14 +11,19 @@ host-to-device copy, and neither event loop waits for the whole tensor twice.
 
 The sender still waits, before it queues the copy, for the work already
 queued on the tensor's stream (as it always did): a receiver waits only for
-the copy itself, never for the sender's training step. A copy that fails
-marks its lend failed; one that stops landing for :data:`STALL` seconds (a
-sender that died with it half done) is refused on arrival. Either way the
-receiver raises ``SerializationError`` rather than read what never landed.
+the copy itself (4 MiB a chunk: well under a millisecond each), never for
+the sender's training step. A copy that fails marks its lend failed; one
+whose sender process is gone (the segment's maker, where this process can
+see it: same pid namespace) is refused at once, and one that stops landing for :data:`STALL`
+seconds (a stopped sender, a hung GPU) is refused then. Either way the
+receiver raises ``SerializationError`` rather than read what never landed,
+and its event loop, which waits meanwhile, is never held for long.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
 import threading
 import time
@@ -27,13 +32,20 @@ from typing import Any
 from actorch._base.channels.segments import COPY_FAILED, Segment
 from actorch._base.errors import SerializationError
 
-__all__ = ["CHUNK", "STALL", "Landing", "Landings", "chunk_for"]
+__all__ = ["CHUNK", "STALL", "Landing", "Landings", "chunk_for", "gone"]
 
 CHUNK = 4 << 20
 """Bytes of one chunk of a staged copy: at a host link's 25-50 GB/s, 80-160 µs each."""
 
-STALL = 30.0
-"""Seconds a receiver waits for the next chunk of a staged copy before it gives the tensor up."""
+STALL = 10.0
+"""Seconds a receiver waits for the next chunk of a staged copy before it gives the tensor up.
+
+Under what a live node is given before it is counted lost (ten times ``liveness_timeout``,
+25 s by default), so a receiver that waits this long is not lost for it.
+"""
+
+_LOOK = 0.05
+"""Seconds between looks at whether the sender's process is still there, while a receiver waits."""
 
 _MOST_CHUNKS = COPY_FAILED - 1
 
@@ -99,10 +111,11 @@ class Landings:
 class Landing:
     """One staged lend as its receiver reads it: :meth:`wait` returns once a chunk has landed."""
 
-    __slots__ = ("_seen", "chunks", "generation", "segment", "slot")
+    __slots__ = ("_seen", "chunks", "generation", "maker", "segment", "slot")
 
     def __init__(self, segment: Segment, slot: int, generation: int, chunks: int) -> None:
         self.segment, self.slot, self.generation, self.chunks = segment, slot, generation, chunks
+        self.maker = segment.maker()
         self._seen = 0
 
     def __repr__(self) -> str:
@@ -119,6 +132,7 @@ class Landing:
         segment, slot, generation = self.segment, self.slot, self.generation
         landed = segment.landed(slot, generation)
         last, since, pause = landed, time.monotonic(), 0.0
+        looked = since
         while 0 <= landed <= index:
             now = time.monotonic()
             if landed != last:
@@ -126,8 +140,15 @@ class Landing:
             elif now - since > STALL:
                 raise SerializationError(
                     f"a staged tensor's copy out of the sender's GPU stopped at chunk {landed} of {self.chunks} "
-                    f"for {STALL:g} s (the sender is gone, or its GPU stalled)"
+                    f"for {STALL:g} s (the sender is stopped, or its GPU stalled)"
                 )
+            if now - looked > _LOOK:
+                looked = now
+                if self.maker is not None and gone(self.maker) and segment.landed(slot, generation) == landed:
+                    raise SerializationError(
+                        f"a staged tensor's copy stopped at chunk {landed} of {self.chunks}: "
+                        f"the sender's process {self.maker} is gone"
+                    )
             time.sleep(pause)
             pause = min(2 * pause or 20e-6, 1e-3)
             landed = segment.landed(slot, generation)
@@ -139,3 +160,16 @@ class Landing:
         """Return once every chunk has landed (see :meth:`wait`)."""
         if self.chunks:
             self.wait(self.chunks - 1)
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` of this host has ended (a zombie not yet reaped counts as ended)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's: there, at least
+        return False
+    with contextlib.suppress(OSError, IndexError), open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    return False

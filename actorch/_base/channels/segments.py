@@ -94,7 +94,8 @@ MAX_SEGMENT = 1 << 44
 """The largest segment a receiver maps (16 TiB): a bound on what a malformed reference can ask for."""
 
 _PORTABLE = 1  # cudaHostRegisterPortable: pinned for every GPU of the process, not only the current one
-_MAGIC = b"actorch\x02"  # 2: a slot has a landed word
+_MAGIC = b"actorch\x02"  # 2: a slot has a landed word, the maker's pid namespace follows the magic
+_NAMESPACE_AT = 8
 _WORDS_AT = 16
 _NAME = re.compile(r"actorch-[0-9]+-[0-9a-f]{8}-[0-9]+\Z")
 _OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -121,6 +122,15 @@ def _host_identity(uid: int) -> str | None:
         return None
     temporary = os.stat(tempfile.gettempdir())  # torch's shared-memory manager, which the collector's users share
     return f"{boot_id}:{shm.st_dev}:{shm.st_ino}:{temporary.st_dev}:{temporary.st_ino}:{uid}"
+
+
+@functools.cache
+def _pid_namespace() -> int:
+    """This process's pid namespace (its inode), 0 where the system does not say."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
 
 
 def process_prefix() -> str:
@@ -217,6 +227,7 @@ class Segment:
         finally:
             os.close(descriptor)
         mapping[: len(_MAGIC)] = _MAGIC
+        ctypes.c_uint64.from_buffer(mapping, _NAMESPACE_AT).value = _pid_namespace()
         segment = cls(name, size, mapping, owned=True)
         segment.data = torch.frombuffer(segment.view[HEADER:], dtype=torch.uint8)
         return segment
@@ -350,6 +361,19 @@ class Segment:
             del lends[slot]
             self._words[_WORDS * slot + _HANDED_BACK] = 0  # what it handed back and never arrived
         return len(gone)
+
+    def maker(self) -> int | None:
+        """The pid of the process that made the segment, as this process sees it (its name holds it).
+
+        None where this process cannot see it: the maker runs in another pid
+        namespace (a container sharing the host's ``/dev/shm``), or the name holds no pid.
+        """
+        parts = self.name.split("-")
+        if len(parts) < 3 or not parts[1].isdigit():
+            return None
+        if ctypes.c_uint64.from_buffer(self._map, _NAMESPACE_AT).value != _pid_namespace():
+            return None
+        return int(parts[1])
 
     def pin(self) -> bool:
         """Register the mapping with CUDA as pinned memory (once), so copies to and from a GPU run at full speed.
