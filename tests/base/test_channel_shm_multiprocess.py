@@ -1,4 +1,4 @@
-"""Shared memory between real processes of one host: a killed node's lends come back and its files go."""
+"""Shared memory between real processes of one host: a killed node gives back its lends, loses its files and copies."""
 
 from __future__ import annotations
 
@@ -27,3 +27,14 @@ def test_a_killed_node_gives_back_what_it_was_lent_and_its_segment_files_are_rem
     assert r["kept_sums"] == [0.0, float(1 << 18), float(2 << 18)], "what rank 0 kept from it still reads right"
     left = [name for name in os.listdir(SHM_DIR) for pid in r["pids"] if name.startswith(f"actorch-{pid}-")]
     assert left == [], "no segment file outlives the run"
+
+
+@pytest.mark.timeout(120)
+def test_a_sender_killed_with_its_staged_copy_half_landed_is_refused_at_once_and_its_receiver_serves_on() -> None:
+    run = run_script("staged_sender_lost.py", timeout=100)
+    run.assert_clean_exit(0)
+    r = run.result("sender-lost")
+    assert r["kept"] == 0, "the tensor whose copy never landed was not handed to the actor"
+    assert r["seconds"] < r["stall"] / 2, "refused when the sender was seen gone, not after the stall bound"
+    assert "the sender's process" in run.stderr
+    assert "is gone" in run.stderr
