@@ -7,17 +7,17 @@ thread per process, waits for those events in order and writes each landed
 chunk into the lend's *landed* word; the receiver's :class:`Landing` reads a
 chunk (copying it to its own GPU) only once it is counted there. So the
 device-to-host copy overlaps the message's trip and the receiver's
-host-to-device copy, and neither event loop waits for the whole tensor twice.
+host-to-device copy, and the sender's event loop does not wait for the copy.
 
 The sender still waits, before it queues the copy, for the work already
 queued on the tensor's stream (as it always did): a receiver waits only for
 the copy itself (4 MiB a chunk: well under a millisecond each), never for
 the sender's training step. A copy that fails marks its lend failed; one
 whose sender process is gone (the segment's maker, where this process can
-see it: same pid namespace) is refused at once, and one that stops landing for :data:`STALL`
-seconds (a stopped sender, a hung GPU) is refused then. Either way the
-receiver raises ``SerializationError`` rather than read what never landed,
-and its event loop, which waits meanwhile, is never held for long.
+see it: same pid namespace) is refused at once; one that stops landing for
+:data:`STALL` seconds (a stopped sender, a hung GPU) is refused then. Either
+way the receiver raises ``SerializationError`` rather than read what never
+landed, and its event loop, which waits meanwhile, is held no longer.
 """
 
 from __future__ import annotations
