@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from tensor_cases import bits, dense
 
 from actorch._base.channels import landing
-from actorch._base.channels.landing import CHUNK, Landing, Landings, chunk_for, gone
+from actorch._base.channels.landing import CHUNK, Landing, Landings, chunk_for
 from actorch._base.channels.plane import DataPlane
 from actorch._base.channels.route import TensorRoute
 from actorch._base.channels.segments import COPY_FAILED, Segment, SegmentPool, host_identity
@@ -187,17 +187,6 @@ def test_a_copy_whose_sender_process_is_gone_is_refused_at_once(
         fake.gate.set()
         a.shm.close()
         b.shm.close()
-
-
-def test_a_process_is_gone_once_it_ended_even_before_it_is_reaped() -> None:
-    assert not gone(os.getpid())
-    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
-    deadline = time.monotonic() + 10
-    while not gone(zombie.pid) and time.monotonic() < deadline:  # ended, not yet waited for: a zombie
-        time.sleep(0.01)
-    assert gone(zombie.pid)
-    zombie.wait()
-    assert gone(zombie.pid)
 
 
 def test_a_segment_names_its_maker_only_to_processes_of_its_pid_namespace() -> None:

@@ -22,8 +22,6 @@ landed, and its event loop, which waits meanwhile, is held no longer.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import queue
 import threading
 import time
@@ -31,8 +29,9 @@ from typing import Any
 
 from actorch._base.channels.segments import COPY_FAILED, Segment
 from actorch._base.errors import SerializationError
+from actorch._base.processes import alive
 
-__all__ = ["CHUNK", "STALL", "Landing", "Landings", "chunk_for", "gone"]
+__all__ = ["CHUNK", "STALL", "Landing", "Landings", "chunk_for"]
 
 CHUNK = 4 << 20
 """Bytes of one chunk of a staged copy: at a host link's 25-50 GB/s, 80-160 µs each."""
@@ -144,7 +143,7 @@ class Landing:
                 )
             if now - looked > _LOOK:
                 looked = now
-                if self.maker is not None and gone(self.maker) and segment.landed(slot, generation) == landed:
+                if self.maker is not None and not alive(self.maker) and segment.landed(slot, generation) == landed:
                     raise SerializationError(
                         f"a staged tensor's copy stopped at chunk {landed} of {self.chunks}: "
                         f"the sender's process {self.maker} is gone"
@@ -160,16 +159,3 @@ class Landing:
         """Return once every chunk has landed (see :meth:`wait`)."""
         if self.chunks:
             self.wait(self.chunks - 1)
-
-
-def gone(pid: int) -> bool:
-    """Whether process ``pid`` of this host has ended (a zombie not yet reaped counts as ended)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # another user's: there, at least
-        return False
-    with contextlib.suppress(OSError, IndexError), open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    return False

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actorch._base.processes import alive, started
+
 __all__ = [
     "RUNTIME_DIR_ENV",
     "RUNTIME_SCHEMA",
@@ -68,33 +70,6 @@ def status_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _process_start(pid: int) -> int | None:
-    """When process ``pid`` started, in clock ticks since boot (Linux), to tell a reused pid; None if unknown."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(raw.rpartition(")")[2].split()[19])
-
-
-def _alive(pid: int, started: int | None) -> bool:
-    """Whether ``pid`` is still the process that wrote a file (not gone, not a zombie, not reused)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False  # another user's process now: the directory is ours, so the pid was reused
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: existence is all we can tell
-    fields = raw.rpartition(")")[2].split()
-    if fields[0] in ("Z", "X"):
-        return False
-    return started is None or int(fields[19]) == started
-
-
 @dataclass(frozen=True)
 class RunningSystem:
     """A system found in the runtime directory.
@@ -123,11 +98,11 @@ class RunningSystem:
 
     def running(self) -> bool:
         """Whether rank 0's process still runs (not gone, not a zombie, its pid not reused)."""
-        return _alive(self.pid, self.pid_start)
+        return alive(self.pid, self.pid_start)
 
     def launcher_running(self) -> bool:
         """Whether rank 0 has a launcher (torchrun's agent) and it still runs."""
-        return self.launcher is not None and _alive(self.launcher, None)
+        return self.launcher is not None and alive(self.launcher, None)
 
     @property
     def script(self) -> str:
@@ -187,7 +162,7 @@ class Announcement:
         record: dict[str, Any] = {
             "schema": RUNTIME_SCHEMA,
             "pid": pid,
-            "pid_start": _process_start(pid),
+            "pid_start": started(pid),
             "status": self.status,
             "argv": list(sys.argv),
             "cwd": os.getcwd(),
