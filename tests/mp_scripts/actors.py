@@ -88,6 +88,16 @@ def is_dead(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] in ("Z", "X")
 
 
+async def wait_lost(system: actorch.ActorSystem, rank: int) -> float:
+    """Seconds until this node counts node ``rank`` lost."""
+    started = time.monotonic()
+    if rank not in system.lost_nodes:
+        async for event in system.events():
+            if isinstance(event, actorch.NodeLost) and event.rank == rank:
+                break
+    return time.monotonic() - started
+
+
 def write_file(path: str, text: str) -> None:
     Path(path).write_text(text)
 

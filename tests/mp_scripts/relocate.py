@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from actors import Counter, Holder, Tally, attempt, emit, is_dead
+from actors import Counter, Holder, Tally, attempt, emit, is_dead, wait_lost
 
 import actorch
 
@@ -96,7 +96,7 @@ async def main(system: actorch.ActorSystem) -> str:
     os.kill(pid2, signal.SIGKILL)
     in_flight = await attempt(within(15, hanging))
     await within(15, sampler.resumed.wait())
-    lost_seen = await attempt(within(15, _wait_lost(system, 2)))
+    lost_seen = await attempt(within(15, wait_lost(system, 2)))
 
     old_ref = await attempt(buffer.call(actorch.ReplayBuffer.statistics))
     found = await system.lookup("replay")
@@ -126,7 +126,7 @@ async def main(system: actorch.ActorSystem) -> str:
     os.kill(pid1, signal.SIGSTOP)
     STOPPED.append(pid1)
     frozen_at = time.monotonic()
-    await within(30, _wait_lost(system, 1))
+    await within(30, wait_lost(system, 1))
     lost_after = time.monotonic() - frozen_at
     sampling.cancel()
     emit(
@@ -139,16 +139,6 @@ async def main(system: actorch.ActorSystem) -> str:
         refused=await attempt(system.spawn(Tally, restart=RELOCATE)),
     )
     return "main finished"
-
-
-async def _wait_lost(system: actorch.ActorSystem, rank: int) -> float:
-    """Seconds until this node counts node ``rank`` lost."""
-    started = time.monotonic()
-    if rank not in system.lost_nodes:
-        async for event in system.events():
-            if isinstance(event, actorch.NodeLost) and event.rank == rank:
-                break
-    return time.monotonic() - started
 
 
 if __name__ == "__main__":

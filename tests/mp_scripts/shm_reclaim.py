@@ -18,7 +18,7 @@ import os
 import signal
 
 import torch
-from actors import emit
+from actors import emit, wait_lost
 
 import actorch
 from actorch._base.channels.segments import SHM_DIR
@@ -58,20 +58,9 @@ async def main(system: actorch.ActorSystem) -> None:
     shm = system.statistics()["channels"]["shm"]
     before = {"lent": shm["lent"], "theirs": files(await there.call(Keeper.prefix))}
     victim = system.nodes[1]
-    lost = asyncio.get_running_loop().create_future()
-
-    async def watch() -> None:
-        async for event in system.events():
-            if isinstance(event, actorch.NodeLost) and event.rank == 1:
-                lost.set_result(None)
-                return
-
-    watching = asyncio.ensure_future(watch())
-    await asyncio.sleep(0.1)
     os.kill(victim.pid, signal.SIGKILL)
     async with asyncio.timeout(20):
-        await lost
-    watching.cancel()
+        await wait_lost(system, 1)
     await asyncio.sleep(0.2)  # the loss reached every listener
     shm = system.statistics()["channels"]["shm"]
     emit(

@@ -20,7 +20,7 @@ import signal
 import time
 
 import torch
-from actors import emit
+from actors import emit, wait_lost
 from fake_gpus import FakeAccelerator
 
 import actorch
@@ -56,21 +56,10 @@ def setup(rank: int) -> None:
 async def main(system: actorch.ActorSystem) -> None:
     keeper = await system.spawn(Keeper, on=0, device="cuda:0")
     sender = await system.spawn(Sender, on=1)
-    lost = asyncio.get_running_loop().create_future()
-
-    async def watch() -> None:
-        async for event in system.events():
-            if isinstance(event, actorch.NodeLost) and event.rank == 1:
-                lost.set_result(None)
-                return
-
-    watching = asyncio.ensure_future(watch())
-    await asyncio.sleep(0.1)
     started = time.monotonic()
     sender.tell(Sender.send_and_die, keeper)
     async with asyncio.timeout(30):
-        await lost
-    watching.cancel()
+        await wait_lost(system, 1)
     kept = await keeper.call(Keeper.count)
     emit(
         "sender-lost",
