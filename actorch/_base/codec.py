@@ -308,8 +308,9 @@ class Codec:
             raise
         except (TypeError, ValueError, OverflowError) as exc:
             raise SerializationError(f"cannot serialize value: {exc}") from exc
-        for device in encoding.staged:  # one wait per device, after every copy of the message was queued
-            accelerator().synchronize(device)
+        if encoding.staged is not None:  # one wait per device, after every copy of the message was queued
+            for device in encoding.staged:
+                accelerator().synchronize(device)
         return data, encoding.tensors
 
     def encode_plain(self, value: Any) -> bytes:
@@ -391,8 +392,8 @@ class _Encoding:
         self.arguments = arguments
         self.plane = plane
         self.tensors: list[Any] = []
-        self.staged: set[torch.device] = set()
-        self.settled: set[torch.device] = set()
+        self.staged: set[torch.device] | None = None  # made by the first staged tensor: most messages have none
+        self.settled: set[torch.device] | None = None
         self.depth = 0
 
     def nested(self, inner: Any) -> bytes:
@@ -486,10 +487,14 @@ class _Encoding:
 
     def staged_on(self, device: torch.device) -> None:
         """Copies out of ``device`` were queued: the message waits for them once before it leaves."""
+        if self.staged is None:
+            self.staged = set()
         self.staged.add(device)
 
     def settle(self, device: torch.device) -> None:
         """Wait, once per message and device, for the work queued on ``device`` so far."""
+        if self.settled is None:
+            self.settled = set()
         if device not in self.settled:
             self.settled.add(device)
             accelerator().synchronize(device)

@@ -338,7 +338,7 @@ class Segment:
         The segment stays busy until the last one lands (or the copy fails),
         even if its receiver lets go of the lend first.
         """
-        self._words[_WORDS * slot + _LANDED] = (generation << CHUNK_BITS) | 0
+        self.land(slot, generation, 0)
         self._copies[slot] = (generation, chunks)
 
     def land(self, slot: int, generation: int, chunks: int) -> None:
@@ -643,7 +643,7 @@ class SegmentMaps:
                 f"a tensor arrived in shared memory segment {name!r} with a malformed place "
                 f"(offset {offset!r}, {extent!r} bytes of {size!r}, slot {slot!r})"
             )
-        segment = self._mapped(name, size)
+        segment = self.segment(name, size)
         lent = segment.view[HEADER + offset : HEADER + offset + extent]
         segment.receive(slot, generation)
         address = segment.address + HEADER + offset
@@ -669,7 +669,7 @@ class SegmentMaps:
         if not isinstance(slot, int) or not 0 <= slot < SLOTS or not isinstance(generation, int):
             raise SerializationError(f"a shared-memory lend of {name!r} names a malformed slot {slot!r}")
         if self._held.get((name, slot, generation)) is None:
-            segment = self._mapped(name, size)
+            segment = self.segment(name, size)
             segment.receive(slot, generation)
             segment.release(slot, generation)
 
@@ -681,7 +681,7 @@ class SegmentMaps:
         """
         if not isinstance(slot, int) or not 0 <= slot < SLOTS or not isinstance(generation, int):
             raise SerializationError(f"a shared-memory lend of {name!r} names a malformed slot {slot!r}")
-        self._mapped(name, size).taken_back(slot, generation)
+        self.segment(name, size).taken_back(slot, generation)
 
     def forget(self, prefix: str) -> None:
         """Drop the cached mappings of a lost node's segments (tensors over them keep theirs)."""
@@ -694,7 +694,12 @@ class SegmentMaps:
             segment.unpin()
         self._maps.clear()
 
-    def _mapped(self, name: str, size: int) -> Segment:
+    def segment(self, name: Any, size: Any) -> Segment:
+        """The mapping of segment ``name`` of ``size`` bytes (cached: the most recently used ``keep``).
+
+        Raises:
+            SerializationError: The name or size is malformed, or no such segment can be mapped.
+        """
         segment = self._maps.get(name)
         if segment is not None and segment.size == size:
             self._maps.move_to_end(name)
@@ -705,11 +710,3 @@ class SegmentMaps:
         while len(self._maps) > self.keep:
             self._maps.popitem(last=False)[1].unpin()
         return segment
-
-    def segment(self, name: Any, size: Any) -> Segment:
-        """The mapping of segment ``name`` of ``size`` bytes (cached).
-
-        Raises:
-            SerializationError: The name or size is malformed, or no such segment can be mapped.
-        """
-        return self._mapped(name, size)
