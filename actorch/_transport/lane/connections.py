@@ -39,13 +39,10 @@ acknowledge, while its window is open, mean the link is silent, whatever the
 main path's heartbeats say. Everything else runs on the node's event loop;
 nothing here touches torch.
 
-The module is one piece past 600 lines because the handshake, the frames and
-the connections' lives are one protocol: each state of a connection decides
-how the next bytes on it are read.
-
 One module past 600 lines, on purpose: the handshake, the frames and the connection that reads and
 writes them are one protocol, checked against each other (what the listener sends first, what a
-connection accepts before the proof); split, the order of its steps would be spread over files.
+connection accepts before the proof), and each state of a connection decides how the next bytes on
+it are read; split, the order of its steps would be spread over files.
 """
 
 from __future__ import annotations
